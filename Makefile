@@ -1,0 +1,35 @@
+# The two commands the README promises. Both install what is missing first.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?= -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+.PHONY: all deps build run test bench clean
+
+all: build
+
+deps:
+	@bash scripts/deps.sh
+
+$(BUILD)/build.ninja: CMakeLists.txt
+	@echo "== configure ($(BUILD))"
+	cmake -S . -B $(BUILD) $(CMAKE_FLAGS)
+
+build: deps $(BUILD)/build.ninja
+	@echo "== build"
+	cmake --build $(BUILD) -j $(JOBS)
+
+# The main job (for now): two local ranks over tcp do an RDMA WRITE and READ.
+run: build
+	@echo "== run: 2 local ranks over tcp (examples/write_read.cpp)"
+	bash scripts/run_example.sh $(BUILD)/examples/rdmx_write_read
+
+test: build
+	@echo "== test (ctest; needs root for the network-namespace cases)"
+	cd $(BUILD) && ctest --output-on-failure -j 2 --timeout 300
+
+bench: build
+	@bash scripts/deps.sh --bench
+	bash bench/run_tcp.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,120 @@
+// rdmx/bootstrap.hpp: how ranks find each other.
+//
+// A Store is a small key-value service shared by all ranks of a job (as
+// torch.distributed's TCPStore/FileStore and Gloo's rendezvous stores). Ranks
+// publish QP addresses into it and read their peers'. from_env() recognises
+// the launchers people use and opens the right store; connect_mesh() builds a
+// full mesh of connected QPs through it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rdmx/verbs.hpp"
+
+namespace rdmx {
+
+using Bytes = std::vector<std::uint8_t>;
+
+// Every blocking call takes a timeout; the overloads without one use
+// RDMX_TIMEOUT. Errors are rdmx::Error: Timeout names the missing keys,
+// PeerFailure names the store address when the server is gone.
+class Store {
+ public:
+  virtual ~Store() = default;
+  virtual void set(const std::string& key, const Bytes& value) = 0;
+  // Blocks until `key` exists, then returns its value.
+  virtual Bytes get(const std::string& key, std::chrono::milliseconds timeout) = 0;
+  Bytes get(const std::string& key);
+  // Blocks until every key exists.
+  virtual void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) = 0;
+  void wait(const std::vector<std::string>& keys);
+  // Atomically adds `delta` to the integer stored at `key` (absent = 0) and
+  // returns the new value.
+  virtual std::int64_t add(const std::string& key, std::int64_t delta) = 0;
+  // Returns true if the key existed and was removed.
+  virtual bool remove(const std::string& key) = 0;
+  // Sets `key` to `desired` if its current value equals `expected` (an empty
+  // `expected` matches an absent key). Returns the value now stored.
+  virtual Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) = 0;
+  // Non-blocking existence test.
+  virtual bool check(const std::string& key) = 0;
+
+  // Convenience for strings.
+  void set(const std::string& key, std::string_view value);
+  std::string get_string(const std::string& key);
+};
+
+// The TCP store server. Run it in-process (rank 0 does this in from_env()) or
+// standalone; it serves until destroyed.
+class TcpStoreServer {
+ public:
+  // Listens on host:port; port 0 picks a free one (see port()).
+  TcpStoreServer(const std::string& host, std::uint16_t port);
+  ~TcpStoreServer();
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
+  std::uint16_t port() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// A client of a TcpStoreServer at host:port. Connecting retries until the
+// timeout, since the server may start after its clients.
+std::unique_ptr<Store> connect_tcp_store(const std::string& host, std::uint16_t port,
+                                         std::chrono::milliseconds timeout);
+// A store in a shared directory (local or network file system).
+std::unique_ptr<Store> open_file_store(const std::string& directory);
+// Keys are prefixed with `prefix` + "/" so several jobs or phases can share a store.
+std::unique_ptr<Store> prefix_store(std::shared_ptr<Store> inner, std::string prefix);
+
+// What the launcher told this process.
+struct LaunchInfo {
+  int rank = -1;
+  int world_size = -1;
+  int local_rank = -1;        // -1 when the launcher does not say
+  int local_world_size = -1;  // -1 when the launcher does not say
+  std::string launcher;       // "rdmx", "torchrun", "openmpi", "mpich", "slurm"
+  std::string store_host;     // empty when none was given
+  std::uint16_t store_port = 0;
+  std::string store_file;     // RDMX_STORE=file:/path
+};
+
+// Reads the environment: RDMX_RANK/RDMX_WORLD_SIZE/RDMX_STORE (host:port or
+// file:/dir), torchrun (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT), Open MPI (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/
+// LOCAL_SIZE), MPICH/Hydra (PMI_RANK, PMI_SIZE, MPI_LOCALRANKID), Slurm
+// (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID). RDMX_* wins over the others.
+// Throws Config naming the variables that are missing or malformed.
+LaunchInfo detect_launch();
+
+// A joined job: this process's place and the store every rank shares.
+struct Bootstrap {
+  LaunchInfo info;
+  std::shared_ptr<Store> store;
+  std::shared_ptr<TcpStoreServer> server;  // set on the rank that serves the store
+};
+// detect_launch(), then open the store: with host:port, rank 0 serves it
+// in-process (when the address is local) and every rank connects as a client.
+// Sets the rank used in logs and errors.
+Bootstrap from_env();
+
+// A full mesh of RC QPs among `world_size` ranks: qps[peer] is connected to
+// that peer (qps[rank] is null). Addresses are exchanged through `store`
+// under keys prefixed by `tag`, so several meshes can be built in one job.
+struct Mesh {
+  std::vector<std::unique_ptr<QueuePair>> qps;
+};
+Mesh connect_mesh(Store& store, int rank, int world_size, Device& device, ProtectionDomain& pd,
+                  CompletionQueue& send_cq, CompletionQueue& recv_cq, const QpCaps& caps = {},
+                  const std::string& tag = "mesh");
+
+}  // namespace rdmx

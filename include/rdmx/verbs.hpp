@@ -1,0 +1,304 @@
+// rdmx/verbs.hpp: the verbs-style core API.
+//
+// It mirrors InfiniBand verbs for a reliable-connected (RC) queue pair, and
+// behaves the same on every provider:
+//
+//   auto dev = rdmx::open_device("tcp");          // or "auto"
+//   auto pd  = dev->alloc_pd();
+//   auto mr  = pd->register_memory(buf, len, Access::LocalWrite | Access::RemoteWrite);
+//   auto cq  = dev->create_cq(256);
+//   auto qp  = dev->create_qp(*pd, *cq, *cq);
+//   send qp->local_address() to the peer out of band, receive theirs, then
+//   qp->connect(peer_address);
+//   qp->post_send(...); cq->wait(...);
+//
+// Semantics follow IB RC: reliable and in order per QP; RDMA WRITE consumes no
+// receive; SEND and WRITE_WITH_IMM consume one; a remote access outside a
+// registered region, with a wrong key or without the right gives
+// REM_ACCESS_ERR and leaves target memory untouched; any error moves the QP to
+// ERROR, after which every outstanding work request completes with
+// WR_FLUSH_ERR. READ and atomics are served without the target application
+// calling anything.
+//
+// Threads: objects may be used from several threads; post_send/post_recv on
+// one QP are serialised internally. Lifetimes: a MemoryRegion must not outlive
+// its ProtectionDomain, nor a QueuePair its CQs; all of them must not outlive
+// their Device (each holds no reference; destroy in reverse order).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rdmx/error.hpp"
+
+namespace rdmx {
+
+// ---------------------------------------------------------------------------
+// Access rights of a memory region (ibv_access_flags).
+enum class Access : std::uint32_t {
+  None = 0,
+  LocalWrite = 1u << 0,    // the local side may write (RECV, READ target, atomic result)
+  RemoteWrite = 1u << 1,   // peers may RDMA WRITE into it (requires LocalWrite, as in IB)
+  RemoteRead = 1u << 2,    // peers may RDMA READ from it
+  RemoteAtomic = 1u << 3,  // peers may run atomics on it (requires LocalWrite)
+};
+constexpr Access operator|(Access a, Access b) {
+  return static_cast<Access>(static_cast<std::uint32_t>(a) | static_cast<std::uint32_t>(b));
+}
+constexpr bool has(Access set, Access flag) {
+  return (static_cast<std::uint32_t>(set) & static_cast<std::uint32_t>(flag)) != 0;
+}
+std::string to_string(Access access);  // "LOCAL_WRITE|REMOTE_READ"
+
+// ---------------------------------------------------------------------------
+// Work requests and completions.
+enum class Opcode : std::uint8_t {
+  Send,
+  SendWithImm,
+  RdmaWrite,
+  RdmaWriteWithImm,
+  RdmaRead,
+  AtomicFetchAdd,
+  AtomicCmpSwap,
+};
+const char* to_string(Opcode op) noexcept;  // "RDMA_WRITE", ...
+
+// Completion status, named and ordered as ibv_wc_status.
+enum class WcStatus : std::uint8_t {
+  Success,
+  LocLenErr,
+  LocQpOpErr,
+  LocEecOpErr,
+  LocProtErr,
+  WrFlushErr,
+  MwBindErr,
+  BadRespErr,
+  LocAccessErr,
+  RemInvReqErr,
+  RemAccessErr,
+  RemOpErr,
+  RetryExcErr,
+  RnrRetryExcErr,
+  LocRddViolErr,
+  RemInvRdReqErr,
+  RemAbortErr,
+  InvEecnErr,
+  InvEecStateErr,
+  FatalErr,
+  RespTimeoutErr,
+  GeneralErr,
+};
+const char* to_string(WcStatus status) noexcept;  // "REM_ACCESS_ERR", ...
+
+// What a completion completes (ibv_wc_opcode).
+enum class WcOpcode : std::uint8_t {
+  Send,
+  RdmaWrite,
+  RdmaRead,
+  CompSwap,
+  FetchAdd,
+  Recv,             // a SEND or SEND_WITH_IMM consumed this receive
+  RecvRdmaWithImm,  // an RDMA_WRITE_WITH_IMM consumed this receive
+};
+const char* to_string(WcOpcode op) noexcept;
+
+// One scatter-gather element: local memory covered by the region with `lkey`.
+struct Sge {
+  std::uint64_t addr = 0;
+  std::uint32_t length = 0;
+  std::uint32_t lkey = 0;
+};
+
+struct SendWr {
+  std::uint64_t wr_id = 0;
+  Opcode opcode = Opcode::Send;
+  std::span<const Sge> sg_list;  // copied at post time; may be reused after post_send returns
+  bool signaled = true;          // false: no completion on success (errors always complete)
+  std::uint32_t imm_data = 0;    // SendWithImm / RdmaWriteWithImm (host order)
+  std::uint64_t remote_addr = 0; // RDMA and atomics: target virtual address
+  std::uint32_t rkey = 0;        // RDMA and atomics: target region key
+  std::uint64_t compare_add = 0; // FetchAdd: addend; CmpSwap: compare value
+  std::uint64_t swap = 0;        // CmpSwap: value written when equal
+  // Atomics write the original 8-byte target value into sg_list[0] (8 bytes).
+};
+
+struct RecvWr {
+  std::uint64_t wr_id = 0;
+  std::span<const Sge> sg_list;  // copied at post time
+};
+
+struct WorkCompletion {
+  std::uint64_t wr_id = 0;
+  WcStatus status = WcStatus::Success;
+  WcOpcode opcode = WcOpcode::Send;
+  std::uint32_t byte_len = 0;  // receives, READ and atomics: bytes placed locally
+  std::uint32_t imm_data = 0;
+  bool with_imm = false;
+  std::uint32_t qp_num = 0;
+};
+
+// ---------------------------------------------------------------------------
+// Memory registration. Destroying a MemoryRegion deregisters it: its lkey and
+// rkey stop working at once, for local and remote users alike.
+class MemoryRegion {
+ public:
+  virtual ~MemoryRegion() = default;
+  MemoryRegion(const MemoryRegion&) = delete;
+  MemoryRegion& operator=(const MemoryRegion&) = delete;
+
+  void* addr() const noexcept { return addr_; }
+  std::size_t length() const noexcept { return length_; }
+  std::uint32_t lkey() const noexcept { return lkey_; }
+  std::uint32_t rkey() const noexcept { return rkey_; }
+  Access access() const noexcept { return access_; }
+  // A ready-made SGE over [addr() + offset, +length).
+  Sge sge(std::size_t offset, std::uint32_t length) const;
+
+ protected:
+  MemoryRegion(void* addr, std::size_t length, std::uint32_t lkey, std::uint32_t rkey, Access access)
+      : addr_(addr), length_(length), lkey_(lkey), rkey_(rkey), access_(access) {}
+
+ private:
+  void* addr_;
+  std::size_t length_;
+  std::uint32_t lkey_;
+  std::uint32_t rkey_;
+  Access access_;
+};
+
+class ProtectionDomain {
+ public:
+  virtual ~ProtectionDomain() = default;
+  // Registers [addr, addr+length). Keys are unguessable and unique while
+  // registered. Throws InvalidArgument for a null address with non-zero
+  // length, or rights IB would refuse (RemoteWrite/RemoteAtomic without LocalWrite).
+  virtual std::unique_ptr<MemoryRegion> register_memory(void* addr, std::size_t length, Access access) = 0;
+};
+
+// ---------------------------------------------------------------------------
+// Completion queue. When a completion arrives and the CQ is full, the CQ
+// overflows: it is an error (every later poll/wait throws QueueFull and QPs
+// using it go to ERROR), never a silently lost completion.
+class CompletionQueue {
+ public:
+  virtual ~CompletionQueue() = default;
+  virtual std::size_t depth() const noexcept = 0;
+  // Non-blocking: takes up to out.size() completions, returns how many.
+  virtual std::size_t poll(std::span<WorkCompletion> out) = 0;
+  // Blocks until at least one completion or the timeout (default RDMX_TIMEOUT)
+  // passes; spins briefly, then sleeps. Throws Timeout on expiry.
+  virtual std::size_t wait(std::span<WorkCompletion> out, std::chrono::milliseconds timeout) = 0;
+  std::size_t wait(std::span<WorkCompletion> out);
+};
+
+// ---------------------------------------------------------------------------
+// Reliable-connected queue pair.
+struct QpCaps {
+  std::uint32_t max_send_wr = 1024;
+  std::uint32_t max_recv_wr = 1024;
+  std::uint32_t max_send_sge = 16;
+  std::uint32_t max_recv_sge = 16;
+  std::uint32_t max_inline_data = 256;
+};
+
+enum class QpState : std::uint8_t { Reset, Init, Rtr, Rts, Error };
+const char* to_string(QpState state) noexcept;
+
+// A QP's address, to be exchanged out of band. Opaque bytes with a stable,
+// printable hex form so it can travel through any store or launcher.
+struct QpAddress {
+  std::vector<std::uint8_t> bytes;
+  std::string to_hex() const;
+  static QpAddress from_hex(std::string_view hex);  // throws InvalidArgument
+};
+
+struct ConnectOptions {
+  int peer_rank = -1;  // only used to label errors and logs
+  // RNR retry bound: how long a SEND waits for the peer to post a receive
+  // before failing with RNR_RETRY_EXC_ERR. Default: RDMX_RNR_TIMEOUT (1 s).
+  std::chrono::milliseconds rnr_timeout{-1};
+};
+
+class QueuePair {
+ public:
+  virtual ~QueuePair() = default;
+
+  virtual std::uint32_t qp_num() const noexcept = 0;
+  virtual QpState state() const noexcept = 0;
+  virtual QpCaps caps() const noexcept = 0;
+  virtual std::string provider() const = 0;
+  // Why the QP entered ERROR, empty otherwise.
+  virtual std::string error_reason() const = 0;
+
+  // Valid from creation on.
+  virtual QpAddress local_address() const = 0;
+  // RESET -> INIT (also done by connect()). Receives may be posted in INIT.
+  virtual void init() = 0;
+  // INIT -> RTR -> RTS towards `remote`. Does not wait for the peer: like IB,
+  // work posted before the peer connects is delivered once it does; if the
+  // peer never does, it fails with RETRY_EXC_ERR after RDMX_TIMEOUT.
+  virtual void connect(const QpAddress& remote, const ConnectOptions& options) = 0;
+  void connect(const QpAddress& remote) { connect(remote, ConnectOptions{}); }
+  // Moves the QP to ERROR: outstanding work completes with WR_FLUSH_ERR.
+  virtual void set_error(const std::string& reason) = 0;
+
+  // Posting throws InvalidArgument for malformed requests (too many SGEs,
+  // bad opcode, unaligned atomic, inline too large), QueueFull when the queue
+  // is full and InvalidState before INIT (recv) or RTS (send). Key and bounds
+  // problems complete with an error status instead, as in IB.
+  virtual void post_send(const SendWr& wr) = 0;
+  virtual void post_recv(const RecvWr& wr) = 0;
+};
+
+// ---------------------------------------------------------------------------
+// What a provider can do; collectives and tools choose by these, never by name.
+struct DeviceCaps {
+  bool remote_peers = false;        // can reach other hosts
+  bool same_host_peers = false;     // can reach processes on this host
+  bool auto_progress = false;       // READ/atomics served without target calls
+  std::uint64_t max_msg_size = 0;   // bytes per work request
+  std::uint32_t max_qp_wr = 0;
+  std::uint32_t max_sge = 0;
+  std::uint32_t max_inline_data = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual std::string provider() const = 0;  // "tcp"
+  virtual std::string name() const = 0;      // e.g. "tcp:eth0/10.0.0.1"
+  // Why this provider and interface were chosen (for `rdmx info`, INFO logs).
+  virtual std::string selection_reason() const = 0;
+  virtual DeviceCaps caps() const = 0;
+
+  virtual std::unique_ptr<ProtectionDomain> alloc_pd() = 0;
+  virtual std::unique_ptr<CompletionQueue> create_cq(std::size_t depth) = 0;
+  virtual std::unique_ptr<QueuePair> create_qp(ProtectionDomain& pd, CompletionQueue& send_cq,
+                                               CompletionQueue& recv_cq, const QpCaps& caps) = 0;
+  std::unique_ptr<QueuePair> create_qp(ProtectionDomain& pd, CompletionQueue& send_cq, CompletionQueue& recv_cq) {
+    return create_qp(pd, send_cq, recv_cq, QpCaps{});
+  }
+
+  // Drives the provider's progress from the calling thread (as
+  // ucp_worker_progress). Never required for correctness, since a background
+  // engine progresses idle devices, but a thread that spins on memory flags
+  // gets the lowest latency by calling it in its loop. Returns events handled.
+  virtual std::size_t progress() = 0;
+};
+
+// Names of the providers compiled in, best first.
+std::vector<std::string> available_providers();
+
+// Opens a device. `provider` is a provider name, or "auto" (the default, also
+// overridden by RDMX_PROVIDER) which picks the best available one and records
+// why in Device::selection_reason(). Throws NotFound naming the providers that
+// exist when the name is unknown.
+std::shared_ptr<Device> open_device(std::string_view provider = "auto");
+
+}  // namespace rdmx

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what rdmx needs from Debian, only what is missing. Idempotent,
+# non-interactive, and quiet when everything is present.
+#   scripts/deps.sh            build + test dependencies
+#   scripts/deps.sh --bench    also the peers the benchmarks compare with
+set -euo pipefail
+
+packages=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev iproute2)
+if [[ "${1:-}" == "--bench" ]]; then
+  packages+=(sockperf iperf3)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+echo "deps: installing missing Debian packages: ${missing[*]}"
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "deps: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+  SUDO="sudo"
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "deps: installed ${missing[*]}"

@@ -1,0 +1,29 @@
+// Process-wide settings read from RDMX_* environment variables, once.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace rdmx::core {
+
+// RDMX_TIMEOUT: bound on every blocking wait. Accepts "30" (seconds), "2.5s",
+// "500ms". Default 60 s.
+std::chrono::milliseconds timeout();
+// RDMX_RNR_TIMEOUT: how long a SEND retries while the peer has no receive
+// posted. Same syntax. Default 1 s.
+std::chrono::milliseconds rnr_timeout();
+// RDMX_SPIN_US: how long a waiter busy-polls before it blocks. Default 50 us.
+std::chrono::microseconds spin_budget();
+
+// Parses a duration as above; nullopt when malformed.
+std::optional<std::chrono::milliseconds> parse_duration(const std::string& text);
+// Raw environment lookup; nullopt when unset or empty.
+std::optional<std::string> env(const char* name);
+
+// The rank used to label logs and errors (set by bootstrap; -1 until then).
+int current_rank() noexcept;
+void set_current_rank(int rank) noexcept;
+
+}  // namespace rdmx::core

@@ -1,0 +1,89 @@
+#include "core/wait.hpp"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <climits>
+#include <ctime>
+#include <thread>
+
+#include "core/config.hpp"
+
+namespace rdmx::core {
+namespace {
+
+std::atomic<bool> g_aborted{false};
+// Blocked waiters wake at least this often to re-check abort and their condition.
+constexpr auto kBlockSlice = std::chrono::milliseconds(100);
+
+void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t seen, std::chrono::nanoseconds limit) {
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(limit.count() / 1000000000);
+  ts.tv_nsec = static_cast<long>(limit.count() % 1000000000);
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAIT_PRIVATE, seen, &ts, nullptr, 0);
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+}  // namespace
+
+void WaitWord::notify_all() noexcept {
+  epoch_.fetch_add(1, std::memory_order_acq_rel);
+  if (sleepers_.load(std::memory_order_acquire) != 0) {
+    syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&epoch_), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+  }
+}
+
+void WaitWord::block(std::uint32_t seen, Clock::time_point deadline) noexcept {
+  auto now = Clock::now();
+  if (now >= deadline) return;
+  auto limit = std::min<Clock::duration>(deadline - now, kBlockSlice);
+  sleepers_.fetch_add(1, std::memory_order_acq_rel);
+  if (epoch_.load(std::memory_order_acquire) == seen) {
+    futex_wait(&epoch_, seen, std::chrono::duration_cast<std::chrono::nanoseconds>(limit));
+  }
+  sleepers_.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+WaitResult wait_until(const std::function<bool()>& ready, WaitWord* word, Clock::time_point deadline,
+                      const WaitHooks& hooks) {
+  if (ready()) return WaitResult::Ready;
+  const auto spin_end = Clock::now() + spin_budget();
+  // Spin phase: cheap checks, driving progress from this thread.
+  for (unsigned i = 0;; ++i) {
+    if (hooks.progress) hooks.progress();
+    if (ready()) return WaitResult::Ready;
+    if (g_aborted.load(std::memory_order_relaxed)) return WaitResult::Aborted;
+    if ((i & 15) == 15) {
+      auto now = Clock::now();
+      if (now >= deadline) return WaitResult::Timeout;
+      if (now >= spin_end) break;
+    }
+    cpu_relax();
+  }
+  if (hooks.before_block) hooks.before_block();
+  // Block phase: sleep until notified, re-check, bounded by the deadline.
+  for (;;) {
+    std::uint32_t seen = word != nullptr ? word->epoch() : 0;
+    if (hooks.progress) hooks.progress();
+    if (ready()) return WaitResult::Ready;
+    if (g_aborted.load(std::memory_order_relaxed)) return WaitResult::Aborted;
+    auto now = Clock::now();
+    if (now >= deadline) return WaitResult::Timeout;
+    if (word != nullptr) {
+      word->block(seen, deadline);
+    } else {
+      std::this_thread::sleep_for(std::min<Clock::duration>(deadline - now, std::chrono::microseconds(200)));
+    }
+  }
+}
+
+void abort_waits() noexcept { g_aborted.store(true, std::memory_order_relaxed); }
+void clear_abort() noexcept { g_aborted.store(false, std::memory_order_relaxed); }
+bool waits_aborted() noexcept { return g_aborted.load(std::memory_order_relaxed); }
+
+}  // namespace rdmx::core
