@@ -204,7 +204,7 @@ struct QpCaps {
   std::uint32_t max_recv_wr = 1024;
   std::uint32_t max_send_sge = 16;
   std::uint32_t max_recv_sge = 16;
-  std::uint32_t max_inline_data = 256;
+  std::uint32_t max_inline_data = 0;  // clamped to DeviceCaps; actual values via QueuePair::caps()
 };
 
 enum class QpState : std::uint8_t { Reset, Init, Rtr, Rts, Error };

@@ -1,0 +1,84 @@
+// The table of registered memory regions of one device. It decides every
+// access, local and remote: a key must exist, belong to the QP's protection
+// domain, cover the whole range, and grant the right. Accesses run under a
+// shared lock, so deregistration waits for copies in flight and a key is dead
+// the moment deregistration returns.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+
+#include "rdmx/verbs.hpp"
+
+namespace rdmx::core {
+
+enum class AccessCheck : std::uint8_t { Ok, NoSuchKey, WrongDomain, OutOfBounds, MissingRight };
+const char* to_string(AccessCheck check) noexcept;
+
+class MemoryRegistry {
+ public:
+  struct Keys {
+    std::uint32_t lkey;
+    std::uint32_t rkey;
+  };
+  // `domain` identifies the protection domain (any stable pointer).
+  Keys add(const void* domain, void* addr, std::size_t length, Access access);
+  void remove(std::uint32_t lkey);
+
+  // Runs fn(char* ptr) with ptr = addr if `key` (an rkey when remote, else an
+  // lkey) covers [addr, addr+length) in `domain` with `need`; returns the
+  // verdict. Zero-length accesses need no key, as in IB.
+  template <class Fn>
+  AccessCheck with_access(bool remote, const void* domain, std::uint32_t key, std::uint64_t addr,
+                          std::uint64_t length, Access need, Fn&& fn) const {
+    std::shared_lock lock(mutex_);
+    AccessCheck verdict = length == 0 ? AccessCheck::Ok : check_locked(remote, domain, key, addr, length, need);
+    if (verdict == AccessCheck::Ok) fn(reinterpret_cast<char*>(addr));
+    return verdict;
+  }
+  AccessCheck check(bool remote, const void* domain, std::uint32_t key, std::uint64_t addr, std::uint64_t length,
+                    Access need) const {
+    return with_access(remote, domain, key, addr, length, need, [](char*) {});
+  }
+  // For accesses that span several keys (scatter-gather lists): hold the
+  // lock, check each piece with check_locked(), then touch the memory.
+  std::shared_lock<std::shared_mutex> read_lock() const { return std::shared_lock(mutex_); }
+  AccessCheck check_locked(bool remote, const void* domain, std::uint32_t key, std::uint64_t addr,
+                           std::uint64_t length, Access need) const;
+
+ private:
+  struct Entry {
+    const void* domain;
+    std::uint64_t base;
+    std::uint64_t length;
+    Access access;
+    std::uint32_t lkey;
+    std::uint32_t rkey;
+  };
+  std::uint32_t fresh_key_locked();
+
+  mutable std::shared_mutex mutex_;
+  std::unordered_map<std::uint32_t, Entry> by_lkey_;
+  std::unordered_map<std::uint32_t, std::uint32_t> rkey_to_lkey_;
+  std::mt19937_64 random_{std::random_device{}()};
+};
+
+// A protection domain over a registry; shared by providers whose regions are
+// ordinary process memory.
+class RegistryProtectionDomain final : public ProtectionDomain {
+ public:
+  explicit RegistryProtectionDomain(MemoryRegistry& registry) : registry_(registry) {}
+  std::unique_ptr<MemoryRegion> register_memory(void* addr, std::size_t length, Access access) override;
+  MemoryRegistry& registry() const { return registry_; }
+
+ private:
+  MemoryRegistry& registry_;
+};
+
+}  // namespace rdmx::core

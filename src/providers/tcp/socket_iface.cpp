@@ -1,0 +1,151 @@
+#include "providers/tcp/socket_iface.hpp"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "core/config.hpp"
+#include "rdmx/error.hpp"
+
+namespace rdmx::tcp {
+namespace {
+
+struct NameFilter {
+  bool exclude = false;
+  bool exact = false;
+  std::vector<std::string> names;
+
+  bool matches(const std::string& name) const {
+    bool hit = false;
+    for (const auto& n : names) {
+      if (exact ? name == n : name.rfind(n, 0) == 0) hit = true;
+    }
+    return exclude ? !hit : hit;
+  }
+};
+
+NameFilter parse_filter(std::string spec) {
+  NameFilter filter;
+  if (!spec.empty() && spec[0] == '^') {
+    filter.exclude = true;
+    spec.erase(0, 1);
+  }
+  if (!spec.empty() && spec[0] == '=') {
+    filter.exact = true;
+    spec.erase(0, 1);
+  }
+  std::size_t start = 0;
+  while (start <= spec.size()) {
+    auto comma = spec.find(',', start);
+    auto item = spec.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!item.empty()) filter.names.push_back(item);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return filter;
+}
+
+bool is_link_local_v6(const sockaddr* sa) {
+  if (sa->sa_family != AF_INET6) return false;
+  const auto* a = reinterpret_cast<const sockaddr_in6*>(sa);
+  return IN6_IS_ADDR_LINKLOCAL(&a->sin6_addr);
+}
+}  // namespace
+
+std::string format_address(const sockaddr* address) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (address->sa_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(address);
+    inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+    return std::string(host) + ":" + std::to_string(ntohs(a->sin_port));
+  }
+  if (address->sa_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(address);
+    inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+    std::string scope = a->sin6_scope_id != 0 ? "%" + std::to_string(a->sin6_scope_id) : "";
+    return "[" + std::string(host) + scope + "]:" + std::to_string(ntohs(a->sin6_port));
+  }
+  return "<unknown address family>";
+}
+
+SocketInterface choose_interface() {
+  auto spec = core::env("RDMX_SOCKET_IFNAME");
+  auto family_text = core::env("RDMX_SOCKET_FAMILY");
+  int family = AF_UNSPEC;
+  if (family_text) {
+    if (*family_text == "AF_INET" || *family_text == "4" || *family_text == "ipv4") family = AF_INET;
+    else if (*family_text == "AF_INET6" || *family_text == "6" || *family_text == "ipv6") family = AF_INET6;
+    else {
+      throw Error(ErrorCode::Config, "RDMX_SOCKET_FAMILY=\"" + *family_text + "\" is not an address family",
+                  {.op = "open_device tcp", .hint = "use AF_INET or AF_INET6"});
+    }
+  }
+
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) {
+    throw Error(ErrorCode::System, std::string("getifaddrs failed: ") + std::strerror(errno),
+                {.op = "open_device tcp"});
+  }
+  std::unique_ptr<ifaddrs, void (*)(ifaddrs*)> guard(list, freeifaddrs);
+
+  struct Candidate {
+    const ifaddrs* entry;
+    int rank;  // lower is better
+  };
+  std::vector<Candidate> candidates;
+  std::string seen;
+  NameFilter filter;
+  if (spec) filter = parse_filter(*spec);
+  for (const ifaddrs* it = list; it != nullptr; it = it->ifa_next) {
+    if (it->ifa_addr == nullptr || !(it->ifa_flags & IFF_UP)) continue;
+    int fam = it->ifa_addr->sa_family;
+    if (fam != AF_INET && fam != AF_INET6) continue;
+    std::string name = it->ifa_name;
+    if (seen.find(name) == std::string::npos) seen += (seen.empty() ? "" : " ") + name;
+    if (family != AF_UNSPEC && fam != family) continue;
+    bool loopback = (it->ifa_flags & IFF_LOOPBACK) != 0;
+    int rank = 0;
+    if (spec) {
+      if (!filter.matches(name)) continue;
+    } else {
+      if (loopback || name.rfind("docker", 0) == 0) rank += 10;  // only when nothing else exists
+    }
+    if (family == AF_UNSPEC && fam == AF_INET6) rank += 2;  // prefer IPv4
+    if (is_link_local_v6(it->ifa_addr)) rank += 1;          // prefer routable IPv6
+    candidates.push_back({it, rank});
+  }
+  if (candidates.empty()) {
+    throw Error(ErrorCode::NotFound, "no usable network interface for the tcp provider",
+                {.op = "open_device tcp",
+                 .hint = "interfaces up: [" + seen + "]; RDMX_SOCKET_IFNAME=" + (spec ? *spec : "<unset>") +
+                         ", RDMX_SOCKET_FAMILY=" + (family_text ? *family_text : "<unset>") +
+                         "; set RDMX_SOCKET_IFNAME to one of them"});
+  }
+  const Candidate* best = &candidates.front();
+  for (const auto& c : candidates) {
+    if (c.rank < best->rank) best = &c;
+  }
+  SocketInterface chosen;
+  chosen.name = best->entry->ifa_name;
+  chosen.address_len = best->entry->ifa_addr->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+  std::memcpy(&chosen.address, best->entry->ifa_addr, chosen.address_len);
+  if (chosen.address.ss_family == AF_INET6) {
+    auto* a6 = reinterpret_cast<sockaddr_in6*>(&chosen.address);
+    if (IN6_IS_ADDR_LINKLOCAL(&a6->sin6_addr)) a6->sin6_scope_id = if_nametoindex(chosen.name.c_str());
+  }
+  if (spec) {
+    chosen.why = "RDMX_SOCKET_IFNAME=" + *spec + " matched " + chosen.name;
+  } else if (best->rank >= 10) {
+    chosen.why = "no non-loopback interface is up; using " + chosen.name;
+  } else {
+    chosen.why = "first interface up that is not loopback or docker (set RDMX_SOCKET_IFNAME to choose)";
+  }
+  if (family_text) chosen.why += ", RDMX_SOCKET_FAMILY=" + *family_text;
+  return chosen;
+}
+
+}  // namespace rdmx::tcp

@@ -1,0 +1,329 @@
+#include "providers/tcp/tcp_device.hpp"
+
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <random>
+
+#include "core/completion_queue.hpp"
+#include "core/config.hpp"
+#include "core/log.hpp"
+#include "providers/tcp/tcp_factory.hpp"
+#include "providers/tcp/tcp_qp.hpp"
+
+namespace rdmx::tcp {
+namespace {
+
+// An application thread that drove progress this recently keeps the
+// background engine parked.
+constexpr std::int64_t kAppActiveNs = 200'000;
+constexpr std::size_t kMaxPendingConnections = 1024;
+constexpr std::uint32_t kWakeId = 0;
+
+[[noreturn]] void throw_system(const std::string& what, const std::string& where) {
+  throw Error(ErrorCode::System, what + ": " + std::strerror(errno),
+              {.op = "open_device tcp", .peer_addr = where,
+               .hint = "check RDMX_SOCKET_IFNAME and that the interface has an address"});
+}
+}  // namespace
+
+std::shared_ptr<Device> open_tcp_device(const std::string& why) {
+  auto iface = choose_interface();
+  return std::make_shared<TcpDevice>(std::move(iface), why);
+}
+
+TcpDevice::TcpDevice(SocketInterface iface, std::string why) : iface_(std::move(iface)) {
+  std::string local = format_address(reinterpret_cast<const sockaddr*>(&iface_.address));
+  listen_fd_ = ::socket(iface_.address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (listen_fd_ < 0) throw_system("socket() for the listener failed", local);
+  int one = 1;
+  setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_storage bind_address = iface_.address;
+  if (bind_address.ss_family == AF_INET) reinterpret_cast<sockaddr_in*>(&bind_address)->sin_port = 0;
+  else reinterpret_cast<sockaddr_in6*>(&bind_address)->sin6_port = 0;
+  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&bind_address), iface_.address_len) != 0) {
+    int saved = errno;
+    ::close(listen_fd_);
+    errno = saved;
+    throw_system("bind() of the listener failed", local);
+  }
+  if (::listen(listen_fd_, 512) != 0) {
+    ::close(listen_fd_);
+    throw_system("listen() failed", local);
+  }
+  socklen_t len = sizeof(listen_address_);
+  getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&listen_address_), &len);
+  // getsockname loses a link-local scope id; keep the interface's.
+  if (listen_address_.ss_family == AF_INET6) {
+    reinterpret_cast<sockaddr_in6*>(&listen_address_)->sin6_scope_id =
+        reinterpret_cast<sockaddr_in6*>(&iface_.address)->sin6_scope_id;
+  }
+
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (epoll_fd_ < 0 || wake_fd_ < 0) throw_system("epoll/eventfd creation failed", local);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = watch_tag(Watch::Listener, 0);
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
+  ev.data.u64 = watch_tag(Watch::Wake, kWakeId);
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+
+  std::random_device entropy;
+  nonce_ = (static_cast<std::uint64_t>(entropy()) << 32) ^ entropy() ^ static_cast<std::uint64_t>(getpid());
+  name_ = "tcp:" + iface_.name + "/" + format_address(reinterpret_cast<const sockaddr*>(&listen_address_));
+  why_ = why + "; interface " + iface_.name + ": " + iface_.why;
+  engine_ = std::thread([this] { engine_main(); });
+}
+
+TcpDevice::~TcpDevice() {
+  stopping_.store(true);
+  std::uint64_t one = 1;
+  [[maybe_unused]] auto ignored = ::write(wake_fd_, &one, sizeof(one));
+  app_idle_word_.notify_all();
+  if (engine_.joinable()) engine_.join();
+  for (auto& [fd, pending] : pending_) ::close(fd);
+  ::close(listen_fd_);
+  ::close(wake_fd_);
+  ::close(epoll_fd_);
+}
+
+DeviceCaps TcpDevice::caps() const {
+  DeviceCaps caps;
+  caps.remote_peers = true;
+  caps.same_host_peers = true;
+  caps.auto_progress = true;
+  caps.max_msg_size = wire::kMaxMessage;
+  caps.max_qp_wr = 16384;
+  caps.max_sge = kMaxSge;
+  caps.max_inline_data = 0;
+  return caps;
+}
+
+std::unique_ptr<ProtectionDomain> TcpDevice::alloc_pd() {
+  return std::make_unique<core::RegistryProtectionDomain>(registry_);
+}
+
+std::unique_ptr<CompletionQueue> TcpDevice::create_cq(std::size_t depth) {
+  return std::make_unique<core::CompletionRing>(
+      depth, core::CompletionRing::Hooks{[this] { return progress(); }, [this] { application_idle(); }});
+}
+
+std::unique_ptr<QueuePair> TcpDevice::create_qp(ProtectionDomain& pd, CompletionQueue& send_cq,
+                                                CompletionQueue& recv_cq, const QpCaps& caps) {
+  auto* domain = dynamic_cast<core::RegistryProtectionDomain*>(&pd);
+  auto* scq = dynamic_cast<core::CompletionRing*>(&send_cq);
+  auto* rcq = dynamic_cast<core::CompletionRing*>(&recv_cq);
+  if (domain == nullptr || &domain->registry() != &registry_ || scq == nullptr || rcq == nullptr) {
+    throw Error(ErrorCode::InvalidArgument, "protection domain or completion queue belongs to another device",
+                {.op = "create_qp", .hint = "create the PD and CQs from the same Device as the QP"});
+  }
+  return std::make_unique<TcpQp>(*this, *domain, *scq, *rcq, caps);
+}
+
+std::int64_t TcpDevice::now_ns() const {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(core::Clock::now().time_since_epoch()).count();
+}
+
+std::size_t TcpDevice::progress() {
+  last_app_progress_ns_.store(now_ns(), std::memory_order_relaxed);
+  std::unique_lock lock(engine_mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return 0;
+  return pass_locked();
+}
+
+void TcpDevice::application_idle() {
+  last_app_progress_ns_.store(0, std::memory_order_relaxed);
+  app_idle_word_.notify_all();
+}
+
+void TcpDevice::add_qp_locked(TcpQp* qp) { qps_[qp->qp_num()] = qp; }
+void TcpDevice::remove_qp_locked(TcpQp* qp) { qps_.erase(qp->qp_num()); }
+
+std::size_t TcpDevice::pass_locked() {
+  epoll_event events[64];
+  int n = epoll_wait(epoll_fd_, events, 64, 0);
+  std::size_t did = 0;
+  for (int i = 0; i < n; ++i) {
+    auto kind = static_cast<Watch>(events[i].data.u64 >> 32);
+    auto id = static_cast<std::uint32_t>(events[i].data.u64);
+    switch (kind) {
+      case Watch::Listener:
+        accept_all_locked();
+        ++did;
+        break;
+      case Watch::Pending:
+        read_hello_locked(static_cast<int>(id));
+        ++did;
+        break;
+      case Watch::Qp:
+        if (auto it = qps_.find(id); it != qps_.end() && it->second->on_events(events[i].events)) ++did;
+        break;
+      case Watch::Wake: {
+        std::uint64_t value;
+        [[maybe_unused]] auto ignored = ::read(wake_fd_, &value, sizeof(value));
+        break;
+      }
+    }
+  }
+  auto now = core::Clock::now();
+  if (now >= next_timer_scan_) run_timers_locked(now);
+  return did;
+}
+
+void TcpDevice::accept_all_locked() {
+  for (;;) {
+    sockaddr_storage peer{};
+    socklen_t len = sizeof(peer);
+    int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        RDMX_WARN("tcp %s: accept failed: %s", name_.c_str(), std::strerror(errno));
+      }
+      return;
+    }
+    std::string who = format_address(reinterpret_cast<sockaddr*>(&peer));
+    if (pending_.size() >= kMaxPendingConnections) {
+      RDMX_WARN("tcp %s: refusing connection from %s: %zu connections already wait for their QP", name_.c_str(),
+                who.c_str(), pending_.size());
+      ::close(fd);
+      continue;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    PendingConnection& p = pending_[fd];
+    p.fd = fd;
+    p.peer = who;
+    p.accepted_at = core::Clock::now();
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.u64 = watch_tag(Watch::Pending, static_cast<std::uint32_t>(fd));
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+    RDMX_TRACE("tcp %s: accepted connection from %s", name_.c_str(), who.c_str());
+  }
+}
+
+void TcpDevice::drop_pending_locked(int fd, const char* why) {
+  auto it = pending_.find(fd);
+  if (it == pending_.end()) return;
+  RDMX_WARN("tcp %s: closing connection from %s: %s", name_.c_str(), it->second.peer.c_str(), why);
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  ::close(fd);
+  pending_.erase(it);
+}
+
+void TcpDevice::read_hello_locked(int fd) {
+  auto it = pending_.find(fd);
+  if (it == pending_.end()) return;
+  PendingConnection& p = it->second;
+  if (p.complete) return;
+  // Exactly the HELLO: bytes after it belong to the QP that claims the socket.
+  ssize_t n = ::recv(fd, p.hello + p.got, wire::kHeaderSize - p.got, MSG_DONTWAIT);
+  if (n == 0) return drop_pending_locked(fd, "closed before sending HELLO");
+  if (n < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
+    return drop_pending_locked(fd, "receive failed before HELLO");
+  }
+  p.got += static_cast<std::size_t>(n);
+  if (p.got < wire::kHeaderSize) return;
+  wire::Header hello = wire::decode(p.hello);
+  if (const char* bad = wire::validate(hello)) return drop_pending_locked(fd, bad);
+  if (hello.type != wire::FrameType::Hello) return drop_pending_locked(fd, "first frame is not HELLO");
+  if (hello.arg0 != nonce_) {
+    return drop_pending_locked(fd, "HELLO names another device instance (stale QP address from an earlier run?)");
+  }
+  if (hello.arg1 > 0xffffffffu) return drop_pending_locked(fd, "HELLO target QP number out of range");
+  p.complete = true;
+  p.target_qpn = static_cast<std::uint32_t>(hello.arg1);
+  p.source_qpn = hello.rkey;
+  p.source_nonce = hello.addr;
+  // Parked until its QP connects: stop watching, or level-triggered epoll would spin on the unread bytes.
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  auto qp = qps_.find(p.target_qpn);
+  if (qp == qps_.end()) return drop_pending_locked(fd, "HELLO names a QP number that does not exist");
+  switch (qp->second->offer_connection_locked(fd, p.source_qpn, p.source_nonce)) {
+    case TcpQp::Offer::Taken:
+      pending_.erase(it);
+      return;
+    case TcpQp::Offer::NotYet:
+      return;  // claimed later by connect()
+    case TcpQp::Offer::Refused:
+      return drop_pending_locked(fd, "HELLO comes from a peer this QP is not connected to");
+  }
+}
+
+int TcpDevice::claim_pending_locked(std::uint32_t qpn, std::uint32_t remote_qpn, std::uint64_t remote_nonce) {
+  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+    const PendingConnection& p = it->second;
+    if (p.complete && p.target_qpn == qpn && p.source_qpn == remote_qpn && p.source_nonce == remote_nonce) {
+      int fd = p.fd;
+      pending_.erase(it);
+      return fd;
+    }
+  }
+  return -1;
+}
+
+void TcpDevice::run_timers_locked(core::Clock::time_point now) {
+  timers_busy_ = false;
+  for (auto& [qpn, qp] : qps_) {
+    if (qp->on_timer(now)) timers_busy_ = true;
+  }
+  const auto limit = core::timeout();
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    auto next = std::next(it);
+    if (now - it->second.accepted_at > limit) {
+      drop_pending_locked(it->first, "no QP claimed the connection within RDMX_TIMEOUT");
+    } else {
+      timers_busy_ = true;
+    }
+    it = next;
+  }
+  next_timer_scan_ = now + std::chrono::milliseconds(1);
+}
+
+void TcpDevice::engine_main() {
+  auto last_work = core::Clock::now();
+  const auto spin = core::spin_budget();
+  int idle_wakeups = 0;
+  while (!stopping_.load(std::memory_order_relaxed)) {
+    std::int64_t app = last_app_progress_ns_.load(std::memory_order_relaxed);
+    if (app != 0 && now_ns() - app < kAppActiveNs) {
+      // An application thread is driving progress: stay out of its way.
+      auto seen = app_idle_word_.epoch();
+      app_idle_word_.block(seen, core::Clock::now() + std::chrono::milliseconds(1));
+      continue;
+    }
+    std::size_t did = 0;
+    {
+      std::unique_lock lock(engine_mutex_, std::try_to_lock);
+      if (lock.owns_lock()) did = pass_locked();
+    }
+    auto now = core::Clock::now();
+    if (did != 0) {
+      last_work = now;
+      idle_wakeups = 0;
+      continue;
+    }
+    if (now - last_work < spin) {
+#if defined(__x86_64__)
+      __builtin_ia32_pause();
+#endif
+      continue;
+    }
+    // Block until a socket or timer needs us; the next pass does the work.
+    epoll_event event;
+    int n = epoll_wait(epoll_fd_, &event, 1, timers_busy_ ? 1 : 100);
+    if (n > 0 && ++idle_wakeups > 64) {
+      // Woken repeatedly with nothing to do (should not happen): never burn a core.
+      RDMX_TRACE("tcp %s: progress engine woke %d times with nothing to do", name_.c_str(), idle_wakeups);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    last_work = core::Clock::now() - spin;  // after a wake-up, do one pass, then block again unless busy
+  }
+}
+
+}  // namespace rdmx::tcp

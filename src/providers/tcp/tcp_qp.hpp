@@ -1,0 +1,237 @@
+// An RC queue pair of the tcp provider: one TCP connection per QP carrying
+// both directions (our requests and the responses to the peer's requests).
+//
+// Requester: work requests get consecutive message sequence numbers (MSN) and
+// are sent in order, large ones as 256 KiB frames. The responder acknowledges
+// cumulatively (piggybacked on any frame it sends, or in an ACK), answers
+// READ and atomics, and NAKs what it refuses. Completions are produced in MSN
+// order. A SEND that finds no receive gets an RNR NAK: the requester goes back
+// to that MSN and retransmits after a delay, until the RNR timeout.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <array>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/completion_queue.hpp"
+#include "core/memory_registry.hpp"
+#include "providers/tcp/tcp_device.hpp"
+#include "providers/tcp/wire.hpp"
+
+namespace rdmx::tcp {
+
+constexpr std::uint32_t kMaxSge = 16;
+
+// The bytes of a tcp QpAddress.
+struct TcpAddress {
+  sockaddr_storage socket{};
+  socklen_t socket_len = 0;
+  std::uint32_t qpn = 0;
+  std::uint64_t nonce = 0;
+  QpAddress encode() const;
+  static TcpAddress decode(const QpAddress& address);  // throws InvalidArgument
+  std::string to_string() const;
+};
+
+class TcpQp final : public QueuePair {
+ public:
+  TcpQp(TcpDevice& device, core::RegistryProtectionDomain& pd, core::CompletionRing& send_cq,
+        core::CompletionRing& recv_cq, const QpCaps& caps);
+  ~TcpQp() override;
+
+  std::uint32_t qp_num() const noexcept override { return qpn_; }
+  QpState state() const noexcept override { return state_.load(std::memory_order_acquire); }
+  QpCaps caps() const noexcept override { return caps_; }
+  std::string provider() const override { return "tcp"; }
+  std::string error_reason() const override;
+  QpAddress local_address() const override;
+  void init() override;
+  void connect(const QpAddress& remote, const ConnectOptions& options) override;
+  void set_error(const std::string& reason) override;
+  void post_send(const SendWr& wr) override;
+  void post_recv(const RecvWr& wr) override;
+
+  // ---- engine side, engine lock held ----
+  // Returns true if anything was done.
+  bool on_events(std::uint32_t events);
+  // Returns true while the QP has timers that need scanning soon.
+  bool on_timer(core::Clock::time_point now);
+  int socket_fd() const;
+  // A HELLO for this QP arrived on an accepted socket.
+  enum class Offer { Taken, NotYet, Refused };
+  Offer offer_connection_locked(int fd, std::uint32_t source_qpn, std::uint64_t source_nonce);
+
+ private:
+  struct SendEntry {
+    std::uint64_t wr_id;
+    Opcode opcode;
+    bool signaled;
+    std::uint32_t imm;
+    std::uint64_t remote_addr;
+    std::uint32_t rkey;
+    std::uint64_t compare_add;
+    std::uint64_t swap;
+    std::array<Sge, kMaxSge> sges;
+    std::uint32_t num_sge;
+    std::uint64_t total;
+    std::uint32_t msn;
+    bool response_done;   // READ / atomic: the answer has arrived
+    std::uint64_t rx_offset;  // READ: bytes placed so far
+    bool rnr_seen;
+    core::Clock::time_point first_rnr;
+  };
+  struct RecvEntry {
+    std::uint64_t wr_id;
+    std::array<Sge, kMaxSge> sges;
+    std::uint32_t num_sge;
+    std::uint64_t capacity;
+  };
+  struct ReadJob {
+    std::uint32_t msn;
+    std::uint64_t addr;
+    std::uint32_t rkey;
+    std::uint64_t total;
+    std::uint64_t offset;
+  };
+  // A request message being received (responder side).
+  struct Incoming {
+    bool active = false;
+    wire::FrameType type{};
+    std::uint32_t msn = 0;
+    std::uint64_t total = 0;
+    std::uint64_t done = 0;
+    std::uint64_t base = 0;
+    std::uint32_t rkey = 0;
+    bool with_imm = false;
+    bool has_recv = false;
+    RecvEntry recv{};
+  };
+  enum class RxTarget : std::uint8_t { Discard, RemoteWrite, RecvBuffer, ReadResult };
+  // The frame being written to the socket.
+  struct TxFrame {
+    bool active = false;
+    std::uint8_t header[wire::kHeaderSize];
+    std::array<iovec, kMaxSge + 1> iov{};
+    int iov_count = 0;
+    int first_iov = 0;
+    std::size_t left = 0;
+    // READ responses are re-checked against the registry while they are sent.
+    bool remote_source = false;
+    std::uint32_t rkey = 0;
+    std::uint64_t addr = 0;
+    std::uint64_t length = 0;
+  };
+
+  // Sending.
+  void pump_locked(int frame_budget);
+  bool build_frame_locked();
+  bool write_frame_locked();
+  void set_want_write_locked(bool want);
+  void queue_control_locked(wire::Header header);
+  void finish_header_locked(wire::Header& header);
+  int gather_locked(const std::array<Sge, kMaxSge>& sges, std::uint32_t num_sge, std::uint64_t offset,
+                    std::uint64_t length, iovec* iov, bool check_write);
+  // Receiving.
+  bool receive_locked(int frame_budget);
+  bool fill_read_ahead_locked();
+  bool dispatch_header_locked(const wire::Header& h);
+  bool handle_request_locked(const wire::Header& h);
+  bool handle_response_locked(const wire::Header& h);
+  bool consume_payload_locked();
+  void start_discard_locked(const wire::Header& h);
+  std::size_t deliver_locked(const std::uint8_t* from, std::size_t n);
+  void finish_frame_locked();
+  void process_ack_locked(std::uint32_t ack_msn);
+  void nak_locked(std::uint32_t msn, wire::Syndrome syndrome, const std::string& why);
+  void complete_in_order_locked();
+  SendEntry* entry_for_msn_locked(std::uint32_t msn);
+  // Connection.
+  void start_connect_locked();
+  void on_connected_locked();
+  void attach_locked(int fd);
+  void close_socket_locked();
+  // Errors.
+  // Moves to ERROR: the WR with `failing_msn` (default: the oldest) completes
+  // with `status`, every other outstanding WR and receive with WR_FLUSH_ERR.
+  void fail_locked(const std::string& reason, WcStatus status, std::optional<std::uint32_t> failing_msn = {});
+  void protocol_error_locked(const std::string& what);
+  bool push_send_completion_locked(const SendEntry& entry, WcStatus status);
+  bool push_recv_completion_locked(const RecvEntry& entry, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
+                                   bool with_imm, std::uint32_t imm);
+  ErrorContext context(const std::string& op) const;
+
+  TcpDevice& device_;
+  core::RegistryProtectionDomain& pd_;
+  core::CompletionRing& send_cq_;
+  core::CompletionRing& recv_cq_;
+  QpCaps caps_;
+  const std::uint32_t qpn_;
+
+  mutable std::mutex mutex_;
+  std::atomic<QpState> state_{QpState::Reset};
+  std::string error_reason_;
+  TcpAddress remote_{};
+  bool connected_requested_ = false;
+  int peer_rank_ = -1;
+  std::string peer_text_;
+  std::chrono::milliseconds rnr_timeout_{};
+
+  // Connection.
+  int fd_ = -1;
+  bool initiator_ = false;
+  bool connecting_ = false;   // initiator: TCP connect in flight
+  bool established_ = false;
+  bool want_write_ = false;
+  core::Clock::time_point connect_deadline_{};
+  core::Clock::time_point retry_connect_at_{};
+  std::chrono::milliseconds retry_backoff_{5};
+  core::Clock::time_point last_rx_{};
+  bool ack_request_sent_ = false;
+
+  // Requester.
+  std::vector<SendEntry> sq_;
+  std::size_t sq_head_ = 0;
+  std::size_t sq_count_ = 0;
+  std::uint32_t next_msn_ = 0;   // MSN of the next posted WR
+  std::uint32_t tx_msn_ = 0;     // next WR to put on the wire
+  std::uint64_t tx_offset_ = 0;  // bytes of that WR already framed
+  std::uint32_t acked_msn_ = 0;  // every MSN before this is acknowledged
+  std::uint32_t sent_msn_high_ = 0;  // every MSN before this has been put on the wire at least once
+  bool rnr_paused_ = false;
+  std::uint32_t rnr_msn_ = 0;
+  core::Clock::time_point rnr_resume_at_{};
+
+  // Responder.
+  std::vector<RecvEntry> rq_;
+  std::size_t rq_head_ = 0;
+  std::size_t rq_count_ = 0;
+  std::uint32_t expected_msn_ = 0;
+  bool ack_pending_ = false;  // executed requests not yet acknowledged
+  bool ack_now_ = false;      // ... and the requester asked for it promptly
+  bool rnr_discarding_ = false;
+  std::uint32_t rnr_discard_msn_ = 0;
+  Incoming incoming_;
+  std::deque<ReadJob> read_jobs_;
+  std::deque<wire::Header> control_;
+  bool serve_reads_next_ = false;
+
+  // Frame I/O.
+  TxFrame tx_;
+  static constexpr std::size_t kReadAhead = 4096;
+  std::array<std::uint8_t, kReadAhead> rx_buf_{};
+  std::size_t rx_begin_ = 0;
+  std::size_t rx_end_ = 0;
+  bool rx_in_payload_ = false;
+  wire::Header rx_header_{};
+  std::uint32_t rx_left_ = 0;
+  RxTarget rx_target_ = RxTarget::Discard;
+  std::uint64_t rx_target_offset_ = 0;  // offset in the message / READ result
+  bool last_frame_large_ = false;
+};
+
+}  // namespace rdmx::tcp
