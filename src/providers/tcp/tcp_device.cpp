@@ -17,9 +17,12 @@
 namespace rdmx::tcp {
 namespace {
 
-// An application thread that drove progress this recently keeps the
-// background engine parked.
-constexpr std::int64_t kAppActiveNs = 200'000;
+// How long the background engine stays parked after it saw an application
+// thread drive progress; it re-checks after each period.
+constexpr auto kAppPark = std::chrono::milliseconds(1);
+// Up to this many QPs, application progress polls their sockets directly.
+constexpr std::size_t kDirectPollQps = 4;
+constexpr std::uint32_t kFullPassEvery = 16;
 constexpr std::size_t kMaxPendingConnections = 1024;
 constexpr std::uint32_t kWakeId = 0;
 
@@ -124,26 +127,30 @@ std::unique_ptr<QueuePair> TcpDevice::create_qp(ProtectionDomain& pd, Completion
   return std::make_unique<TcpQp>(*this, *domain, *scq, *rcq, caps);
 }
 
-std::int64_t TcpDevice::now_ns() const {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(core::Clock::now().time_since_epoch()).count();
-}
-
 std::size_t TcpDevice::progress() {
-  last_app_progress_ns_.store(now_ns(), std::memory_order_relaxed);
+  app_progress_calls_.fetch_add(1, std::memory_order_relaxed);
   std::unique_lock lock(engine_mutex_, std::try_to_lock);
   if (!lock.owns_lock()) return 0;
-  return pass_locked();
+  // With few QPs, polling their sockets directly finds and reads new data in
+  // one recv() instead of epoll_wait() + recv(); every few passes (and always
+  // with many QPs) the full epoll pass also serves the listener and timers.
+  if (qps_.size() <= kDirectPollQps && (++app_passes_ % kFullPassEvery) != 0) {
+    std::size_t did = 0;
+    for (auto& [qpn, qp] : qps_) did += qp->poll_direct() ? 1 : 0;
+    return did;
+  }
+  return pass_locked(app_passes_ % (kFullPassEvery * 8) == 0);
 }
 
 void TcpDevice::application_idle() {
-  last_app_progress_ns_.store(0, std::memory_order_relaxed);
+  app_sleeping_.store(true, std::memory_order_relaxed);
   app_idle_word_.notify_all();
 }
 
 void TcpDevice::add_qp_locked(TcpQp* qp) { qps_[qp->qp_num()] = qp; }
 void TcpDevice::remove_qp_locked(TcpQp* qp) { qps_.erase(qp->qp_num()); }
 
-std::size_t TcpDevice::pass_locked() {
+std::size_t TcpDevice::pass_locked(bool check_timers) {
   epoll_event events[64];
   int n = epoll_wait(epoll_fd_, events, 64, 0);
   std::size_t did = 0;
@@ -169,8 +176,10 @@ std::size_t TcpDevice::pass_locked() {
       }
     }
   }
-  auto now = core::Clock::now();
-  if (now >= next_timer_scan_) run_timers_locked(now);
+  if (check_timers) {
+    auto now = core::Clock::now();
+    if (now >= next_timer_scan_) run_timers_locked(now);
+  }
   return did;
 }
 
@@ -289,18 +298,22 @@ void TcpDevice::engine_main() {
   auto last_work = core::Clock::now();
   const auto spin = core::spin_budget();
   int idle_wakeups = 0;
+  std::uint64_t seen_calls = app_progress_calls_.load(std::memory_order_relaxed);
   while (!stopping_.load(std::memory_order_relaxed)) {
-    std::int64_t app = last_app_progress_ns_.load(std::memory_order_relaxed);
-    if (app != 0 && now_ns() - app < kAppActiveNs) {
-      // An application thread is driving progress: stay out of its way.
-      auto seen = app_idle_word_.epoch();
-      app_idle_word_.block(seen, core::Clock::now() + std::chrono::milliseconds(1));
+    std::uint64_t calls = app_progress_calls_.load(std::memory_order_relaxed);
+    if (calls != seen_calls && !app_sleeping_.exchange(false, std::memory_order_relaxed)) {
+      // An application thread is driving progress: stay out of its way until
+      // it sleeps (application_idle) or stops calling for a park period.
+      seen_calls = calls;
+      auto epoch = app_idle_word_.epoch();
+      app_idle_word_.block(epoch, core::Clock::now() + kAppPark);
       continue;
     }
+    seen_calls = calls;
     std::size_t did = 0;
     {
       std::unique_lock lock(engine_mutex_, std::try_to_lock);
-      if (lock.owns_lock()) did = pass_locked();
+      if (lock.owns_lock()) did = pass_locked(true);
     }
     auto now = core::Clock::now();
     if (did != 0) {

@@ -78,13 +78,12 @@ class TcpDevice final : public Device {
     core::Clock::time_point accepted_at;
   };
 
-  std::size_t pass_locked();
+  std::size_t pass_locked(bool check_timers);
   void accept_all_locked();
   void read_hello_locked(int fd);
   void drop_pending_locked(int fd, const char* why);
   void run_timers_locked(core::Clock::time_point now);
   void engine_main();
-  std::int64_t now_ns() const;
 
   std::string name_;
   std::string why_;
@@ -104,7 +103,9 @@ class TcpDevice final : public Device {
 
   std::atomic<std::uint32_t> next_qpn_{1};
   std::atomic<bool> stopping_{false};
-  std::atomic<std::int64_t> last_app_progress_ns_{0};
+  std::atomic<std::uint64_t> app_progress_calls_{0};
+  std::atomic<bool> app_sleeping_{false};
+  std::uint32_t app_passes_ = 0;  // engine lock
   core::WaitWord app_idle_word_;
   std::thread engine_;
 };

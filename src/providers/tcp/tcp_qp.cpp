@@ -417,6 +417,49 @@ void TcpQp::attach_locked(int fd) {
   // Bytes may already wait behind the HELLO; the level-triggered epoll reports them.
 }
 
+void TcpQp::begin_drain_locked() {
+  if (fd_ < 0) return;
+  if (!established_) {
+    close_socket_locked();
+    return;
+  }
+  // A frame cut short would read user memory whose WRs are about to be
+  // flushed: drop it (the peer sees the connection end mid-frame).
+  if (tx_.active && tx_.iov_count > 1) {
+    tx_.active = false;
+    control_.clear();
+  }
+  // Closing with unread bytes would make the kernel send a reset, which can
+  // destroy the NAK before the peer reads it. So: send the NAK, shut down our
+  // side, and read and discard until the peer closes (bounded in time).
+  draining_ = true;
+  drain_deadline_ = core::Clock::now() + std::min<std::chrono::milliseconds>(core::timeout(), std::chrono::seconds(2));
+  pump_locked(4);
+  if (fd_ >= 0 && !tx_.active && control_.empty()) {
+    ::shutdown(fd_, SHUT_WR);
+    write_shut_ = true;
+    set_want_write_locked(false);
+  }
+}
+
+void TcpQp::drain_locked() {
+  if (!write_shut_) {
+    pump_locked(4);
+    if (fd_ < 0) return;
+    if (!tx_.active && control_.empty()) {
+      ::shutdown(fd_, SHUT_WR);
+      write_shut_ = true;
+      set_want_write_locked(false);
+    }
+  }
+  for (int i = 0; i < 64 && fd_ >= 0; ++i) {
+    ssize_t n = ::recv(fd_, discard_buffer(), 64 * 1024, MSG_DONTWAIT);
+    if (n > 0) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    close_socket_locked();  // EOF or error: the peer is done with the connection
+  }
+}
+
 void TcpQp::close_socket_locked() {
   if (fd_ < 0) return;
   epoll_ctl(device_.epoll_fd(), EPOLL_CTL_DEL, fd_, nullptr);
@@ -424,7 +467,9 @@ void TcpQp::close_socket_locked() {
   fd_ = -1;
   established_ = false;
   connecting_ = false;
+  draining_ = false;
   tx_.active = false;
+  control_.clear();
 }
 
 void TcpQp::set_want_write_locked(bool want) {
@@ -453,17 +498,32 @@ bool TcpQp::on_events(std::uint32_t events) {
     }
     return true;
   }
+  if (draining_) {
+    drain_locked();
+    return true;
+  }
   bool did = false;
   if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) did = receive_locked(64);
-  if (fd_ >= 0 && (events & EPOLLOUT)) {
+  if (live_locked() && (events & EPOLLOUT)) {
     pump_locked(8);
     did = true;
   }
   return did;
 }
 
+bool TcpQp::poll_direct() {
+  std::lock_guard lock(mutex_);
+  if (fd_ < 0 || connecting_ || !established_ || draining_) return false;
+  rx_drained_ = false;
+  return receive_locked(64);
+}
+
 bool TcpQp::on_timer(core::Clock::time_point now) {
   std::lock_guard lock(mutex_);
+  if (draining_) {
+    if (now > drain_deadline_) close_socket_locked();
+    return true;
+  }
   if (state() == QpState::Error || !connected_requested_) return false;
   if (!established_) {
     if (now > connect_deadline_) {
@@ -629,7 +689,8 @@ bool TcpQp::build_frame_locked() {
           ++tx_msn_;
           break;
       }
-      if (msn_before(sent_msn_high_, tx_msn_)) sent_msn_high_ = tx_msn_;
+      // A NAK may come back after the first chunk of a message, so a message counts as sent once it starts.
+      if (!msn_before(h.msn, sent_msn_high_)) sent_msn_high_ = h.msn + 1;
     }
   }
 ready:
@@ -723,6 +784,8 @@ bool TcpQp::fill_read_ahead_locked() {
   for (;;) {
     ssize_t n = ::recv(fd_, rx_buf_.data() + rx_end_, want, MSG_DONTWAIT);
     if (n > 0) {
+      // A short read means the socket was empty: skip the recv() that would only say EAGAIN.
+      rx_drained_ = static_cast<std::size_t>(n) < want;
       rx_end_ += static_cast<std::size_t>(n);
       last_rx_ = core::Clock::now();
       ack_request_sent_ = false;
@@ -743,9 +806,13 @@ bool TcpQp::fill_read_ahead_locked() {
 bool TcpQp::receive_locked(int frame_budget) {
   bool did = false;
   int frames = 0;
-  while (fd_ >= 0 && frames < frame_budget) {
+  while (live_locked() && frames < frame_budget) {
     if (!rx_in_payload_) {
       if (rx_end_ - rx_begin_ < wire::kHeaderSize) {
+        if (rx_drained_) {
+          rx_drained_ = false;  // level-triggered epoll reports the socket again if more arrived
+          break;
+        }
         if (!fill_read_ahead_locked()) break;
         did = true;
         continue;
@@ -759,7 +826,7 @@ bool TcpQp::receive_locked(int frame_budget) {
     }
     if (!consume_payload_locked()) break;
   }
-  if (fd_ >= 0) {
+  if (live_locked()) {
     if (ack_now_) {
       Header ack;
       ack.type = FrameType::Ack;
@@ -778,14 +845,14 @@ bool TcpQp::dispatch_header_locked(const Header& h) {
   last_frame_large_ = h.length >= kLargeFrame;
   if (h.flags & wire::kAckValid) {
     process_ack_locked(h.ack_msn);
-    if (fd_ < 0) return false;
+    if (!live_locked()) return false;
   }
   if (h.type == FrameType::Hello) {
     protocol_error_locked("HELLO on an established connection");
     return false;
   }
   bool ok = is_request(h.type) ? handle_request_locked(h) : handle_response_locked(h);
-  return ok && fd_ >= 0;
+  return ok && live_locked();
 }
 
 void TcpQp::start_discard_locked(const Header& h) {
@@ -1072,7 +1139,7 @@ bool TcpQp::consume_payload_locked() {
     rx_target_offset_ += n;
   }
   finish_frame_locked();
-  return fd_ >= 0;
+  return live_locked();
 }
 
 std::size_t TcpQp::deliver_locked(const std::uint8_t* from, std::size_t n) {
@@ -1278,15 +1345,11 @@ void TcpQp::fail_locked(const std::string& reason, WcStatus status, std::optiona
   } else {
     RDMX_WARN("tcp qp %u -> ERROR: %s", qpn_, reason.c_str());
   }
-  // Stop producing work, flush what must reach the peer (a NAK), then close.
+  // Stop producing work; what must still reach the peer is a NAK.
   read_jobs_.clear();
   rnr_paused_ = true;
-  if (fd_ >= 0 && established_) {
-    std::erase_if(control_, [](const Header& h) { return h.type != FrameType::Nak; });
-    pump_locked(4);
-  }
-  close_socket_locked();
-  control_.clear();
+  std::erase_if(control_, [](const Header& h) { return h.type != FrameType::Nak; });
+  begin_drain_locked();
 
   // In MSN order: the failing WR (the oldest unless named) gets `status`, the rest WR_FLUSH_ERR.
   bool first = true;

@@ -59,6 +59,8 @@ class TcpQp final : public QueuePair {
   // ---- engine side, engine lock held ----
   // Returns true if anything was done.
   bool on_events(std::uint32_t events);
+  // Reads whatever the socket holds without waiting for epoll (few-QP fast path).
+  bool poll_direct();
   // Returns true while the QP has timers that need scanning soon.
   bool on_timer(core::Clock::time_point now);
   int socket_fd() const;
@@ -154,6 +156,10 @@ class TcpQp final : public QueuePair {
   void start_connect_locked();
   void on_connected_locked();
   void attach_locked(int fd);
+  // Connected and exchanging frames (not closed, not draining after an error).
+  bool live_locked() const { return fd_ >= 0 && !draining_; }
+  void begin_drain_locked();
+  void drain_locked();
   void close_socket_locked();
   // Errors.
   // Moves to ERROR: the WR with `failing_msn` (default: the oldest) completes
@@ -187,6 +193,9 @@ class TcpQp final : public QueuePair {
   bool connecting_ = false;   // initiator: TCP connect in flight
   bool established_ = false;
   bool want_write_ = false;
+  bool draining_ = false;    // ERROR: NAK sent, reading until the peer closes
+  bool write_shut_ = false;
+  core::Clock::time_point drain_deadline_{};
   core::Clock::time_point connect_deadline_{};
   core::Clock::time_point retry_connect_at_{};
   std::chrono::milliseconds retry_backoff_{5};
@@ -201,7 +210,7 @@ class TcpQp final : public QueuePair {
   std::uint32_t tx_msn_ = 0;     // next WR to put on the wire
   std::uint64_t tx_offset_ = 0;  // bytes of that WR already framed
   std::uint32_t acked_msn_ = 0;  // every MSN before this is acknowledged
-  std::uint32_t sent_msn_high_ = 0;  // every MSN before this has been put on the wire at least once
+  std::uint32_t sent_msn_high_ = 0;  // every MSN before this has started on the wire
   bool rnr_paused_ = false;
   std::uint32_t rnr_msn_ = 0;
   core::Clock::time_point rnr_resume_at_{};
@@ -232,6 +241,7 @@ class TcpQp final : public QueuePair {
   RxTarget rx_target_ = RxTarget::Discard;
   std::uint64_t rx_target_offset_ = 0;  // offset in the message / READ result
   bool last_frame_large_ = false;
+  bool rx_drained_ = false;  // the last read-ahead came back short
 };
 
 }  // namespace rdmx::tcp
