@@ -1,0 +1,727 @@
+// The TCP store server: one background thread, epoll over non-blocking sockets.
+//
+// get/wait on a missing key park the request on the server; the answer is
+// sent when the key appears (or a Timeout status when its deadline passes),
+// so clients never poll. Bytes from clients are untrusted: every field is
+// checked as it arrives, and a client that sends something malformed is
+// logged and disconnected; the server itself keeps serving the others.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <set>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "bootstrap/net.hpp"
+#include "bootstrap/tcp_store_protocol.hpp"
+#include "core/log.hpp"
+#include "core/wait.hpp"
+
+namespace rdmx {
+namespace bootstrap {
+namespace {
+
+using wire::Op;
+using wire::Status;
+using Clock = core::Clock;
+
+constexpr std::uint64_t kListenerId = 1;
+constexpr std::uint64_t kWakeId = 2;
+constexpr std::uint64_t kFirstConnectionId = 16;
+// Bytes read from one connection per readiness event, so one busy client
+// cannot starve the others.
+constexpr std::size_t kReadBudget = std::size_t{4} << 20;
+// A client that does not read its answers stops being read from while this
+// much output is queued for it.
+constexpr std::size_t kMaxQueuedOutput = std::size_t{256} << 20;
+// Parked get/wait requests one connection may have; a well-behaved client
+// has one at a time.
+constexpr std::size_t kMaxParkedPerConnection = 4096;
+
+struct Request {
+  Op op = Op::Hello;
+  std::uint64_t id = 0;
+  std::int64_t timeout_ms = -1;
+  std::vector<std::string> args;
+};
+
+enum class ParseResult { NeedMore, Malformed, Complete };
+
+// The most bytes argument `index` of `op` may hold, and the least.
+struct ArgBounds {
+  std::size_t min;
+  std::size_t max;
+};
+
+bool expected_arg_count(Op op, std::uint32_t nargs) {
+  switch (op) {
+    case Op::Hello: return nargs == 0;
+    case Op::Set: return nargs == 2;
+    case Op::Get: return nargs == 1;
+    case Op::Wait: return nargs >= 1 && nargs <= kMaxWaitKeys;
+    case Op::Add: return nargs == 2;
+    case Op::Remove: return nargs == 1;
+    case Op::CompareSet: return nargs == 3;
+    case Op::Check: return nargs == 1;
+  }
+  return false;
+}
+
+ArgBounds arg_bounds(Op op, std::uint32_t index) {
+  constexpr ArgBounds kKey{1, kMaxKeyBytes};
+  constexpr ArgBounds kValue{0, kMaxValueBytes};
+  if (op == Op::Wait || index == 0) return kKey;
+  if (op == Op::Add) return {8, 8};
+  return kValue;
+}
+
+bool known_op(std::uint8_t op) { return op >= static_cast<std::uint8_t>(Op::Hello) && op <= static_cast<std::uint8_t>(Op::Check); }
+
+// Parses one request from the front of `data`. Fields are checked as soon as
+// they are available, so a bad length is refused before its bytes arrive.
+ParseResult parse_request(std::string_view data, std::size_t& consumed, Request& out, std::string& why) {
+  if (data.size() >= 4 && wire::get_u32(data.data()) != wire::kMagic) {
+    why = "bad magic (not an rdmx store client?)";
+    return ParseResult::Malformed;
+  }
+  if (data.size() < wire::kRequestHeaderBytes) return ParseResult::NeedMore;
+  const char* p = data.data();
+  auto version = static_cast<std::uint8_t>(p[4]);
+  auto op = static_cast<std::uint8_t>(p[5]);
+  if (version != wire::kVersion) {
+    why = "unsupported protocol version " + std::to_string(version) + " (this server speaks " +
+          std::to_string(wire::kVersion) + ")";
+    return ParseResult::Malformed;
+  }
+  if (!known_op(op)) {
+    why = "unknown op " + std::to_string(op);
+    return ParseResult::Malformed;
+  }
+  if (wire::get_u16(p + 6) != 0) {
+    why = "reserved header bits set";
+    return ParseResult::Malformed;
+  }
+  auto timeout_ms = static_cast<std::int64_t>(wire::get_u64(p + 16));
+  if (timeout_ms < -1) {
+    why = "negative timeout " + std::to_string(timeout_ms);
+    return ParseResult::Malformed;
+  }
+  std::uint32_t nargs = wire::get_u32(p + 24);
+  auto typed_op = static_cast<Op>(op);
+  if (!expected_arg_count(typed_op, nargs)) {
+    why = std::string(wire::op_name(typed_op)) + " with " + std::to_string(nargs) + " arguments";
+    return ParseResult::Malformed;
+  }
+  std::size_t offset = wire::kRequestHeaderBytes;
+  std::size_t arg_bytes = 0;
+  for (std::uint32_t i = 0; i < nargs; ++i) {
+    if (data.size() < offset + 4) return ParseResult::NeedMore;
+    std::uint32_t length = wire::get_u32(p + offset);
+    ArgBounds bounds = arg_bounds(typed_op, i);
+    if (length < bounds.min || length > bounds.max) {
+      why = std::string(wire::op_name(typed_op)) + " argument " + std::to_string(i) + " has length " +
+            std::to_string(length) + ", allowed " + std::to_string(bounds.min) + ".." + std::to_string(bounds.max);
+      return ParseResult::Malformed;
+    }
+    arg_bytes += length;
+    if (arg_bytes > wire::kMaxFrameArgBytes) {
+      why = "request larger than " + std::to_string(wire::kMaxFrameArgBytes) + " bytes";
+      return ParseResult::Malformed;
+    }
+    offset += 4 + length;
+    if (data.size() < offset) return ParseResult::NeedMore;
+  }
+  out.op = typed_op;
+  out.id = wire::get_u64(p + 8);
+  out.timeout_ms = timeout_ms;
+  out.args.clear();
+  out.args.reserve(nargs);
+  offset = wire::kRequestHeaderBytes;
+  for (std::uint32_t i = 0; i < nargs; ++i) {
+    std::uint32_t length = wire::get_u32(p + offset);
+    out.args.emplace_back(p + offset + 4, length);
+    offset += 4 + length;
+  }
+  consumed = offset;
+  return ParseResult::Complete;
+}
+
+struct Connection {
+  UniqueFd fd;
+  std::string peer;
+  std::string input;
+  std::string output;
+  std::size_t output_sent = 0;
+  std::uint32_t interest = 0;  // epoll events registered
+  std::unordered_set<std::uint64_t> waiters;
+  bool dead = false;  // close at the end of this loop iteration
+};
+
+// A parked get or wait.
+struct Waiter {
+  std::uint64_t connection = 0;
+  std::uint64_t request_id = 0;
+  Op op = Op::Get;
+  std::string get_key;                      // Get: the key whose value is answered
+  std::unordered_set<std::string> missing;  // keys that did not exist yet
+  Clock::time_point deadline = Clock::time_point::max();
+};
+
+}  // namespace
+}  // namespace bootstrap
+
+struct TcpStoreServer::Impl {
+  bootstrap::UniqueFd listener;
+  bootstrap::UniqueFd epoll;
+  bootstrap::UniqueFd wake;
+  std::uint16_t port = 0;
+  std::string address;
+  std::atomic<bool> stopping{false};
+  std::thread thread;
+
+  // Everything below is touched by the server thread only.
+  std::unordered_map<std::string, std::string> data;
+  std::unordered_map<std::uint64_t, bootstrap::Connection> connections;
+  std::uint64_t next_connection_id = bootstrap::kFirstConnectionId;
+  std::unordered_map<std::uint64_t, bootstrap::Waiter> waiters;
+  std::unordered_map<std::string, std::vector<std::uint64_t>> waiters_by_key;
+  std::set<std::pair<bootstrap::Clock::time_point, std::uint64_t>> deadlines;
+  std::uint64_t next_waiter_id = 1;
+  bool accept_paused = false;
+  bool raised_open_files_limit = false;
+
+  void run();
+  void accept_connections();
+  bool raise_open_files_limit();
+  void on_event(std::uint64_t id, std::uint32_t events);
+  void read_from(std::uint64_t id, bootstrap::Connection& connection);
+  void process_input(std::uint64_t id, bootstrap::Connection& connection);
+  void handle(std::uint64_t id, bootstrap::Connection& connection, bootstrap::Request& request);
+  void park(std::uint64_t id, bootstrap::Connection& connection, const bootstrap::Request& request,
+            std::unordered_set<std::string> missing);
+  void key_written(const std::string& key);
+  void remove_waiter(std::uint64_t waiter_id);
+  void expire_waiters();
+  void reply(std::uint64_t id, std::uint64_t request_id, bootstrap::wire::Status status,
+             const std::vector<std::string_view>& args);
+  void flush(bootstrap::Connection& connection);
+  void update_interest(std::uint64_t id, bootstrap::Connection& connection);
+  void close_dead();
+  void drop(bootstrap::Connection& connection, const std::string& why, bool warn);
+  int next_timeout_ms() const;
+};
+
+namespace bootstrap {
+namespace {
+
+[[noreturn]] void throw_listen_error(const std::string& address, const std::string& what, int err) {
+  throw Error(ErrorCode::System,
+              "store server cannot listen on " + address + ": " + what + ": " + std::strerror(err),
+              ErrorContext{.op = "TcpStoreServer",
+                           .peer_addr = address,
+                           .hint = err == EADDRINUSE
+                                       ? "another process (another job's store, or torch.distributed's TCPStore on "
+                                         "MASTER_PORT) uses this port; pick a free one, e.g. RDMX_STORE=host:otherport"
+                                       : "check that the host is an address of this machine"});
+}
+
+UniqueFd listen_on(const SocketAddress& address, const std::string& text, int& last_error, std::string& last_what) {
+  UniqueFd fd(::socket(address.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd) {
+    last_error = errno;
+    last_what = "socket";
+    return fd;
+  }
+  int one = 1;
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (address.family == AF_INET6) {
+    // A wildcard IPv6 listener also accepts IPv4 clients.
+    int zero = 0;
+    ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+  }
+  if (::bind(fd.get(), address.get(), address.length) != 0) {
+    last_error = errno;
+    last_what = "bind " + text;
+    return UniqueFd();
+  }
+  if (::listen(fd.get(), SOMAXCONN) != 0) {
+    last_error = errno;
+    last_what = "listen " + text;
+    return UniqueFd();
+  }
+  return fd;
+}
+
+}  // namespace
+}  // namespace bootstrap
+
+TcpStoreServer::TcpStoreServer(const std::string& host, std::uint16_t port) : impl_(std::make_unique<Impl>()) {
+  using namespace bootstrap;
+  std::string requested = format_host_port(host.empty() ? "::" : host, port);
+  std::vector<SocketAddress> addresses;
+  std::string resolve_error;
+  if (host.empty()) {
+    // Prefer a dual-stack IPv6 wildcard; fall back to IPv4 where IPv6 is off.
+    addresses = resolve_tcp("::", port, true, resolve_error);
+    auto v4 = resolve_tcp("0.0.0.0", port, true, resolve_error);
+    addresses.insert(addresses.end(), v4.begin(), v4.end());
+  } else {
+    addresses = resolve_tcp(host, port, true, resolve_error);
+  }
+  if (addresses.empty()) {
+    throw Error(ErrorCode::InvalidArgument, "store server cannot listen on " + requested + ": " + resolve_error,
+                ErrorContext{.op = "TcpStoreServer", .peer_addr = requested,
+                             .hint = "give an address of this machine, \"0.0.0.0\", \"::\" or \"\" for all"});
+  }
+  int last_error = 0;
+  std::string last_what;
+  for (const auto& address : addresses) {
+    impl_->listener = listen_on(address, to_string(address.get(), address.length), last_error, last_what);
+    if (impl_->listener) break;
+  }
+  if (!impl_->listener) throw_listen_error(requested, last_what, last_error);
+  impl_->address = local_address_of(impl_->listener.get());
+  sockaddr_storage bound{};
+  socklen_t length = sizeof(bound);
+  ::getsockname(impl_->listener.get(), reinterpret_cast<sockaddr*>(&bound), &length);
+  impl_->port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                                            : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+
+  impl_->epoll.reset(::epoll_create1(EPOLL_CLOEXEC));
+  impl_->wake.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!impl_->epoll || !impl_->wake) {
+    throw Error(ErrorCode::System, std::string("store server cannot create epoll/eventfd: ") + std::strerror(errno),
+                ErrorContext{.op = "TcpStoreServer", .peer_addr = impl_->address});
+  }
+  epoll_event event{};
+  event.events = EPOLLIN;
+  event.data.u64 = kListenerId;
+  ::epoll_ctl(impl_->epoll.get(), EPOLL_CTL_ADD, impl_->listener.get(), &event);
+  event.data.u64 = kWakeId;
+  ::epoll_ctl(impl_->epoll.get(), EPOLL_CTL_ADD, impl_->wake.get(), &event);
+
+  RDMX_INFO("store server listening on %s", impl_->address.c_str());
+  impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
+}
+
+TcpStoreServer::~TcpStoreServer() {
+  impl_->stopping.store(true, std::memory_order_release);
+  std::uint64_t one = 1;
+  [[maybe_unused]] ssize_t ignored = ::write(impl_->wake.get(), &one, sizeof(one));
+  if (impl_->thread.joinable()) impl_->thread.join();
+  RDMX_INFO("store server on %s stopped (%zu clients were connected)", impl_->address.c_str(),
+            impl_->connections.size());
+}
+
+std::uint16_t TcpStoreServer::port() const { return impl_->port; }
+
+void TcpStoreServer::Impl::run() {
+  epoll_event events[64];
+  while (!stopping.load(std::memory_order_acquire)) {
+    int count = ::epoll_wait(epoll.get(), events, 64, next_timeout_ms());
+    if (count < 0) {
+      if (errno == EINTR) continue;
+      RDMX_WARN("store server %s: epoll_wait failed: %s; stopping", address.c_str(), std::strerror(errno));
+      return;
+    }
+    for (int i = 0; i < count; ++i) {
+      std::uint64_t id = events[i].data.u64;
+      try {
+        if (id == bootstrap::kListenerId) {
+          accept_connections();
+        } else if (id == bootstrap::kWakeId) {
+          std::uint64_t value;
+          [[maybe_unused]] ssize_t ignored = ::read(wake.get(), &value, sizeof(value));
+        } else {
+          on_event(id, events[i].events);
+        }
+      } catch (const std::exception& e) {
+        // Never let one client's request take the server down.
+        auto it = connections.find(id);
+        if (it != connections.end()) drop(it->second, std::string("internal error: ") + e.what(), true);
+        else RDMX_WARN("store server %s: %s", address.c_str(), e.what());
+      }
+    }
+    expire_waiters();
+    close_dead();
+  }
+}
+
+int TcpStoreServer::Impl::next_timeout_ms() const {
+  if (deadlines.empty()) return -1;
+  auto left = deadlines.begin()->first - bootstrap::Clock::now();
+  if (left <= bootstrap::Clock::duration::zero()) return 0;
+  // Round up so the waiter has expired when we wake.
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(left + std::chrono::microseconds(999)).count();
+  return static_cast<int>(std::min<std::int64_t>(ms, 60'000));
+}
+
+void TcpStoreServer::Impl::accept_connections() {
+  using namespace bootstrap;
+  for (;;) {
+    int fd = ::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+      if (errno == EMFILE && raise_open_files_limit()) continue;
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // Out of descriptors: stop accepting until a client leaves, instead
+        // of spinning on a listener that stays readable.
+        RDMX_WARN("store server %s: cannot accept more clients (%s, %zu connected); waiting for one to leave "
+                  "(raise the open-files limit, ulimit -n)",
+                  address.c_str(), std::strerror(errno), connections.size());
+        epoll_event event{};
+        event.data.u64 = kListenerId;
+        ::epoll_ctl(epoll.get(), EPOLL_CTL_MOD, listener.get(), &event);
+        accept_paused = true;
+        return;
+      }
+      RDMX_WARN("store server %s: accept failed: %s", address.c_str(), std::strerror(errno));
+      return;
+    }
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    std::uint64_t id = next_connection_id++;
+    Connection& connection = connections[id];
+    connection.fd.reset(fd);
+    connection.peer = peer_address_of(fd);
+    connection.interest = EPOLLIN;
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.u64 = id;
+    if (::epoll_ctl(epoll.get(), EPOLL_CTL_ADD, fd, &event) != 0) {
+      RDMX_WARN("store server %s: cannot watch client %s: %s", address.c_str(), connection.peer.c_str(),
+                std::strerror(errno));
+      connections.erase(id);
+      continue;
+    }
+    RDMX_TRACE("store server %s: client %s connected", address.c_str(), connection.peer.c_str());
+  }
+}
+
+// One client per rank means one descriptor per rank: the usual soft limit
+// (1024) is too low for large jobs. Raise it to the hard limit, once, when
+// it is actually hit.
+bool TcpStoreServer::Impl::raise_open_files_limit() {
+  if (raised_open_files_limit) return false;
+  raised_open_files_limit = true;
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return false;
+  rlim_t old_soft = limit.rlim_cur;
+  limit.rlim_cur = limit.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) return false;
+  RDMX_INFO("store server %s: %zu clients reached the open-files limit; raised it from %llu to %llu",
+            address.c_str(), connections.size(), static_cast<unsigned long long>(old_soft),
+            static_cast<unsigned long long>(limit.rlim_cur));
+  return true;
+}
+
+void TcpStoreServer::Impl::on_event(std::uint64_t id, std::uint32_t events) {
+  auto it = connections.find(id);
+  if (it == connections.end() || it->second.dead) return;  // closed earlier in this batch
+  bootstrap::Connection& connection = it->second;
+  if (events & EPOLLOUT) {
+    flush(connection);
+    if (connection.dead) return;
+    // Output drained below the limit: resume reading what is buffered.
+    process_input(id, connection);
+    if (connection.dead) return;
+  }
+  if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) read_from(id, connection);
+  if (!connection.dead) update_interest(id, connection);
+}
+
+void TcpStoreServer::Impl::read_from(std::uint64_t id, bootstrap::Connection& connection) {
+  if (connection.output.size() - connection.output_sent > bootstrap::kMaxQueuedOutput) return;
+  char buffer[65536];
+  std::size_t budget = bootstrap::kReadBudget;
+  while (budget > 0) {
+    ssize_t n = ::recv(connection.fd.get(), buffer, sizeof(buffer), 0);
+    if (n > 0) {
+      connection.input.append(buffer, static_cast<std::size_t>(n));
+      budget -= std::min(budget, static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n == 0) {
+      // An orderly close; a partial request left behind is worth a warning.
+      if (!connection.input.empty()) process_input(id, connection);
+      if (connection.dead) return;
+      if (!connection.input.empty()) {
+        drop(connection, "closed in the middle of a request (" + std::to_string(connection.input.size()) +
+                             " bytes of it received)", true);
+      } else {
+        drop(connection, "closed the connection", false);
+      }
+      return;
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+    drop(connection, std::string("connection error: ") + std::strerror(errno), false);
+    return;
+  }
+  process_input(id, connection);
+}
+
+void TcpStoreServer::Impl::process_input(std::uint64_t id, bootstrap::Connection& connection) {
+  using namespace bootstrap;
+  std::size_t offset = 0;
+  Request request;
+  while (!connection.dead && offset < connection.input.size() &&
+         connection.output.size() - connection.output_sent <= kMaxQueuedOutput) {
+    std::size_t consumed = 0;
+    std::string why;
+    ParseResult result =
+        parse_request(std::string_view(connection.input).substr(offset), consumed, request, why);
+    if (result == ParseResult::NeedMore) break;
+    if (result == ParseResult::Malformed) {
+      drop(connection, "malformed request: " + why, true);
+      return;
+    }
+    offset += consumed;
+    handle(id, connection, request);
+  }
+  // Erase once per batch: erasing per request would move the buffer each time.
+  if (offset != 0 && !connection.dead) connection.input.erase(0, offset);
+}
+
+void TcpStoreServer::Impl::handle(std::uint64_t id, bootstrap::Connection& connection, bootstrap::Request& request) {
+  using namespace bootstrap;
+  auto& args = request.args;
+  switch (request.op) {
+    case Op::Hello:
+      reply(id, request.id, Status::Ok, {"rdmx-store/1"});
+      return;
+    case Op::Set:
+      data[args[0]] = std::move(args[1]);
+      reply(id, request.id, Status::Ok, {});
+      key_written(args[0]);
+      return;
+    case Op::Get: {
+      auto it = data.find(args[0]);
+      if (it != data.end()) {
+        reply(id, request.id, Status::Ok, {it->second});
+      } else {
+        park(id, connection, request, {args[0]});
+      }
+      return;
+    }
+    case Op::Wait: {
+      std::unordered_set<std::string> missing;
+      for (auto& key : args) {
+        if (!data.contains(key)) missing.insert(std::move(key));
+      }
+      if (missing.empty()) {
+        reply(id, request.id, Status::Ok, {});
+      } else {
+        park(id, connection, request, std::move(missing));
+      }
+      return;
+    }
+    case Op::Add: {
+      auto delta = static_cast<std::int64_t>(wire::get_u64(args[1].data()));
+      std::int64_t current = 0;
+      auto it = data.find(args[0]);
+      if (it != data.end()) {
+        auto parsed = parse_int64(it->second);
+        if (!parsed) {
+          reply(id, request.id, Status::Invalid,
+                {"the value at key " + printable_key(args[0]) + " is not a decimal integer"});
+          return;
+        }
+        current = *parsed;
+      }
+      auto updated = static_cast<std::int64_t>(static_cast<std::uint64_t>(current) + static_cast<std::uint64_t>(delta));
+      data[args[0]] = std::to_string(updated);
+      reply(id, request.id, Status::Ok, {wire::encode_i64(updated)});
+      key_written(args[0]);
+      return;
+    }
+    case Op::Remove: {
+      bool removed = data.erase(args[0]) != 0;
+      reply(id, request.id, Status::Ok, {removed ? std::string_view("\1", 1) : std::string_view("\0", 1)});
+      return;
+    }
+    case Op::CompareSet: {
+      auto it = data.find(args[0]);
+      bool matches = it != data.end() ? it->second == args[1] : args[1].empty();
+      if (!matches) {
+        reply(id, request.id, Status::Ok, {it != data.end() ? std::string_view(it->second) : std::string_view()});
+        return;
+      }
+      data[args[0]] = args[2];
+      reply(id, request.id, Status::Ok, {args[2]});
+      key_written(args[0]);
+      return;
+    }
+    case Op::Check: {
+      bool exists = data.contains(args[0]);
+      reply(id, request.id, Status::Ok, {exists ? std::string_view("\1", 1) : std::string_view("\0", 1)});
+      return;
+    }
+  }
+}
+
+void TcpStoreServer::Impl::park(std::uint64_t id, bootstrap::Connection& connection,
+                                const bootstrap::Request& request, std::unordered_set<std::string> missing) {
+  if (connection.waiters.size() >= bootstrap::kMaxParkedPerConnection) {
+    drop(connection, "more than " + std::to_string(bootstrap::kMaxParkedPerConnection) + " parked get/wait requests",
+         true);
+    return;
+  }
+  std::uint64_t waiter_id = next_waiter_id++;
+  bootstrap::Waiter& waiter = waiters[waiter_id];
+  waiter.connection = id;
+  waiter.request_id = request.id;
+  waiter.op = request.op;
+  if (request.op == bootstrap::Op::Get) waiter.get_key = request.args[0];
+  waiter.missing = std::move(missing);
+  for (const auto& key : waiter.missing) waiters_by_key[key].push_back(waiter_id);
+  // Beyond a month a deadline is as good as none (and cannot overflow the clock).
+  constexpr std::int64_t kLongestDeadlineMs = std::int64_t{30} * 24 * 3600 * 1000;
+  if (request.timeout_ms >= 0 && request.timeout_ms <= kLongestDeadlineMs) {
+    waiter.deadline = bootstrap::Clock::now() + std::chrono::milliseconds(request.timeout_ms);
+    deadlines.emplace(waiter.deadline, waiter_id);
+  }
+  connection.waiters.insert(waiter_id);
+}
+
+void TcpStoreServer::Impl::key_written(const std::string& key) {
+  auto indexed = waiters_by_key.find(key);
+  if (indexed == waiters_by_key.end()) return;
+  std::vector<std::uint64_t> ids = std::move(indexed->second);
+  waiters_by_key.erase(indexed);
+  for (std::uint64_t waiter_id : ids) {
+    auto it = waiters.find(waiter_id);
+    if (it == waiters.end()) continue;
+    bootstrap::Waiter& waiter = it->second;
+    waiter.missing.erase(key);
+    if (!waiter.missing.empty()) continue;
+    if (waiter.op == bootstrap::Op::Get) {
+      reply(waiter.connection, waiter.request_id, bootstrap::Status::Ok, {data[waiter.get_key]});
+    } else {
+      reply(waiter.connection, waiter.request_id, bootstrap::Status::Ok, {});
+    }
+    remove_waiter(waiter_id);
+  }
+}
+
+void TcpStoreServer::Impl::remove_waiter(std::uint64_t waiter_id) {
+  auto it = waiters.find(waiter_id);
+  if (it == waiters.end()) return;
+  bootstrap::Waiter& waiter = it->second;
+  for (const auto& key : waiter.missing) {
+    auto indexed = waiters_by_key.find(key);
+    if (indexed == waiters_by_key.end()) continue;
+    std::erase(indexed->second, waiter_id);
+    if (indexed->second.empty()) waiters_by_key.erase(indexed);
+  }
+  if (waiter.deadline != bootstrap::Clock::time_point::max()) deadlines.erase({waiter.deadline, waiter_id});
+  auto connection = connections.find(waiter.connection);
+  if (connection != connections.end()) connection->second.waiters.erase(waiter_id);
+  waiters.erase(it);
+}
+
+void TcpStoreServer::Impl::expire_waiters() {
+  auto now = bootstrap::Clock::now();
+  while (!deadlines.empty() && deadlines.begin()->first <= now) {
+    std::uint64_t waiter_id = deadlines.begin()->second;
+    auto it = waiters.find(waiter_id);
+    if (it == waiters.end()) {
+      deadlines.erase(deadlines.begin());
+      continue;
+    }
+    // The answer lists the keys still missing, so the client can name them.
+    std::vector<std::string> missing(it->second.missing.begin(), it->second.missing.end());
+    std::sort(missing.begin(), missing.end());
+    std::vector<std::string_view> args(missing.begin(), missing.end());
+    reply(it->second.connection, it->second.request_id, bootstrap::Status::Timeout, args);
+    remove_waiter(waiter_id);
+  }
+}
+
+void TcpStoreServer::Impl::reply(std::uint64_t id, std::uint64_t request_id, bootstrap::wire::Status status,
+                                 const std::vector<std::string_view>& args) {
+  auto it = connections.find(id);
+  if (it == connections.end() || it->second.dead) return;
+  bootstrap::Connection& connection = it->second;
+  bootstrap::wire::append_response(connection.output, status, request_id, args);
+  flush(connection);
+  if (!connection.dead) update_interest(id, connection);
+}
+
+void TcpStoreServer::Impl::flush(bootstrap::Connection& connection) {
+  while (connection.output_sent < connection.output.size()) {
+    ssize_t n = ::send(connection.fd.get(), connection.output.data() + connection.output_sent,
+                       connection.output.size() - connection.output_sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      connection.output_sent += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    drop(connection, std::string("cannot send to client: ") + std::strerror(errno), false);
+    return;
+  }
+  if (connection.output_sent == connection.output.size()) {
+    connection.output.clear();
+    connection.output_sent = 0;
+  } else if (connection.output_sent > (std::size_t{1} << 20)) {
+    connection.output.erase(0, connection.output_sent);
+    connection.output_sent = 0;
+  }
+}
+
+void TcpStoreServer::Impl::update_interest(std::uint64_t id, bootstrap::Connection& connection) {
+  std::size_t queued = connection.output.size() - connection.output_sent;
+  std::uint32_t wanted = 0;
+  if (queued <= bootstrap::kMaxQueuedOutput) wanted |= EPOLLIN;
+  if (queued > 0) wanted |= EPOLLOUT;
+  if (wanted == connection.interest) return;
+  epoll_event event{};
+  event.events = wanted;
+  event.data.u64 = id;
+  ::epoll_ctl(epoll.get(), EPOLL_CTL_MOD, connection.fd.get(), &event);
+  connection.interest = wanted;
+}
+
+void TcpStoreServer::Impl::drop(bootstrap::Connection& connection, const std::string& why, bool warn) {
+  if (connection.dead) return;
+  connection.dead = true;
+  if (warn) {
+    RDMX_WARN("store server %s: closing client %s: %s", address.c_str(), connection.peer.c_str(), why.c_str());
+  } else {
+    RDMX_TRACE("store server %s: client %s left: %s", address.c_str(), connection.peer.c_str(), why.c_str());
+  }
+}
+
+void TcpStoreServer::Impl::close_dead() {
+  for (auto it = connections.begin(); it != connections.end();) {
+    if (!it->second.dead) {
+      ++it;
+      continue;
+    }
+    std::vector<std::uint64_t> parked(it->second.waiters.begin(), it->second.waiters.end());
+    for (std::uint64_t waiter_id : parked) remove_waiter(waiter_id);
+    ::epoll_ctl(epoll.get(), EPOLL_CTL_DEL, it->second.fd.get(), nullptr);
+    it = connections.erase(it);
+    if (accept_paused) {
+      epoll_event event{};
+      event.events = EPOLLIN;
+      event.data.u64 = bootstrap::kListenerId;
+      ::epoll_ctl(epoll.get(), EPOLL_CTL_MOD, listener.get(), &event);
+      accept_paused = false;
+    }
+  }
+}
+
+}  // namespace rdmx
