@@ -99,8 +99,9 @@ LaunchInfo detect_launch();
 // A joined job: this process's place and the store every rank shares.
 struct Bootstrap {
   LaunchInfo info;
-  std::shared_ptr<Store> store;
+  // Declared before `store` so rank 0's own client disconnects before its server stops.
   std::shared_ptr<TcpStoreServer> server;  // set on the rank that serves the store
+  std::shared_ptr<Store> store;
 };
 // detect_launch(), then open the store: with host:port, rank 0 serves it
 // in-process (when the address is local) and every rank connects as a client.
