@@ -1,0 +1,34 @@
+// Instantiates the conformance suite for every provider built and every placement.
+#include <cctype>
+#include <vector>
+
+#include "conformance/conformance.hpp"
+
+namespace rdmx::test {
+
+std::string param_name(const ConformanceParam& param) {
+  std::string name = param.provider;
+  if (!name.empty()) name[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(name[0])));
+  for (auto& c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return name + "_" + to_string(param.placement);
+}
+
+namespace {
+
+std::vector<ConformanceParam> all_params() {
+  std::vector<ConformanceParam> params;
+  for (const auto& provider : rdmx::available_providers()) {
+    for (Placement placement : {Placement::Local, Placement::NetNsIPv4, Placement::NetNsIPv6}) {
+      params.push_back({provider, placement});
+    }
+  }
+  return params;
+}
+
+INSTANTIATE_TEST_SUITE_P(Providers, Conformance, ::testing::ValuesIn(all_params()),
+                         [](const ::testing::TestParamInfo<ConformanceParam>& p) { return param_name(p.param); });
+
+}  // namespace
+}  // namespace rdmx::test

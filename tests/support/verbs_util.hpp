@@ -1,0 +1,150 @@
+// Helpers for tests that drive the verbs API inside a rank (see harness.hpp).
+// Every helper reports problems with the rank's CHECK machinery, naming the
+// caller's file:line where it matters.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rdmx/bootstrap.hpp"
+#include "rdmx/verbs.hpp"
+#include "support/harness.hpp"
+
+namespace rdmx::test {
+
+// RDMX_TIMEOUT (the bound of every blocking wait in rdmx).
+std::chrono::milliseconds default_timeout();
+
+// ---------------------------------------------------------------------------
+// Memory: page-aligned anonymous mappings (pages are only touched when used).
+class Buffer {
+ public:
+  explicit Buffer(std::size_t size);
+  ~Buffer();
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  std::uint8_t* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+  std::uint64_t addr(std::size_t offset = 0) const noexcept { return reinterpret_cast<std::uint64_t>(data_ + offset); }
+  std::uint8_t& operator[](std::size_t i) const noexcept { return data_[i]; }
+  std::uint64_t* u64(std::size_t offset = 0) const noexcept { return reinterpret_cast<std::uint64_t*>(data_ + offset); }
+
+ private:
+  std::uint8_t* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// A deterministic byte stream: byte `pos` of stream `seed` is byte pos%8 of a
+// 64-bit word derived from (seed, pos/8). Filling and checking run at memory
+// speed, so whole GiB regions can be verified.
+void fill_pattern(void* dst, std::size_t len, std::uint64_t seed, std::uint64_t pos = 0);
+std::uint8_t pattern_byte(std::uint64_t seed, std::uint64_t pos);
+// Offset of the first byte of [p, p+len) that differs from the stream, or nullopt.
+std::optional<std::size_t> find_pattern_mismatch(const void* p, std::size_t len, std::uint64_t seed,
+                                                 std::uint64_t pos = 0);
+// Fails the rank, naming `what`, the offset and the bytes, on a mismatch.
+void check_pattern(const void* p, std::size_t len, std::uint64_t seed, std::uint64_t pos, const std::string& what,
+                   const char* file, int line);
+#define CHECK_PATTERN(ptr, len, seed, pos, what) \
+  ::rdmx::test::check_pattern((ptr), (len), (seed), (pos), (what), __FILE__, __LINE__)
+// Fails the rank when [p, p+len) is not all `value`.
+void check_bytes(const void* p, std::size_t len, std::uint8_t value, const std::string& what, const char* file,
+                 int line);
+#define CHECK_BYTES(ptr, len, value, what) ::rdmx::test::check_bytes((ptr), (len), (value), (what), __FILE__, __LINE__)
+
+// ---------------------------------------------------------------------------
+// A remote region as exchanged between ranks.
+struct RemoteRegion {
+  std::uint64_t addr = 0;
+  std::uint32_t rkey = 0;
+  std::uint64_t length = 0;
+};
+void publish_region(RankEnv& env, const std::string& key, const MemoryRegion& mr);
+void publish_region(RankEnv& env, const std::string& key, const RemoteRegion& region);
+RemoteRegion fetch_region(RankEnv& env, const std::string& key);
+
+// Store conveniences.
+void signal(RankEnv& env, const std::string& key, const std::string& value = "1");
+std::string await(RankEnv& env, const std::string& key);  // blocking get (RDMX_TIMEOUT)
+
+// ---------------------------------------------------------------------------
+// One rank's verbs objects. Members are destroyed in reverse order, as the API
+// requires; declare memory regions and QPs after the Node that owns their PD/CQs.
+struct Node {
+  explicit Node(RankEnv& env, std::size_t cq_depth = 4096);
+  std::shared_ptr<Device> device;
+  std::unique_ptr<ProtectionDomain> pd;
+  std::unique_ptr<CompletionQueue> send_cq;
+  std::unique_ptr<CompletionQueue> recv_cq;
+};
+
+// create_qp + init().
+std::unique_ptr<QueuePair> make_qp(Node& node, const QpCaps& caps = {});
+std::unique_ptr<QueuePair> make_qp(Device& dev, ProtectionDomain& pd, CompletionQueue& send_cq,
+                                   CompletionQueue& recv_cq, const QpCaps& caps = {});
+// Publishes qp's address under "<tag>/qp/<me>-><peer>", reads the peer's
+// "<tag>/qp/<peer>-><me>" and connects. Receives posted before this call are
+// in place before the peer can send (the peer needs our address first).
+void connect_qp(RankEnv& env, QueuePair& qp, int peer, const std::string& tag, ConnectOptions options = {});
+// make_qp + connect_qp.
+std::unique_ptr<QueuePair> connected_qp(RankEnv& env, Node& node, int peer, const std::string& tag,
+                                        const QpCaps& caps = {}, ConnectOptions options = {});
+
+// ---------------------------------------------------------------------------
+// Completions.
+std::string describe(const WorkCompletion& wc);
+// Waits for exactly one completion (fails the rank on timeout, naming `what`).
+WorkCompletion wait_wc(CompletionQueue& cq, const std::string& what, const char* file, int line,
+                       std::chrono::milliseconds timeout = default_timeout());
+#define WAIT_WC(cq, what) ::rdmx::test::wait_wc((cq), (what), __FILE__, __LINE__)
+// Waits for `n` completions in total.
+std::vector<WorkCompletion> wait_wcs(CompletionQueue& cq, std::size_t n, const std::string& what, const char* file,
+                                     int line, std::chrono::milliseconds timeout = default_timeout());
+#define WAIT_WCS(cq, n, what) ::rdmx::test::wait_wcs((cq), (n), (what), __FILE__, __LINE__)
+// Fails the rank when the CQ holds a completion.
+void check_no_wc(CompletionQueue& cq, const std::string& what, const char* file, int line);
+#define CHECK_NO_WC(cq, what) ::rdmx::test::check_no_wc((cq), (what), __FILE__, __LINE__)
+
+// Checks wr_id, status and (when given) opcode, byte_len and qp_num of a completion.
+struct WcExpect {
+  std::uint64_t wr_id = 0;
+  WcStatus status = WcStatus::Success;
+  std::optional<WcOpcode> opcode;
+  std::optional<std::uint32_t> byte_len;
+  std::optional<std::uint32_t> qp_num;
+  std::optional<bool> with_imm;
+  std::optional<std::uint32_t> imm_data;
+};
+void check_wc(const WorkCompletion& wc, const WcExpect& expect, const std::string& what, const char* file, int line);
+#define CHECK_WC(wc, what, ...) \
+  ::rdmx::test::check_wc((wc), ::rdmx::test::WcExpect{__VA_ARGS__}, (what), __FILE__, __LINE__)
+
+// Polls `ready` until it holds or `timeout` passes (for conditions nothing can
+// block on, e.g. a QP's state); returns whether it held.
+bool eventually(const std::function<bool()>& ready, std::chrono::milliseconds timeout = default_timeout());
+
+// ---------------------------------------------------------------------------
+// Work request builders.
+SendWr send_wr(std::uint64_t wr_id, Opcode opcode, std::span<const Sge> sges, bool signaled = true);
+SendWr rdma_wr(std::uint64_t wr_id, Opcode opcode, std::span<const Sge> sges, std::uint64_t remote_addr,
+               std::uint32_t rkey, bool signaled = true);
+// Posts one RDMA op and waits for its completion; returns it.
+WorkCompletion rdma_sync(QueuePair& qp, CompletionQueue& cq, Opcode opcode, const Sge& sge, std::uint64_t remote_addr,
+                         std::uint32_t rkey, std::uint64_t wr_id, const char* file, int line);
+#define RDMA_SYNC(qp, cq, opcode, sge, raddr, rkey, wr_id) \
+  ::rdmx::test::rdma_sync((qp), (cq), (opcode), (sge), (raddr), (rkey), (wr_id), __FILE__, __LINE__)
+// Posts one atomic and waits for it; returns the completion (the old value is
+// in the 8 bytes at sge.addr).
+WorkCompletion atomic_sync(QueuePair& qp, CompletionQueue& cq, Opcode opcode, const Sge& result,
+                           std::uint64_t remote_addr, std::uint32_t rkey, std::uint64_t compare_add, std::uint64_t swap,
+                           std::uint64_t wr_id, const char* file, int line);
+#define ATOMIC_SYNC(qp, cq, opcode, sge, raddr, rkey, compare_add, swap, wr_id)                                     \
+  ::rdmx::test::atomic_sync((qp), (cq), (opcode), (sge), (raddr), (rkey), (compare_add), (swap), (wr_id), __FILE__, \
+                            __LINE__)
+
+}  // namespace rdmx::test
