@@ -255,38 +255,42 @@ void TcpQp::post_send(const SendWr& wr) {
   if (op > static_cast<std::uint8_t>(Opcode::AtomicCmpSwap)) {
     throw Error(ErrorCode::InvalidArgument, "unknown opcode " + std::to_string(op), context("post_send"));
   }
-  auto ctx = context(std::string("post_send ") + to_string(wr.opcode));
+  // The error context is built only on failure: posting is a hot path.
+  auto reject = [&](ErrorCode code, const std::string& message, std::string sizes, std::string hint) {
+    ErrorContext ctx = context(std::string("post_send ") + to_string(wr.opcode));
+    ctx.sizes = std::move(sizes);
+    ctx.hint = std::move(hint);
+    throw Error(code, message, ctx);
+  };
   if (wr.sg_list.size() > caps_.max_send_sge) {
-    ctx.sizes = "num_sge=" + std::to_string(wr.sg_list.size()) + " max_send_sge=" + std::to_string(caps_.max_send_sge);
-    ctx.hint = "create the QP with a larger QpCaps::max_send_sge";
-    throw Error(ErrorCode::InvalidArgument, "too many scatter-gather elements", ctx);
+    reject(ErrorCode::InvalidArgument, "too many scatter-gather elements",
+           "num_sge=" + std::to_string(wr.sg_list.size()) + " max_send_sge=" + std::to_string(caps_.max_send_sge),
+           "create the QP with a larger QpCaps::max_send_sge");
   }
   std::uint64_t total = 0;
   for (const auto& sge : wr.sg_list) total += sge.length;
   if (total > wire::kMaxMessage) {
-    ctx.sizes = "length=" + std::to_string(total);
-    ctx.hint = "split the transfer: a message is at most 2 GiB";
-    throw Error(ErrorCode::InvalidArgument, "message larger than 2 GiB", ctx);
+    reject(ErrorCode::InvalidArgument, "message larger than 2 GiB", "length=" + std::to_string(total),
+           "split the transfer: a message is at most 2 GiB");
   }
   if (is_atomic(wr.opcode) &&
       (wr.sg_list.size() != 1 || wr.sg_list[0].length != 8 || wr.sg_list[0].addr % 8 != 0 || wr.remote_addr % 8 != 0)) {
-    ctx.sizes = "num_sge=" + std::to_string(wr.sg_list.size()) + " remote_addr=" + hex(wr.remote_addr) +
-                (wr.sg_list.empty() ? "" : " local_addr=" + hex(wr.sg_list[0].addr) +
-                                               " local_len=" + std::to_string(wr.sg_list[0].length));
-    ctx.hint = "atomics take one 8-byte, 8-byte-aligned local SGE and an 8-byte-aligned remote address";
-    throw Error(ErrorCode::InvalidArgument, "malformed atomic work request", ctx);
+    reject(ErrorCode::InvalidArgument, "malformed atomic work request",
+           "num_sge=" + std::to_string(wr.sg_list.size()) + " remote_addr=" + hex(wr.remote_addr) +
+               (wr.sg_list.empty() ? "" : " local_addr=" + hex(wr.sg_list[0].addr) +
+                                              " local_len=" + std::to_string(wr.sg_list[0].length)),
+           "atomics take one 8-byte, 8-byte-aligned local SGE and an 8-byte-aligned remote address");
   }
 
   std::lock_guard lock(mutex_);
   QpState s = state();
   if (s != QpState::Rts && s != QpState::Error) {
-    ctx.hint = "call connect() first";
-    throw Error(ErrorCode::InvalidState, std::string("post_send needs RTS, the QP is in ") + to_string(s), ctx);
+    reject(ErrorCode::InvalidState, std::string("post_send needs RTS, the QP is in ") + to_string(s), "",
+           "call connect() first");
   }
   if (sq_count_ == sq_.size()) {
-    ctx.sizes = "max_send_wr=" + std::to_string(sq_.size());
-    ctx.hint = "poll the send CQ; post a signaled WR periodically so completed WRs free their slots";
-    throw Error(ErrorCode::QueueFull, "send queue full", ctx);
+    reject(ErrorCode::QueueFull, "send queue full", "max_send_wr=" + std::to_string(sq_.size()),
+           "poll the send CQ; post a signaled WR periodically so completed WRs free their slots");
   }
   SendEntry& e = sq_[(sq_head_ + sq_count_) % sq_.size()];
   e.wr_id = wr.wr_id;
@@ -697,6 +701,16 @@ ready:
   finish_header_locked(h);
   wire::encode(h, tx_.header);
   tx_.iov[0] = {tx_.header, wire::kHeaderSize};
+  if (!tx_.remote_source && payload > 0 && payload <= sizeof(tx_.header) - wire::kHeaderSize) {
+    // Small payload: one contiguous buffer is cheaper for the kernel than an iovec list.
+    std::size_t at = wire::kHeaderSize;
+    for (int i = 1; i < tx_.iov_count; ++i) {
+      std::memcpy(tx_.header + at, tx_.iov[i].iov_base, tx_.iov[i].iov_len);
+      at += tx_.iov[i].iov_len;
+    }
+    tx_.iov[0].iov_len = at;
+    tx_.iov_count = 1;
+  }
   tx_.first_iov = 0;
   tx_.left = wire::kHeaderSize + payload;
   tx_.active = true;

@@ -117,7 +117,8 @@ class TcpQp final : public QueuePair {
   // The frame being written to the socket.
   struct TxFrame {
     bool active = false;
-    std::uint8_t header[wire::kHeaderSize];
+    // The header, followed by small payloads copied in so the frame leaves in one piece.
+    std::uint8_t header[wire::kHeaderSize + 256];
     std::array<iovec, kMaxSge + 1> iov{};
     int iov_count = 0;
     int first_iov = 0;
