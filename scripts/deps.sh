@@ -7,7 +7,7 @@ set -euo pipefail
 
 packages=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev iproute2)
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(sockperf iperf3)
+  packages+=(sockperf iperf3 python3)
 fi
 
 missing=()
