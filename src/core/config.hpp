@@ -14,7 +14,7 @@ std::chrono::milliseconds timeout();
 // RDMX_RNR_TIMEOUT: how long a SEND retries while the peer has no receive
 // posted. Same syntax. Default 1 s.
 std::chrono::milliseconds rnr_timeout();
-// RDMX_SPIN_US: how long a waiter busy-polls before it blocks. Default 50 us.
+// RDMX_SPIN_US: how long a waiter busy-polls before it blocks. Default 200 us.
 std::chrono::microseconds spin_budget();
 
 // Parses a duration as above; nullopt when malformed.

@@ -1,10 +1,12 @@
 #include "providers/tcp/tcp_device.hpp"
 
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <array>
 #include <cstring>
 #include <random>
 
@@ -18,8 +20,12 @@ namespace rdmx::tcp {
 namespace {
 
 // How long the background engine stays parked after it saw an application
-// thread drive progress; it re-checks after each period.
-constexpr auto kAppPark = std::chrono::milliseconds(1);
+// thread drive progress. It re-checks after each period, doubling the period
+// while the application keeps driving: the worst delay before it serves a
+// peer after the application stops is the longest period, and a busy
+// application is interrupted about a hundred times a second, not thousands.
+constexpr auto kAppParkMin = std::chrono::microseconds(500);
+constexpr auto kAppParkMax = std::chrono::milliseconds(8);
 // Up to this many QPs, application progress polls their sockets directly.
 constexpr std::size_t kDirectPollQps = 4;
 constexpr std::uint32_t kFullPassEvery = 16;
@@ -131,15 +137,37 @@ std::size_t TcpDevice::progress() {
   app_progress_calls_.fetch_add(1, std::memory_order_relaxed);
   std::unique_lock lock(engine_mutex_, std::try_to_lock);
   if (!lock.owns_lock()) return 0;
-  // With few QPs, polling their sockets directly finds and reads new data in
-  // one recv() instead of epoll_wait() + recv(); every few passes (and always
-  // with many QPs) the full epoll pass also serves the listener and timers.
-  if (qps_.size() <= kDirectPollQps && (++app_passes_ % kFullPassEvery) != 0) {
-    std::size_t did = 0;
-    for (auto& [qpn, qp] : qps_) did += qp->poll_direct() ? 1 : 0;
-    return did;
+  return spin_pass_locked();
+}
+
+std::size_t TcpDevice::spin_pass_locked() {
+  // Passes made by application threads that spin (a CQ wait, a loop on a
+  // memory flag). With few QPs, poll() on their sockets tells which have work
+  // without taking a lock the data path needs (a failed recv() takes the
+  // socket lock): 8-byte ping-pong median 3.33 us against 3.40-3.47 us.
+  // Every few passes a full epoll pass also accepts connections, and every
+  // so often it runs the timers.
+  ++spin_passes_;
+  if (qps_.size() > kDirectPollQps || spin_passes_ % kFullPassEvery == 0) {
+    return pass_locked(spin_passes_ % (kFullPassEvery * 8) == 0);
   }
-  return pass_locked(app_passes_ % (kFullPassEvery * 8) == 0);
+  std::array<pollfd, kDirectPollQps> fds;
+  std::array<TcpQp*, kDirectPollQps> owners;
+  nfds_t count = 0;
+  for (auto& [qpn, qp] : qps_) {
+    short events = 0;
+    int fd = qp->poll_fd(events);
+    if (fd < 0) continue;
+    fds[count] = {fd, events, 0};
+    owners[count++] = qp;
+  }
+  if (count == 0 || ::poll(fds.data(), count, 0) <= 0) return 0;
+  std::size_t did = 0;
+  for (nfds_t i = 0; i < count; ++i) {
+    // poll and epoll report readiness with the same bits.
+    if (fds[i].revents != 0 && owners[i]->on_events(static_cast<std::uint32_t>(fds[i].revents))) ++did;
+  }
+  return did;
 }
 
 void TcpDevice::application_idle() {
@@ -299,6 +327,7 @@ void TcpDevice::engine_main() {
   const auto spin = core::spin_budget();
   int idle_wakeups = 0;
   std::uint64_t seen_calls = app_progress_calls_.load(std::memory_order_relaxed);
+  std::chrono::microseconds park = kAppParkMin;
   while (!stopping_.load(std::memory_order_relaxed)) {
     std::uint64_t calls = app_progress_calls_.load(std::memory_order_relaxed);
     if (calls != seen_calls && !app_sleeping_.exchange(false, std::memory_order_relaxed)) {
@@ -306,13 +335,18 @@ void TcpDevice::engine_main() {
       // it sleeps (application_idle) or stops calling for a park period.
       seen_calls = calls;
       auto epoch = app_idle_word_.epoch();
-      app_idle_word_.block(epoch, core::Clock::now() + kAppPark);
+      app_idle_word_.block(epoch, core::Clock::now() + park);
+      park = std::min<std::chrono::microseconds>(park * 2, kAppParkMax);
       continue;
     }
+    park = kAppParkMin;
     seen_calls = calls;
     std::size_t did = 0;
     {
       std::unique_lock lock(engine_mutex_, std::try_to_lock);
+      // epoll passes here even while spinning: measured, they batch a stream's
+      // arrivals into fewer, larger reads than poll() (1 MiB WRITEs: 5.6 GB/s
+      // against 3.5 GB/s), which matters for the receiver of a stream.
       if (lock.owns_lock()) did = pass_locked(true);
     }
     auto now = core::Clock::now();

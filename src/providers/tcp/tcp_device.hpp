@@ -79,6 +79,7 @@ class TcpDevice final : public Device {
   };
 
   std::size_t pass_locked(bool check_timers);
+  std::size_t spin_pass_locked();
   void accept_all_locked();
   void read_hello_locked(int fd);
   void drop_pending_locked(int fd, const char* why);
@@ -105,7 +106,7 @@ class TcpDevice final : public Device {
   std::atomic<bool> stopping_{false};
   std::atomic<std::uint64_t> app_progress_calls_{0};
   std::atomic<bool> app_sleeping_{false};
-  std::uint32_t app_passes_ = 0;  // engine lock
+  std::uint32_t spin_passes_ = 0;  // engine lock
   core::WaitWord app_idle_word_;
   std::thread engine_;
 };

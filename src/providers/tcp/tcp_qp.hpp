@@ -59,8 +59,9 @@ class TcpQp final : public QueuePair {
   // ---- engine side, engine lock held ----
   // Returns true if anything was done.
   bool on_events(std::uint32_t events);
-  // Reads whatever the socket holds without waiting for epoll (few-QP fast path).
-  bool poll_direct();
+  // For the spinning fast path (engine lock held): the socket to poll() and
+  // the events that matter now, or -1 when the QP is not exchanging frames.
+  int poll_fd(short& events);
   // Returns true while the QP has timers that need scanning soon.
   bool on_timer(core::Clock::time_point now);
   int socket_fd() const;
@@ -194,6 +195,7 @@ class TcpQp final : public QueuePair {
   bool connecting_ = false;   // initiator: TCP connect in flight
   bool established_ = false;
   bool want_write_ = false;
+  bool tx_blocked_ = false;  // the last send hit EAGAIN: wait for EPOLLOUT
   bool draining_ = false;    // ERROR: NAK sent, reading until the peer closes
   bool write_shut_ = false;
   core::Clock::time_point drain_deadline_{};
