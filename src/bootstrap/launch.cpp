@@ -243,11 +243,16 @@ LaunchInfo detect_launch() {
     if (master_port && !master_addr) problems.missing("MASTER_ADDR (MASTER_PORT is set)");
     if (master_addr && master_port) {
       auto port = parse_count(*master_port);
-      if (!port || *port == 0 || *port > 65535) {
-        problems.malformed("MASTER_PORT", *master_port, "expected a port in 1..65535");
+      // torchrun's agent already serves torch.distributed's TCPStore on
+      // MASTER_PORT, so under torchrun rdmx's store takes the next port.
+      const unsigned offset = info.launcher == "torchrun" ? 1 : 0;
+      if (!port || *port == 0 || *port + offset > 65535) {
+        problems.malformed("MASTER_PORT", *master_port,
+                           offset != 0 ? "expected a port in 1..65534 (rdmx uses MASTER_PORT+1 under torchrun)"
+                                       : "expected a port in 1..65535");
       } else {
         info.store_host = bootstrap::strip_brackets(*master_addr);
-        info.store_port = static_cast<std::uint16_t>(*port);
+        info.store_port = static_cast<std::uint16_t>(*port + offset);
       }
     }
   }
@@ -302,8 +307,8 @@ Bootstrap from_env() {
         std::string source = from_master ? "MASTER_ADDR/MASTER_PORT" : "RDMX_STORE";
         std::string hint = e.context().hint;
         if (from_master && info.launcher == "torchrun") {
-          hint = "torchrun's agent usually serves torch.distributed's own TCPStore on MASTER_PORT; give rdmx its own "
-                 "port: export RDMX_STORE=" + address.substr(0, address.rfind(':')) + ":<a free port>";
+          hint = "under torchrun rdmx serves its store on MASTER_PORT+1 (torchrun's agent holds MASTER_PORT); that "
+                 "port is taken too: export RDMX_STORE=" + address.substr(0, address.rfind(':')) + ":<a free port>";
         }
         throw Error(e.code(),
                     "rank 0 (launcher " + info.launcher + ") cannot serve the store at " + address + " (from " + source +

@@ -134,7 +134,7 @@ std::unique_ptr<QueuePair> TcpDevice::create_qp(ProtectionDomain& pd, Completion
 }
 
 std::size_t TcpDevice::progress() {
-  app_progress_calls_.fetch_add(1, std::memory_order_relaxed);
+  note_application_activity();
   std::unique_lock lock(engine_mutex_, std::try_to_lock);
   if (!lock.owns_lock()) return 0;
   return spin_pass_locked();

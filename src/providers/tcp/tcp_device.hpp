@@ -63,6 +63,9 @@ class TcpDevice final : public Device {
   int claim_pending_locked(std::uint32_t qpn, std::uint32_t remote_qpn, std::uint64_t remote_nonce);
   // The caller is about to sleep: let the background engine take over now.
   void application_idle();
+  // An application thread is working the device (posting): the background
+  // engine stays parked, as it does while the application calls progress().
+  void note_application_activity() { app_progress_calls_.fetch_add(1, std::memory_order_relaxed); }
   std::uint32_t next_qpn() { return next_qpn_.fetch_add(1); }
 
  private:

@@ -330,7 +330,11 @@ void TcpQp::post_send(const SendWr& wr) {
       return;
     }
   }
-  if (established_ && !tx_blocked_) pump_locked(4);
+  if (established_ && !tx_blocked_) {
+    // This thread sends, so the background engine need not compete for the QP.
+    device_.note_application_activity();
+    pump_locked(4);
+  }
 }
 
 void TcpQp::post_recv(const RecvWr& wr) {
