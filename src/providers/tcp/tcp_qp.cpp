@@ -737,6 +737,9 @@ bool TcpQp::write_frame_locked() {
         fail_locked("memory region deregistered while serving a READ for " + peer_text_, WcStatus::WrFlushErr);
         return false;
       }
+    } else if (msg.msg_iovlen == 1) {
+      // One piece (header with a small payload): send() skips the iovec import.
+      n = ::send(fd_, msg.msg_iov[0].iov_base, msg.msg_iov[0].iov_len, MSG_NOSIGNAL | MSG_DONTWAIT);
     } else {
       n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     }
@@ -953,7 +956,7 @@ bool TcpQp::handle_request_locked(const Header& h) {
           return false;
         }
       }
-      incoming_ = Incoming{};
+      incoming_.has_recv = false;  // the rest is set below; the receive entry only when one is taken
       if (send || imm) {
         if (rq_count_ == 0) {
           // Receiver not ready: the requester retries from this message after a delay.
@@ -998,6 +1001,7 @@ bool TcpQp::handle_request_locked(const Header& h) {
       incoming_.type = h.type;
       incoming_.msn = h.msn;
       incoming_.total = h.arg0;
+      incoming_.done = 0;
       incoming_.base = h.addr;
       incoming_.rkey = h.rkey;
       incoming_.with_imm = imm;
