@@ -21,7 +21,7 @@ std::uint32_t MemoryRegistry::fresh_key_locked() {
   // Random keys, so a peer cannot guess a live key from one it was given.
   for (;;) {
     auto key = static_cast<std::uint32_t>(random_());
-    if (key != 0 && !by_lkey_.contains(key) && !rkey_to_lkey_.contains(key)) return key;
+    if (key != 0 && !by_lkey_.contains(key) && !by_rkey_.contains(key)) return key;
   }
 }
 
@@ -29,10 +29,12 @@ MemoryRegistry::Keys MemoryRegistry::add(const void* domain, void* addr, std::si
   std::unique_lock lock(mutex_);
   Keys keys{};
   keys.lkey = fresh_key_locked();
-  by_lkey_.emplace(keys.lkey, Entry{domain, reinterpret_cast<std::uint64_t>(addr), length, access, keys.lkey, 0});
+  auto it =
+      by_lkey_.emplace(keys.lkey, Entry{domain, reinterpret_cast<std::uint64_t>(addr), length, access, keys.lkey, 0})
+          .first;
   keys.rkey = fresh_key_locked();
-  by_lkey_[keys.lkey].rkey = keys.rkey;
-  rkey_to_lkey_.emplace(keys.rkey, keys.lkey);
+  it->second.rkey = keys.rkey;
+  by_rkey_.emplace(keys.rkey, &it->second);
   return keys;
 }
 
@@ -40,7 +42,7 @@ void MemoryRegistry::remove(std::uint32_t lkey) {
   std::unique_lock lock(mutex_);
   auto it = by_lkey_.find(lkey);
   if (it == by_lkey_.end()) return;
-  rkey_to_lkey_.erase(it->second.rkey);
+  by_rkey_.erase(it->second.rkey);
   by_lkey_.erase(it);
 }
 
@@ -48,9 +50,9 @@ AccessCheck MemoryRegistry::check_locked(bool remote, const void* domain, std::u
                                          std::uint64_t length, Access need) const {
   const Entry* entry = nullptr;
   if (remote) {
-    auto it = rkey_to_lkey_.find(key);
-    if (it == rkey_to_lkey_.end()) return AccessCheck::NoSuchKey;
-    entry = &by_lkey_.at(it->second);
+    auto it = by_rkey_.find(key);
+    if (it == by_rkey_.end()) return AccessCheck::NoSuchKey;
+    entry = it->second;
   } else {
     auto it = by_lkey_.find(key);
     if (it == by_lkey_.end()) return AccessCheck::NoSuchKey;

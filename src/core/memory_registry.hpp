@@ -65,7 +65,9 @@ class MemoryRegistry {
 
   mutable std::shared_mutex mutex_;
   std::unordered_map<std::uint32_t, Entry> by_lkey_;
-  std::unordered_map<std::uint32_t, std::uint32_t> rkey_to_lkey_;
+  // rkey -> entry in by_lkey_ (unordered_map nodes never move), so a remote
+  // check is one lookup.
+  std::unordered_map<std::uint32_t, const Entry*> by_rkey_;
   std::mt19937_64 random_{std::random_device{}()};
 };
 

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -69,6 +70,16 @@ std::string hex(std::uint64_t v) {
   char buf[24];
   std::snprintf(buf, sizeof(buf), "0x%llx", static_cast<unsigned long long>(v));
   return buf;
+}
+
+// The hot-path socket calls go straight to the kernel: libc's wrappers are
+// thread-cancellation points that add bookkeeping to every call, and rdmx
+// never cancels threads.
+inline ssize_t fast_recv(int fd, void* buffer, std::size_t length) {
+  return syscall(SYS_recvfrom, fd, buffer, length, MSG_DONTWAIT, nullptr, nullptr);
+}
+inline ssize_t fast_send(int fd, const void* buffer, std::size_t length) {
+  return syscall(SYS_sendto, fd, buffer, length, MSG_NOSIGNAL | MSG_DONTWAIT, nullptr, 0);
 }
 
 // Scratch space for payload that is received only to be thrown away.
@@ -618,13 +629,14 @@ bool TcpQp::build_frame_locked() {
   while (!control_.empty()) {
     h = control_.front();
     control_.pop_front();
-    // A standalone ACK is redundant once another frame carried the acknowledgement.
-    if (h.type == FrameType::Ack && !ack_pending_) continue;
+    // A standalone ACK is redundant once another frame carried the
+    // acknowledgement, or when another frame is about to.
+    if (h.type == FrameType::Ack && (!ack_pending_ || !control_.empty() || has_data_frames_locked())) continue;
     goto ready;
   }
   {
     const bool can_read = !read_jobs_.empty();
-    const bool can_request = !rnr_paused_ && msn_before(tx_msn_, next_msn_);
+    const bool can_request = requests_to_send_locked();
     if (!can_read && !can_request) return false;
     const bool serve_read = can_read && (!can_request || serve_reads_next_);
     serve_reads_next_ = !serve_read;
@@ -739,7 +751,7 @@ bool TcpQp::write_frame_locked() {
       }
     } else if (msg.msg_iovlen == 1) {
       // One piece (header with a small payload): send() skips the iovec import.
-      n = ::send(fd_, msg.msg_iov[0].iov_base, msg.msg_iov[0].iov_len, MSG_NOSIGNAL | MSG_DONTWAIT);
+      n = fast_send(fd_, msg.msg_iov[0].iov_base, msg.msg_iov[0].iov_len);
     } else {
       n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     }
@@ -780,6 +792,9 @@ bool TcpQp::write_frame_locked() {
   return true;
 }
 
+bool TcpQp::requests_to_send_locked() const { return !rnr_paused_ && msn_before(tx_msn_, next_msn_); }
+bool TcpQp::has_data_frames_locked() const { return !read_jobs_.empty() || requests_to_send_locked(); }
+
 void TcpQp::pump_locked(int frame_budget) {
   if (fd_ < 0 || !established_) return;
   for (int i = 0; i < frame_budget; ++i) {
@@ -808,7 +823,7 @@ bool TcpQp::fill_read_ahead_locked() {
   // After a large frame, read only the next header so the next payload lands directly in place.
   std::size_t want = last_frame_large_ ? wire::kHeaderSize - rx_end_ : kReadAhead - rx_end_;
   for (;;) {
-    ssize_t n = ::recv(fd_, rx_buf_.data() + rx_end_, want, MSG_DONTWAIT);
+    ssize_t n = fast_recv(fd_, rx_buf_.data() + rx_end_, want);
     if (n > 0) {
       // A short read means the socket was empty: skip the recv() that would only say EAGAIN.
       rx_drained_ = static_cast<std::size_t>(n) < want;
@@ -853,14 +868,24 @@ bool TcpQp::receive_locked(int frame_budget) {
     if (!consume_payload_locked()) break;
   }
   if (live_locked()) {
+    bool only_ack = false;
     if (ack_now_) {
       Header ack;
       ack.type = FrameType::Ack;
+      only_ack = control_.empty() && !tx_.active && !has_data_frames_locked();
       queue_control_locked(ack);
     }
     // A full socket is retried when epoll reports room, not on every poll:
     // failing sends contend for the socket lock with the peer's ACKs.
-    if (!tx_blocked_) pump_locked(8);
+    if (tx_blocked_) {
+      // nothing: EPOLLOUT resumes sending
+    } else if (only_ack) {
+      // Give the application one pass to answer: its reply then carries the
+      // acknowledgement and the standalone ACK is never sent (ping-pong p99).
+      set_want_write_locked(true);
+    } else {
+      pump_locked(8);
+    }
   }
   return did;
 }

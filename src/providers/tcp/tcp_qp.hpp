@@ -133,6 +133,8 @@ class TcpQp final : public QueuePair {
 
   // Sending.
   void pump_locked(int frame_budget);
+  bool requests_to_send_locked() const;
+  bool has_data_frames_locked() const;
   bool build_frame_locked();
   bool write_frame_locked();
   void set_want_write_locked(bool want);
