@@ -138,7 +138,10 @@ std::size_t TcpDevice::progress() {
   note_application_activity();
   std::unique_lock lock(engine_mutex_, std::try_to_lock);
   if (!lock.owns_lock()) return 0;
-  return spin_pass_locked();
+  application_pass_ = true;
+  std::size_t did = spin_pass_locked();
+  application_pass_ = false;
+  return did;
 }
 
 std::size_t TcpDevice::spin_pass_locked() {

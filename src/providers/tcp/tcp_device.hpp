@@ -67,6 +67,8 @@ class TcpDevice final : public Device {
   // engine stays parked, as it does while the application calls progress().
   void note_application_activity() { app_progress_calls_.fetch_add(1, std::memory_order_relaxed); }
   std::uint32_t next_qpn() { return next_qpn_.fetch_add(1); }
+  // Engine lock held: is the current pass run by an application thread?
+  bool in_application_pass_locked() const { return application_pass_; }
 
  private:
   struct PendingConnection {
@@ -110,6 +112,7 @@ class TcpDevice final : public Device {
   std::atomic<std::uint64_t> app_progress_calls_{0};
   std::atomic<bool> app_sleeping_{false};
   std::uint32_t spin_passes_ = 0;  // engine lock
+  bool application_pass_ = false;  // engine lock
   core::WaitWord app_idle_word_;
   std::thread engine_;
 };

@@ -872,7 +872,9 @@ bool TcpQp::receive_locked(int frame_budget) {
     if (ack_now_) {
       Header ack;
       ack.type = FrameType::Ack;
-      only_ack = control_.empty() && !tx_.active && !has_data_frames_locked();
+      // Only an application thread can be about to reply; the engine thread acknowledges at once.
+      only_ack = device_.in_application_pass_locked() && control_.empty() && !tx_.active &&
+                 !has_data_frames_locked();
       queue_control_locked(ack);
     }
     // A full socket is retried when epoll reports room, not on every poll:
