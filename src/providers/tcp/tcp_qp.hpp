@@ -153,6 +153,8 @@ class TcpQp final : public QueuePair {
   std::size_t deliver_locked(const std::uint8_t* from, std::size_t n);
   void finish_frame_locked();
   void process_ack_locked(std::uint32_t ack_msn);
+  // A request message is complete: the next MSN is expected and it is owed an ACK.
+  void request_executed_locked(std::uint16_t flags);
   void nak_locked(std::uint32_t msn, wire::Syndrome syndrome, const std::string& why);
   void complete_in_order_locked();
   SendEntry* entry_for_msn_locked(std::uint32_t msn);
@@ -206,6 +208,7 @@ class TcpQp final : public QueuePair {
   std::chrono::milliseconds retry_backoff_{5};
   core::Clock::time_point last_rx_{};
   bool ack_request_sent_ = false;
+  bool rx_seen_ = false;  // bytes arrived since the last timer scan (which stamps last_rx_)
 
   // Requester.
   std::vector<SendEntry> sq_;
