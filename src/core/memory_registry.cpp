@@ -44,6 +44,7 @@ void MemoryRegistry::remove(std::uint32_t lkey) {
   if (it == by_lkey_.end()) return;
   by_rkey_.erase(it->second.rkey);
   by_lkey_.erase(it);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
 }
 
 AccessCheck MemoryRegistry::check_locked(bool remote, const void* domain, std::uint32_t key, std::uint64_t addr,

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -46,6 +47,10 @@ class MemoryRegistry {
                     Access need) const {
     return with_access(remote, domain, key, addr, length, need, [](char*) {});
   }
+  // Bumped by every deregistration: a check cached while it had the same
+  // value is still valid (the region it found is still registered).
+  std::uint64_t generation() const noexcept { return generation_.load(std::memory_order_acquire); }
+
   // For accesses that span several keys (scatter-gather lists): hold the
   // lock, check each piece with check_locked(), then touch the memory.
   std::shared_lock<std::shared_mutex> read_lock() const { return std::shared_lock(mutex_); }
@@ -69,6 +74,7 @@ class MemoryRegistry {
   // check is one lookup.
   std::unordered_map<std::uint32_t, const Entry*> by_rkey_;
   std::mt19937_64 random_{std::random_device{}()};
+  std::atomic<std::uint64_t> generation_{0};
 };
 
 // A protection domain over a registry; shared by providers whose regions are

@@ -332,7 +332,7 @@ void TcpQp::post_send(const SendWr& wr) {
   const Access need = carries_payload(wr.opcode) ? Access::None : Access::LocalWrite;
   for (std::uint32_t i = 0; i < e.num_sge; ++i) {
     const Sge& sge = e.sges[i];
-    auto verdict = device_.registry().check(false, &pd_, sge.lkey, sge.addr, sge.length, need);
+    auto verdict = check_local_cached_locked(sge, need);
     if (verdict != core::AccessCheck::Ok) {
       fail_locked("post_send " + std::string(to_string(wr.opcode)) + " wr_id " + std::to_string(wr.wr_id) +
                       ": local SGE " + std::to_string(i) + " (addr " + hex(sge.addr) + ", length " +
@@ -797,6 +797,25 @@ bool TcpQp::write_frame_locked() {
   return true;
 }
 
+core::AccessCheck TcpQp::check_local_cached_locked(const Sge& sge, Access need) {
+  // Posting from one buffer again and again is the common case: remember the
+  // last region that passed, valid until any region is deregistered.
+  auto& registry = device_.registry();
+  const std::uint64_t generation = registry.generation();
+  LocalKeyCache& c = local_key_cache_;
+  if (c.valid && c.generation == generation && c.lkey == sge.lkey && sge.addr >= c.base &&
+      sge.length <= c.length && sge.addr - c.base <= c.length - sge.length &&
+      (need == Access::None || has(c.access, need))) {
+    return core::AccessCheck::Ok;
+  }
+  auto verdict = registry.check(false, &pd_, sge.lkey, sge.addr, sge.length, need);
+  if (verdict == core::AccessCheck::Ok && sge.length > 0 && need == Access::None) {
+    // Cache exactly what was checked: this range, no rights beyond it.
+    c = LocalKeyCache{true, generation, sge.lkey, sge.addr, sge.length, Access::None};
+  }
+  return verdict;
+}
+
 bool TcpQp::requests_to_send_locked() const { return !rnr_paused_ && msn_before(tx_msn_, next_msn_); }
 bool TcpQp::has_data_frames_locked() const { return !read_jobs_.empty() || requests_to_send_locked(); }
 
@@ -851,14 +870,12 @@ bool TcpQp::fill_read_ahead_locked() {
 
 bool TcpQp::receive_locked(int frame_budget) {
   bool did = false;
+  rx_drained_ = false;  // the caller saw the socket readable: a short read only counts within this call
   int frames = 0;
   while (live_locked() && frames < frame_budget) {
     if (!rx_in_payload_) {
       if (rx_end_ - rx_begin_ < wire::kHeaderSize) {
-        if (rx_drained_) {
-          rx_drained_ = false;  // level-triggered epoll reports the socket again if more arrived
-          break;
-        }
+        if (rx_drained_) break;  // level-triggered epoll and poll() report the socket again if more arrives
         if (!fill_read_ahead_locked()) break;
         did = true;
         continue;

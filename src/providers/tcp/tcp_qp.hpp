@@ -134,6 +134,7 @@ class TcpQp final : public QueuePair {
   // Sending.
   void pump_locked(int frame_budget);
   bool requests_to_send_locked() const;
+  core::AccessCheck check_local_cached_locked(const Sge& sge, Access need);
   bool has_data_frames_locked() const;
   bool build_frame_locked();
   bool write_frame_locked();
@@ -210,6 +211,16 @@ class TcpQp final : public QueuePair {
   bool ack_request_sent_ = false;
   bool rx_seen_ = false;  // bytes arrived since the last timer scan (which stamps last_rx_)
 
+  // The last local SGE that passed the registry (see check_local_cached_locked).
+  struct LocalKeyCache {
+    bool valid = false;
+    std::uint64_t generation = 0;
+    std::uint32_t lkey = 0;
+    std::uint64_t base = 0;
+    std::uint64_t length = 0;
+    Access access = Access::None;
+  } local_key_cache_;
+
   // Requester.
   std::vector<SendEntry> sq_;
   std::size_t sq_head_ = 0;
@@ -249,7 +260,7 @@ class TcpQp final : public QueuePair {
   RxTarget rx_target_ = RxTarget::Discard;
   std::uint64_t rx_target_offset_ = 0;  // offset in the message / READ result
   bool last_frame_large_ = false;
-  bool rx_drained_ = false;  // the last read-ahead came back short
+  bool rx_drained_ = false;  // this receive pass's last read-ahead came back short
 };
 
 }  // namespace rdmx::tcp
