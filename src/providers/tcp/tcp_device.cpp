@@ -310,9 +310,9 @@ int TcpDevice::claim_pending_locked(std::uint32_t qpn, std::uint32_t remote_qpn,
 }
 
 void TcpDevice::run_timers_locked(core::Clock::time_point now) {
-  timers_busy_ = false;
+  bool busy = false;
   for (auto& [qpn, qp] : qps_) {
-    if (qp->on_timer(now)) timers_busy_ = true;
+    if (qp->on_timer(now)) busy = true;
   }
   const auto limit = core::timeout();
   for (auto it = pending_.begin(); it != pending_.end();) {
@@ -320,10 +320,11 @@ void TcpDevice::run_timers_locked(core::Clock::time_point now) {
     if (now - it->second.accepted_at > limit) {
       drop_pending_locked(it->first, "no QP claimed the connection within RDMX_TIMEOUT");
     } else {
-      timers_busy_ = true;
+      busy = true;
     }
     it = next;
   }
+  timers_busy_.store(busy, std::memory_order_relaxed);
   next_timer_scan_ = now + std::chrono::milliseconds(1);
 }
 

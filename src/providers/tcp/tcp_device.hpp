@@ -105,7 +105,7 @@ class TcpDevice final : public Device {
   std::unordered_map<std::uint32_t, TcpQp*> qps_;
   std::unordered_map<int, PendingConnection> pending_;
   core::Clock::time_point next_timer_scan_{};
-  bool timers_busy_ = false;
+  std::atomic<bool> timers_busy_{false};  // read by the engine thread before it blocks, outside the lock
 
   std::atomic<std::uint32_t> next_qpn_{1};
   std::atomic<bool> stopping_{false};
