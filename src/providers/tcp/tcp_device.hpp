@@ -65,7 +65,10 @@ class TcpDevice final : public Device {
   void application_idle();
   // An application thread is working the device (posting): the background
   // engine stays parked, as it does while the application calls progress().
-  void note_application_activity() { app_progress_calls_.fetch_add(1, std::memory_order_relaxed); }
+  void note_application_activity() {
+    // Only "has it changed" matters, so a plain store suffices (no locked read-modify-write on the hot path).
+    app_progress_calls_.store(app_progress_calls_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
   std::uint32_t next_qpn() { return next_qpn_.fetch_add(1); }
   // Engine lock held: is the current pass run by an application thread?
   bool in_application_pass_locked() const { return application_pass_; }

@@ -344,8 +344,61 @@ void TcpQp::post_send(const SendWr& wr) {
   if (established_ && !tx_blocked_) {
     // This thread sends, so the background engine need not compete for the QP.
     device_.note_application_activity();
-    pump_locked(4);
+    if (!send_small_now_locked(e)) pump_locked(4);
   }
+}
+
+bool TcpQp::send_small_now_locked(const SendEntry& e) {
+  // The latency path: a small SEND or WRITE with nothing queued ahead of it
+  // goes out in one send() without the general frame builder. Anything else,
+  // or a socket that takes only part of it, falls back to pump_locked().
+  if (tx_.active || !control_.empty() || !read_jobs_.empty() || rnr_paused_ || tx_msn_ != e.msn || tx_offset_ != 0 ||
+      !carries_payload(e.opcode) || e.total > sizeof(tx_.header) - wire::kHeaderSize) {
+    return false;
+  }
+  const bool send = e.opcode == Opcode::Send || e.opcode == Opcode::SendWithImm;
+  const bool imm = e.opcode == Opcode::SendWithImm || e.opcode == Opcode::RdmaWriteWithImm;
+  Header h;
+  h.type = send ? FrameType::SendReq : FrameType::WriteReq;
+  h.flags = wire::kFirst | wire::kLast | (imm ? wire::kWithImm : 0);
+  if (e.signaled || sq_count_ * 2 >= sq_.size()) h.flags |= wire::kAckNow;
+  h.msn = e.msn;
+  h.length = static_cast<std::uint32_t>(e.total);
+  h.arg0 = e.total;
+  h.arg1 = imm ? e.imm : 0;
+  if (!send) {
+    h.rkey = e.rkey;
+    h.addr = e.remote_addr;
+  }
+  finish_header_locked(h);
+  wire::encode(h, tx_.header);
+  std::size_t at = wire::kHeaderSize;
+  for (std::uint32_t i = 0; i < e.num_sge; ++i) {
+    std::memcpy(tx_.header + at, reinterpret_cast<const void*>(e.sges[i].addr), e.sges[i].length);
+    at += e.sges[i].length;
+  }
+  ++tx_msn_;
+  if (!msn_before(e.msn, sent_msn_high_)) sent_msn_high_ = e.msn + 1;
+  ssize_t n;
+  do {
+    n = fast_send(fd_, tx_.header, at);
+  } while (n < 0 && errno == EINTR);
+  if (n == static_cast<ssize_t>(at)) return true;
+  // Partly sent or not at all: hand the rest to the frame writer.
+  const std::size_t sent = n > 0 ? static_cast<std::size_t>(n) : 0;
+  if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+    fail_locked("send to " + peer_text_ + " failed: " + std::strerror(errno), WcStatus::RetryExcErr);
+    return true;
+  }
+  tx_.iov[0] = {tx_.header + sent, at - sent};
+  tx_.iov_count = 1;
+  tx_.first_iov = 0;
+  tx_.left = at - sent;
+  tx_.remote_source = false;
+  tx_.active = true;
+  tx_blocked_ = n <= 0 || sent < at;
+  set_want_write_locked(true);
+  return true;
 }
 
 void TcpQp::post_recv(const RecvWr& wr) {
@@ -907,7 +960,7 @@ bool TcpQp::receive_locked(int frame_budget) {
       // Give the application one pass to answer: its reply then carries the
       // acknowledgement and the standalone ACK is never sent (ping-pong p99).
       set_want_write_locked(true);
-    } else {
+    } else if (tx_.active || !control_.empty() || has_data_frames_locked() || want_write_) {
       pump_locked(8);
     }
   }

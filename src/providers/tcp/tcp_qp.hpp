@@ -133,6 +133,7 @@ class TcpQp final : public QueuePair {
 
   // Sending.
   void pump_locked(int frame_budget);
+  bool send_small_now_locked(const SendEntry& e);
   bool requests_to_send_locked() const;
   core::AccessCheck check_local_cached_locked(const Sge& sge, Access need);
   bool has_data_frames_locked() const;
