@@ -350,8 +350,8 @@ void TcpQp::post_send(const SendWr& wr) {
 
 bool TcpQp::send_small_now_locked(const SendEntry& e) {
   // The latency path: a small SEND or WRITE with nothing queued ahead of it
-  // goes out in one send() without the general frame builder. Anything else,
-  // or a socket that takes only part of it, falls back to pump_locked().
+  // goes out in one send() without the general frame builder. Anything else
+  // falls back to pump_locked().
   if (tx_.active || !control_.empty() || !read_jobs_.empty() || rnr_paused_ || tx_msn_ != e.msn || tx_offset_ != 0 ||
       !carries_payload(e.opcode) || e.total > sizeof(tx_.header) - wire::kHeaderSize) {
     return false;
@@ -379,25 +379,14 @@ bool TcpQp::send_small_now_locked(const SendEntry& e) {
   }
   ++tx_msn_;
   if (!msn_before(e.msn, sent_msn_high_)) sent_msn_high_ = e.msn + 1;
-  ssize_t n;
-  do {
-    n = fast_send(fd_, tx_.header, at);
-  } while (n < 0 && errno == EINTR);
-  if (n == static_cast<ssize_t>(at)) return true;
-  // Partly sent or not at all: hand the rest to the frame writer.
-  const std::size_t sent = n > 0 ? static_cast<std::size_t>(n) : 0;
-  if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
-    fail_locked("send to " + peer_text_ + " failed: " + std::strerror(errno), WcStatus::RetryExcErr);
-    return true;
-  }
-  tx_.iov[0] = {tx_.header + sent, at - sent};
+  tx_.iov[0] = {tx_.header, at};
   tx_.iov_count = 1;
   tx_.first_iov = 0;
-  tx_.left = at - sent;
+  tx_.left = at;
   tx_.remote_source = false;
   tx_.active = true;
-  tx_blocked_ = n <= 0 || sent < at;
-  set_want_write_locked(true);
+  // A socket that takes only part of it leaves the rest to EPOLLOUT, as pump_locked() does.
+  if (!write_frame_locked() && fd_ >= 0) set_want_write_locked(true);
   return true;
 }
 
@@ -445,10 +434,9 @@ void TcpQp::start_connect_locked() {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   int rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&remote_.socket), remote_.socket_len);
   if (rc != 0 && errno != EINPROGRESS) {
-    RDMX_TRACE("tcp qp %u: connect to %s failed (%s); retrying", qpn_, peer_text_.c_str(), std::strerror(errno));
+    const int error = errno;
     ::close(fd);
-    retry_connect_at_ = core::Clock::now() + retry_backoff_;
-    retry_backoff_ = std::min(retry_backoff_ * 2, std::chrono::milliseconds(500));
+    schedule_connect_retry_locked(error);
     return;
   }
   fd_ = fd;
@@ -457,6 +445,12 @@ void TcpQp::start_connect_locked() {
   ev.events = EPOLLOUT | EPOLLIN | EPOLLRDHUP;
   ev.data.u64 = watch_tag(Watch::Qp, qpn_);
   epoll_ctl(device_.epoll_fd(), EPOLL_CTL_ADD, fd_, &ev);
+}
+
+void TcpQp::schedule_connect_retry_locked(int error) {
+  RDMX_TRACE("tcp qp %u: connect to %s failed (%s); retrying", qpn_, peer_text_.c_str(), std::strerror(error));
+  retry_connect_at_ = core::Clock::now() + retry_backoff_;
+  retry_backoff_ = std::min(retry_backoff_ * 2, std::chrono::milliseconds(500));
 }
 
 void TcpQp::on_connected_locked() {
@@ -564,10 +558,8 @@ bool TcpQp::on_events(std::uint32_t events) {
     if (err == 0 && (events & EPOLLOUT)) {
       on_connected_locked();
     } else if (err != 0 || (events & (EPOLLERR | EPOLLHUP))) {
-      RDMX_TRACE("tcp qp %u: connect to %s failed (%s); retrying", qpn_, peer_text_.c_str(), std::strerror(err));
       close_socket_locked();
-      retry_connect_at_ = core::Clock::now() + retry_backoff_;
-      retry_backoff_ = std::min(retry_backoff_ * 2, std::chrono::milliseconds(500));
+      schedule_connect_retry_locked(err);
     }
     return true;
   }
@@ -1519,34 +1511,20 @@ void TcpQp::fail_locked(const std::string& reason, WcStatus status, std::optiona
   while (sq_count_ > 0) {
     SendEntry& e = sq_[sq_head_];
     bool is_failing = failing_msn ? e.msn == *failing_msn : first;
-    WorkCompletion wc;
-    wc.wr_id = e.wr_id;
-    wc.status = is_failing ? status : WcStatus::WrFlushErr;
-    wc.opcode = completion_opcode(e.opcode);
-    wc.qp_num = qpn_;
-    send_cq_.push(wc);  // an overflowing CQ reports itself
+    // Already in ERROR, a push that overflows changes nothing more: the CQ reports itself.
+    push_send_completion_locked(e, is_failing ? status : WcStatus::WrFlushErr);
     first = false;
     sq_head_ = (sq_head_ + 1) % sq_.size();
     --sq_count_;
   }
   tx_msn_ = acked_msn_ = sent_msn_high_ = next_msn_;
   if (incoming_.has_recv) {
-    WorkCompletion wc;
-    wc.wr_id = incoming_.recv.wr_id;
-    wc.status = WcStatus::WrFlushErr;
-    wc.opcode = WcOpcode::Recv;
-    wc.qp_num = qpn_;
-    recv_cq_.push(wc);
+    push_recv_completion_locked(incoming_.recv, WcStatus::WrFlushErr, WcOpcode::Recv, 0, false, 0);
     incoming_.has_recv = false;
   }
   incoming_.active = false;
   while (rq_count_ > 0) {
-    WorkCompletion wc;
-    wc.wr_id = rq_[rq_head_].wr_id;
-    wc.status = WcStatus::WrFlushErr;
-    wc.opcode = WcOpcode::Recv;
-    wc.qp_num = qpn_;
-    recv_cq_.push(wc);
+    push_recv_completion_locked(rq_[rq_head_], WcStatus::WrFlushErr, WcOpcode::Recv, 0, false, 0);
     rq_head_ = (rq_head_ + 1) % rq_.size();
     --rq_count_;
   }

@@ -162,6 +162,7 @@ class TcpQp final : public QueuePair {
   SendEntry* entry_for_msn_locked(std::uint32_t msn);
   // Connection.
   void start_connect_locked();
+  void schedule_connect_retry_locked(int error);
   void on_connected_locked();
   void attach_locked(int fd);
   // Connected and exchanging frames (not closed, not draining after an error).
