@@ -441,10 +441,14 @@ void TcpQp::start_connect_locked() {
   }
   fd_ = fd;
   connecting_ = true;
+  watch_socket_locked(EPOLL_CTL_ADD, EPOLLOUT | EPOLLIN | EPOLLRDHUP);
+}
+
+void TcpQp::watch_socket_locked(int operation, std::uint32_t events) {
   epoll_event ev{};
-  ev.events = EPOLLOUT | EPOLLIN | EPOLLRDHUP;
+  ev.events = events;
   ev.data.u64 = watch_tag(Watch::Qp, qpn_);
-  epoll_ctl(device_.epoll_fd(), EPOLL_CTL_ADD, fd_, &ev);
+  epoll_ctl(device_.epoll_fd(), operation, fd_, &ev);
 }
 
 void TcpQp::schedule_connect_retry_locked(int error) {
@@ -474,10 +478,7 @@ void TcpQp::attach_locked(int fd) {
   fd_ = fd;
   established_ = true;
   last_rx_ = core::Clock::now();
-  epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLRDHUP;
-  ev.data.u64 = watch_tag(Watch::Qp, qpn_);
-  epoll_ctl(device_.epoll_fd(), EPOLL_CTL_ADD, fd_, &ev);
+  watch_socket_locked(EPOLL_CTL_ADD, EPOLLIN | EPOLLRDHUP);
   want_write_ = false;
   RDMX_INFO("tcp qp %u: accepted connection from %s", qpn_, peer_text_.c_str());
   pump_locked(8);
@@ -542,10 +543,7 @@ void TcpQp::close_socket_locked() {
 void TcpQp::set_want_write_locked(bool want) {
   if (want == want_write_ || fd_ < 0) return;
   want_write_ = want;
-  epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLRDHUP | (want ? EPOLLOUT : 0u);
-  ev.data.u64 = watch_tag(Watch::Qp, qpn_);
-  epoll_ctl(device_.epoll_fd(), EPOLL_CTL_MOD, fd_, &ev);
+  watch_socket_locked(EPOLL_CTL_MOD, EPOLLIN | EPOLLRDHUP | (want ? EPOLLOUT : 0u));
 }
 
 bool TcpQp::on_events(std::uint32_t events) {

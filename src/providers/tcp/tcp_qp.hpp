@@ -140,6 +140,8 @@ class TcpQp final : public QueuePair {
   bool build_frame_locked();
   bool write_frame_locked();
   void set_want_write_locked(bool want);
+  // Adds (EPOLL_CTL_ADD) or changes (EPOLL_CTL_MOD) the device's watch on this QP's socket.
+  void watch_socket_locked(int operation, std::uint32_t events);
   void queue_control_locked(wire::Header header);
   void finish_header_locked(wire::Header& header);
   int gather_locked(const std::array<Sge, kMaxSge>& sges, std::uint32_t num_sge, std::uint64_t offset,
