@@ -4,6 +4,7 @@
 
 #include "core/config.hpp"
 #include "core/log.hpp"
+#include "providers/shm/shm_factory.hpp"
 #include "providers/tcp/tcp_factory.hpp"
 #include "rdmx/verbs.hpp"
 
@@ -20,6 +21,7 @@ struct ProviderEntry {
 const std::vector<ProviderEntry>& providers() {
   static const std::vector<ProviderEntry> kProviders = {
       {"tcp", [](const std::string& why) { return tcp::open_tcp_device(why); }},
+      {"shm", [](const std::string& why) { return shm::open_shm_device(why); }},
   };
   return kProviders;
 }

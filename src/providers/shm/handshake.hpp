@@ -1,0 +1,51 @@
+// The messages that set up a shm QP connection over the acceptor's Unix
+// socket. The initiator sends HELLO with the shared segment's memfd attached
+// (SCM_RIGHTS); the acceptor maps it, proves cross-memory attach works by
+// reading the initiator's probe word, and answers ACCEPT (or a refusal with
+// errno), after which the initiator proves the same in the other direction.
+// Later bytes on the socket are wake-ups; its end-of-file means the peer is gone.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace rdmx::shm {
+
+constexpr std::uint32_t kHelloMagic = 0x4f4c4548;   // "HELO"
+constexpr std::uint32_t kAcceptMagic = 0x54504341;  // "ACPT"
+constexpr std::uint32_t kHandshakeVersion = 1;
+
+struct Hello {
+  std::uint32_t magic = kHelloMagic;
+  std::uint32_t version = kHandshakeVersion;
+  std::uint64_t target_nonce = 0;
+  std::uint32_t target_qpn = 0;
+  std::uint32_t source_qpn = 0;
+  std::uint64_t source_nonce = 0;
+  std::uint64_t segment_bytes = 0;
+  std::uint32_t ring_slots = 0;
+  std::uint32_t reserved = 0;
+  std::uint64_t probe_addr = 0;
+  std::uint64_t probe_value = 0;
+};
+
+struct Accept {
+  std::uint32_t magic = kAcceptMagic;
+  std::int32_t error = 0;  // 0, or the errno of the acceptor's failed check
+  std::uint64_t probe_addr = 0;
+  std::uint64_t probe_value = 0;
+};
+
+// Sends `bytes` and, when fd >= 0, the descriptor with them. Returns errno (0 on success).
+int send_with_fd(int socket, const void* bytes, std::size_t length, int fd);
+// Receives exactly `length` bytes in one message and the descriptor sent with
+// them (-1 when none). Returns 0, EAGAIN when nothing has arrived, ECONNRESET
+// at end of file, EPROTO for a short message, or errno.
+int receive_with_fd(int socket, void* bytes, std::size_t length, int* fd);
+// Reads 8 bytes at `addr` in process `pid` with process_vm_readv and compares
+// them with `value`. Returns 0 or the errno that explains the failure.
+int probe_cross_memory(int pid, std::uint64_t addr, std::uint64_t value);
+// What to tell the user when cross-memory attach to `pid` fails with `error`.
+std::string cross_memory_hint(int error);
+
+}  // namespace rdmx::shm

@@ -1,0 +1,416 @@
+#include "providers/shm/shm_device.hpp"
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "core/completion_queue.hpp"
+#include "core/config.hpp"
+#include "core/log.hpp"
+#include "providers/shm/shm_factory.hpp"
+#include "providers/shm/shm_qp.hpp"
+
+namespace rdmx::shm {
+namespace {
+
+constexpr auto kAppParkMin = std::chrono::microseconds(500);
+constexpr auto kAppParkMax = std::chrono::milliseconds(8);
+constexpr std::uint32_t kEpollPassEvery = 16;
+constexpr std::uint32_t kTimerPassEvery = 128;
+constexpr std::size_t kMaxPendingConnections = 1024;
+constexpr std::size_t kDefaultEagerLimit = 16 * 1024;
+
+[[noreturn]] void throw_system(const std::string& what, const std::string& where) {
+  throw Error(ErrorCode::System, what + ": " + std::strerror(errno),
+              {.op = "open_device shm", .peer_addr = where,
+               .hint = "set RDMX_SHM_DIR to a writable local directory, or use RDMX_PROVIDER=tcp"});
+}
+
+// The directory of the devices' sockets: RDMX_SHM_DIR, else one per user in /tmp.
+std::string socket_directory() {
+  if (auto dir = core::env("RDMX_SHM_DIR")) return *dir;
+  return "/tmp/rdmx-shm-" + std::to_string(::getuid());
+}
+
+// Sockets of processes that died without closing their device (SIGKILL).
+void remove_stale_sockets(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return;
+  while (dirent* e = ::readdir(d)) {
+    int pid = 0;
+    char rest[64];
+    if (std::sscanf(e->d_name, "%d-%63s", &pid, rest) != 2 || pid <= 0) continue;
+    if (std::strstr(rest, ".sock") == nullptr) continue;
+    if (::kill(pid, 0) != 0 && errno == ESRCH) ::unlink((dir + "/" + e->d_name).c_str());
+  }
+  ::closedir(d);
+}
+}  // namespace
+
+std::size_t eager_limit() {
+  static const std::size_t limit = [] {
+    if (auto v = core::env("RDMX_SHM_EAGER_LIMIT")) {
+      char* end = nullptr;
+      unsigned long long n = std::strtoull(v->c_str(), &end, 10);
+      if (end != v->c_str()) {
+        if (*end == 'K' || *end == 'k') n <<= 10;
+        if (*end == 'M' || *end == 'm') n <<= 20;
+        return static_cast<std::size_t>(std::min<unsigned long long>(n, 64 * 1024));
+      }
+      RDMX_WARN("RDMX_SHM_EAGER_LIMIT=%s is not a size; using %zu", v->c_str(), kDefaultEagerLimit);
+    }
+    return kDefaultEagerLimit;
+  }();
+  return limit;
+}
+
+std::shared_ptr<Device> open_shm_device(const std::string& why, std::shared_ptr<core::MemoryRegistry> registry) {
+  if (!registry) registry = std::make_shared<core::MemoryRegistry>();
+  return std::make_shared<ShmDevice>(why, std::move(registry));
+}
+
+ShmDevice::ShmDevice(std::string why, std::shared_ptr<core::MemoryRegistry> registry)
+    : registry_(std::move(registry)) {
+  std::random_device entropy;
+  nonce_ = (static_cast<std::uint64_t>(entropy()) << 32) ^ entropy() ^ static_cast<std::uint64_t>(::getpid());
+  const std::string dir = socket_directory();
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) throw_system("cannot create the socket directory", dir);
+  remove_stale_sockets(dir);
+  char file[64];
+  std::snprintf(file, sizeof(file), "/%d-%016llx.sock", static_cast<int>(::getpid()),
+                static_cast<unsigned long long>(nonce_));
+  socket_path_ = dir + file;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socket_path_.size() >= sizeof(addr.sun_path)) {
+    throw Error(ErrorCode::InvalidArgument, "socket path too long: " + socket_path_,
+                {.op = "open_device shm", .hint = "set RDMX_SHM_DIR to a shorter directory"});
+  }
+  std::memcpy(addr.sun_path, socket_path_.c_str(), socket_path_.size() + 1);
+  listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (listen_fd_ < 0) throw_system("socket(AF_UNIX) failed", socket_path_);
+  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(listen_fd_, 512) != 0) {
+    int saved = errno;
+    ::close(listen_fd_);
+    errno = saved;
+    throw_system("cannot listen on the device socket", socket_path_);
+  }
+  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (epoll_fd_ < 0 || wake_fd_ < 0) throw_system("epoll/eventfd creation failed", socket_path_);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = watch_tag(Watch::Listener, 0);
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
+  ev.data.u64 = watch_tag(Watch::Wake, 0);
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+  // Let peers on this host attach to our memory even under Yama's "restricted
+  // ptrace" (scope 1); the region table still decides every access.
+#ifdef PR_SET_PTRACER
+  ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+#endif
+  name_ = "shm:" + socket_path_;
+  why_ = why + "; eager limit " + std::to_string(eager_limit()) + " B, larger messages by cross-memory attach";
+  engine_ = std::thread([this] { engine_main(); });
+}
+
+ShmDevice::~ShmDevice() {
+  stopping_.store(true);
+  std::uint64_t one = 1;
+  [[maybe_unused]] auto ignored = ::write(wake_fd_, &one, sizeof(one));
+  app_idle_word_.notify_all();
+  if (engine_.joinable()) engine_.join();
+  for (auto& [fd, p] : pending_) {
+    ::close(fd);
+    if (p.hello.memfd >= 0) ::close(p.hello.memfd);
+  }
+  ::close(listen_fd_);
+  ::unlink(socket_path_.c_str());
+  ::close(wake_fd_);
+  ::close(epoll_fd_);
+}
+
+DeviceCaps ShmDevice::caps() const {
+  DeviceCaps caps;
+  caps.remote_peers = false;
+  caps.same_host_peers = true;
+  caps.auto_progress = true;
+  caps.max_msg_size = 1ull << 31;
+  caps.max_qp_wr = 16384;
+  caps.max_sge = kMaxSge;
+  caps.max_inline_data = 0;
+  return caps;
+}
+
+std::unique_ptr<ProtectionDomain> ShmDevice::alloc_pd() {
+  return std::make_unique<core::RegistryProtectionDomain>(*registry_);
+}
+
+std::unique_ptr<CompletionQueue> ShmDevice::create_cq(std::size_t depth) {
+  return std::make_unique<core::CompletionRing>(
+      depth, core::CompletionRing::Hooks{[this] { return progress(); }, [this] { application_idle(); }});
+}
+
+std::unique_ptr<QueuePair> ShmDevice::create_qp(ProtectionDomain& pd, CompletionQueue& send_cq,
+                                                CompletionQueue& recv_cq, const QpCaps& caps) {
+  auto* domain = dynamic_cast<core::RegistryProtectionDomain*>(&pd);
+  auto* scq = dynamic_cast<core::CompletionRing*>(&send_cq);
+  auto* rcq = dynamic_cast<core::CompletionRing*>(&recv_cq);
+  if (domain == nullptr || &domain->registry() != registry_.get() || scq == nullptr || rcq == nullptr) {
+    throw Error(ErrorCode::InvalidArgument, "protection domain or completion queue belongs to another device",
+                {.op = "create_qp", .hint = "create the PD and CQs from the same Device as the QP"});
+  }
+  return std::make_unique<ShmQp>(*this, *domain, *scq, *rcq, caps);
+}
+
+std::size_t ShmDevice::progress() {
+  note_application_activity();
+  std::unique_lock lock(mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return 0;
+  return pass_locked(false);
+}
+
+void ShmDevice::application_idle() {
+  app_sleeping_.store(true, std::memory_order_relaxed);
+  app_idle_word_.notify_all();
+}
+
+void ShmDevice::add_qp_locked(ShmQp* qp) {
+  qps_[qp->qp_num()] = qp;
+  qp_list_.push_back(qp);
+}
+
+void ShmDevice::remove_qp_locked(ShmQp* qp) {
+  qps_.erase(qp->qp_num());
+  std::erase(qp_list_, qp);
+}
+
+std::size_t ShmDevice::pass_locked(bool full) {
+  // The rings are polled on every pass (one load each when idle); sockets
+  // (connections, wake-ups, a peer's exit) and timers less often.
+  std::size_t did = 0;
+  for (ShmQp* qp : qp_list_) did += qp->poll_locked();
+  ++passes_;
+  if (full || passes_ % kEpollPassEvery == 0) did += epoll_pass_locked();
+  if (full || passes_ % kTimerPassEvery == 0) {
+    auto now = core::Clock::now();
+    if (now >= next_timer_scan_) run_timers_locked(now);
+  }
+  return did;
+}
+
+std::size_t ShmDevice::epoll_pass_locked() {
+  epoll_event events[64];
+  int n = ::epoll_wait(epoll_fd_, events, 64, 0);
+  std::size_t did = 0;
+  for (int i = 0; i < n; ++i) {
+    auto kind = static_cast<Watch>(events[i].data.u64 >> 32);
+    auto id = static_cast<std::uint32_t>(events[i].data.u64);
+    switch (kind) {
+      case Watch::Listener:
+        accept_all_locked();
+        ++did;
+        break;
+      case Watch::Pending:
+        read_hello_locked(static_cast<int>(id));
+        ++did;
+        break;
+      case Watch::Qp:
+        if (auto it = qps_.find(id); it != qps_.end() && it->second->on_socket_locked(events[i].events)) ++did;
+        break;
+      case Watch::Wake: {
+        std::uint64_t value;
+        [[maybe_unused]] auto ignored = ::read(wake_fd_, &value, sizeof(value));
+        break;
+      }
+    }
+  }
+  return did;
+}
+
+void ShmDevice::accept_all_locked() {
+  for (;;) {
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        RDMX_WARN("shm %s: accept failed: %s", name_.c_str(), std::strerror(errno));
+      }
+      return;
+    }
+    if (pending_.size() >= kMaxPendingConnections) {
+      RDMX_WARN("shm %s: refusing a connection: %zu connections already wait for their QP", name_.c_str(),
+                pending_.size());
+      ::close(fd);
+      continue;
+    }
+    Pending& p = pending_[fd];
+    p.hello.socket = fd;
+    p.accepted_at = core::Clock::now();
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.u64 = watch_tag(Watch::Pending, static_cast<std::uint32_t>(fd));
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+  }
+}
+
+void ShmDevice::drop_pending_locked(int fd, const char* why) {
+  auto it = pending_.find(fd);
+  if (it == pending_.end()) return;
+  RDMX_WARN("shm %s: closing a connection before it reached its QP: %s", name_.c_str(), why);
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  ::close(fd);
+  if (it->second.hello.memfd >= 0) ::close(it->second.hello.memfd);
+  pending_.erase(it);
+}
+
+void ShmDevice::read_hello_locked(int fd) {
+  auto it = pending_.find(fd);
+  if (it == pending_.end() || it->second.complete) return;
+  Pending& p = it->second;
+  int memfd = -1;
+  int error = receive_with_fd(fd, &p.hello.hello, sizeof(Hello), &memfd);
+  if (error == EAGAIN || error == EINTR) return;
+  if (error != 0) return drop_pending_locked(fd, error == EPROTO ? "malformed HELLO" : "closed before HELLO");
+  p.hello.memfd = memfd;
+  const Hello& h = p.hello.hello;
+  if (h.magic != kHelloMagic || h.version != kHandshakeVersion) return drop_pending_locked(fd, "not an rdmx shm HELLO");
+  if (memfd < 0) return drop_pending_locked(fd, "HELLO came without its shared segment");
+  if (h.target_nonce != nonce_) {
+    return drop_pending_locked(fd, "HELLO names another device instance (stale QP address from an earlier run?)");
+  }
+  p.complete = true;
+  // Parked until its QP takes it: stop watching, or level-triggered epoll would report it again.
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  auto qp = qps_.find(h.target_qpn);
+  if (qp == qps_.end()) return drop_pending_locked(fd, "HELLO names a QP number that does not exist");
+  switch (qp->second->offer_locked(p.hello)) {
+    case ShmQp::Offer::Taken:
+      pending_.erase(it);
+      return;
+    case ShmQp::Offer::NotYet:
+      return;
+    case ShmQp::Offer::Refused:
+      return drop_pending_locked(fd, "HELLO comes from a peer this QP is not connected to");
+  }
+}
+
+bool ShmDevice::claim_pending_locked(std::uint32_t qpn, std::uint32_t remote_qpn, std::uint64_t remote_nonce,
+                                     PendingHello* out) {
+  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+    const Pending& p = it->second;
+    if (p.complete && p.hello.hello.target_qpn == qpn && p.hello.hello.source_qpn == remote_qpn &&
+        p.hello.hello.source_nonce == remote_nonce) {
+      *out = p.hello;
+      pending_.erase(it);
+      return true;
+    }
+  }
+  return false;
+}
+
+void ShmDevice::run_timers_locked(core::Clock::time_point now) {
+  bool busy = false;
+  for (ShmQp* qp : qp_list_) {
+    if (qp->on_timer_locked(now)) busy = true;
+  }
+  const auto limit = core::timeout();
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    auto next = std::next(it);
+    if (now - it->second.accepted_at > limit) {
+      drop_pending_locked(it->first, "no QP claimed the connection within RDMX_TIMEOUT");
+    } else {
+      busy = true;
+    }
+    it = next;
+  }
+  timers_busy_.store(busy, std::memory_order_relaxed);
+  next_timer_scan_ = now + std::chrono::milliseconds(1);
+}
+
+bool ShmDevice::prepare_sleep_locked() {
+  for (ShmQp* qp : qp_list_) qp->set_sleeping_locked(true);
+  // Pairs with the producer's fence between publishing a record and reading
+  // the mark: either it sees the mark and wakes us, or we see its record.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (ShmQp* qp : qp_list_) {
+    if (qp->has_input_locked()) {
+      end_sleep_locked();
+      return false;
+    }
+  }
+  return true;
+}
+
+void ShmDevice::end_sleep_locked() {
+  for (ShmQp* qp : qp_list_) qp->set_sleeping_locked(false);
+}
+
+void ShmDevice::engine_main() {
+  auto last_work = core::Clock::now();
+  const auto spin = core::spin_budget();
+  int idle_wakeups = 0;
+  std::uint64_t seen_calls = app_progress_calls_.load(std::memory_order_relaxed);
+  std::chrono::microseconds park = kAppParkMin;
+  while (!stopping_.load(std::memory_order_relaxed)) {
+    std::uint64_t calls = app_progress_calls_.load(std::memory_order_relaxed);
+    if (calls != seen_calls && !app_sleeping_.exchange(false, std::memory_order_relaxed)) {
+      // An application thread drives progress: stay out of its way until it
+      // sleeps or stops calling for a park period.
+      seen_calls = calls;
+      auto epoch = app_idle_word_.epoch();
+      app_idle_word_.block(epoch, core::Clock::now() + park);
+      park = std::min<std::chrono::microseconds>(park * 2, kAppParkMax);
+      continue;
+    }
+    park = kAppParkMin;
+    seen_calls = calls;
+    std::size_t did = 0;
+    {
+      std::unique_lock lock(mutex_, std::try_to_lock);
+      if (lock.owns_lock()) did = pass_locked(core::Clock::now() - last_work > spin);
+    }
+    auto now = core::Clock::now();
+    if (did != 0) {
+      last_work = now;
+      idle_wakeups = 0;
+      continue;
+    }
+    if (now - last_work < spin) {
+#if defined(__x86_64__)
+      __builtin_ia32_pause();
+#endif
+      continue;
+    }
+    {
+      std::lock_guard lock(mutex_);
+      if (!prepare_sleep_locked()) {
+        last_work = core::Clock::now();
+        continue;
+      }
+    }
+    epoll_event event;
+    int n = ::epoll_wait(epoll_fd_, &event, 1, timers_busy_ ? 1 : 100);
+    {
+      std::lock_guard lock(mutex_);
+      end_sleep_locked();
+    }
+    if (n > 0 && ++idle_wakeups > 64) {
+      RDMX_TRACE("shm %s: progress engine woke %d times with nothing to do", name_.c_str(), idle_wakeups);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    last_work = core::Clock::now() - spin;  // one full pass after a wake-up, then block again unless busy
+  }
+}
+
+}  // namespace rdmx::shm

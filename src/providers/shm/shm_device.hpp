@@ -1,0 +1,122 @@
+// The shm provider's device: a listening Unix socket through which peers on
+// this host hand over the shared segments of their QP connections, the memory
+// registry, and the progress engine.
+//
+// Progress follows the tcp provider's model: whoever holds the device lock
+// runs a pass over the QPs' rings, either an application thread (progress(),
+// CQ poll/wait) or the background engine thread once no application thread
+// drives progress. The engine spins RDMX_SPIN_US after activity, then marks
+// each ring "sleeping" and blocks in epoll_wait on the QPs' sockets, where a
+// producer that sees the mark writes one byte to wake it.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "core/memory_registry.hpp"
+#include "core/wait.hpp"
+#include "providers/shm/handshake.hpp"
+#include "rdmx/verbs.hpp"
+
+namespace rdmx::shm {
+
+class ShmQp;
+
+// epoll tags: kind in the high 32 bits, id (fd or qpn) in the low ones.
+enum class Watch : std::uint32_t { Listener = 1, Pending = 2, Qp = 3, Wake = 4 };
+inline std::uint64_t watch_tag(Watch kind, std::uint32_t id) { return (static_cast<std::uint64_t>(kind) << 32) | id; }
+
+// RDMX_SHM_EAGER_LIMIT: messages up to this size travel through the rings;
+// larger ones are copied once between the two processes' buffers.
+std::size_t eager_limit();
+
+class ShmDevice final : public Device {
+ public:
+  // `registry` may be shared with other devices of this process (auto selection).
+  ShmDevice(std::string why, std::shared_ptr<core::MemoryRegistry> registry);
+  ~ShmDevice() override;
+
+  std::string provider() const override { return "shm"; }
+  std::string name() const override { return name_; }
+  std::string selection_reason() const override { return why_; }
+  DeviceCaps caps() const override;
+  std::unique_ptr<ProtectionDomain> alloc_pd() override;
+  std::unique_ptr<CompletionQueue> create_cq(std::size_t depth) override;
+  std::unique_ptr<QueuePair> create_qp(ProtectionDomain& pd, CompletionQueue& send_cq, CompletionQueue& recv_cq,
+                                       const QpCaps& caps) override;
+  using Device::create_qp;
+  std::size_t progress() override;
+
+  // ---- for QPs ----
+  core::MemoryRegistry& registry() { return *registry_; }
+  std::uint64_t nonce() const { return nonce_; }
+  const std::string& socket_path() const { return socket_path_; }
+  // Guards the device and every QP's state.
+  std::mutex& mutex() { return mutex_; }
+  int epoll_fd() const { return epoll_fd_; }
+  std::uint32_t next_qpn() { return next_qpn_.fetch_add(1); }
+  void add_qp_locked(ShmQp* qp);
+  void remove_qp_locked(ShmQp* qp);
+  // A parked HELLO for this QP from this peer, if one arrived before connect().
+  struct PendingHello {
+    int socket = -1;
+    int memfd = -1;
+    Hello hello{};
+  };
+  bool claim_pending_locked(std::uint32_t qpn, std::uint32_t remote_qpn, std::uint64_t remote_nonce,
+                            PendingHello* out);
+  void note_application_activity() {
+    app_progress_calls_.store(app_progress_calls_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
+  void application_idle();
+
+ private:
+  struct Pending {
+    PendingHello hello;
+    bool complete = false;
+    core::Clock::time_point accepted_at;
+  };
+  std::size_t pass_locked(bool full);
+  std::size_t epoll_pass_locked();
+  void accept_all_locked();
+  void read_hello_locked(int fd);
+  void drop_pending_locked(int fd, const char* why);
+  void run_timers_locked(core::Clock::time_point now);
+  // Before blocking: marks every ring sleeping; false when one has work after all.
+  bool prepare_sleep_locked();
+  void end_sleep_locked();
+  void engine_main();
+
+  std::string name_;
+  std::string why_;
+  std::shared_ptr<core::MemoryRegistry> registry_;
+  std::string socket_path_;
+  int listen_fd_ = -1;
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;
+  std::uint64_t nonce_ = 0;
+
+  std::mutex mutex_;
+  std::unordered_map<std::uint32_t, ShmQp*> qps_;
+  std::vector<ShmQp*> qp_list_;  // the same QPs, for the hot pass
+  std::unordered_map<int, Pending> pending_;
+  core::Clock::time_point next_timer_scan_{};
+  std::atomic<bool> timers_busy_{false};
+  std::uint32_t passes_ = 0;
+
+  std::atomic<std::uint32_t> next_qpn_{1};
+  std::atomic<bool> stopping_{false};
+  std::atomic<std::uint64_t> app_progress_calls_{0};
+  std::atomic<bool> app_sleeping_{false};
+  core::WaitWord app_idle_word_;
+  std::thread engine_;
+};
+
+}  // namespace rdmx::shm

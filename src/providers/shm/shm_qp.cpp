@@ -1,0 +1,1077 @@
+#include "providers/shm/shm_qp.hpp"
+
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "core/config.hpp"
+#include "core/log.hpp"
+#include "core/work_request.hpp"
+
+namespace rdmx::shm {
+namespace {
+
+using core::hex;
+
+// MSNs wrap; compare them as serial numbers.
+inline bool msn_before(std::uint32_t a, std::uint32_t b) { return static_cast<std::int32_t>(a - b) < 0; }
+
+// Ring slots per direction: 4096 x 64 B = 256 KiB, room for 16 eager messages of 16 KiB.
+constexpr std::uint32_t kRingSlots = 4096;
+constexpr std::uint32_t kMinRingSlots = 64;
+constexpr std::uint32_t kMaxRingSlots = 1u << 20;
+constexpr int kRecordBudget = 64;  // records consumed per pass and QP
+constexpr auto kMaxConnectBackoff = std::chrono::milliseconds(100);
+
+bool is_request(RecordType t) {
+  return t == RecordType::Send || t == RecordType::Write || t == RecordType::Read || t == RecordType::FetchAdd ||
+         t == RecordType::CmpSwap;
+}
+
+bool needs_response(Opcode op) { return op == Opcode::RdmaRead || core::is_atomic(op); }
+
+int peer_pid_of(int socket) {
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (::getsockopt(socket, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return -1;
+  return cred.pid;
+}
+
+// The local pieces [offset, offset+length) of an SGE list, as iovecs.
+int sge_iovecs(const std::array<Sge, kMaxSge>& sges, std::uint32_t num, std::uint64_t length, iovec* out) {
+  int n = 0;
+  for (std::uint32_t i = 0; i < num && length > 0; ++i) {
+    std::uint64_t take = std::min<std::uint64_t>(sges[i].length, length);
+    if (take == 0) continue;
+    out[n++] = {reinterpret_cast<void*>(sges[i].addr), take};
+    length -= take;
+  }
+  return n;
+}
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Construction and verbs.
+
+ShmQp::ShmQp(ShmDevice& device, core::RegistryProtectionDomain& pd, core::CompletionRing& send_cq,
+             core::CompletionRing& recv_cq, const QpCaps& caps)
+    : device_(device),
+      pd_(pd),
+      send_cq_(send_cq),
+      recv_cq_(recv_cq),
+      caps_(core::grant_qp_caps(caps, device.caps(), "shm")),
+      qpn_(device.next_qpn()),
+      eager_(eager_limit()),
+      probe_value_(std::random_device{}() | 1ull << 40) {
+  sq_.resize(caps_.max_send_wr);
+  rq_.resize(caps_.max_recv_wr);
+  std::lock_guard lock(device_.mutex());
+  device_.add_qp_locked(this);
+}
+
+ShmQp::~ShmQp() {
+  std::lock_guard lock(device_.mutex());
+  device_.remove_qp_locked(this);
+  close_socket_locked();
+  if (segment_ != nullptr) ::munmap(segment_, segment_bytes_);
+}
+
+std::string ShmQp::error_reason() const {
+  std::lock_guard lock(device_.mutex());
+  return error_reason_;
+}
+
+QpAddress ShmQp::local_address() const {
+  ShmAddress self;
+  self.boot_id = HostIdentity::self().boot_id;
+  self.pid_namespace = HostIdentity::self().pid_namespace;
+  self.pid = static_cast<std::uint32_t>(::getpid());
+  self.qpn = qpn_;
+  self.nonce = device_.nonce();
+  self.socket_path = device_.socket_path();
+  return self.encode();
+}
+
+ErrorContext ShmQp::context(const std::string& op) const {
+  ErrorContext c;
+  c.op = op;
+  c.peer_rank = peer_rank_;
+  c.peer_addr = peer_text_;
+  return c;
+}
+
+std::string ShmQp::describe_peer() const { return peer_text_.empty() ? "the peer" : peer_text_; }
+
+void ShmQp::init() {
+  std::lock_guard lock(device_.mutex());
+  if (state() == QpState::Reset) state_.store(QpState::Init);
+}
+
+void ShmQp::connect(const QpAddress& remote, const ConnectOptions& options) {
+  ShmAddress peer = ShmAddress::decode(remote);
+  std::string why;
+  if (!reachable(peer, &why)) {
+    throw Error(ErrorCode::InvalidArgument, "the shm provider cannot reach this peer: " + why,
+                {.op = "connect", .peer_rank = options.peer_rank, .peer_addr = peer.to_string(),
+                 .hint = "shm connects processes on one host; use RDMX_PROVIDER=auto or tcp for other hosts"});
+  }
+  std::lock_guard lock(device_.mutex());
+  if (state() == QpState::Reset) state_.store(QpState::Init);
+  if (state() != QpState::Init) {
+    throw Error(ErrorCode::InvalidState, std::string("connect() needs a QP in INIT, this one is ") + to_string(state()),
+                {.op = "connect", .peer_rank = options.peer_rank, .peer_addr = peer.to_string(),
+                 .hint = "create a new QP for a new connection"});
+  }
+  if (peer.nonce == device_.nonce() && peer.qpn == qpn_) {
+    throw Error(ErrorCode::InvalidArgument, "a shm QP cannot be connected to itself",
+                {.op = "connect", .peer_addr = peer.to_string(), .hint = "connect two QPs to each other"});
+  }
+  remote_ = peer;
+  peer_rank_ = options.peer_rank;
+  peer_text_ = peer.to_string();
+  if (peer_rank_ >= 0) peer_text_ = "rank " + std::to_string(peer_rank_) + " at " + peer_text_;
+  rnr_timeout_ = options.rnr_timeout.count() < 0 ? core::rnr_timeout() : options.rnr_timeout;
+  connect_requested_ = true;
+  connect_deadline_ = core::Clock::now() + core::timeout();
+  initiator_ = std::make_tuple(device_.nonce(), qpn_) < std::make_tuple(peer.nonce, peer.qpn);
+  state_.store(QpState::Rtr);
+  state_.store(QpState::Rts);
+  RDMX_INFO("shm qp %u: connecting to %s as %s (%s)", qpn_, peer_text_.c_str(), initiator_ ? "initiator" : "acceptor",
+            why.c_str());
+  if (initiator_) {
+    // The initiator owns the segment: create it now, so work can be queued in it at once.
+    const std::size_t bytes = segment_size(kRingSlots);
+    int memfd = ::memfd_create("rdmx-shm-qp", MFD_CLOEXEC);
+    void* base = MAP_FAILED;
+    if (memfd >= 0 && ::ftruncate(memfd, static_cast<off_t>(bytes)) == 0) {
+      base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+    }
+    if (base == MAP_FAILED) {
+      int saved = errno;
+      if (memfd >= 0) ::close(memfd);
+      fail_locked(std::string("cannot create the shared segment (memfd_create/mmap): ") + std::strerror(saved),
+                  WcStatus::RetryExcErr);
+      return;
+    }
+    auto* seg = static_cast<SegmentHeader*>(base);
+    seg->magic = kSegmentMagic;
+    seg->version = kSegmentVersion;
+    seg->ring_slots = kRingSlots;
+    segment_ = base;
+    segment_bytes_ = bytes;
+    attach_segment_locked(base, bytes, true);
+    memfd_ = memfd;
+    start_connect_locked();
+  } else {
+    ShmDevice::PendingHello hello;
+    if (device_.claim_pending_locked(qpn_, peer.qpn, peer.nonce, &hello)) accept_locked(hello);
+  }
+}
+
+void ShmQp::set_error(const std::string& reason) {
+  std::lock_guard lock(device_.mutex());
+  fail_locked("set_error: " + reason, WcStatus::WrFlushErr);
+}
+
+void ShmQp::post_send(const SendWr& wr) {
+  const std::uint64_t total =
+      core::validate_send_wr(wr, caps_, device_.caps().max_msg_size, [this](const std::string& op) { return context(op); });
+  std::lock_guard lock(device_.mutex());
+  QpState s = state();
+  if (s != QpState::Rts && s != QpState::Error) {
+    ErrorContext ctx = context(std::string("post_send ") + to_string(wr.opcode));
+    ctx.hint = "call connect() first";
+    throw Error(ErrorCode::InvalidState, std::string("post_send needs RTS, the QP is in ") + to_string(s), ctx);
+  }
+  if (sq_count_ == sq_.size()) {
+    ErrorContext ctx = context(std::string("post_send ") + to_string(wr.opcode));
+    ctx.sizes = "max_send_wr=" + std::to_string(sq_.size());
+    ctx.hint = "poll the send CQ; post a signaled WR periodically so completed WRs free their slots";
+    throw Error(ErrorCode::QueueFull, "send queue full", ctx);
+  }
+  SendEntry& e = sq_[(sq_head_ + sq_count_) % sq_.size()];
+  e.wr_id = wr.wr_id;
+  e.opcode = wr.opcode;
+  e.signaled = wr.signaled;
+  e.imm = wr.imm_data;
+  e.remote_addr = wr.remote_addr;
+  e.rkey = wr.rkey;
+  e.compare_add = wr.compare_add;
+  e.swap = wr.swap;
+  e.num_sge = static_cast<std::uint32_t>(wr.sg_list.size());
+  std::copy(wr.sg_list.begin(), wr.sg_list.end(), e.sges.begin());
+  e.total = total;
+  e.msn = next_msn_++;
+  e.response_done = false;
+  e.rnr_seen = false;
+  ++sq_count_;
+  if (s == QpState::Error) {
+    // As in IB: work posted to a QP in ERROR completes with WR_FLUSH_ERR.
+    push_send_completion_locked(e, WcStatus::WrFlushErr);
+    sq_head_ = (sq_head_ + 1) % sq_.size();
+    --sq_count_;
+    return;
+  }
+  const Access need = core::carries_payload(wr.opcode) ? Access::None : Access::LocalWrite;
+  for (std::uint32_t i = 0; i < e.num_sge; ++i) {
+    const Sge& sge = e.sges[i];
+    auto verdict = pd_.registry().check(false, &pd_, sge.lkey, sge.addr, sge.length, need);
+    if (verdict != core::AccessCheck::Ok) {
+      fail_locked("post_send " + std::string(to_string(wr.opcode)) + " wr_id " + std::to_string(wr.wr_id) +
+                      ": local SGE " + std::to_string(i) + " (addr " + hex(sge.addr) + ", length " +
+                      std::to_string(sge.length) + ", lkey " + hex(sge.lkey) + "): " + core::to_string(verdict),
+                  WcStatus::LocProtErr, e.msn);
+      return;
+    }
+  }
+  device_.note_application_activity();
+  pump_locked();
+}
+
+void ShmQp::post_recv(const RecvWr& wr) {
+  const std::uint64_t capacity =
+      core::validate_recv_wr(wr, caps_, [this](const std::string& op) { return context(op); });
+  std::lock_guard lock(device_.mutex());
+  QpState s = state();
+  if (s == QpState::Reset) {
+    ErrorContext ctx = context("post_recv");
+    ctx.hint = "call init() or connect() first";
+    throw Error(ErrorCode::InvalidState, "post_recv needs INIT or later, the QP is in RESET", ctx);
+  }
+  if (rq_count_ == rq_.size()) {
+    ErrorContext ctx = context("post_recv");
+    ctx.sizes = "max_recv_wr=" + std::to_string(rq_.size());
+    ctx.hint = "poll the receive CQ before posting more";
+    throw Error(ErrorCode::QueueFull, "receive queue full", ctx);
+  }
+  RecvEntry entry{};
+  entry.wr_id = wr.wr_id;
+  entry.num_sge = static_cast<std::uint32_t>(wr.sg_list.size());
+  std::copy(wr.sg_list.begin(), wr.sg_list.end(), entry.sges.begin());
+  entry.capacity = capacity;
+  if (s == QpState::Error) {
+    push_recv_completion_locked(entry, WcStatus::WrFlushErr, WcOpcode::Recv, 0, false, 0);
+    return;
+  }
+  rq_[(rq_head_ + rq_count_) % rq_.size()] = entry;
+  ++rq_count_;
+  // A SEND held for want of a receive can go now, without waiting for the engine.
+  if (rnr_nak_sent_) poll_locked();
+}
+
+// ---------------------------------------------------------------------------
+// Connection.
+
+void ShmQp::attach_segment_locked(void* base, std::size_t bytes, bool initiator) {
+  (void)bytes;
+  auto* seg = static_cast<SegmentHeader*>(base);
+  const int out = initiator ? 0 : 1;
+  const int in = 1 - out;
+  auto* data = reinterpret_cast<std::uint8_t*>(seg + 1);
+  const std::size_t ring_bytes = static_cast<std::size_t>(kRingSlots) * kSlot;
+  out_control_ = &seg->ring[out];
+  in_control_ = &seg->ring[in];
+  out_ = RingProducer(out_control_, data + static_cast<std::size_t>(out) * ring_bytes, kRingSlots);
+  in_ = RingConsumer(in_control_, data + static_cast<std::size_t>(in) * ring_bytes, kRingSlots);
+}
+
+void ShmQp::start_connect_locked() {
+  // A dead peer is reported at once, not after RDMX_TIMEOUT.
+  if (::kill(static_cast<pid_t>(remote_.pid), 0) != 0 && errno == ESRCH) {
+    fail_locked("connect to " + describe_peer() + ": the process no longer exists", WcStatus::RetryExcErr);
+    return;
+  }
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    fail_locked(std::string("socket(AF_UNIX) failed: ") + std::strerror(errno), WcStatus::RetryExcErr);
+    return;
+  }
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, remote_.socket_path.c_str(), remote_.socket_path.size() + 1);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    int error = errno;
+    ::close(fd);
+    if (core::Clock::now() >= connect_deadline_) {
+      fail_locked("cannot connect to " + describe_peer() + ": " + std::strerror(error), WcStatus::RetryExcErr);
+      return;
+    }
+    // The listener's backlog is full (EAGAIN) or it is going away: retry with backoff.
+    retry_connect_at_ = core::Clock::now() + retry_backoff_;
+    retry_backoff_ = std::min(retry_backoff_ * 2, kMaxConnectBackoff);
+    return;
+  }
+  socket_ = fd;
+  peer_pid_ = peer_pid_of(fd);
+  Hello hello;
+  hello.target_nonce = remote_.nonce;
+  hello.target_qpn = remote_.qpn;
+  hello.source_qpn = qpn_;
+  hello.source_nonce = device_.nonce();
+  hello.segment_bytes = segment_bytes_;
+  hello.ring_slots = kRingSlots;
+  hello.probe_addr = reinterpret_cast<std::uint64_t>(&probe_value_);
+  hello.probe_value = probe_value_;
+  int error = send_with_fd(fd, &hello, sizeof(hello), memfd_);
+  ::close(memfd_);
+  memfd_ = -1;
+  if (error != 0) {
+    fail_locked("sending HELLO to " + describe_peer() + " failed: " + std::strerror(error), WcStatus::RetryExcErr);
+    return;
+  }
+  socket_connected_ = true;
+  watch_socket_locked();
+}
+
+void ShmQp::watch_socket_locked() {
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.u64 = watch_tag(Watch::Qp, qpn_);
+  ::epoll_ctl(device_.epoll_fd(), EPOLL_CTL_ADD, socket_, &ev);
+}
+
+void ShmQp::close_socket_locked() {
+  if (memfd_ >= 0) {
+    ::close(memfd_);
+    memfd_ = -1;
+  }
+  if (socket_ < 0) return;
+  ::epoll_ctl(device_.epoll_fd(), EPOLL_CTL_DEL, socket_, nullptr);
+  ::close(socket_);
+  socket_ = -1;
+}
+
+ShmQp::Offer ShmQp::offer_locked(const ShmDevice::PendingHello& hello) {
+  if (!connect_requested_) return Offer::NotYet;
+  if (initiator_ || socket_ >= 0 || state() == QpState::Error || remote_.qpn != hello.hello.source_qpn ||
+      remote_.nonce != hello.hello.source_nonce) {
+    return Offer::Refused;
+  }
+  accept_locked(hello);
+  return Offer::Taken;
+}
+
+void ShmQp::accept_locked(const ShmDevice::PendingHello& pending) {
+  const Hello& h = pending.hello;
+  socket_ = pending.socket;
+  peer_pid_ = peer_pid_of(socket_);
+  int memfd = pending.memfd;
+  Accept reply;
+  std::string problem;
+  struct stat st {};
+  const bool slots_ok = h.ring_slots == kRingSlots && h.ring_slots >= kMinRingSlots && h.ring_slots <= kMaxRingSlots;
+  void* base = MAP_FAILED;
+  if (!slots_ok || h.segment_bytes != segment_size(h.ring_slots)) {
+    problem = "HELLO describes a segment of " + std::to_string(h.segment_bytes) + " bytes with " +
+              std::to_string(h.ring_slots) + " slots per ring (this build uses " + std::to_string(kRingSlots) + ")";
+    reply.error = EPROTO;
+  } else if (::fstat(memfd, &st) != 0 || static_cast<std::uint64_t>(st.st_size) < h.segment_bytes) {
+    problem = "the shared segment is smaller than HELLO says";
+    reply.error = EPROTO;
+  } else if ((base = ::mmap(nullptr, h.segment_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0)) == MAP_FAILED) {
+    reply.error = errno;
+    problem = std::string("cannot map the shared segment: ") + std::strerror(errno);
+  } else if (static_cast<SegmentHeader*>(base)->magic != kSegmentMagic ||
+             static_cast<SegmentHeader*>(base)->version != kSegmentVersion) {
+    reply.error = EPROTO;
+    problem = "the shared segment does not carry rdmx's header";
+  } else if (int probe = probe_cross_memory(peer_pid_, h.probe_addr, h.probe_value); probe != 0) {
+    reply.error = probe;
+    problem = cross_memory_hint(probe);
+  }
+  ::close(memfd);
+  if (base != MAP_FAILED) {
+    segment_ = base;
+    segment_bytes_ = h.segment_bytes;
+  }
+  reply.probe_addr = reinterpret_cast<std::uint64_t>(&probe_value_);
+  reply.probe_value = probe_value_;
+  int sent = send_with_fd(socket_, &reply, sizeof(reply), -1);
+  watch_socket_locked();
+  if (reply.error != 0) {
+    fail_locked("cannot attach to " + describe_peer() + " (pid " + std::to_string(peer_pid_) + "): " + problem,
+                WcStatus::RetryExcErr);
+    return;
+  }
+  // A failed answer (the initiator already closed) is not an error of
+  // connect(): the socket's end of file fails the QP on the next pass.
+  if (sent != 0) RDMX_INFO("shm qp %u: answering HELLO failed: %s", qpn_, std::strerror(sent));
+  attach_segment_locked(segment_, segment_bytes_, false);
+  accepted_ = true;
+  RDMX_INFO("shm qp %u: connected to %s (pid %d), cross-memory attach verified", qpn_, peer_text_.c_str(), peer_pid_);
+  pump_locked();
+  wake_peer_locked();
+}
+
+bool ShmQp::on_socket_locked(std::uint32_t events) {
+  if (socket_ < 0) return false;
+  bool closed = false;
+  if (initiator_ && !accepted_ && (events & EPOLLIN) != 0) {
+    Accept reply;
+    int fd = -1;
+    int error = receive_with_fd(socket_, &reply, sizeof(reply), &fd);
+    if (fd >= 0) ::close(fd);
+    if (error == EAGAIN || error == EINTR) return false;
+    if (error != 0 || reply.magic != kAcceptMagic) {
+      fail_locked("connection closed by " + describe_peer() + " during the handshake" +
+                      (error == ECONNRESET ? std::string() : std::string(": ") + std::strerror(error)),
+                  WcStatus::RetryExcErr);
+      close_socket_locked();
+      return true;
+    }
+    if (reply.error != 0) {
+      fail_locked(describe_peer() + " could not attach to this process: " + cross_memory_hint(reply.error),
+                  WcStatus::RetryExcErr);
+      close_socket_locked();
+      return true;
+    }
+    if (int probe = probe_cross_memory(peer_pid_, reply.probe_addr, reply.probe_value); probe != 0) {
+      fail_locked("cannot attach to " + describe_peer() + " (pid " + std::to_string(peer_pid_) +
+                      "): " + cross_memory_hint(probe),
+                  WcStatus::RetryExcErr);
+      close_socket_locked();
+      return true;
+    }
+    accepted_ = true;
+    RDMX_INFO("shm qp %u: connected to %s (pid %d), cross-memory attach verified", qpn_, peer_text_.c_str(),
+              peer_pid_);
+    return true;
+  }
+  if ((events & EPOLLIN) != 0) {
+    // Wake-up bytes: their only purpose was to end our epoll_wait.
+    char sink[256];
+    for (int i = 0; i < 16; ++i) {
+      ssize_t n = ::recv(socket_, sink, sizeof(sink), MSG_DONTWAIT);
+      if (n == 0) closed = true;
+      if (n <= 0) break;
+    }
+  }
+  if ((events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) != 0) closed = true;
+  if (closed) {
+    peer_closed_ = true;
+    poll_locked();  // what the peer put in the ring before it went (a NAK, answers) counts first
+    close_socket_locked();
+    if (state() != QpState::Error) {
+      fail_locked("connection closed by " + describe_peer() + " (its process exited or destroyed the QP)",
+                  WcStatus::RetryExcErr);
+    }
+  }
+  return true;
+}
+
+bool ShmQp::on_timer_locked(core::Clock::time_point now) {
+  if (!connect_requested_ || state() == QpState::Error) return false;
+  bool busy = false;
+  if (initiator_ && !socket_connected_) {
+    busy = true;
+    if (now >= retry_connect_at_) start_connect_locked();
+    if (state() == QpState::Error) return false;
+  }
+  if (!accepted_) {
+    busy = true;
+    if (now >= connect_deadline_) {
+      fail_locked(describe_peer() + " did not complete the connection within RDMX_TIMEOUT (" +
+                      std::to_string(core::timeout().count()) + " ms)",
+                  WcStatus::RetryExcErr);
+      return false;
+    }
+  }
+  // Only the oldest unacknowledged SEND can be held for want of a receive.
+  for (std::size_t i = 0; i < sq_sent_; ++i) {
+    SendEntry& e = sq_[(sq_head_ + i) % sq_.size()];
+    if (!e.rnr_seen) continue;
+    busy = true;
+    if (now - e.first_rnr >= rnr_timeout_) {
+      fail_locked("RNR retry exceeded: " + describe_peer() + " posted no receive for SEND wr_id " +
+                      std::to_string(e.wr_id) + " within " + std::to_string(rnr_timeout_.count()) + " ms",
+                  WcStatus::RnrRetryExcErr, e.msn);
+      return false;
+    }
+    break;
+  }
+  return busy;
+}
+
+bool ShmQp::has_input_locked() const {
+  if (!in_.attached() || state() == QpState::Error) return false;
+  if (in_.peek() != nullptr && !(rnr_nak_sent_ && rq_count_ == 0)) return true;
+  if (sq_sent_ > 0) {
+    std::uint32_t executed = out_control_->executed.load(std::memory_order_acquire);
+    if (msn_before(sq_[sq_head_].msn, executed)) return true;
+  }
+  return false;
+}
+
+void ShmQp::set_sleeping_locked(bool sleeping) {
+  if (in_control_ != nullptr && state() != QpState::Error) {
+    in_control_->sleeping.store(sleeping ? 1 : 0, std::memory_order_relaxed);
+  }
+}
+
+void ShmQp::wake_peer_locked() {
+  if (out_control_ == nullptr || socket_ < 0) return;
+  // Pairs with the sleeper's fence: it sees our records, or we see its mark.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (out_control_->sleeping.load(std::memory_order_relaxed) != 0 &&
+      out_control_->sleeping.exchange(0, std::memory_order_acq_rel) != 0) {
+    char byte = 'w';
+    [[maybe_unused]] auto ignored = ::send(socket_, &byte, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The pass.
+
+std::size_t ShmQp::poll_locked() {
+  if (!in_.attached()) return 0;
+  std::size_t did = 0;
+  bool published = false;
+  if (nak_pending_ && push_control_locked(RecordType::Nak, nak_msn_, static_cast<std::uint64_t>(nak_status_))) {
+    nak_pending_ = false;
+    wake_peer_locked();
+    close_socket_locked();
+    return 1;
+  }
+  if (state() == QpState::Error) return 0;
+  for (int budget = kRecordBudget; budget > 0; --budget) {
+    const Record* r = in_.peek();
+    if (r == nullptr) break;
+    const RecordType type = r->type;
+    const std::uint16_t slots = r->slots;
+    Step step;
+    if (type == RecordType::Pad) {
+      if (slots != in_.slots_to_end()) {
+        protocol_error_locked("PAD record of " + std::to_string(slots) + " slots does not end at the ring's end");
+        return did;
+      }
+      step = Step::Done;
+    } else if (is_request(type)) {
+      step = execute_request_locked(r, slots);
+      if (step == Step::Done) published = true;
+    } else {
+      step = handle_response_locked(r, slots);
+    }
+    if (step != Step::Done) break;
+    in_.pop(slots);
+    ++did;
+  }
+  if (state() == QpState::Error) return did + 1;
+  in_.flush();
+  if (published_msn_ != expected_msn_) {
+    in_control_->executed.store(expected_msn_, std::memory_order_release);
+    published_msn_ = expected_msn_;
+    published = true;
+  }
+  complete_acknowledged_locked();
+  pump_locked();
+  if (published) wake_peer_locked();
+  return did;
+}
+
+// ---------------------------------------------------------------------------
+// Requester.
+
+void ShmQp::pump_locked() {
+  if (!out_.attached() || state() == QpState::Error) return;
+  bool put = false;
+  while (sq_sent_ < sq_count_) {
+    SendEntry& e = sq_[(sq_head_ + sq_sent_) % sq_.size()];
+    if (!put_request_locked(e)) break;
+    ++sq_sent_;
+    put = true;
+  }
+  if (put) wake_peer_locked();
+}
+
+bool ShmQp::put_request_locked(SendEntry& e) {
+  RecordType type = RecordType::Send;
+  switch (e.opcode) {
+    case Opcode::Send:
+    case Opcode::SendWithImm: type = RecordType::Send; break;
+    case Opcode::RdmaWrite:
+    case Opcode::RdmaWriteWithImm: type = RecordType::Write; break;
+    case Opcode::RdmaRead: type = RecordType::Read; break;
+    case Opcode::AtomicFetchAdd: type = RecordType::FetchAdd; break;
+    case Opcode::AtomicCmpSwap: type = RecordType::CmpSwap; break;
+  }
+  const bool payload_op = core::carries_payload(e.opcode);
+  const bool cross = (payload_op || e.opcode == Opcode::RdmaRead) && e.total > eager_;
+  iovec iov[kMaxSge];
+  int iov_count = cross ? sge_iovecs(e.sges, e.num_sge, e.total, iov) : 0;
+  std::size_t payload = cross ? iov_count * sizeof(RemoteIov) : (payload_op ? e.total : 0);
+  Record* r = out_.reserve(payload);
+  if (r == nullptr) return false;
+  r->type = type;
+  r->flags = static_cast<std::uint8_t>((cross ? kCrossMemory : 0) |
+                                       (e.opcode == Opcode::SendWithImm || e.opcode == Opcode::RdmaWriteWithImm
+                                            ? kWithImm
+                                            : 0));
+  r->msn = e.msn;
+  r->rkey = e.rkey;
+  r->imm = e.imm;
+  r->length = static_cast<std::uint32_t>(e.total);
+  r->remote_addr = e.remote_addr;
+  r->arg0 = e.compare_add;
+  r->arg1 = cross ? static_cast<std::uint64_t>(iov_count) : e.swap;
+  if (cross) {
+    auto* list = reinterpret_cast<RemoteIov*>(r->data);
+    for (int i = 0; i < iov_count; ++i) {
+      RemoteIov piece{reinterpret_cast<std::uint64_t>(iov[i].iov_base), iov[i].iov_len};
+      std::memcpy(list + i, &piece, sizeof(piece));
+    }
+  } else if (payload_op) {
+    std::uint8_t* to = r->data;
+    for (std::uint32_t i = 0; i < e.num_sge; ++i) {
+      std::memcpy(to, reinterpret_cast<const void*>(e.sges[i].addr), e.sges[i].length);
+      to += e.sges[i].length;
+    }
+  }
+  out_.publish(r);
+  return true;
+}
+
+ShmQp::SendEntry* ShmQp::entry_for_msn_locked(std::uint32_t msn) {
+  for (std::size_t i = 0; i < sq_sent_; ++i) {
+    SendEntry& e = sq_[(sq_head_ + i) % sq_.size()];
+    if (e.msn == msn) return &e;
+  }
+  return nullptr;
+}
+
+void ShmQp::complete_acknowledged_locked() {
+  if (out_control_ == nullptr || sq_sent_ == 0) return;
+  const std::uint32_t executed = out_control_->executed.load(std::memory_order_acquire);
+  while (sq_sent_ > 0) {
+    SendEntry& e = sq_[sq_head_];
+    if (!msn_before(e.msn, executed)) break;
+    if (needs_response(e.opcode) && !e.response_done) break;
+    if (e.signaled && !push_send_completion_locked(e, WcStatus::Success)) return;
+    sq_head_ = (sq_head_ + 1) % sq_.size();
+    --sq_count_;
+    --sq_sent_;
+  }
+}
+
+ShmQp::Step ShmQp::handle_response_locked(const Record* r, std::uint16_t slots) {
+  const RecordType type = r->type;
+  const std::uint32_t msn = r->msn;
+  const std::uint8_t flags = r->flags;
+  const std::uint32_t length = r->length;
+  const std::uint64_t arg0 = r->arg0;
+  SendEntry* e = entry_for_msn_locked(msn);
+  auto bad = [&](const std::string& what) {
+    protocol_error_locked(what + " (msn " + std::to_string(msn) + ")");
+    return Step::Failed;
+  };
+  switch (type) {
+    case RecordType::ReadResponse: {
+      if (e == nullptr || e->opcode != Opcode::RdmaRead || e->response_done) return bad("unexpected READ response");
+      if ((flags & kCrossMemory) == 0) {
+        if (length != e->total || !in_.well_formed(slots, length)) return bad("READ response of the wrong size");
+        auto lock = pd_.registry().read_lock();
+        const std::uint8_t* from = RingConsumer::payload(r);
+        for (std::uint32_t i = 0; i < e->num_sge; ++i) {
+          const Sge& s = e->sges[i];
+          if (s.length == 0) continue;
+          auto verdict = pd_.registry().check_locked(false, &pd_, s.lkey, s.addr, s.length, Access::LocalWrite);
+          if (verdict != core::AccessCheck::Ok) {
+            lock.unlock();
+            fail_locked("READ wr_id " + std::to_string(e->wr_id) + ": local SGE " + std::to_string(i) + ": " +
+                            core::to_string(verdict),
+                        WcStatus::LocProtErr, msn);
+            return Step::Failed;
+          }
+          std::memcpy(reinterpret_cast<void*>(s.addr), from, s.length);
+          from += s.length;
+        }
+      }
+      e->response_done = true;
+      return Step::Done;
+    }
+    case RecordType::AtomicResponse: {
+      if (e == nullptr || !core::is_atomic(e->opcode) || e->response_done) return bad("unexpected atomic response");
+      const Sge& s = e->sges[0];
+      core::AccessCheck verdict = pd_.registry().with_access(false, &pd_, s.lkey, s.addr, 8, Access::LocalWrite,
+                                                       [&](char* p) { std::memcpy(p, &arg0, 8); });
+      if (verdict != core::AccessCheck::Ok) {
+        fail_locked("atomic wr_id " + std::to_string(e->wr_id) + ": result SGE: " + core::to_string(verdict),
+                    WcStatus::LocProtErr, msn);
+        return Step::Failed;
+      }
+      e->response_done = true;
+      return Step::Done;
+    }
+    case RecordType::RnrNak:
+      if (e == nullptr) return bad("RNR NAK for no outstanding request");
+      if (!e->rnr_seen) {
+        e->rnr_seen = true;
+        e->first_rnr = core::Clock::now();
+      }
+      return Step::Done;
+    case RecordType::Nak: {
+      if (e == nullptr) return bad("NAK for no outstanding request");
+      if (arg0 > static_cast<std::uint64_t>(WcStatus::GeneralErr)) return bad("NAK with an unknown status");
+      // The responder executes in order: everything before the NAKed request was done.
+      while (sq_sent_ > 0 && sq_[sq_head_].msn != msn) {
+        SendEntry& done = sq_[sq_head_];
+        if (needs_response(done.opcode) && !done.response_done) break;
+        if (done.signaled) push_send_completion_locked(done, WcStatus::Success);
+        sq_head_ = (sq_head_ + 1) % sq_.size();
+        --sq_count_;
+        --sq_sent_;
+      }
+      const auto status = static_cast<WcStatus>(arg0);
+      fail_locked(describe_peer() + " refused request msn " + std::to_string(msn) + " (" + to_string(e->opcode) +
+                      " wr_id " + std::to_string(e->wr_id) + "): " + to_string(status),
+                  status, msn);
+      return Step::Failed;
+    }
+    default:
+      return bad("unknown record type " + std::to_string(static_cast<int>(type)));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Responder.
+
+ShmQp::Step ShmQp::execute_request_locked(const Record* r, std::uint16_t slots) {
+  const RecordType type = r->type;
+  const std::uint8_t flags = r->flags;
+  const std::uint32_t msn = r->msn;
+  const std::uint32_t length = r->length;
+  if (msn != expected_msn_) {
+    protocol_error_locked("request msn " + std::to_string(msn) + " where " + std::to_string(expected_msn_) +
+                          " was expected");
+    return Step::Failed;
+  }
+  const bool cross = (flags & kCrossMemory) != 0;
+  const std::uint64_t iov_count = cross ? r->arg1 : 0;
+  const bool payload_op = type == RecordType::Send || type == RecordType::Write;
+  std::size_t payload = cross ? iov_count * sizeof(RemoteIov) : (payload_op ? length : 0);
+  if (iov_count > kMaxSge || (cross && type != RecordType::Send && type != RecordType::Write &&
+                              type != RecordType::Read) ||
+      !in_.well_formed(slots, payload)) {
+    protocol_error_locked("malformed " + std::to_string(static_cast<int>(type)) + " request record (msn " +
+                          std::to_string(msn) + ", " + std::to_string(slots) + " slots, length " +
+                          std::to_string(length) + ")");
+    return Step::Failed;
+  }
+  const bool with_imm = (flags & kWithImm) != 0;
+  const bool consumes_recv = type == RecordType::Send || (type == RecordType::Write && with_imm);
+  if (consumes_recv && rq_count_ == 0) {
+    // RNR: hold the request until a receive is posted; the requester's clock decides when to give up.
+    if (!rnr_nak_sent_) {
+      if (!push_control_locked(RecordType::RnrNak, msn, 0)) return Step::Stall;
+      rnr_nak_sent_ = true;
+      wake_peer_locked();
+    }
+    return Step::Stall;
+  }
+  Step step = Step::Done;
+  switch (type) {
+    case RecordType::Send:
+    case RecordType::Write: {
+      RecvEntry recv{};
+      if (consumes_recv) recv = rq_[rq_head_];
+      step = deliver_locked(r, consumes_recv ? &recv : nullptr, r->remote_addr, type == RecordType::Send);
+      if (step != Step::Done) return step;
+      if (consumes_recv) {
+        rq_head_ = (rq_head_ + 1) % rq_.size();
+        --rq_count_;
+        push_recv_completion_locked(recv, WcStatus::Success,
+                                    type == RecordType::Send ? WcOpcode::Recv : WcOpcode::RecvRdmaWithImm, length,
+                                    with_imm, r->imm);
+      }
+      break;
+    }
+    case RecordType::Read: step = answer_read_locked(r); break;
+    case RecordType::FetchAdd:
+    case RecordType::CmpSwap: step = answer_atomic_locked(r); break;
+    default: break;
+  }
+  if (step != Step::Done) return step;
+  rnr_nak_sent_ = false;
+  ++expected_msn_;
+  return Step::Done;
+}
+
+ShmQp::Step ShmQp::deliver_locked(const Record* r, const RecvEntry* recv, std::uint64_t target_addr, bool to_recv) {
+  const std::uint32_t msn = r->msn;
+  const std::uint32_t length = r->length;
+  const std::uint32_t rkey = r->rkey;
+  const bool cross = (r->flags & kCrossMemory) != 0;
+  iovec local[kMaxSge];
+  int local_count = 0;
+  WcStatus recv_status = WcStatus::Success;
+  WcStatus nak_status = WcStatus::Success;
+  std::string why;
+  {
+    auto lock = pd_.registry().read_lock();
+    if (to_recv) {
+      if (length > recv->capacity) {
+        recv_status = WcStatus::LocLenErr;
+        nak_status = WcStatus::RemInvReqErr;
+        why = "SEND of " + std::to_string(length) + " bytes into a receive of " + std::to_string(recv->capacity);
+      } else {
+        local_count = sge_iovecs(recv->sges, recv->num_sge, length, local);
+        for (int i = 0; i < local_count; ++i) {
+          auto verdict = pd_.registry().check_locked(false, &pd_, recv->sges[i].lkey,
+                                                     reinterpret_cast<std::uint64_t>(local[i].iov_base),
+                                                     local[i].iov_len, Access::LocalWrite);
+          if (verdict != core::AccessCheck::Ok) {
+            recv_status = WcStatus::LocProtErr;
+            nak_status = WcStatus::RemOpErr;
+            why = "receive wr_id " + std::to_string(recv->wr_id) + " SGE " + std::to_string(i) + ": " +
+                  core::to_string(verdict);
+            break;
+          }
+        }
+      }
+    } else if (length > 0) {
+      auto verdict = pd_.registry().check_locked(true, &pd_, rkey, target_addr, length, Access::RemoteWrite);
+      if (verdict != core::AccessCheck::Ok) {
+        nak_status = WcStatus::RemAccessErr;
+        why = "WRITE of " + std::to_string(length) + " bytes to " + hex(target_addr) + " rkey " + hex(rkey) + ": " +
+              core::to_string(verdict);
+      } else {
+        local[0] = {reinterpret_cast<void*>(target_addr), length};
+        local_count = 1;
+      }
+    }
+    if (nak_status == WcStatus::Success && length > 0) {
+      if (!cross) {
+        const std::uint8_t* from = RingConsumer::payload(r);
+        for (int i = 0; i < local_count; ++i) {
+          std::memcpy(local[i].iov_base, from, local[i].iov_len);
+          from += local[i].iov_len;
+        }
+      } else {
+        iovec remote[kMaxSge];
+        const auto* list = reinterpret_cast<const RemoteIov*>(RingConsumer::payload(r));
+        const auto count = static_cast<int>(r->arg1);
+        std::uint64_t sum = 0;
+        for (int i = 0; i < count; ++i) {
+          RemoteIov piece;
+          std::memcpy(&piece, list + i, sizeof(piece));
+          remote[i] = {reinterpret_cast<void*>(piece.addr), piece.length};
+          sum += piece.length;
+        }
+        if (sum != length) {
+          nak_status = WcStatus::RemInvReqErr;
+          why = "the request's buffer list covers " + std::to_string(sum) + " bytes, not " + std::to_string(length);
+        } else {
+          ssize_t n = ::process_vm_readv(peer_pid_, local, static_cast<unsigned long>(local_count), remote,
+                                         static_cast<unsigned long>(count), 0);
+          if (n != static_cast<ssize_t>(length)) {
+            int error = n < 0 ? errno : EFAULT;
+            nak_status = WcStatus::RemOpErr;
+            why = "copying " + std::to_string(length) + " bytes from pid " + std::to_string(peer_pid_) +
+                  " failed: " + std::strerror(error);
+          }
+        }
+      }
+    }
+  }
+  if (nak_status == WcStatus::Success) return Step::Done;
+  if (recv != nullptr && recv_status != WcStatus::Success) {
+    rq_head_ = (rq_head_ + 1) % rq_.size();
+    --rq_count_;
+    push_recv_completion_locked(*recv, recv_status, WcOpcode::Recv, 0, false, 0);
+  }
+  nak_locked(msn, nak_status, why);
+  return Step::Failed;
+}
+
+ShmQp::Step ShmQp::answer_read_locked(const Record* r) {
+  const std::uint32_t msn = r->msn;
+  const std::uint32_t length = r->length;
+  const std::uint64_t addr = r->remote_addr;
+  const std::uint32_t rkey = r->rkey;
+  const bool cross = (r->flags & kCrossMemory) != 0;
+  Record* answer = out_.reserve(cross ? 0 : length);
+  if (answer == nullptr) return Step::Stall;
+  std::string why;
+  WcStatus nak_status = WcStatus::Success;
+  {
+    auto lock = pd_.registry().read_lock();
+    auto verdict = length == 0 ? core::AccessCheck::Ok
+                               : pd_.registry().check_locked(true, &pd_, rkey, addr, length, Access::RemoteRead);
+    if (verdict != core::AccessCheck::Ok) {
+      nak_status = WcStatus::RemAccessErr;
+      why = "READ of " + std::to_string(length) + " bytes at " + hex(addr) + " rkey " + hex(rkey) + ": " +
+            core::to_string(verdict);
+    } else if (!cross) {
+      if (length > 0) std::memcpy(answer->data, reinterpret_cast<const void*>(addr), length);
+    } else {
+      iovec local{reinterpret_cast<void*>(addr), length};
+      iovec remote[kMaxSge];
+      const auto* list = reinterpret_cast<const RemoteIov*>(RingConsumer::payload(r));
+      const auto count = static_cast<int>(r->arg1);
+      std::uint64_t sum = 0;
+      for (int i = 0; i < count; ++i) {
+        RemoteIov piece;
+        std::memcpy(&piece, list + i, sizeof(piece));
+        remote[i] = {reinterpret_cast<void*>(piece.addr), piece.length};
+        sum += piece.length;
+      }
+      ssize_t n = sum == length ? ::process_vm_writev(peer_pid_, &local, 1, remote, static_cast<unsigned long>(count), 0)
+                                : -2;
+      if (n != static_cast<ssize_t>(length)) {
+        nak_status = WcStatus::RemOpErr;
+        why = n == -2 ? "the READ's buffer list does not cover its length"
+                      : "copying the READ answer into pid " + std::to_string(peer_pid_) +
+                            " failed: " + std::strerror(n < 0 ? errno : EFAULT);
+      }
+    }
+  }
+  if (nak_status != WcStatus::Success) {
+    nak_locked(msn, nak_status, why);
+    return Step::Failed;
+  }
+  answer->type = RecordType::ReadResponse;
+  answer->flags = cross ? kCrossMemory : 0;
+  answer->msn = msn;
+  answer->length = length;
+  out_.publish(answer);
+  return Step::Done;
+}
+
+ShmQp::Step ShmQp::answer_atomic_locked(const Record* r) {
+  const std::uint32_t msn = r->msn;
+  const std::uint64_t addr = r->remote_addr;
+  const std::uint32_t rkey = r->rkey;
+  const std::uint64_t compare_add = r->arg0;
+  const std::uint64_t swap = r->arg1;
+  const bool fetch_add = r->type == RecordType::FetchAdd;
+  if (addr % 8 != 0) {
+    nak_locked(msn, WcStatus::RemInvReqErr, "atomic at unaligned address " + hex(addr));
+    return Step::Failed;
+  }
+  Record* answer = out_.reserve(0);
+  if (answer == nullptr) return Step::Stall;
+  std::uint64_t old = 0;
+  // Hardware atomics on the target's memory, as the tcp provider's: atomic
+  // with respect to every other atomic on this host, whichever provider issued it.
+  auto verdict = pd_.registry().with_access(true, &pd_, rkey, addr, 8, Access::RemoteAtomic, [&](char* p) {
+    std::atomic_ref<std::uint64_t> target(*reinterpret_cast<std::uint64_t*>(p));
+    if (fetch_add) {
+      old = target.fetch_add(compare_add, std::memory_order_seq_cst);
+    } else {
+      old = compare_add;
+      target.compare_exchange_strong(old, swap, std::memory_order_seq_cst);
+    }
+  });
+  if (verdict != core::AccessCheck::Ok) {
+    nak_locked(msn, WcStatus::RemAccessErr,
+               std::string(fetch_add ? "FETCH_ADD" : "CMP_SWAP") + " at " + hex(addr) + " rkey " + hex(rkey) + ": " +
+                   core::to_string(verdict));
+    return Step::Failed;
+  }
+  answer->type = RecordType::AtomicResponse;
+  answer->msn = msn;
+  answer->length = 8;
+  answer->arg0 = old;
+  out_.publish(answer);
+  return Step::Done;
+}
+
+bool ShmQp::push_control_locked(RecordType type, std::uint32_t msn, std::uint64_t arg0) {
+  if (!out_.attached()) return false;
+  Record* r = out_.reserve(0);
+  if (r == nullptr) return false;
+  r->type = type;
+  r->msn = msn;
+  r->length = 0;
+  r->arg0 = arg0;
+  out_.publish(r);
+  return true;
+}
+
+void ShmQp::nak_locked(std::uint32_t msn, WcStatus status, const std::string& why) {
+  nak_pending_ = true;
+  nak_msn_ = msn;
+  nak_status_ = status;
+  // As in IB, the responder's QP fails too; the NAK goes out before the socket closes.
+  fail_locked("refused request msn " + std::to_string(msn) + " from " + describe_peer() + ": " + why,
+              WcStatus::WrFlushErr);
+}
+
+void ShmQp::protocol_error_locked(const std::string& what) {
+  fail_locked("malformed data in the ring shared with " + describe_peer() + ": " + what +
+                  " (a peer of another rdmx version, or memory corruption)",
+              WcStatus::RemOpErr);
+}
+
+// ---------------------------------------------------------------------------
+// Errors and completions.
+
+bool ShmQp::push_send_completion_locked(const SendEntry& e, WcStatus status) {
+  WorkCompletion wc;
+  wc.wr_id = e.wr_id;
+  wc.status = status;
+  wc.opcode = core::completion_opcode(e.opcode);
+  wc.byte_len = status == WcStatus::Success ? static_cast<std::uint32_t>(e.total) : 0;
+  wc.qp_num = qpn_;
+  if (send_cq_.push(wc)) return true;
+  fail_locked("send completion queue overflowed", WcStatus::WrFlushErr);
+  return false;
+}
+
+bool ShmQp::push_recv_completion_locked(const RecvEntry& e, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
+                                        bool with_imm, std::uint32_t imm) {
+  WorkCompletion wc;
+  wc.wr_id = e.wr_id;
+  wc.status = status;
+  wc.opcode = opcode;
+  wc.byte_len = status == WcStatus::Success ? byte_len : 0;
+  wc.with_imm = with_imm && status == WcStatus::Success;
+  wc.imm_data = wc.with_imm ? imm : 0;
+  wc.qp_num = qpn_;
+  if (recv_cq_.push(wc)) return true;
+  fail_locked("receive completion queue overflowed", WcStatus::WrFlushErr);
+  return false;
+}
+
+void ShmQp::fail_locked(const std::string& reason, WcStatus status, std::optional<std::uint32_t> failing_msn) {
+  if (state() == QpState::Error) return;
+  state_.store(QpState::Error, std::memory_order_release);
+  error_reason_ = reason;
+  const bool quiet = sq_count_ == 0 && rq_count_ == 0 && reason.rfind("connection closed", 0) == 0;
+  if (quiet) {
+    RDMX_INFO("shm qp %u -> ERROR: %s", qpn_, reason.c_str());
+  } else {
+    RDMX_WARN("shm qp %u -> ERROR: %s", qpn_, reason.c_str());
+  }
+  bool first = true;
+  while (sq_count_ > 0) {
+    SendEntry& e = sq_[sq_head_];
+    bool is_failing = failing_msn ? e.msn == *failing_msn : first;
+    push_send_completion_locked(e, is_failing ? status : WcStatus::WrFlushErr);
+    first = false;
+    sq_head_ = (sq_head_ + 1) % sq_.size();
+    --sq_count_;
+  }
+  sq_sent_ = 0;
+  while (rq_count_ > 0) {
+    push_recv_completion_locked(rq_[rq_head_], WcStatus::WrFlushErr, WcOpcode::Recv, 0, false, 0);
+    rq_head_ = (rq_head_ + 1) % rq_.size();
+    --rq_count_;
+  }
+  // The peer learns of the error from the NAK (if any) and the socket's end of file.
+  if (nak_pending_ && push_control_locked(RecordType::Nak, nak_msn_, static_cast<std::uint64_t>(nak_status_))) {
+    nak_pending_ = false;
+    wake_peer_locked();
+  }
+  if (!nak_pending_) close_socket_locked();
+}
+
+}  // namespace rdmx::shm
