@@ -4,6 +4,8 @@
 
 #include "core/config.hpp"
 #include "core/log.hpp"
+#include "providers/auto/auto_device.hpp"
+#include "providers/shm/address.hpp"
 #include "providers/shm/shm_factory.hpp"
 #include "providers/tcp/tcp_factory.hpp"
 #include "rdmx/verbs.hpp"
@@ -13,15 +15,26 @@ namespace {
 
 struct ProviderEntry {
   const char* name;
-  // Returns a device; `why` is the reason it was chosen, for selection_reason().
-  std::function<std::shared_ptr<Device>(const std::string& why)> open;
+  // Opens a device over `resources`; `why` is the reason it was chosen, for selection_reason().
+  std::function<std::shared_ptr<Device>(const std::string& why, core::DeviceResources resources)> open;
+  // For auto selection: whether a QP address is this provider's, and whether it can reach it.
+  std::function<bool(const QpAddress&)> owns;
+  std::function<bool(const QpAddress&, std::string*)> reaches;
 };
 
-// Best first. shm and verbs join here when they exist.
+// In auto selection's order: the first that reaches a peer carries its QPs.
+// verbs joins in front of tcp when it exists.
 const std::vector<ProviderEntry>& providers() {
   static const std::vector<ProviderEntry> kProviders = {
-      {"tcp", [](const std::string& why) { return tcp::open_tcp_device(why); }},
-      {"shm", [](const std::string& why) { return shm::open_shm_device(why); }},
+      {"shm", [](const std::string& why, core::DeviceResources r) { return shm::open_shm_device(why, std::move(r)); },
+       [](const QpAddress& a) { return shm::ShmAddress::is_shm(a); },
+       [](const QpAddress& a, std::string* why) { return shm::reachable(shm::ShmAddress::decode(a), why); }},
+      {"tcp", [](const std::string& why, core::DeviceResources r) { return tcp::open_tcp_device(why, std::move(r)); },
+       [](const QpAddress& a) { return tcp::is_tcp_address(a); },
+       [](const QpAddress&, std::string* why) {
+         *why = "tcp reaches processes on any host";
+         return true;
+       }},
   };
   return kProviders;
 }
@@ -30,6 +43,17 @@ std::string provider_list() {
   std::string out;
   for (const auto& p : providers()) out += (out.empty() ? "" : ", ") + std::string(p.name);
   return out;
+}
+
+std::shared_ptr<Device> open_auto() {
+  core::DeviceResources resources;
+  std::vector<autosel::Candidate> candidates;
+  for (const auto& p : providers()) {
+    candidates.push_back({p.name, p.open("auto candidate", resources), p.reaches, p.owns});
+  }
+  return autosel::open_auto_device(std::move(candidates), resources,
+                                   "auto: the first provider that reaches each peer (order: " + provider_list() +
+                                       "); RDMX_PROVIDER=<name> forces one");
 }
 }  // namespace
 
@@ -47,9 +71,9 @@ std::shared_ptr<Device> open_device(std::string_view requested) {
       name = *forced;
       why = "RDMX_PROVIDER=" + name;
     } else {
-      name = providers().front().name;
-      why = "auto: " + name + " is the best provider built (built: " + provider_list() +
-            "; shm and verbs are not built yet)";
+      auto device = open_auto();
+      RDMX_INFO("opened device %s: %s", device->name().c_str(), device->selection_reason().c_str());
+      return device;
     }
   } else {
     why = "requested by the caller";
@@ -59,7 +83,7 @@ std::shared_ptr<Device> open_device(std::string_view requested) {
     throw Error(ErrorCode::NotFound, "unknown provider \"" + name + "\"",
                 {.op = "open_device", .hint = "providers built: " + provider_list() + " (or \"auto\")"});
   }
-  auto device = it->open(why);
+  auto device = it->open(why, core::DeviceResources{});
   RDMX_INFO("opened device %s: %s", device->name().c_str(), device->selection_reason().c_str());
   return device;
 }

@@ -19,7 +19,9 @@ namespace {
 
 std::vector<ConformanceParam> all_params() {
   std::vector<ConformanceParam> params;
-  for (const auto& provider : rdmx::available_providers()) {
+  std::vector<std::string> providers = rdmx::available_providers();
+  providers.push_back("auto");  // the default: picks a provider per peer
+  for (const auto& provider : providers) {
     for (Placement placement : {Placement::Local, Placement::NetNsIPv4, Placement::NetNsIPv6}) {
       params.push_back({provider, placement});
     }

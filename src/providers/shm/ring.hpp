@@ -38,12 +38,14 @@ enum class RecordType : std::uint8_t {
   AtomicResponse,
   RnrNak,  // a SEND found no receive; the requester starts its RNR clock
   Nak,     // the request was refused; `arg0` is the status the requester reports
+  Bye,     // the sender's QP entered ERROR (its process lives on)
 };
 
 enum RecordFlags : std::uint8_t {
   kWithImm = 1,      // SEND/WRITE carry `imm`
   kCrossMemory = 2,  // the payload is a list of the initiator's buffers (addr, length) to copy with
                      // process_vm_readv/writev, not the bytes themselves
+  kAckRequest = 4,   // publish `executed` right after this request (a completion waits for it)
 };
 
 // The header slot of a record (64 bytes).
@@ -168,10 +170,13 @@ class RingConsumer {
   // Releases the record returned by peek() (`slots` as validated by
   // well_formed()); the producer sees it at flush().
   void pop(std::uint16_t slots) { head_ += slots; }
+  // Slots consumed since the last flush().
+  std::uint64_t unflushed() const { return head_ - flushed_; }
   // Slots left before the end of the ring, from the head.
   std::uint32_t slots_to_end() const { return static_cast<std::uint32_t>(slots_ - head_ % slots_); }
   void flush() {
-    if (control_->head.load(std::memory_order_relaxed) != head_) control_->head.store(head_, std::memory_order_release);
+    if (flushed_ != head_) control_->head.store(head_, std::memory_order_release);
+    flushed_ = head_;
   }
   // The payload of a record: `length` bytes from its data field on (contiguous).
   static const std::uint8_t* payload(const Record* r) { return r->data; }
@@ -185,6 +190,7 @@ class RingConsumer {
   const std::uint8_t* data_ = nullptr;
   std::uint32_t slots_ = 0;
   std::uint64_t head_ = 0;
+  std::uint64_t flushed_ = 0;
 };
 
 }  // namespace rdmx::shm

@@ -20,6 +20,7 @@
 #include "core/log.hpp"
 #include "providers/shm/shm_factory.hpp"
 #include "providers/shm/shm_qp.hpp"
+#include "providers/shm/wake_fence.hpp"
 
 namespace rdmx::shm {
 namespace {
@@ -75,13 +76,11 @@ std::size_t eager_limit() {
   return limit;
 }
 
-std::shared_ptr<Device> open_shm_device(const std::string& why, std::shared_ptr<core::MemoryRegistry> registry) {
-  if (!registry) registry = std::make_shared<core::MemoryRegistry>();
-  return std::make_shared<ShmDevice>(why, std::move(registry));
+std::shared_ptr<Device> open_shm_device(const std::string& why, core::DeviceResources resources) {
+  return std::make_shared<ShmDevice>(why, std::move(resources));
 }
 
-ShmDevice::ShmDevice(std::string why, std::shared_ptr<core::MemoryRegistry> registry)
-    : registry_(std::move(registry)) {
+ShmDevice::ShmDevice(std::string why, core::DeviceResources resources) : resources_(std::move(resources)) {
   std::random_device entropy;
   nonce_ = (static_cast<std::uint64_t>(entropy()) << 32) ^ entropy() ^ static_cast<std::uint64_t>(::getpid());
   const std::string dir = socket_directory();
@@ -120,6 +119,7 @@ ShmDevice::ShmDevice(std::string why, std::shared_ptr<core::MemoryRegistry> regi
 #ifdef PR_SET_PTRACER
   ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
 #endif
+  asymmetric_fence_ = asymmetric_wake_fence();
   name_ = "shm:" + socket_path_;
   why_ = why + "; eager limit " + std::to_string(eager_limit()) + " B, larger messages by cross-memory attach";
   engine_ = std::thread([this] { engine_main(); });
@@ -154,7 +154,7 @@ DeviceCaps ShmDevice::caps() const {
 }
 
 std::unique_ptr<ProtectionDomain> ShmDevice::alloc_pd() {
-  return std::make_unique<core::RegistryProtectionDomain>(*registry_);
+  return std::make_unique<core::RegistryProtectionDomain>(registry());
 }
 
 std::unique_ptr<CompletionQueue> ShmDevice::create_cq(std::size_t depth) {
@@ -167,7 +167,7 @@ std::unique_ptr<QueuePair> ShmDevice::create_qp(ProtectionDomain& pd, Completion
   auto* domain = dynamic_cast<core::RegistryProtectionDomain*>(&pd);
   auto* scq = dynamic_cast<core::CompletionRing*>(&send_cq);
   auto* rcq = dynamic_cast<core::CompletionRing*>(&recv_cq);
-  if (domain == nullptr || &domain->registry() != registry_.get() || scq == nullptr || rcq == nullptr) {
+  if (domain == nullptr || &domain->registry() != &registry() || scq == nullptr || rcq == nullptr) {
     throw Error(ErrorCode::InvalidArgument, "protection domain or completion queue belongs to another device",
                 {.op = "create_qp", .hint = "create the PD and CQs from the same Device as the QP"});
   }
@@ -339,10 +339,12 @@ void ShmDevice::run_timers_locked(core::Clock::time_point now) {
 }
 
 bool ShmDevice::prepare_sleep_locked() {
+  // Batched acknowledgements go out before we stop producing them.
+  for (ShmQp* qp : qp_list_) qp->publish_acks_locked(true);
   for (ShmQp* qp : qp_list_) qp->set_sleeping_locked(true);
   // Pairs with the producer's fence between publishing a record and reading
   // the mark: either it sees the mark and wakes us, or we see its record.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  sleeper_fence(asymmetric_fence_);
   for (ShmQp* qp : qp_list_) {
     if (qp->has_input_locked()) {
       end_sleep_locked();

@@ -20,7 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/memory_registry.hpp"
+#include "core/device_resources.hpp"
 #include "core/wait.hpp"
 #include "providers/shm/handshake.hpp"
 #include "rdmx/verbs.hpp"
@@ -37,10 +37,9 @@ inline std::uint64_t watch_tag(Watch kind, std::uint32_t id) { return (static_ca
 // larger ones are copied once between the two processes' buffers.
 std::size_t eager_limit();
 
-class ShmDevice final : public Device {
+class ShmDevice final : public Device, public core::EngineHandoff {
  public:
-  // `registry` may be shared with other devices of this process (auto selection).
-  ShmDevice(std::string why, std::shared_ptr<core::MemoryRegistry> registry);
+  ShmDevice(std::string why, core::DeviceResources resources);
   ~ShmDevice() override;
 
   std::string provider() const override { return "shm"; }
@@ -55,13 +54,14 @@ class ShmDevice final : public Device {
   std::size_t progress() override;
 
   // ---- for QPs ----
-  core::MemoryRegistry& registry() { return *registry_; }
+  core::MemoryRegistry& registry() { return *resources_.registry; }
   std::uint64_t nonce() const { return nonce_; }
   const std::string& socket_path() const { return socket_path_; }
   // Guards the device and every QP's state.
   std::mutex& mutex() { return mutex_; }
   int epoll_fd() const { return epoll_fd_; }
-  std::uint32_t next_qpn() { return next_qpn_.fetch_add(1); }
+  std::uint32_t next_qpn() { return resources_.next_qpn(); }
+  bool asymmetric_fence() const { return asymmetric_fence_; }
   void add_qp_locked(ShmQp* qp);
   void remove_qp_locked(ShmQp* qp);
   // A parked HELLO for this QP from this peer, if one arrived before connect().
@@ -75,7 +75,7 @@ class ShmDevice final : public Device {
   void note_application_activity() {
     app_progress_calls_.store(app_progress_calls_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
-  void application_idle();
+  void application_idle() override;
 
  private:
   struct Pending {
@@ -96,12 +96,13 @@ class ShmDevice final : public Device {
 
   std::string name_;
   std::string why_;
-  std::shared_ptr<core::MemoryRegistry> registry_;
+  core::DeviceResources resources_;
   std::string socket_path_;
   int listen_fd_ = -1;
   int epoll_fd_ = -1;
   int wake_fd_ = -1;
   std::uint64_t nonce_ = 0;
+  bool asymmetric_fence_ = false;
 
   std::mutex mutex_;
   std::unordered_map<std::uint32_t, ShmQp*> qps_;
@@ -111,7 +112,6 @@ class ShmDevice final : public Device {
   std::atomic<bool> timers_busy_{false};
   std::uint32_t passes_ = 0;
 
-  std::atomic<std::uint32_t> next_qpn_{1};
   std::atomic<bool> stopping_{false};
   std::atomic<std::uint64_t> app_progress_calls_{0};
   std::atomic<bool> app_sleeping_{false};

@@ -4,11 +4,10 @@
 #include <memory>
 #include <string>
 
-#include "core/memory_registry.hpp"
+#include "core/device_resources.hpp"
 #include "rdmx/verbs.hpp"
 
 namespace rdmx::shm {
-// `registry` is shared with other devices of this process when given (auto selection).
-std::shared_ptr<Device> open_shm_device(const std::string& why,
-                                        std::shared_ptr<core::MemoryRegistry> registry = nullptr);
+// `resources` are shared with other devices of this process (auto selection).
+std::shared_ptr<Device> open_shm_device(const std::string& why, core::DeviceResources resources = {});
 }

@@ -16,6 +16,7 @@
 #include "core/config.hpp"
 #include "core/log.hpp"
 #include "core/work_request.hpp"
+#include "providers/shm/wake_fence.hpp"
 
 namespace rdmx::shm {
 namespace {
@@ -31,6 +32,10 @@ constexpr std::uint32_t kMinRingSlots = 64;
 constexpr std::uint32_t kMaxRingSlots = 1u << 20;
 constexpr int kRecordBudget = 64;  // records consumed per pass and QP
 constexpr auto kMaxConnectBackoff = std::chrono::milliseconds(100);
+// Unrequested acknowledgements go out after this many requests: writing the
+// shared `executed` word on every message would move its cache line between
+// the processes twice per message.
+constexpr std::uint32_t kAckBatch = 32;
 
 bool is_request(RecordType t) {
   return t == RecordType::Send || t == RecordType::Write || t == RecordType::Read || t == RecordType::FetchAdd ||
@@ -233,6 +238,7 @@ void ShmQp::post_send(const SendWr& wr) {
       return;
     }
   }
+  if (!peer_gone_.empty()) return fail_locked(peer_gone_, WcStatus::RetryExcErr);
   device_.note_application_activity();
   pump_locked();
 }
@@ -264,6 +270,7 @@ void ShmQp::post_recv(const RecvWr& wr) {
   }
   rq_[(rq_head_ + rq_count_) % rq_.size()] = entry;
   ++rq_count_;
+  if (!peer_gone_.empty()) return fail_locked(peer_gone_, WcStatus::WrFlushErr);
   // A SEND held for want of a receive can go now, without waiting for the engine.
   if (rnr_nak_sent_) poll_locked();
 }
@@ -422,10 +429,10 @@ bool ShmQp::on_socket_locked(std::uint32_t events) {
     if (fd >= 0) ::close(fd);
     if (error == EAGAIN || error == EINTR) return false;
     if (error != 0 || reply.magic != kAcceptMagic) {
-      fail_locked("connection closed by " + describe_peer() + " during the handshake" +
-                      (error == ECONNRESET ? std::string() : std::string(": ") + std::strerror(error)),
-                  WcStatus::RetryExcErr);
       close_socket_locked();
+      peer_gone_locked("connection closed by " + describe_peer() + " during the handshake" +
+                       (error == ECONNRESET ? std::string() : std::string(": ") + std::strerror(error)),
+                       true);
       return true;
     }
     if (reply.error != 0) {
@@ -460,16 +467,20 @@ bool ShmQp::on_socket_locked(std::uint32_t events) {
     peer_closed_ = true;
     poll_locked();  // what the peer put in the ring before it went (a NAK, answers) counts first
     close_socket_locked();
-    if (state() != QpState::Error) {
-      fail_locked("connection closed by " + describe_peer() + " (its process exited or destroyed the QP)",
-                  WcStatus::RetryExcErr);
-    }
+    peer_gone_locked("connection closed by " + describe_peer() + " (its process exited or destroyed the QP)", true);
   }
   return true;
 }
 
+void ShmQp::peer_gone_locked(const std::string& reason, bool receives_too) {
+  if (state() == QpState::Error || !peer_gone_.empty()) return;
+  if (sq_count_ > 0 || (receives_too && rq_count_ > 0)) return fail_locked(reason, WcStatus::RetryExcErr);
+  peer_gone_ = reason;
+  RDMX_INFO("shm qp %u: %s; the next work request fails", qpn_, reason.c_str());
+}
+
 bool ShmQp::on_timer_locked(core::Clock::time_point now) {
-  if (!connect_requested_ || state() == QpState::Error) return false;
+  if (!connect_requested_ || state() == QpState::Error || !peer_gone_.empty()) return false;
   bool busy = false;
   if (initiator_ && !socket_connected_) {
     busy = true;
@@ -504,7 +515,7 @@ bool ShmQp::on_timer_locked(core::Clock::time_point now) {
 bool ShmQp::has_input_locked() const {
   if (!in_.attached() || state() == QpState::Error) return false;
   if (in_.peek() != nullptr && !(rnr_nak_sent_ && rq_count_ == 0)) return true;
-  if (sq_sent_ > 0) {
+  if (sq_sent_ > 0 && (ack_requests_outstanding_ > 0 || sq_count_ * 2 >= sq_.size())) {
     std::uint32_t executed = out_control_->executed.load(std::memory_order_acquire);
     if (msn_before(sq_[sq_head_].msn, executed)) return true;
   }
@@ -520,7 +531,7 @@ void ShmQp::set_sleeping_locked(bool sleeping) {
 void ShmQp::wake_peer_locked() {
   if (out_control_ == nullptr || socket_ < 0) return;
   // Pairs with the sleeper's fence: it sees our records, or we see its mark.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  producer_fence(device_.asymmetric_fence());
   if (out_control_->sleeping.load(std::memory_order_relaxed) != 0 &&
       out_control_->sleeping.exchange(0, std::memory_order_acq_rel) != 0) {
     char byte = 'w';
@@ -537,6 +548,7 @@ std::size_t ShmQp::poll_locked() {
   bool published = false;
   if (nak_pending_ && push_control_locked(RecordType::Nak, nak_msn_, static_cast<std::uint64_t>(nak_status_))) {
     nak_pending_ = false;
+    push_control_locked(RecordType::Bye, 0, 0);
     wake_peer_locked();
     close_socket_locked();
     return 1;
@@ -565,16 +577,25 @@ std::size_t ShmQp::poll_locked() {
     ++did;
   }
   if (state() == QpState::Error) return did + 1;
-  in_.flush();
-  if (published_msn_ != expected_msn_) {
-    in_control_->executed.store(expected_msn_, std::memory_order_release);
-    published_msn_ = expected_msn_;
-    published = true;
-  }
+  publish_acks_locked(false);
   complete_acknowledged_locked();
   pump_locked();
   if (published) wake_peer_locked();
   return did;
+}
+
+void ShmQp::publish_acks_locked(bool force) {
+  if (!in_.attached() || state() == QpState::Error) return;
+  const std::uint32_t unpublished = expected_msn_ - published_msn_;
+  if (unpublished != 0 && (force || ack_now_ || unpublished >= kAckBatch)) {
+    in_.flush();
+    in_control_->executed.store(expected_msn_, std::memory_order_release);
+    published_msn_ = expected_msn_;
+    ack_now_ = false;
+    wake_peer_locked();
+  } else if (force || in_.unflushed() * 4 >= kRingSlots) {
+    in_.flush();
+  }
 }
 
 // ---------------------------------------------------------------------------
@@ -615,6 +636,11 @@ bool ShmQp::put_request_locked(SendEntry& e) {
                                        (e.opcode == Opcode::SendWithImm || e.opcode == Opcode::RdmaWriteWithImm
                                             ? kWithImm
                                             : 0));
+  e.ack_requested = !needs_response(e.opcode) && (e.signaled || sq_count_ * 2 >= sq_.size());
+  if (e.ack_requested) {
+    r->flags |= kAckRequest;
+    ++ack_requests_outstanding_;
+  }
   r->msn = e.msn;
   r->rkey = e.rkey;
   r->imm = e.imm;
@@ -649,11 +675,17 @@ ShmQp::SendEntry* ShmQp::entry_for_msn_locked(std::uint32_t msn) {
 
 void ShmQp::complete_acknowledged_locked() {
   if (out_control_ == nullptr || sq_sent_ == 0) return;
-  const std::uint32_t executed = out_control_->executed.load(std::memory_order_acquire);
+  // The shared word is read only when a completion or free slots wait for
+  // it; READ and atomic answers acknowledge by themselves.
+  if (ack_requests_outstanding_ > 0 || sq_count_ * 2 >= sq_.size()) {
+    const std::uint32_t executed = out_control_->executed.load(std::memory_order_acquire);
+    if (msn_before(acked_msn_, executed)) acked_msn_ = executed;
+  }
   while (sq_sent_ > 0) {
     SendEntry& e = sq_[sq_head_];
-    if (!msn_before(e.msn, executed)) break;
+    if (!msn_before(e.msn, acked_msn_)) break;
     if (needs_response(e.opcode) && !e.response_done) break;
+    if (e.ack_requested) --ack_requests_outstanding_;
     if (e.signaled && !push_send_completion_locked(e, WcStatus::Success)) return;
     sq_head_ = (sq_head_ + 1) % sq_.size();
     --sq_count_;
@@ -695,6 +727,7 @@ ShmQp::Step ShmQp::handle_response_locked(const Record* r, std::uint16_t slots) 
         }
       }
       e->response_done = true;
+      if (msn_before(acked_msn_, msn + 1)) acked_msn_ = msn + 1;
       return Step::Done;
     }
     case RecordType::AtomicResponse: {
@@ -708,6 +741,7 @@ ShmQp::Step ShmQp::handle_response_locked(const Record* r, std::uint16_t slots) 
         return Step::Failed;
       }
       e->response_done = true;
+      if (msn_before(acked_msn_, msn + 1)) acked_msn_ = msn + 1;
       return Step::Done;
     }
     case RecordType::RnrNak:
@@ -735,6 +769,9 @@ ShmQp::Step ShmQp::handle_response_locked(const Record* r, std::uint16_t slots) 
                   status, msn);
       return Step::Failed;
     }
+    case RecordType::Bye:
+      peer_gone_locked(describe_peer() + "'s QP entered ERROR", false);
+      return Step::Done;
     default:
       return bad("unknown record type " + std::to_string(static_cast<int>(type)));
   }
@@ -799,6 +836,7 @@ ShmQp::Step ShmQp::execute_request_locked(const Record* r, std::uint16_t slots) 
     default: break;
   }
   if (step != Step::Done) return step;
+  if ((flags & kAckRequest) != 0) ack_now_ = true;
   rnr_nak_sent_ = false;
   ++expected_msn_;
   return Step::Done;
@@ -1061,6 +1099,7 @@ void ShmQp::fail_locked(const std::string& reason, WcStatus status, std::optiona
     --sq_count_;
   }
   sq_sent_ = 0;
+  ack_requests_outstanding_ = 0;
   while (rq_count_ > 0) {
     push_recv_completion_locked(rq_[rq_head_], WcStatus::WrFlushErr, WcOpcode::Recv, 0, false, 0);
     rq_head_ = (rq_head_ + 1) % rq_.size();
@@ -1071,7 +1110,12 @@ void ShmQp::fail_locked(const std::string& reason, WcStatus status, std::optiona
     nak_pending_ = false;
     wake_peer_locked();
   }
-  if (!nak_pending_) close_socket_locked();
+  if (!nak_pending_) {
+    // Tell the peer its QP may live on (it fails only the work it has
+    // outstanding); without this notice the closed socket means we died.
+    if (push_control_locked(RecordType::Bye, 0, 0)) wake_peer_locked();
+    close_socket_locked();
+  }
 }
 
 }  // namespace rdmx::shm

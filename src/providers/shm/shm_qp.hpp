@@ -57,6 +57,9 @@ class ShmQp final : public QueuePair {
   // Returns true while the QP has timers that need scanning soon.
   bool on_timer_locked(core::Clock::time_point now);
   bool has_input_locked() const;
+  // Publishes how far we executed the peer's requests (and our ring head):
+  // at once when `force` or a request asked for it, else in batches.
+  void publish_acks_locked(bool force);
   void set_sleeping_locked(bool sleeping);
   enum class Offer { Taken, NotYet, Refused };
   Offer offer_locked(const ShmDevice::PendingHello& hello);
@@ -76,6 +79,7 @@ class ShmQp final : public QueuePair {
     std::uint64_t total;
     std::uint32_t msn;
     bool response_done;  // READ / atomic: the answer has arrived
+    bool ack_requested;  // the record asked the responder to publish `executed` at once
     bool rnr_seen;
     core::Clock::time_point first_rnr;
   };
@@ -109,6 +113,11 @@ class ShmQp final : public QueuePair {
   void close_socket_locked();
   // Errors and completions.
   void fail_locked(const std::string& reason, WcStatus status, std::optional<std::uint32_t> failing_msn = {});
+  // The peer went away: fail now if work is outstanding, else (as an IB QP,
+  // which notices only when it next sends) at the next post.
+  // `receives_too`: the peer process died, so posted receives can never
+  // complete either (a peer QP that merely failed leaves them, as IB does).
+  void peer_gone_locked(const std::string& reason, bool receives_too);
   void protocol_error_locked(const std::string& what);
   bool push_send_completion_locked(const SendEntry& e, WcStatus status);
   bool push_recv_completion_locked(const RecvEntry& e, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
@@ -145,6 +154,7 @@ class ShmQp final : public QueuePair {
   bool socket_connected_ = false;  // initiator: the Unix socket is connected and HELLO sent
   bool accepted_ = false;          // both: the handshake finished
   bool peer_closed_ = false;
+  std::string peer_gone_;  // why the peer is gone, while no work has failed on it yet
   void* segment_ = nullptr;
   std::size_t segment_bytes_ = 0;
   RingProducer out_;
@@ -161,6 +171,8 @@ class ShmQp final : public QueuePair {
   std::size_t sq_count_ = 0;
   std::size_t sq_sent_ = 0;  // entries (from the head) already in the ring
   std::uint32_t next_msn_ = 0;
+  std::uint32_t acked_msn_ = 0;  // every request before this is known executed
+  std::uint32_t ack_requests_outstanding_ = 0;
 
   // Responder.
   std::vector<RecvEntry> rq_;
@@ -168,6 +180,7 @@ class ShmQp final : public QueuePair {
   std::size_t rq_count_ = 0;
   std::uint32_t expected_msn_ = 0;
   std::uint32_t published_msn_ = 0;
+  bool ack_now_ = false;  // an executed request asked for `executed` at once
   bool rnr_nak_sent_ = false;  // for the request at the ring's head
 };
 

@@ -40,12 +40,13 @@ constexpr std::uint32_t kWakeId = 0;
 }
 }  // namespace
 
-std::shared_ptr<Device> open_tcp_device(const std::string& why) {
+std::shared_ptr<Device> open_tcp_device(const std::string& why, core::DeviceResources resources) {
   auto iface = choose_interface();
-  return std::make_shared<TcpDevice>(std::move(iface), why);
+  return std::make_shared<TcpDevice>(std::move(iface), why, std::move(resources));
 }
 
-TcpDevice::TcpDevice(SocketInterface iface, std::string why) : iface_(std::move(iface)) {
+TcpDevice::TcpDevice(SocketInterface iface, std::string why, core::DeviceResources resources)
+    : iface_(std::move(iface)), resources_(std::move(resources)) {
   std::string local = format_address(reinterpret_cast<const sockaddr*>(&iface_.address));
   listen_fd_ = ::socket(iface_.address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) throw_system("socket() for the listener failed", local);
@@ -114,7 +115,7 @@ DeviceCaps TcpDevice::caps() const {
 }
 
 std::unique_ptr<ProtectionDomain> TcpDevice::alloc_pd() {
-  return std::make_unique<core::RegistryProtectionDomain>(registry_);
+  return std::make_unique<core::RegistryProtectionDomain>(registry());
 }
 
 std::unique_ptr<CompletionQueue> TcpDevice::create_cq(std::size_t depth) {
@@ -127,7 +128,7 @@ std::unique_ptr<QueuePair> TcpDevice::create_qp(ProtectionDomain& pd, Completion
   auto* domain = dynamic_cast<core::RegistryProtectionDomain*>(&pd);
   auto* scq = dynamic_cast<core::CompletionRing*>(&send_cq);
   auto* rcq = dynamic_cast<core::CompletionRing*>(&recv_cq);
-  if (domain == nullptr || &domain->registry() != &registry_ || scq == nullptr || rcq == nullptr) {
+  if (domain == nullptr || &domain->registry() != &registry() || scq == nullptr || rcq == nullptr) {
     throw Error(ErrorCode::InvalidArgument, "protection domain or completion queue belongs to another device",
                 {.op = "create_qp", .hint = "create the PD and CQs from the same Device as the QP"});
   }

@@ -18,6 +18,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "core/device_resources.hpp"
 #include "core/memory_registry.hpp"
 #include "core/wait.hpp"
 #include "providers/tcp/socket_iface.hpp"
@@ -34,9 +35,9 @@ inline std::uint64_t watch_tag(Watch kind, std::uint32_t id) {
   return (static_cast<std::uint64_t>(kind) << 32) | id;
 }
 
-class TcpDevice final : public Device {
+class TcpDevice final : public Device, public core::EngineHandoff {
  public:
-  TcpDevice(SocketInterface iface, std::string why);
+  TcpDevice(SocketInterface iface, std::string why, core::DeviceResources resources);
   ~TcpDevice() override;
 
   std::string provider() const override { return "tcp"; }
@@ -51,7 +52,7 @@ class TcpDevice final : public Device {
   std::size_t progress() override;
 
   // ---- for QPs ----
-  core::MemoryRegistry& registry() { return registry_; }
+  core::MemoryRegistry& registry() { return *resources_.registry; }
   std::uint64_t nonce() const { return nonce_; }
   const sockaddr_storage& listen_address() const { return listen_address_; }
   std::mutex& engine_mutex() { return engine_mutex_; }
@@ -62,14 +63,14 @@ class TcpDevice final : public Device {
   // Hands over a parked accepted connection whose HELLO named this QP and peer.
   int claim_pending_locked(std::uint32_t qpn, std::uint32_t remote_qpn, std::uint64_t remote_nonce);
   // The caller is about to sleep: let the background engine take over now.
-  void application_idle();
+  void application_idle() override;
   // An application thread is working the device (posting): the background
   // engine stays parked, as it does while the application calls progress().
   void note_application_activity() {
     // Only "has it changed" matters, so a plain store suffices (no locked read-modify-write on the hot path).
     app_progress_calls_.store(app_progress_calls_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
-  std::uint32_t next_qpn() { return next_qpn_.fetch_add(1); }
+  std::uint32_t next_qpn() { return resources_.next_qpn(); }
   // Engine lock held: is the current pass run by an application thread?
   bool in_application_pass_locked() const { return application_pass_; }
 
@@ -102,7 +103,7 @@ class TcpDevice final : public Device {
   int epoll_fd_ = -1;
   int wake_fd_ = -1;  // eventfd that interrupts the engine's epoll_wait
   std::uint64_t nonce_ = 0;
-  core::MemoryRegistry registry_;
+  core::DeviceResources resources_;
 
   std::mutex engine_mutex_;
   std::unordered_map<std::uint32_t, TcpQp*> qps_;
@@ -110,7 +111,6 @@ class TcpDevice final : public Device {
   core::Clock::time_point next_timer_scan_{};
   std::atomic<bool> timers_busy_{false};  // read by the engine thread before it blocks, outside the lock
 
-  std::atomic<std::uint32_t> next_qpn_{1};
   std::atomic<bool> stopping_{false};
   std::atomic<std::uint64_t> app_progress_calls_{0};
   std::atomic<bool> app_sleeping_{false};

@@ -4,8 +4,12 @@
 #include <memory>
 #include <string>
 
+#include "core/device_resources.hpp"
 #include "rdmx/verbs.hpp"
 
 namespace rdmx::tcp {
-std::shared_ptr<Device> open_tcp_device(const std::string& why);
+// `resources` are shared with other devices of this process (auto selection).
+// Whether `address` is a tcp QP address.
+bool is_tcp_address(const QpAddress& address);
+std::shared_ptr<Device> open_tcp_device(const std::string& why, core::DeviceResources resources = {});
 }

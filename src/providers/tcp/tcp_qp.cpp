@@ -1,4 +1,5 @@
 #include "providers/tcp/tcp_qp.hpp"
+#include "providers/tcp/tcp_factory.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/tcp.h>
@@ -140,6 +141,15 @@ TcpAddress TcpAddress::decode(const QpAddress& address) {
   std::memcpy(&out.qpn, b.data() + 26, 4);
   std::memcpy(&out.nonce, b.data() + 30, 8);
   return out;
+}
+
+bool is_tcp_address(const QpAddress& address) {
+  try {
+    TcpAddress::decode(address);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
 }
 
 std::string TcpAddress::to_string() const {

@@ -1,0 +1,291 @@
+#include "providers/auto/auto_device.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+
+#include "core/completion_queue.hpp"
+#include "core/log.hpp"
+#include "core/work_request.hpp"
+
+namespace rdmx::autosel {
+namespace {
+
+constexpr std::uint8_t kMagic = 'A';
+constexpr std::uint8_t kVersion = 1;
+
+// [magic, version, count] then per candidate [u16 length, bytes].
+QpAddress encode(const std::vector<QpAddress>& parts) {
+  QpAddress out;
+  out.bytes = {kMagic, kVersion, static_cast<std::uint8_t>(parts.size())};
+  for (const auto& p : parts) {
+    auto len = static_cast<std::uint16_t>(p.bytes.size());
+    out.bytes.push_back(static_cast<std::uint8_t>(len & 0xff));
+    out.bytes.push_back(static_cast<std::uint8_t>(len >> 8));
+    out.bytes.insert(out.bytes.end(), p.bytes.begin(), p.bytes.end());
+  }
+  return out;
+}
+
+// The parts of an auto address; a plain provider address is one part.
+std::vector<QpAddress> decode(const QpAddress& address) {
+  const auto& b = address.bytes;
+  if (b.size() < 3 || b[0] != kMagic || b[1] != kVersion) return {address};
+  std::vector<QpAddress> parts;
+  std::size_t at = 3;
+  for (std::uint8_t i = 0; i < b[2]; ++i) {
+    if (at + 2 > b.size()) break;
+    std::size_t len = b[at] | (static_cast<std::size_t>(b[at + 1]) << 8);
+    at += 2;
+    if (at + len > b.size()) break;
+    parts.push_back(QpAddress{{b.begin() + static_cast<std::ptrdiff_t>(at), b.begin() + static_cast<std::ptrdiff_t>(at + len)}});
+    at += len;
+  }
+  if (parts.size() != b[2] || at != b.size()) {
+    throw Error(ErrorCode::InvalidArgument, "malformed auto QP address",
+                {.op = "connect", .sizes = "bytes=" + std::to_string(b.size()),
+                 .hint = "pass the peer's local_address() unchanged"});
+  }
+  return parts;
+}
+
+class AutoDevice;
+
+class AutoQp final : public QueuePair {
+ public:
+  AutoQp(AutoDevice& device, std::vector<std::unique_ptr<QueuePair>> subs, core::CompletionRing& recv_cq,
+         std::uint32_t qpn)
+      : device_(device), subs_(std::move(subs)), recv_cq_(recv_cq), qpn_(qpn) {}
+
+  std::uint32_t qp_num() const noexcept override { return qpn_; }
+  QpState state() const noexcept override {
+    std::lock_guard lock(mutex_);
+    return chosen_ ? chosen_->state() : state_;
+  }
+  QpCaps caps() const noexcept override { return subs_.front()->caps(); }
+  std::string provider() const override {
+    std::lock_guard lock(mutex_);
+    return chosen_ ? chosen_->provider() : "auto";
+  }
+  std::string error_reason() const override {
+    std::lock_guard lock(mutex_);
+    return chosen_ ? chosen_->error_reason() : error_reason_;
+  }
+  QpAddress local_address() const override {
+    std::lock_guard lock(mutex_);
+    if (chosen_) return chosen_->local_address();
+    std::vector<QpAddress> parts;
+    for (const auto& q : subs_) parts.push_back(q->local_address());
+    return encode(parts);
+  }
+  void init() override {
+    std::lock_guard lock(mutex_);
+    if (chosen_) return chosen_->init();
+    for (auto& q : subs_) q->init();
+    if (state_ == QpState::Reset) state_ = QpState::Init;
+  }
+  void connect(const QpAddress& remote, const ConnectOptions& options) override;
+  void set_error(const std::string& reason) override {
+    std::lock_guard lock(mutex_);
+    if (chosen_) return chosen_->set_error(reason);
+    if (state_ == QpState::Error) return;
+    state_ = QpState::Error;
+    error_reason_ = "set_error: " + reason;
+    for (const auto& r : pending_recvs_) flush_recv(r.wr_id);
+    pending_recvs_.clear();
+  }
+  void post_send(const SendWr& wr) override {
+    QueuePair* q = nullptr;
+    {
+      std::lock_guard lock(mutex_);
+      q = chosen_;
+    }
+    if (q == nullptr) {
+      throw Error(ErrorCode::InvalidState, "post_send needs RTS, the QP is not connected yet",
+                  {.op = std::string("post_send ") + to_string(wr.opcode), .hint = "call connect() first"});
+    }
+    q->post_send(wr);
+  }
+  void post_recv(const RecvWr& wr) override;
+
+ private:
+  struct PendingRecv {
+    std::uint64_t wr_id;
+    std::vector<Sge> sges;
+  };
+  void flush_recv(std::uint64_t wr_id) {
+    WorkCompletion wc;
+    wc.wr_id = wr_id;
+    wc.status = WcStatus::WrFlushErr;
+    wc.opcode = WcOpcode::Recv;
+    wc.qp_num = qpn_;
+    recv_cq_.push(wc);
+  }
+
+  AutoDevice& device_;
+  mutable std::mutex mutex_;
+  std::vector<std::unique_ptr<QueuePair>> subs_;  // one per candidate until connect()
+  QueuePair* chosen_ = nullptr;
+  core::CompletionRing& recv_cq_;
+  const std::uint32_t qpn_;
+  QpState state_ = QpState::Reset;
+  std::string error_reason_;
+  std::vector<PendingRecv> pending_recvs_;  // posted before the provider was chosen
+};
+
+class AutoDevice final : public Device {
+ public:
+  AutoDevice(std::vector<Candidate> candidates, core::DeviceResources resources, std::string why)
+      : candidates_(std::move(candidates)), resources_(std::move(resources)) {
+    name_ = "auto[";
+    why_ = why + "; per peer: ";
+    for (std::size_t i = 0; i < candidates_.size(); ++i) {
+      name_ += (i ? "," : "") + candidates_[i].device->name();
+      why_ += (i ? ", else " : "") + candidates_[i].name + " (" + candidates_[i].device->selection_reason() + ")";
+    }
+    name_ += "]";
+  }
+
+  std::string provider() const override { return "auto"; }
+  std::string name() const override { return name_; }
+  std::string selection_reason() const override { return why_; }
+  DeviceCaps caps() const override {
+    DeviceCaps caps = candidates_.front().device->caps();
+    for (const auto& c : candidates_) {
+      DeviceCaps d = c.device->caps();
+      caps.remote_peers = caps.remote_peers || d.remote_peers;
+      caps.same_host_peers = caps.same_host_peers || d.same_host_peers;
+      caps.auto_progress = caps.auto_progress && d.auto_progress;
+      caps.max_msg_size = std::min(caps.max_msg_size, d.max_msg_size);
+      caps.max_qp_wr = std::min(caps.max_qp_wr, d.max_qp_wr);
+      caps.max_sge = std::min(caps.max_sge, d.max_sge);
+      caps.max_inline_data = std::min(caps.max_inline_data, d.max_inline_data);
+    }
+    return caps;
+  }
+  std::unique_ptr<ProtectionDomain> alloc_pd() override {
+    return std::make_unique<core::RegistryProtectionDomain>(*resources_.registry);
+  }
+  std::unique_ptr<CompletionQueue> create_cq(std::size_t depth) override {
+    return std::make_unique<core::CompletionRing>(depth, core::CompletionRing::Hooks{[this] { return progress(); },
+                                                                                     [this] { application_idle(); }});
+  }
+  std::unique_ptr<QueuePair> create_qp(ProtectionDomain& pd, CompletionQueue& send_cq, CompletionQueue& recv_cq,
+                                       const QpCaps& caps) override {
+    auto* rcq = dynamic_cast<core::CompletionRing*>(&recv_cq);
+    if (rcq == nullptr) {
+      throw Error(ErrorCode::InvalidArgument, "completion queue belongs to another device",
+                  {.op = "create_qp", .hint = "create the PD and CQs from the same Device as the QP"});
+    }
+    const std::uint32_t qpn = resources_.next_qpn();
+    core::QpNumberPin pin(qpn);
+    std::vector<std::unique_ptr<QueuePair>> subs;
+    for (auto& c : candidates_) subs.push_back(c.device->create_qp(pd, send_cq, recv_cq, caps));
+    return std::make_unique<AutoQp>(*this, std::move(subs), *rcq, qpn);
+  }
+  using Device::create_qp;
+  std::size_t progress() override {
+    std::size_t did = 0;
+    for (auto& c : candidates_) did += c.device->progress();
+    return did;
+  }
+
+  const std::vector<Candidate>& candidates() const { return candidates_; }
+
+ private:
+  void application_idle() {
+    for (auto& c : candidates_) {
+      if (auto* handoff = dynamic_cast<core::EngineHandoff*>(c.device.get())) handoff->application_idle();
+    }
+  }
+
+  std::vector<Candidate> candidates_;
+  core::DeviceResources resources_;
+  std::string name_;
+  std::string why_;
+};
+
+void AutoQp::connect(const QpAddress& remote, const ConnectOptions& options) {
+  const std::vector<QpAddress> parts = decode(remote);
+  const auto& candidates = device_.candidates();
+  std::unique_lock lock(mutex_);
+  if (chosen_ != nullptr || state_ == QpState::Error) {
+    throw Error(ErrorCode::InvalidState, "connect() needs a QP in INIT",
+                {.op = "connect", .peer_rank = options.peer_rank, .hint = "create a new QP for a new connection"});
+  }
+  // Both sides walk the candidates in the same order and apply the same test
+  // to the same pair of addresses, so they choose alike.
+  std::size_t pick = candidates.size();
+  const QpAddress* peer = nullptr;
+  std::string why;
+  std::string refused;
+  for (std::size_t i = 0; i < candidates.size() && pick == candidates.size(); ++i) {
+    for (const auto& part : parts) {
+      if (!candidates[i].owns(part)) continue;
+      std::string reason;
+      if (candidates[i].reaches(part, &reason)) {
+        pick = i;
+        peer = &part;
+        why = reason;
+      } else {
+        refused += (refused.empty() ? "" : "; ") + candidates[i].name + ": " + reason;
+      }
+      break;
+    }
+  }
+  const std::string who = options.peer_rank >= 0 ? "rank " + std::to_string(options.peer_rank) : "the peer";
+  if (pick == candidates.size()) {
+    throw Error(ErrorCode::InvalidArgument, "no provider of this process can reach " + who,
+                {.op = "connect", .peer_rank = options.peer_rank,
+                 .hint = (refused.empty() ? "the peer offers no provider built here" : refused) +
+                         "; both sides must run the same rdmx build (RDMX_PROVIDER must match)"});
+  }
+  RDMX_INFO("auto qp %u: %s via %s: %s%s%s", qpn_, who.c_str(), candidates[pick].name.c_str(), why.c_str(),
+            refused.empty() ? "" : "; not ", refused.c_str());
+  chosen_ = subs_[pick].get();
+  for (std::size_t i = 0; i < subs_.size(); ++i) {
+    if (i != pick) subs_[i].reset();
+  }
+  std::vector<PendingRecv> recvs;
+  recvs.swap(pending_recvs_);
+  QueuePair* q = chosen_;
+  lock.unlock();
+  for (const auto& r : recvs) q->post_recv(RecvWr{.wr_id = r.wr_id, .sg_list = r.sges});
+  q->connect(*peer, options);
+}
+
+void AutoQp::post_recv(const RecvWr& wr) {
+  std::unique_lock lock(mutex_);
+  if (chosen_ != nullptr) {
+    QueuePair* q = chosen_;
+    lock.unlock();
+    return q->post_recv(wr);
+  }
+  const QpCaps c = subs_.front()->caps();
+  const std::uint64_t capacity = core::validate_recv_wr(wr, c, [&](const std::string& op) {
+    ErrorContext ctx;
+    ctx.op = op;
+    return ctx;
+  });
+  (void)capacity;
+  if (state_ == QpState::Reset) {
+    throw Error(ErrorCode::InvalidState, "post_recv needs INIT or later, the QP is in RESET",
+                {.op = "post_recv", .hint = "call init() or connect() first"});
+  }
+  if (state_ == QpState::Error) return flush_recv(wr.wr_id);
+  if (pending_recvs_.size() >= c.max_recv_wr) {
+    throw Error(ErrorCode::QueueFull, "receive queue full",
+                {.op = "post_recv", .sizes = "max_recv_wr=" + std::to_string(c.max_recv_wr),
+                 .hint = "poll the receive CQ before posting more"});
+  }
+  pending_recvs_.push_back({wr.wr_id, std::vector<Sge>(wr.sg_list.begin(), wr.sg_list.end())});
+}
+
+}  // namespace
+
+std::shared_ptr<Device> open_auto_device(std::vector<Candidate> candidates, core::DeviceResources resources,
+                                         std::string why) {
+  return std::make_shared<AutoDevice>(std::move(candidates), std::move(resources), std::move(why));
+}
+
+}  // namespace rdmx::autosel

@@ -1,0 +1,29 @@
+#include "providers/shm/wake_fence.hpp"
+
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "core/log.hpp"
+
+namespace rdmx::shm {
+
+bool asymmetric_wake_fence() {
+  static const bool available = [] {
+    long commands = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    if (commands < 0 || (commands & MEMBARRIER_CMD_GLOBAL_EXPEDITED) == 0 ||
+        syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) != 0) {
+      RDMX_INFO("shm: membarrier(GLOBAL_EXPEDITED) unavailable; every message pays a full fence");
+      return false;
+    }
+    return true;
+  }();
+  return available;
+}
+
+void sleeper_fence(bool asymmetric) {
+  if (asymmetric && syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) == 0) return;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+}  // namespace rdmx::shm
