@@ -39,12 +39,42 @@ MemoryRegistry::Keys MemoryRegistry::add(const void* domain, void* addr, std::si
 }
 
 void MemoryRegistry::remove(std::uint32_t lkey) {
-  std::unique_lock lock(mutex_);
-  auto it = by_lkey_.find(lkey);
-  if (it == by_lkey_.end()) return;
-  by_rkey_.erase(it->second.rkey);
-  by_lkey_.erase(it);
-  generation_.fetch_add(1, std::memory_order_acq_rel);
+  {
+    std::unique_lock lock(mutex_);
+    auto it = by_lkey_.find(lkey);
+    if (it == by_lkey_.end()) return;
+    by_rkey_.erase(it->second.rkey);
+    by_lkey_.erase(it);
+    generation_.fetch_add(1, std::memory_order_acq_rel);
+  }
+  // Wait out accesses that checked through a cache before the bump.
+  std::lock_guard users(access_locks_mutex_);
+  for (std::mutex* m : access_locks_) std::lock_guard wait(*m);
+}
+
+void MemoryRegistry::add_access_lock(std::mutex* lock) {
+  std::lock_guard users(access_locks_mutex_);
+  access_locks_.push_back(lock);
+}
+
+void MemoryRegistry::remove_access_lock(std::mutex* lock) {
+  std::lock_guard users(access_locks_mutex_);
+  std::erase(access_locks_, lock);
+}
+
+bool MemoryRegistry::lookup(bool remote, std::uint32_t key, Verdict* out) const {
+  std::shared_lock lock(mutex_);
+  const Entry* entry = nullptr;
+  if (remote) {
+    auto it = by_rkey_.find(key);
+    if (it != by_rkey_.end()) entry = it->second;
+  } else {
+    auto it = by_lkey_.find(key);
+    if (it != by_lkey_.end()) entry = &it->second;
+  }
+  if (entry == nullptr) return false;
+  *out = {entry->base, entry->length, entry->access, entry->domain};
+  return true;
 }
 
 AccessCheck MemoryRegistry::check_locked(bool remote, const void* domain, std::uint32_t key, std::uint64_t addr,

@@ -14,6 +14,7 @@
 #include <shared_mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "rdmx/verbs.hpp"
 
@@ -51,6 +52,22 @@ class MemoryRegistry {
   // value is still valid (the region it found is still registered).
   std::uint64_t generation() const noexcept { return generation_.load(std::memory_order_acquire); }
 
+  // A lock under which a provider touches memory it checked through a
+  // cached verdict (see generation()). remove() takes and releases every
+  // such lock after bumping the generation, so once it returns no access
+  // that relied on the old verdict is still running.
+  void add_access_lock(std::mutex* lock);
+  void remove_access_lock(std::mutex* lock);
+
+  struct Verdict {
+    std::uint64_t base = 0;
+    std::uint64_t length = 0;
+    Access access = Access::None;
+    const void* domain = nullptr;
+  };
+  // The region behind a key, for caching (nullopt when there is none).
+  bool lookup(bool remote, std::uint32_t key, Verdict* out) const;
+
   // For accesses that span several keys (scatter-gather lists): hold the
   // lock, check each piece with check_locked(), then touch the memory.
   std::shared_lock<std::shared_mutex> read_lock() const { return std::shared_lock(mutex_); }
@@ -75,6 +92,38 @@ class MemoryRegistry {
   std::unordered_map<std::uint32_t, const Entry*> by_rkey_;
   std::mt19937_64 random_{std::random_device{}()};
   std::atomic<std::uint64_t> generation_{0};
+  std::mutex access_locks_mutex_;
+  std::vector<std::mutex*> access_locks_;
+};
+
+// A one-entry cache of a key's region, valid while the registry's generation
+// is unchanged; used under a lock given to add_access_lock().
+class CachedKey {
+ public:
+  // Same verdict as MemoryRegistry::check(), without the registry's lock when the cache hits.
+  AccessCheck check(const MemoryRegistry& registry, bool remote, const void* domain, std::uint32_t key,
+                    std::uint64_t addr, std::uint64_t length, Access need) {
+    if (length == 0) return AccessCheck::Ok;
+    const std::uint64_t generation = registry.generation();
+    if (!valid_ || generation_ != generation || key_ != key) {
+      valid_ = registry.lookup(remote, key, &verdict_);
+      key_ = key;
+      generation_ = generation;
+      if (!valid_) return AccessCheck::NoSuchKey;
+    }
+    if (verdict_.domain != domain) return AccessCheck::WrongDomain;
+    if (addr < verdict_.base || length > verdict_.length || addr - verdict_.base > verdict_.length - length) {
+      return AccessCheck::OutOfBounds;
+    }
+    if (need != Access::None && !has(verdict_.access, need)) return AccessCheck::MissingRight;
+    return AccessCheck::Ok;
+  }
+
+ private:
+  bool valid_ = false;
+  std::uint32_t key_ = 0;
+  std::uint64_t generation_ = 0;
+  MemoryRegistry::Verdict verdict_;
 };
 
 // A protection domain over a registry; shared by providers whose regions are

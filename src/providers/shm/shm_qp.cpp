@@ -229,7 +229,7 @@ void ShmQp::post_send(const SendWr& wr) {
   const Access need = core::carries_payload(wr.opcode) ? Access::None : Access::LocalWrite;
   for (std::uint32_t i = 0; i < e.num_sge; ++i) {
     const Sge& sge = e.sges[i];
-    auto verdict = pd_.registry().check(false, &pd_, sge.lkey, sge.addr, sge.length, need);
+    auto verdict = local_key_.check(pd_.registry(), false, &pd_, sge.lkey, sge.addr, sge.length, need);
     if (verdict != core::AccessCheck::Ok) {
       fail_locked("post_send " + std::string(to_string(wr.opcode)) + " wr_id " + std::to_string(wr.wr_id) +
                       ": local SGE " + std::to_string(i) + " (addr " + hex(sge.addr) + ", length " +
@@ -709,14 +709,12 @@ ShmQp::Step ShmQp::handle_response_locked(const Record* r, std::uint16_t slots) 
       if (e == nullptr || e->opcode != Opcode::RdmaRead || e->response_done) return bad("unexpected READ response");
       if ((flags & kCrossMemory) == 0) {
         if (length != e->total || !in_.well_formed(slots, length)) return bad("READ response of the wrong size");
-        auto lock = pd_.registry().read_lock();
         const std::uint8_t* from = RingConsumer::payload(r);
         for (std::uint32_t i = 0; i < e->num_sge; ++i) {
           const Sge& s = e->sges[i];
           if (s.length == 0) continue;
-          auto verdict = pd_.registry().check_locked(false, &pd_, s.lkey, s.addr, s.length, Access::LocalWrite);
+          auto verdict = local_key_.check(pd_.registry(), false, &pd_, s.lkey, s.addr, s.length, Access::LocalWrite);
           if (verdict != core::AccessCheck::Ok) {
-            lock.unlock();
             fail_locked("READ wr_id " + std::to_string(e->wr_id) + ": local SGE " + std::to_string(i) + ": " +
                             core::to_string(verdict),
                         WcStatus::LocProtErr, msn);
@@ -733,8 +731,8 @@ ShmQp::Step ShmQp::handle_response_locked(const Record* r, std::uint16_t slots) 
     case RecordType::AtomicResponse: {
       if (e == nullptr || !core::is_atomic(e->opcode) || e->response_done) return bad("unexpected atomic response");
       const Sge& s = e->sges[0];
-      core::AccessCheck verdict = pd_.registry().with_access(false, &pd_, s.lkey, s.addr, 8, Access::LocalWrite,
-                                                       [&](char* p) { std::memcpy(p, &arg0, 8); });
+      core::AccessCheck verdict = local_key_.check(pd_.registry(), false, &pd_, s.lkey, s.addr, 8, Access::LocalWrite);
+      if (verdict == core::AccessCheck::Ok) std::memcpy(reinterpret_cast<void*>(s.addr), &arg0, 8);
       if (verdict != core::AccessCheck::Ok) {
         fail_locked("atomic wr_id " + std::to_string(e->wr_id) + ": result SGE: " + core::to_string(verdict),
                     WcStatus::LocProtErr, msn);
@@ -853,7 +851,14 @@ ShmQp::Step ShmQp::deliver_locked(const Record* r, const RecvEntry* recv, std::u
   WcStatus nak_status = WcStatus::Success;
   std::string why;
   {
-    auto lock = pd_.registry().read_lock();
+    // Cross-memory copies can be long: they hold the registry's lock, which
+    // deregistration waits for; inline copies rely on the cached verdicts.
+    std::shared_lock<std::shared_mutex> lock;
+    if (cross) lock = pd_.registry().read_lock();
+    auto check = [&](bool remote, std::uint32_t key, std::uint64_t addr, std::uint64_t len, Access need) {
+      return cross ? pd_.registry().check_locked(remote, &pd_, key, addr, len, need)
+                   : (remote ? remote_key_ : local_key_).check(pd_.registry(), remote, &pd_, key, addr, len, need);
+    };
     if (to_recv) {
       if (length > recv->capacity) {
         recv_status = WcStatus::LocLenErr;
@@ -862,9 +867,8 @@ ShmQp::Step ShmQp::deliver_locked(const Record* r, const RecvEntry* recv, std::u
       } else {
         local_count = sge_iovecs(recv->sges, recv->num_sge, length, local);
         for (int i = 0; i < local_count; ++i) {
-          auto verdict = pd_.registry().check_locked(false, &pd_, recv->sges[i].lkey,
-                                                     reinterpret_cast<std::uint64_t>(local[i].iov_base),
-                                                     local[i].iov_len, Access::LocalWrite);
+          auto verdict = check(false, recv->sges[i].lkey, reinterpret_cast<std::uint64_t>(local[i].iov_base),
+                               local[i].iov_len, Access::LocalWrite);
           if (verdict != core::AccessCheck::Ok) {
             recv_status = WcStatus::LocProtErr;
             nak_status = WcStatus::RemOpErr;
@@ -875,7 +879,7 @@ ShmQp::Step ShmQp::deliver_locked(const Record* r, const RecvEntry* recv, std::u
         }
       }
     } else if (length > 0) {
-      auto verdict = pd_.registry().check_locked(true, &pd_, rkey, target_addr, length, Access::RemoteWrite);
+      auto verdict = check(true, rkey, target_addr, length, Access::RemoteWrite);
       if (verdict != core::AccessCheck::Ok) {
         nak_status = WcStatus::RemAccessErr;
         why = "WRITE of " + std::to_string(length) + " bytes to " + hex(target_addr) + " rkey " + hex(rkey) + ": " +
@@ -940,9 +944,11 @@ ShmQp::Step ShmQp::answer_read_locked(const Record* r) {
   std::string why;
   WcStatus nak_status = WcStatus::Success;
   {
-    auto lock = pd_.registry().read_lock();
+    std::shared_lock<std::shared_mutex> lock;
+    if (cross) lock = pd_.registry().read_lock();
     auto verdict = length == 0 ? core::AccessCheck::Ok
-                               : pd_.registry().check_locked(true, &pd_, rkey, addr, length, Access::RemoteRead);
+                   : cross     ? pd_.registry().check_locked(true, &pd_, rkey, addr, length, Access::RemoteRead)
+                               : remote_key_.check(pd_.registry(), true, &pd_, rkey, addr, length, Access::RemoteRead);
     if (verdict != core::AccessCheck::Ok) {
       nak_status = WcStatus::RemAccessErr;
       why = "READ of " + std::to_string(length) + " bytes at " + hex(addr) + " rkey " + hex(rkey) + ": " +
@@ -999,15 +1005,16 @@ ShmQp::Step ShmQp::answer_atomic_locked(const Record* r) {
   std::uint64_t old = 0;
   // Hardware atomics on the target's memory, as the tcp provider's: atomic
   // with respect to every other atomic on this host, whichever provider issued it.
-  auto verdict = pd_.registry().with_access(true, &pd_, rkey, addr, 8, Access::RemoteAtomic, [&](char* p) {
-    std::atomic_ref<std::uint64_t> target(*reinterpret_cast<std::uint64_t*>(p));
+  auto verdict = remote_key_.check(pd_.registry(), true, &pd_, rkey, addr, 8, Access::RemoteAtomic);
+  if (verdict == core::AccessCheck::Ok) {
+    std::atomic_ref<std::uint64_t> target(*reinterpret_cast<std::uint64_t*>(addr));
     if (fetch_add) {
       old = target.fetch_add(compare_add, std::memory_order_seq_cst);
     } else {
       old = compare_add;
       target.compare_exchange_strong(old, swap, std::memory_order_seq_cst);
     }
-  });
+  }
   if (verdict != core::AccessCheck::Ok) {
     nak_locked(msn, WcStatus::RemAccessErr,
                std::string(fetch_add ? "FETCH_ADD" : "CMP_SWAP") + " at " + hex(addr) + " rkey " + hex(rkey) + ": " +

@@ -181,6 +181,11 @@ class ShmQp final : public QueuePair {
   std::uint32_t expected_msn_ = 0;
   std::uint32_t published_msn_ = 0;
   bool ack_now_ = false;  // an executed request asked for `executed` at once
+
+  // Region checks on the message path skip the registry's lock while no
+  // region was deregistered (the device lock is the registry's access lock).
+  core::CachedKey local_key_;
+  core::CachedKey remote_key_;
   bool rnr_nak_sent_ = false;  // for the request at the ring's head
 };
 
