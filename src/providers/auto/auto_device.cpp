@@ -4,50 +4,13 @@
 #include <cstring>
 #include <mutex>
 
+#include "core/address_bundle.hpp"
 #include "core/completion_queue.hpp"
 #include "core/log.hpp"
 #include "core/work_request.hpp"
 
 namespace rdmx::autosel {
 namespace {
-
-constexpr std::uint8_t kMagic = 'A';
-constexpr std::uint8_t kVersion = 1;
-
-// [magic, version, count] then per candidate [u16 length, bytes].
-QpAddress encode(const std::vector<QpAddress>& parts) {
-  QpAddress out;
-  out.bytes = {kMagic, kVersion, static_cast<std::uint8_t>(parts.size())};
-  for (const auto& p : parts) {
-    auto len = static_cast<std::uint16_t>(p.bytes.size());
-    out.bytes.push_back(static_cast<std::uint8_t>(len & 0xff));
-    out.bytes.push_back(static_cast<std::uint8_t>(len >> 8));
-    out.bytes.insert(out.bytes.end(), p.bytes.begin(), p.bytes.end());
-  }
-  return out;
-}
-
-// The parts of an auto address; a plain provider address is one part.
-std::vector<QpAddress> decode(const QpAddress& address) {
-  const auto& b = address.bytes;
-  if (b.size() < 3 || b[0] != kMagic || b[1] != kVersion) return {address};
-  std::vector<QpAddress> parts;
-  std::size_t at = 3;
-  for (std::uint8_t i = 0; i < b[2]; ++i) {
-    if (at + 2 > b.size()) break;
-    std::size_t len = b[at] | (static_cast<std::size_t>(b[at + 1]) << 8);
-    at += 2;
-    if (at + len > b.size()) break;
-    parts.push_back(QpAddress{{b.begin() + static_cast<std::ptrdiff_t>(at), b.begin() + static_cast<std::ptrdiff_t>(at + len)}});
-    at += len;
-  }
-  if (parts.size() != b[2] || at != b.size()) {
-    throw Error(ErrorCode::InvalidArgument, "malformed auto QP address",
-                {.op = "connect", .sizes = "bytes=" + std::to_string(b.size()),
-                 .hint = "pass the peer's local_address() unchanged"});
-  }
-  return parts;
-}
 
 class AutoDevice;
 
@@ -76,7 +39,7 @@ class AutoQp final : public QueuePair {
     if (chosen_) return chosen_->local_address();
     std::vector<QpAddress> parts;
     for (const auto& q : subs_) parts.push_back(q->local_address());
-    return encode(parts);
+    return core::bundle_addresses(parts);
   }
   void init() override {
     std::lock_guard lock(mutex_);
@@ -206,7 +169,7 @@ class AutoDevice final : public Device {
 };
 
 void AutoQp::connect(const QpAddress& remote, const ConnectOptions& options) {
-  const std::vector<QpAddress> parts = decode(remote);
+  const std::vector<QpAddress> parts = core::unbundle_addresses(remote);
   const auto& candidates = device_.candidates();
   std::unique_lock lock(mutex_);
   if (chosen_ != nullptr || state_ == QpState::Error) {

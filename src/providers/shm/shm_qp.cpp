@@ -13,6 +13,7 @@
 #include <cstring>
 #include <random>
 
+#include "core/address_bundle.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
 #include "core/work_request.hpp"
@@ -122,7 +123,8 @@ void ShmQp::init() {
 }
 
 void ShmQp::connect(const QpAddress& remote, const ConnectOptions& options) {
-  ShmAddress peer = ShmAddress::decode(remote);
+  // An auto peer offers one address per provider: take ours.
+  ShmAddress peer = ShmAddress::decode(core::part_for_provider(remote, ShmAddress::is_shm));
   std::string why;
   if (!reachable(peer, &why)) {
     throw Error(ErrorCode::InvalidArgument, "the shm provider cannot reach this peer: " + why,

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <tuple>
 
+#include "core/address_bundle.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
 
@@ -225,7 +226,8 @@ void TcpQp::init() {
 }
 
 void TcpQp::connect(const QpAddress& remote, const ConnectOptions& options) {
-  TcpAddress peer = TcpAddress::decode(remote);
+  // An auto peer offers one address per provider: take ours.
+  TcpAddress peer = TcpAddress::decode(core::part_for_provider(remote, is_tcp_address));
   std::lock_guard engine(device_.engine_mutex());
   std::lock_guard lock(mutex_);
   if (state() == QpState::Reset) state_.store(QpState::Init);

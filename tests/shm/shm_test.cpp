@@ -1,0 +1,166 @@
+// What the shm provider and auto selection promise beyond the conformance
+// suite: nothing left behind by a killed process, the provider chosen per
+// peer, and atomics that stay atomic whichever provider carries them.
+#include <dirent.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <set>
+#include <string>
+
+#include "support/harness.hpp"
+#include "support/verbs_util.hpp"
+
+namespace rdmx::test {
+namespace {
+
+std::set<std::string> list_dir(const std::string& dir) {
+  std::set<std::string> names;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d)) names.insert(e->d_name);
+    ::closedir(d);
+  }
+  return names;
+}
+
+
+// Rank 1 is SIGKILLed while rank 0 streams WRITEs into it. Segments are
+// memfds, so /dev/shm gains nothing; the dead process's socket file is
+// removed by the next shm device opened on the host.
+TEST(ShmProvider, SigkillLeavesNothingBehind) {
+  const std::set<std::string> dev_shm_before = list_dir("/dev/shm");
+  Options options;
+  options.provider = "shm";
+  options.may_be_killed = {1};
+  ASSERT_TRUE(run_ranks(
+      2, Placement::Local,
+      [](RankEnv& env) {
+        Node node(env);
+        Buffer buf(1 << 20);
+        auto mr = node.pd->register_memory(buf.data(), buf.size(), Access::LocalWrite | Access::RemoteWrite);
+        auto qp = connected_qp(env, node, 1 - env.rank(), "k");
+        if (env.rank() == 1) {
+          publish_region(env, "region", *mr);
+          signal(env, "socket", env.device().name().substr(4));  // "shm:<path>"
+          await(env, "streaming");
+          env.kill_self();
+        }
+        RemoteRegion r = fetch_region(env, "region");
+        Sge sge = mr->sge(0, 1 << 20);
+        signal(env, "streaming");
+        // WRITE until one fails: the peer dies while we stream.
+        bool failed = false;
+        for (int i = 0; i < 100000 && !failed; ++i) {
+          qp->post_send(rdma_wr(static_cast<std::uint64_t>(i), Opcode::RdmaWrite, {&sge, 1}, r.addr, r.rkey));
+          failed = WAIT_WC(*node.send_cq, "a WRITE to a peer that gets killed").status != WcStatus::Success;
+        }
+        CHECK(failed) << "100000 WRITEs to a killed peer succeeded";
+        const std::string dead_socket = await(env, "socket");
+        // A new device on this host sweeps sockets whose process is gone.
+        auto fresh = open_device("shm");
+        struct stat st {};
+        CHECK_NE(::stat(dead_socket.c_str(), &st), 0) << "the killed rank's socket " << dead_socket << " is still there";
+      },
+      options));
+  const std::set<std::string> dev_shm_after = list_dir("/dev/shm");
+  for (const auto& name : dev_shm_after) {
+    EXPECT_TRUE(dev_shm_before.contains(name)) << "/dev/shm/" << name << " appeared during the test";
+  }
+}
+
+// With the default ("auto") device, peers on this host are reached through shm.
+TEST(AutoSelection, SameHostPeersUseShm) {
+  Options options;
+  options.provider = "auto";
+  ASSERT_TRUE(run_ranks(
+      2, Placement::Local,
+      [](RankEnv& env) {
+        Node node(env);
+        CHECK_EQ(node.device->provider(), std::string("auto"));
+        auto qp = connected_qp(env, node, 1 - env.rank(), "a");
+        CHECK_EQ(qp->provider(), std::string("shm")) << "a peer on this host must be reached through shm";
+        env.barrier("done");
+      },
+      options));
+}
+
+// Ranks whose shm sockets cannot see each other (a private mount of the
+// socket directory, as containers on one host have) are reached through tcp,
+// and both sides agree without talking first.
+TEST(AutoSelection, PeersThatCannotShareMemoryUseTcp) {
+  Options options;
+  options.provider = "auto";
+  ASSERT_TRUE(run_ranks(
+      2, Placement::Local,
+      [](RankEnv& env) {
+        const std::string dir = env.dir() + "/sockets";
+        ::mkdir(dir.c_str(), 0700);
+        CHECK_EQ(::unshare(CLONE_NEWNS), 0) << "unshare(CLONE_NEWNS) needs root";
+        CHECK_EQ(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr), 0);
+        CHECK_EQ(::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=1m"), 0) << "mounting a private socket directory";
+        ::setenv("RDMX_SHM_DIR", dir.c_str(), 1);
+        Node node(env);
+        auto qp = connected_qp(env, node, 1 - env.rank(), "a");
+        CHECK_EQ(qp->provider(), std::string("tcp")) << "the peer's shm socket is invisible here";
+        Buffer buf(4096);
+        auto mr = node.pd->register_memory(buf.data(), buf.size(), Access::LocalWrite | Access::RemoteWrite);
+        publish_region(env, "r" + std::to_string(env.rank()), *mr);
+        RemoteRegion peer = fetch_region(env, "r" + std::to_string(1 - env.rank()));
+        fill_pattern(buf.data(), 64, 7);
+        Sge sge = mr->sge(0, 64);
+        CHECK_WC(RDMA_SYNC(*qp, *node.send_cq, Opcode::RdmaWrite, sge, peer.addr + 1024, peer.rkey, 1),
+                 "WRITE over the chosen tcp QP", .wr_id = 1, .status = WcStatus::Success);
+        env.barrier("written");
+        CHECK_PATTERN(buf.data() + 1024, 64, 7, 0, "WRITE from the peer over tcp");
+        env.barrier("done");
+      },
+      options));
+}
+
+// Rank 0 (auto) takes FETCH_ADDs from a tcp-only rank and a shm-only rank,
+// and adds locally with CPU atomics, all on one word: the total is exact.
+TEST(AutoSelection, AtomicsFromEveryProviderAreAtomicTogether) {
+  Options options;
+  options.provider = "auto";
+  ASSERT_TRUE(run_ranks(
+      3, Placement::Local,
+      [](RankEnv& env) {
+        constexpr int kOps = 2000;
+        if (env.rank() == 0) {
+          Node node(env);
+          Buffer counter(4096);
+          auto mr =
+              node.pd->register_memory(counter.data(), counter.size(), Access::LocalWrite | Access::RemoteAtomic);
+          auto q1 = connected_qp(env, node, 1, "t");
+          auto q2 = connected_qp(env, node, 2, "s");
+          CHECK_EQ(q1->provider(), std::string("tcp")) << "rank 1 offers only tcp";
+          CHECK_EQ(q2->provider(), std::string("shm")) << "rank 2 offers only shm";
+          publish_region(env, "counter", RemoteRegion{counter.addr(0), mr->rkey(), 8});
+          std::atomic_ref<std::uint64_t> word(*counter.u64(0));
+          for (int i = 0; i < kOps; ++i) word.fetch_add(1);
+          env.barrier("added");
+          CHECK_EQ(word.load(), 3u * kOps) << "atomics from tcp, shm and the CPU lost an update";
+          return;
+        }
+        auto device = open_device(env.rank() == 1 ? "tcp" : "shm");
+        auto pd = device->alloc_pd();
+        auto cq = device->create_cq(4096);
+        Buffer result(4096);
+        auto mr = pd->register_memory(result.data(), result.size(), Access::LocalWrite);
+        auto qp = make_qp(*device, *pd, *cq, *cq);
+        connect_qp(env, *qp, 0, env.rank() == 1 ? "t" : "s");
+        RemoteRegion c = fetch_region(env, "counter");
+        for (int i = 0; i < kOps; ++i) {
+          ATOMIC_SYNC(*qp, *cq, Opcode::AtomicFetchAdd, mr->sge(0, 8), c.addr, c.rkey, 1, 0,
+                      static_cast<std::uint64_t>(i));
+        }
+        env.barrier("added");
+      },
+      options));
+}
+
+}  // namespace
+}  // namespace rdmx::test
