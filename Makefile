@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all deps build run test bench clean
+.PHONY: all deps build run test bench bench-shm clean
 
 all: build
 
@@ -30,6 +30,11 @@ test: build
 bench: build
 	@bash scripts/deps.sh --bench
 	bash bench/run_tcp.sh $(BUILD)
+
+# The shm provider against UCX (ucx_perftest) and Open MPI (vader), 2 local ranks.
+bench-shm: build
+	@bash scripts/deps.sh --bench
+	bash bench/run_shm.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD)

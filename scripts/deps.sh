@@ -2,12 +2,14 @@
 # Installs what rdmx needs from Debian, only what is missing. Idempotent,
 # non-interactive, and quiet when everything is present.
 #   scripts/deps.sh            build + test dependencies
-#   scripts/deps.sh --bench    also the peers the benchmarks compare with
+#   scripts/deps.sh --bench    also the peers the benchmarks compare with:
+#                              sockperf and iperf3 (bench/run_tcp.sh), UCX's
+#                              ucx_perftest and Open MPI (bench/run_shm.sh)
 set -euo pipefail
 
 packages=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev iproute2)
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(sockperf iperf3 python3)
+  packages+=(sockperf iperf3 python3 ucx-utils openmpi-bin libopenmpi-dev)
 fi
 
 missing=()
