@@ -54,12 +54,14 @@ struct Options {
   std::string provider = "tcp";
   std::string json_path;
   bool drive_progress = true;      // call Device::progress() while spinning
+  bool allocate = true;            // buffers from ProtectionDomain::allocate_memory (as ucx_perftest maps
+                                   // with ucp_mem_map); --heap registers ordinary heap memory instead
   std::chrono::milliseconds timeout{0};
 };
 
 constexpr const char* kUsage =
     "usage: rdmx_perf --mode write_lat|write_bw [--size 8|64K,1M|64K..16M|all] [--iters N] [--warmup N]\n"
-    "                 [--window N] [--cq-mod N] [--provider tcp] [--json PATH] [--no-progress] [--timeout SECONDS]\n"
+    "                 [--window N] [--cq-mod N] [--provider tcp] [--json PATH] [--no-progress] [--heap] [--timeout SECONDS]\n"
     "Run two processes with RDMX_RANK=0/1, RDMX_WORLD_SIZE=2 and a shared RDMX_STORE (see bench/run_tcp.sh).\n";
 
 [[noreturn]] void usage_error(const std::string& message) {
@@ -120,7 +122,7 @@ Options parse_options(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
     std::string_view value;
-    const bool takes_value = arg != "--no-progress" && arg != "--help" && arg != "-h";
+    const bool takes_value = arg != "--no-progress" && arg != "--heap" && arg != "--help" && arg != "-h";
     if (const auto eq = arg.find('='); eq != std::string_view::npos) {
       value = arg.substr(eq + 1);
       arg = arg.substr(0, eq);
@@ -150,6 +152,8 @@ Options parse_options(int argc, char** argv) {
       options.timeout = std::chrono::seconds(parse_count(value, "--timeout"));
     } else if (arg == "--no-progress") {
       options.drive_progress = false;
+    } else if (arg == "--heap") {
+      options.allocate = false;
     } else if (arg == "--help" || arg == "-h") {
       std::fputs(kUsage, stdout);
       std::exit(0);
@@ -224,14 +228,15 @@ struct Session {
   std::unique_ptr<rdmx::QueuePair> qp;
   // [0, area) is written by the peer; [area, 2*area) is what we send.
   std::size_t area = 0;
-  std::unique_ptr<std::uint8_t[]> buffer;
+  std::unique_ptr<std::uint8_t[]> heap;
+  std::uint8_t* buffer_base = nullptr;
   std::unique_ptr<rdmx::MemoryRegion> mr;
   std::uint64_t peer_addr = 0;  // the peer's receive area
   std::uint32_t peer_rkey = 0;
   int barrier_count = 0;
 
-  std::uint8_t* receive_area() { return buffer.get(); }
-  std::uint8_t* send_area() { return buffer.get() + area; }
+  std::uint8_t* receive_area() { return buffer_base; }
+  std::uint8_t* send_area() { return buffer_base + area; }
 
   // Both ranks arrive before either leaves; bounded by the store's timeout.
   void barrier(const char* name) {
@@ -268,8 +273,16 @@ void set_up(Session& s) {
   s.pd = s.device->alloc_pd();
   s.cq = s.device->create_cq(std::max<std::size_t>(256, 2 * s.options.window));
   s.qp = s.device->create_qp(*s.pd, *s.cq, *s.cq, qp_caps);
-  s.buffer = std::make_unique<std::uint8_t[]>(2 * s.area);  // zeroed, so every page is touched
-  s.mr = s.pd->register_memory(s.buffer.get(), 2 * s.area, rdmx::Access::LocalWrite | rdmx::Access::RemoteWrite);
+  const rdmx::Access access = rdmx::Access::LocalWrite | rdmx::Access::RemoteWrite;
+  if (s.options.allocate) {
+    s.mr = s.pd->allocate_memory(2 * s.area, access);
+    s.buffer_base = static_cast<std::uint8_t*>(s.mr->addr());
+    std::memset(s.buffer_base, 0, 2 * s.area);  // every page touched before timing
+  } else {
+    s.heap = std::make_unique<std::uint8_t[]>(2 * s.area);  // zeroed, so every page is touched
+    s.buffer_base = s.heap.get();
+    s.mr = s.pd->register_memory(s.buffer_base, 2 * s.area, access);
+  }
 
   const std::string me = std::to_string(s.rank);
   const std::string them = std::to_string(s.peer);
@@ -303,6 +316,8 @@ void print_banner(const Session& s, const char* title, std::uint32_t depth) {
   std::printf(" CQ Moderation   : %u\n", s.options.cq_mod);
   std::printf(" Progress        : %s\n", s.options.drive_progress ? "driven while spinning (Device::progress)"
                                                                    : "background engine only");
+  std::printf(" Memory          : %s\n", s.options.allocate ? "ProtectionDomain::allocate_memory (shareable)"
+                                                           : "heap, registered (--heap)");
   print_rule();
 }
 

@@ -179,6 +179,12 @@ class ProtectionDomain {
   // registered. Throws InvalidArgument for a null address with non-zero
   // length, or rights IB would refuse (RemoteWrite/RemoteAtomic without LocalWrite).
   virtual std::unique_ptr<MemoryRegion> register_memory(void* addr, std::size_t length, Access access) = 0;
+  // Allocates `length` zeroed bytes that processes on this host can map, and
+  // registers them (as ucp_mem_map with ALLOCATE, or ncclMemAlloc). The
+  // memory is freed when the region is destroyed. Every provider accepts
+  // such regions; the shm provider lets a peer copy into or out of them
+  // directly, one-sidedly, instead of through the target process.
+  virtual std::unique_ptr<MemoryRegion> allocate_memory(std::size_t length, Access access) = 0;
 };
 
 // ---------------------------------------------------------------------------

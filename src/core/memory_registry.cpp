@@ -1,6 +1,15 @@
 #include "core/memory_registry.hpp"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <new>
+
+#include "core/config.hpp"
+#include "core/wait.hpp"
 
 #include "core/log.hpp"
 
@@ -25,12 +34,13 @@ std::uint32_t MemoryRegistry::fresh_key_locked() {
   }
 }
 
-MemoryRegistry::Keys MemoryRegistry::add(const void* domain, void* addr, std::size_t length, Access access) {
+MemoryRegistry::Keys MemoryRegistry::add(const void* domain, void* addr, std::size_t length, Access access,
+                                         const SharedRegion* shared) {
   std::unique_lock lock(mutex_);
   Keys keys{};
   keys.lkey = fresh_key_locked();
   auto it =
-      by_lkey_.emplace(keys.lkey, Entry{domain, reinterpret_cast<std::uint64_t>(addr), length, access, keys.lkey, 0})
+      by_lkey_.emplace(keys.lkey, Entry{domain, reinterpret_cast<std::uint64_t>(addr), length, access, keys.lkey, 0, shared})
           .first;
   keys.rkey = fresh_key_locked();
   it->second.rkey = keys.rkey;
@@ -73,7 +83,7 @@ bool MemoryRegistry::lookup(bool remote, std::uint32_t key, Verdict* out) const 
     if (it != by_lkey_.end()) entry = &it->second;
   }
   if (entry == nullptr) return false;
-  *out = {entry->base, entry->length, entry->access, entry->domain};
+  *out = {entry->base, entry->length, entry->access, entry->domain, entry->shared};
   return true;
 }
 
@@ -110,6 +120,70 @@ class RegisteredRegion final : public MemoryRegion {
 };
 }  // namespace
 
+namespace {
+void check_rights(Access access, const char* sizes) {
+  if ((has(access, Access::RemoteWrite) || has(access, Access::RemoteAtomic)) && !has(access, Access::LocalWrite)) {
+    throw Error(ErrorCode::InvalidArgument,
+                "REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE (as in InfiniBand), got " + to_string(access),
+                {.op = "register_memory", .sizes = sizes, .hint = "add Access::LocalWrite"});
+  }
+}
+
+// Memory from a memfd, registered; the state page follows the data.
+class AllocatedRegion final : public MemoryRegion {
+ public:
+  AllocatedRegion(MemoryRegistry& registry, void* addr, std::size_t length, MemoryRegistry::Keys keys, Access access,
+                  std::unique_ptr<SharedRegion> shared)
+      : MemoryRegion(addr, length, keys.lkey, keys.rkey, access), registry_(registry), shared_(std::move(shared)) {}
+  ~AllocatedRegion() override {
+    registry_.remove(lkey());
+    auto* base = static_cast<char*>(addr());
+    auto* state = reinterpret_cast<SharedRegionState*>(base + shared_->state_offset);
+    state->live.store(0, std::memory_order_seq_cst);
+    // Peers copying directly finish before the region is gone (bounded: a
+    // peer killed inside a copy leaves its count behind).
+    auto done = wait_until([&] { return state->inflight.load(std::memory_order_seq_cst) == 0; }, nullptr,
+                           deadline_after(timeout()));
+    if (done != WaitResult::Ready) {
+      RDMX_WARN("deregistering an allocated region: %u direct copies by peers did not finish within RDMX_TIMEOUT",
+                state->inflight.load());
+    }
+    ::munmap(base, shared_->map_length);
+    ::close(shared_->memfd);
+  }
+
+ private:
+  MemoryRegistry& registry_;
+  std::unique_ptr<SharedRegion> shared_;
+};
+}  // namespace
+
+std::unique_ptr<MemoryRegion> RegistryProtectionDomain::allocate_memory(std::size_t length, Access access) {
+  char sizes[64];
+  std::snprintf(sizes, sizeof(sizes), "length=%zu", length);
+  check_rights(access, sizes);
+  const std::size_t page = 4096;
+  auto shared = std::make_unique<SharedRegion>();
+  shared->state_offset = (length + page - 1) / page * page;
+  shared->map_length = shared->state_offset + page;
+  shared->memfd = ::memfd_create("rdmx-region", MFD_CLOEXEC);
+  void* base = MAP_FAILED;
+  if (shared->memfd >= 0 && ::ftruncate(shared->memfd, static_cast<off_t>(shared->map_length)) == 0) {
+    base = ::mmap(nullptr, shared->map_length, PROT_READ | PROT_WRITE, MAP_SHARED, shared->memfd, 0);
+  }
+  if (base == MAP_FAILED) {
+    int saved = errno;
+    if (shared->memfd >= 0) ::close(shared->memfd);
+    throw Error(ErrorCode::System, std::string("cannot allocate shareable memory: ") + std::strerror(saved),
+                {.op = "allocate_memory", .sizes = sizes, .hint = "check memory limits (ulimit -v, cgroup memory)"});
+  }
+  auto* state = new (static_cast<char*>(base) + shared->state_offset) SharedRegionState{};
+  state->live.store(1, std::memory_order_release);
+  auto keys = registry_.add(this, base, length, access, shared.get());
+  RDMX_TRACE("allocated %s lkey=0x%x rkey=0x%x access=%s", sizes, keys.lkey, keys.rkey, to_string(access).c_str());
+  return std::make_unique<AllocatedRegion>(registry_, base, length, keys, access, std::move(shared));
+}
+
 std::unique_ptr<MemoryRegion> RegistryProtectionDomain::register_memory(void* addr, std::size_t length,
                                                                         Access access) {
   char sizes[96];
@@ -118,11 +192,7 @@ std::unique_ptr<MemoryRegion> RegistryProtectionDomain::register_memory(void* ad
     throw Error(ErrorCode::InvalidArgument, "cannot register a null buffer",
                 {.op = "register_memory", .sizes = sizes, .hint = "pass the buffer's address"});
   }
-  if ((has(access, Access::RemoteWrite) || has(access, Access::RemoteAtomic)) && !has(access, Access::LocalWrite)) {
-    throw Error(ErrorCode::InvalidArgument,
-                "REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE (as in InfiniBand), got " + to_string(access),
-                {.op = "register_memory", .sizes = sizes, .hint = "add Access::LocalWrite"});
-  }
+  check_rights(access, sizes);
   if (reinterpret_cast<std::uintptr_t>(addr) + length < reinterpret_cast<std::uintptr_t>(addr)) {
     throw Error(ErrorCode::InvalidArgument, "region wraps around the address space",
                 {.op = "register_memory", .sizes = sizes, .hint = "check the length"});

@@ -20,6 +20,23 @@
 
 namespace rdmx::core {
 
+// The shared state of a region allocated by allocate_memory(), at the end of
+// its mapping, so peers that map the region can tell whether it is still
+// registered. A peer copying directly first counts itself in `inflight` (a
+// full barrier), then reads `live`; deregistration clears `live`, then waits
+// until `inflight` drains, so no direct copy outlives it.
+struct alignas(64) SharedRegionState {
+  std::atomic<std::uint32_t> live;
+  std::atomic<std::uint32_t> inflight;
+};
+
+// Where a shareable region's memory comes from, for providers that map it in peers.
+struct SharedRegion {
+  int memfd = -1;
+  std::size_t map_length = 0;    // bytes to map from offset 0
+  std::size_t state_offset = 0;  // where the SharedRegionState lies in the mapping
+};
+
 enum class AccessCheck : std::uint8_t { Ok, NoSuchKey, WrongDomain, OutOfBounds, MissingRight };
 const char* to_string(AccessCheck check) noexcept;
 
@@ -30,7 +47,7 @@ class MemoryRegistry {
     std::uint32_t rkey;
   };
   // `domain` identifies the protection domain (any stable pointer).
-  Keys add(const void* domain, void* addr, std::size_t length, Access access);
+  Keys add(const void* domain, void* addr, std::size_t length, Access access, const SharedRegion* shared = nullptr);
   void remove(std::uint32_t lkey);
 
   // Runs fn(char* ptr) with ptr = addr if `key` (an rkey when remote, else an
@@ -64,6 +81,7 @@ class MemoryRegistry {
     std::uint64_t length = 0;
     Access access = Access::None;
     const void* domain = nullptr;
+    const SharedRegion* shared = nullptr;  // set for regions from allocate_memory()
   };
   // The region behind a key, for caching (nullopt when there is none).
   bool lookup(bool remote, std::uint32_t key, Verdict* out) const;
@@ -82,6 +100,7 @@ class MemoryRegistry {
     Access access;
     std::uint32_t lkey;
     std::uint32_t rkey;
+    const SharedRegion* shared;
   };
   std::uint32_t fresh_key_locked();
 
@@ -118,6 +137,8 @@ class CachedKey {
     if (need != Access::None && !has(verdict_.access, need)) return AccessCheck::MissingRight;
     return AccessCheck::Ok;
   }
+  // The region behind the last key that passed check().
+  const MemoryRegistry::Verdict& verdict() const { return verdict_; }
 
  private:
   bool valid_ = false;
@@ -132,6 +153,7 @@ class RegistryProtectionDomain final : public ProtectionDomain {
  public:
   explicit RegistryProtectionDomain(MemoryRegistry& registry) : registry_(registry) {}
   std::unique_ptr<MemoryRegion> register_memory(void* addr, std::size_t length, Access access) override;
+  std::unique_ptr<MemoryRegion> allocate_memory(std::size_t length, Access access) override;
   MemoryRegistry& registry() const { return registry_; }
 
  private:

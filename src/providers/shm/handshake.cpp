@@ -30,9 +30,10 @@ int send_with_fd(int socket, const void* bytes, std::size_t length, int fd) {
   return static_cast<std::size_t>(n) == length ? 0 : EPROTO;
 }
 
-int receive_with_fd(int socket, void* bytes, std::size_t length, int* fd) {
+int receive_message(int socket, void* bytes, std::size_t capacity, std::size_t* got, int* fd) {
   *fd = -1;
-  iovec iov{bytes, length};
+  *got = 0;
+  iovec iov{bytes, capacity};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
@@ -46,22 +47,34 @@ int receive_with_fd(int socket, void* bytes, std::size_t length, int* fd) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
     std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
     for (std::size_t i = 0; i < count; ++i) {
-      int got;
-      std::memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      int received;
+      std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
       if (*fd < 0) {
-        *fd = got;
+        *fd = received;
       } else {
-        ::close(got);
+        ::close(received);
       }
     }
   }
   if (n == 0) return ECONNRESET;
-  if (static_cast<std::size_t>(n) != length || (msg.msg_flags & MSG_CTRUNC) != 0) {
+  if ((msg.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) != 0) {
     if (*fd >= 0) ::close(*fd);
     *fd = -1;
     return EPROTO;
   }
+  *got = static_cast<std::size_t>(n);
   return 0;
+}
+
+int receive_with_fd(int socket, void* bytes, std::size_t length, int* fd) {
+  std::size_t got = 0;
+  int error = receive_message(socket, bytes, length, &got, fd);
+  if (error == 0 && got != length) {
+    if (*fd >= 0) ::close(*fd);
+    *fd = -1;
+    return EPROTO;
+  }
+  return error;
 }
 
 int probe_cross_memory(int pid, std::uint64_t addr, std::uint64_t value) {

@@ -36,6 +36,25 @@ struct Accept {
   std::uint64_t probe_value = 0;
 };
 
+// A region from allocate_memory() that the peer may map and copy into or out
+// of directly (sent with its memfd, after the peer first used the rkey).
+constexpr std::uint32_t kShareMagic = 0x45524853;  // "SHRE"
+struct ShareOffer {
+  std::uint32_t magic = kShareMagic;
+  std::uint32_t rkey = 0;
+  std::uint64_t base = 0;  // the region's address in the target
+  std::uint64_t length = 0;
+  std::uint64_t map_length = 0;
+  std::uint64_t state_offset = 0;
+  std::uint32_t access = 0;
+  std::uint32_t reserved = 0;
+};
+
+// Receives one message (the sockets are SOCK_SEQPACKET) of at most
+// `capacity` bytes and the descriptor sent with it (-1 when none); *got is
+// its length. Returns 0, EAGAIN, ECONNRESET at end of file, or errno.
+int receive_message(int socket, void* bytes, std::size_t capacity, std::size_t* got, int* fd);
+
 // Sends `bytes` and, when fd >= 0, the descriptor with them. Returns errno (0 on success).
 int send_with_fd(int socket, const void* bytes, std::size_t length, int fd);
 // Receives exactly `length` bytes in one message and the descriptor sent with

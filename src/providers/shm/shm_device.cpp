@@ -99,7 +99,7 @@ ShmDevice::ShmDevice(std::string why, core::DeviceResources resources) : resourc
                 {.op = "open_device shm", .hint = "set RDMX_SHM_DIR to a shorter directory"});
   }
   std::memcpy(addr.sun_path, socket_path_.c_str(), socket_path_.size() + 1);
-  listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  listen_fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (listen_fd_ < 0) throw_system("socket(AF_UNIX) failed", socket_path_);
   if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(listen_fd_, 512) != 0) {
     int saved = errno;

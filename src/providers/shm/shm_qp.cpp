@@ -17,6 +17,7 @@
 #include "core/config.hpp"
 #include "core/log.hpp"
 #include "core/work_request.hpp"
+#include "providers/shm/copy.hpp"
 #include "providers/shm/wake_fence.hpp"
 
 namespace rdmx::shm {
@@ -88,6 +89,7 @@ ShmQp::~ShmQp() {
   std::lock_guard lock(device_.mutex());
   device_.remove_qp_locked(this);
   close_socket_locked();
+  while (!peer_regions_.empty()) drop_peer_region_locked(peer_regions_.size() - 1);
   if (segment_ != nullptr) ::munmap(segment_, segment_bytes_);
 }
 
@@ -242,7 +244,96 @@ void ShmQp::post_send(const SendWr& wr) {
   }
   if (!peer_gone_.empty()) return fail_locked(peer_gone_, WcStatus::RetryExcErr);
   device_.note_application_activity();
+  // One-sided: with nothing ahead of it, a WRITE or READ on a region the peer
+  // shared completes here, without the peer's threads.
+  if (sq_count_ == 1 && !peer_regions_.empty() && try_direct_locked(e)) {
+    --next_msn_;  // never reached the ring: the responder's MSNs stay contiguous
+    if (e.signaled) push_send_completion_locked(e, WcStatus::Success);
+    sq_head_ = (sq_head_ + 1) % sq_.size();
+    --sq_count_;
+    return;
+  }
   pump_locked();
+}
+
+bool ShmQp::try_direct_locked(const SendEntry& e) {
+  const bool write = e.opcode == Opcode::RdmaWrite;
+  if (!write && e.opcode != Opcode::RdmaRead) return false;
+  for (std::size_t i = 0; i < peer_regions_.size(); ++i) {
+    PeerRegion& r = peer_regions_[i];
+    if (r.rkey != e.rkey) continue;
+    if (!has(r.access, write ? Access::RemoteWrite : Access::RemoteRead) || e.remote_addr < r.base ||
+        e.total > r.length || e.remote_addr - r.base > r.length - e.total) {
+      return false;  // the peer's region table gives the verdict on the ring path
+    }
+    // Count ourselves in before looking at `live` (the locked add is a full
+    // barrier): deregistration clears `live`, then waits for the count.
+    r.state->inflight.fetch_add(1, std::memory_order_seq_cst);
+    if (r.state->live.load(std::memory_order_seq_cst) == 0) {
+      r.state->inflight.fetch_sub(1, std::memory_order_release);
+      drop_peer_region_locked(i);
+      return false;
+    }
+    char* remote = r.map + (e.remote_addr - r.base);
+    for (std::uint32_t s = 0; s < e.num_sge; ++s) {
+      auto* local = reinterpret_cast<char*>(e.sges[s].addr);
+      if (write) {
+        copy_large(remote, local, e.sges[s].length);
+      } else {
+        copy_large(local, remote, e.sges[s].length);
+      }
+      remote += e.sges[s].length;
+    }
+    r.state->inflight.fetch_sub(1, std::memory_order_release);
+    return true;
+  }
+  return false;
+}
+
+void ShmQp::offer_region_locked(std::uint32_t rkey, const core::MemoryRegistry::Verdict& verdict) {
+  if (verdict.shared == nullptr || socket_ < 0 || !accepted_) return;
+  if (std::find(offered_.begin(), offered_.end(), rkey) != offered_.end()) return;
+  offered_.push_back(rkey);
+  ShareOffer offer;
+  offer.rkey = rkey;
+  offer.base = verdict.base;
+  offer.length = verdict.length;
+  offer.map_length = verdict.shared->map_length;
+  offer.state_offset = verdict.shared->state_offset;
+  offer.access = static_cast<std::uint32_t>(verdict.access);
+  if (int error = send_with_fd(socket_, &offer, sizeof(offer), verdict.shared->memfd); error != 0) {
+    RDMX_INFO("shm qp %u: offering region rkey 0x%x to %s failed: %s", qpn_, rkey, describe_peer().c_str(),
+              std::strerror(error));
+  }
+}
+
+void ShmQp::take_offer_locked(const ShareOffer& offer, int fd) {
+  struct stat st {};
+  const bool sane = offer.state_offset >= offer.length && offer.map_length >= offer.state_offset + kSlot &&
+                    ::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) >= offer.map_length;
+  void* map = sane ? ::mmap(nullptr, offer.map_length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+  ::close(fd);
+  if (map == MAP_FAILED) {
+    RDMX_WARN("shm qp %u: cannot map the region rkey 0x%x offered by %s; its WRITEs and READs keep using the ring",
+              qpn_, offer.rkey, describe_peer().c_str());
+    return;
+  }
+  for (std::size_t i = 0; i < peer_regions_.size(); ++i) {
+    if (peer_regions_[i].rkey == offer.rkey) {
+      drop_peer_region_locked(i);
+      break;
+    }
+  }
+  auto* base = static_cast<char*>(map);
+  peer_regions_.push_back({offer.rkey, offer.base, offer.length, static_cast<Access>(offer.access), base,
+                           offer.map_length, reinterpret_cast<core::SharedRegionState*>(base + offer.state_offset)});
+  RDMX_TRACE("shm qp %u: mapped %s's region rkey 0x%x (%llu bytes) for direct access", qpn_,
+             describe_peer().c_str(), offer.rkey, static_cast<unsigned long long>(offer.length));
+}
+
+void ShmQp::drop_peer_region_locked(std::size_t index) {
+  ::munmap(peer_regions_[index].map, peer_regions_[index].map_length);
+  peer_regions_.erase(peer_regions_.begin() + static_cast<std::ptrdiff_t>(index));
 }
 
 void ShmQp::post_recv(const RecvWr& wr) {
@@ -299,7 +390,7 @@ void ShmQp::start_connect_locked() {
     fail_locked("connect to " + describe_peer() + ": the process no longer exists", WcStatus::RetryExcErr);
     return;
   }
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     fail_locked(std::string("socket(AF_UNIX) failed: ") + std::strerror(errno), WcStatus::RetryExcErr);
     return;
@@ -456,12 +547,19 @@ bool ShmQp::on_socket_locked(std::uint32_t events) {
     return true;
   }
   if ((events & EPOLLIN) != 0) {
-    // Wake-up bytes: their only purpose was to end our epoll_wait.
-    char sink[256];
+    // One-byte wake-ups (their only purpose was to end our epoll_wait) and region offers.
     for (int i = 0; i < 16; ++i) {
-      ssize_t n = ::recv(socket_, sink, sizeof(sink), MSG_DONTWAIT);
-      if (n == 0) closed = true;
-      if (n <= 0) break;
+      ShareOffer offer;
+      std::size_t got = 0;
+      int fd = -1;
+      int error = receive_message(socket_, &offer, sizeof(offer), &got, &fd);
+      if (error == ECONNRESET) closed = true;
+      if (error != 0) break;
+      if (got == sizeof(offer) && offer.magic == kShareMagic && fd >= 0) {
+        take_offer_locked(offer, fd);
+      } else if (fd >= 0) {
+        ::close(fd);
+      }
     }
   }
   if ((events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) != 0) closed = true;
@@ -836,6 +934,15 @@ ShmQp::Step ShmQp::execute_request_locked(const Record* r, std::uint16_t slots) 
     default: break;
   }
   if (step != Step::Done) return step;
+  // A region from allocate_memory() is offered to the peer the first time it
+  // uses it, so its later WRITEs and READs go there directly.
+  if ((type == RecordType::Write || type == RecordType::Read) && length > 0) {
+    if (!cross) {
+      if (remote_key_.verdict().shared != nullptr) offer_region_locked(r->rkey, remote_key_.verdict());
+    } else if (core::MemoryRegistry::Verdict v; pd_.registry().lookup(true, r->rkey, &v)) {
+      offer_region_locked(r->rkey, v);
+    }
+  }
   if ((flags & kAckRequest) != 0) ack_now_ = true;
   rnr_nak_sent_ = false;
   ++expected_msn_;

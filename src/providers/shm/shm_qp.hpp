@@ -91,6 +91,24 @@ class ShmQp final : public QueuePair {
   };
   enum class Step { Done, Stall, Failed };
 
+  // Direct access to the peer's regions from allocate_memory().
+  struct PeerRegion {
+    std::uint32_t rkey;
+    std::uint64_t base;
+    std::uint64_t length;
+    Access access;
+    char* map;
+    std::size_t map_length;
+    core::SharedRegionState* state;
+  };
+  // Copies a WRITE or READ straight into or out of the peer's mapped region;
+  // false when it cannot (no mapping, out of bounds, deregistered): the ring
+  // path then carries it and the peer's region table answers.
+  bool try_direct_locked(const SendEntry& e);
+  void offer_region_locked(std::uint32_t rkey, const core::MemoryRegistry::Verdict& verdict);
+  void take_offer_locked(const ShareOffer& offer, int fd);
+  void drop_peer_region_locked(std::size_t index);
+
   // Requester.
   void pump_locked();
   bool put_request_locked(SendEntry& e);
@@ -186,6 +204,9 @@ class ShmQp final : public QueuePair {
   // region was deregistered (the device lock is the registry's access lock).
   core::CachedKey local_key_;
   core::CachedKey remote_key_;
+
+  std::vector<PeerRegion> peer_regions_;   // the peer's regions we mapped
+  std::vector<std::uint32_t> offered_;     // our rkeys whose memory we offered the peer
   bool rnr_nak_sent_ = false;  // for the request at the ring's head
 };
 

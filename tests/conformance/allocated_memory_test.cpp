@@ -1,0 +1,104 @@
+// Regions from ProtectionDomain::allocate_memory(): the same verbs semantics
+// as registered heap memory on every provider, including when a provider
+// lets the peer copy into them directly (shm maps them in the peer).
+#include <cstring>
+
+#include "conformance/conformance.hpp"
+
+namespace rdmx::test {
+namespace {
+
+constexpr int kTarget = 0;
+constexpr int kInitiator = 1;
+constexpr std::size_t kBig = 1 << 20;
+
+TEST_P(Conformance, AllocatedMemoryWriteReadAndDeregistration) {
+  ASSERT_TRUE(run(2, [](RankEnv& env) {
+    Node node(env);
+    if (env.rank() == kTarget) {
+      auto a = node.pd->allocate_memory(kBig, Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead);
+      auto b = node.pd->allocate_memory(4096, Access::LocalWrite | Access::RemoteWrite);
+      auto ro = node.pd->allocate_memory(4096, Access::RemoteRead);
+      CHECK_EQ(a->length(), kBig);
+      CHECK_BYTES(a->addr(), kBig, 0, "allocated memory must be zeroed");
+      auto* bytes = static_cast<std::uint8_t*>(a->addr());
+      fill_pattern(bytes + kBig / 2, kBig / 2, 301);
+      auto qp = connected_qp(env, node, kInitiator, "t");
+      publish_region(env, "a", *a);
+      publish_region(env, "b", *b);
+      publish_region(env, "ro", *ro);
+      await(env, "written");
+      CHECK_PATTERN(bytes, 64 * 100, 302, 0, "100 WRITEs into an allocated region");
+      CHECK_BYTES(ro->addr(), 4096, 0, "a read-only allocated region after WRITEs to it");
+      b.reset();  // deregister while the peer has used (and may have mapped) it
+      signal(env, "deregistered");
+      env.barrier("done");
+    } else {
+      auto local = node.pd->allocate_memory(kBig, Access::LocalWrite);
+      auto* bytes = static_cast<std::uint8_t*>(local->addr());
+      fill_pattern(bytes, 64 * 100, 302);
+      auto qp = connected_qp(env, node, kTarget, "t");
+      RemoteRegion a = fetch_region(env, "a");
+      RemoteRegion b = fetch_region(env, "b");
+      RemoteRegion ro = fetch_region(env, "ro");
+      for (int i = 0; i < 100; ++i) {
+        auto wc = RDMA_SYNC(*qp, *node.send_cq, Opcode::RdmaWrite, local->sge(64 * i, 64), a.addr + 64 * i, a.rkey,
+                            static_cast<std::uint64_t>(i));
+        CHECK_WC(wc, "WRITE into an allocated region", .wr_id = static_cast<std::uint64_t>(i),
+                 .status = WcStatus::Success);
+        CHECK_WC(RDMA_SYNC(*qp, *node.send_cq, Opcode::RdmaWrite, local->sge(0, 8), b.addr, b.rkey, 1000),
+                 "WRITE into the region deregistered later", .wr_id = 1000, .status = WcStatus::Success);
+      }
+      for (int i = 0; i < 10; ++i) {
+        std::memset(bytes + kBig / 2, 0, kBig / 2);
+        auto rd = RDMA_SYNC(*qp, *node.send_cq, Opcode::RdmaRead, local->sge(kBig / 2, kBig / 2), a.addr + kBig / 2,
+                            a.rkey, 200);
+        CHECK_WC(rd, "READ from an allocated region", .wr_id = 200, .status = WcStatus::Success);
+        CHECK_PATTERN(bytes + kBig / 2, kBig / 2, 301, 0, "READ from an allocated region");
+      }
+      signal(env, "written");
+      await(env, "deregistered");
+      auto stale = RDMA_SYNC(*qp, *node.send_cq, Opcode::RdmaWrite, local->sge(0, 8), b.addr, b.rkey, 2);
+      CHECK_WC(stale, "WRITE into a deregistered allocated region", .wr_id = 2, .status = WcStatus::RemAccessErr);
+      env.barrier("done");
+      (void)ro;
+    }
+  }));
+}
+
+// Rights and bounds hold for allocated regions as for any other, also on a
+// QP that has been using the region (and may have it mapped).
+TEST_P(Conformance, AllocatedMemoryRightsAndBounds) {
+  ASSERT_TRUE(run(2, [](RankEnv& env) {
+    Node node(env);
+    if (env.rank() == kTarget) {
+      auto ro = node.pd->allocate_memory(4096, Access::RemoteRead);
+      fill_pattern(ro->addr(), 4096, 303);
+      auto q1 = connected_qp(env, node, kInitiator, "1");
+      auto q2 = connected_qp(env, node, kInitiator, "2");
+      publish_region(env, "ro", *ro);
+      await(env, "attacked");
+      CHECK_PATTERN(ro->addr(), 4096, 303, 0, "a read-only allocated region after WRITE and out-of-bounds READ");
+      env.barrier("done");
+    } else {
+      auto local = node.pd->allocate_memory(8192, Access::LocalWrite);
+      auto q1 = connected_qp(env, node, kTarget, "1");
+      auto q2 = connected_qp(env, node, kTarget, "2");
+      RemoteRegion ro = fetch_region(env, "ro");
+      for (int i = 0; i < 50; ++i) {
+        CHECK_WC(RDMA_SYNC(*q1, *node.send_cq, Opcode::RdmaRead, local->sge(0, 4096), ro.addr, ro.rkey, 1),
+                 "READ of a read-only allocated region", .wr_id = 1, .status = WcStatus::Success);
+      }
+      CHECK_PATTERN(local->addr(), 4096, 303, 0, "READ of a read-only allocated region");
+      CHECK_WC(RDMA_SYNC(*q1, *node.send_cq, Opcode::RdmaRead, local->sge(0, 4096), ro.addr + 1, ro.rkey, 2),
+               "READ one byte past the end of an allocated region", .wr_id = 2, .status = WcStatus::RemAccessErr);
+      CHECK_WC(RDMA_SYNC(*q2, *node.send_cq, Opcode::RdmaWrite, local->sge(0, 64), ro.addr, ro.rkey, 3),
+               "WRITE into a read-only allocated region", .wr_id = 3, .status = WcStatus::RemAccessErr);
+      signal(env, "attacked");
+      env.barrier("done");
+    }
+  }));
+}
+
+}  // namespace
+}  // namespace rdmx::test
