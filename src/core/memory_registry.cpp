@@ -5,9 +5,11 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <new>
 
+#include "core/asymmetric_fence.hpp"
 #include "core/config.hpp"
 #include "core/wait.hpp"
 
@@ -59,15 +61,15 @@ void MemoryRegistry::remove(std::uint32_t lkey) {
   }
   // Wait out accesses that checked through a cache before the bump.
   std::lock_guard users(access_locks_mutex_);
-  for (std::mutex* m : access_locks_) std::lock_guard wait(*m);
+  for (DeviceLock* m : access_locks_) std::lock_guard wait(*m);
 }
 
-void MemoryRegistry::add_access_lock(std::mutex* lock) {
+void MemoryRegistry::add_access_lock(DeviceLock* lock) {
   std::lock_guard users(access_locks_mutex_);
   access_locks_.push_back(lock);
 }
 
-void MemoryRegistry::remove_access_lock(std::mutex* lock) {
+void MemoryRegistry::remove_access_lock(DeviceLock* lock) {
   std::lock_guard users(access_locks_mutex_);
   std::erase(access_locks_, lock);
 }
@@ -139,14 +141,20 @@ class AllocatedRegion final : public MemoryRegion {
     registry_.remove(lkey());
     auto* base = static_cast<char*>(addr());
     auto* state = reinterpret_cast<SharedRegionState*>(base + shared_->state_offset);
-    state->live.store(0, std::memory_order_seq_cst);
+    state->live.store(0, std::memory_order_relaxed);
+    heavy_fence(asymmetric_fence_available());
     // Peers copying directly finish before the region is gone (bounded: a
-    // peer killed inside a copy leaves its count behind).
-    auto done = wait_until([&] { return state->inflight.load(std::memory_order_seq_cst) == 0; }, nullptr,
-                           deadline_after(timeout()));
-    if (done != WaitResult::Ready) {
-      RDMX_WARN("deregistering an allocated region: %u direct copies by peers did not finish within RDMX_TIMEOUT",
-                state->inflight.load());
+    // peer killed inside a copy leaves its slot set).
+    const std::uint32_t used = std::min(shared_->slots_given.load(), kDirectSlots);
+    auto idle = [&] {
+      for (std::uint32_t i = 0; i < used; ++i) {
+        if (state->slots[i].busy.load(std::memory_order_acquire) != 0) return false;
+      }
+      return true;
+    };
+    if (wait_until(idle, nullptr, deadline_after(timeout())) != WaitResult::Ready) {
+      RDMX_WARN("deregistering an allocated region: a peer's direct copy did not finish within RDMX_TIMEOUT "
+                "(was the peer killed in the middle of one?)");
     }
     ::munmap(base, shared_->map_length);
     ::close(shared_->memfd);

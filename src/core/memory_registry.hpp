@@ -16,25 +16,34 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/device_lock.hpp"
 #include "rdmx/verbs.hpp"
 
 namespace rdmx::core {
 
-// The shared state of a region allocated by allocate_memory(), at the end of
-// its mapping, so peers that map the region can tell whether it is still
-// registered. A peer copying directly first counts itself in `inflight` (a
-// full barrier), then reads `live`; deregistration clears `live`, then waits
-// until `inflight` drains, so no direct copy outlives it.
-struct alignas(64) SharedRegionState {
-  std::atomic<std::uint32_t> live;
-  std::atomic<std::uint32_t> inflight;
+// The shared state of a region allocated by allocate_memory(), in the page
+// after its data, so peers that map the region can tell whether it is still
+// registered. Each peer QP that copies directly owns one busy slot (its own
+// cache line): it sets it, then reads `live` (core::light_fence between);
+// deregistration clears `live`, runs core::heavy_fence, then waits until
+// every slot is clear, so no direct copy outlives it.
+constexpr std::uint32_t kDirectSlots = 63;
+struct alignas(64) BusySlot {
+  std::atomic<std::uint32_t> busy;
 };
+struct SharedRegionState {
+  alignas(64) std::atomic<std::uint32_t> live;
+  BusySlot slots[kDirectSlots];
+};
+static_assert(sizeof(SharedRegionState) <= 4096);
 
 // Where a shareable region's memory comes from, for providers that map it in peers.
 struct SharedRegion {
   int memfd = -1;
   std::size_t map_length = 0;    // bytes to map from offset 0
   std::size_t state_offset = 0;  // where the SharedRegionState lies in the mapping
+  // Slots handed out so far (by the target's provider, to the QPs it offers the region to).
+  mutable std::atomic<std::uint32_t> slots_given{0};
 };
 
 enum class AccessCheck : std::uint8_t { Ok, NoSuchKey, WrongDomain, OutOfBounds, MissingRight };
@@ -73,8 +82,8 @@ class MemoryRegistry {
   // cached verdict (see generation()). remove() takes and releases every
   // such lock after bumping the generation, so once it returns no access
   // that relied on the old verdict is still running.
-  void add_access_lock(std::mutex* lock);
-  void remove_access_lock(std::mutex* lock);
+  void add_access_lock(DeviceLock* lock);
+  void remove_access_lock(DeviceLock* lock);
 
   struct Verdict {
     std::uint64_t base = 0;
@@ -112,7 +121,7 @@ class MemoryRegistry {
   std::mt19937_64 random_{std::random_device{}()};
   std::atomic<std::uint64_t> generation_{0};
   std::mutex access_locks_mutex_;
-  std::vector<std::mutex*> access_locks_;
+  std::vector<DeviceLock*> access_locks_;
 };
 
 // A one-entry cache of a key's region, valid while the registry's generation

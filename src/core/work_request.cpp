@@ -46,15 +46,15 @@ QpCaps grant_qp_caps(const QpCaps& wanted, const DeviceCaps& limits, const std::
   return caps;
 }
 
-std::uint64_t validate_send_wr(const SendWr& wr, const QpCaps& caps, std::uint64_t max_message,
-                               const std::function<ErrorContext(const std::string& op)>& context) {
+std::uint64_t validate_send_wr(const SendWr& wr, const QpCaps& caps, std::uint64_t max_message, ContextFn context,
+                               const void* qp) {
   const auto op = static_cast<std::uint8_t>(wr.opcode);
   if (op > static_cast<std::uint8_t>(Opcode::AtomicCmpSwap)) {
-    throw Error(ErrorCode::InvalidArgument, "unknown opcode " + std::to_string(op), context("post_send"));
+    throw Error(ErrorCode::InvalidArgument, "unknown opcode " + std::to_string(op), context(qp, "post_send"));
   }
   // The error context is built only on failure: posting is a hot path.
   auto reject = [&](const std::string& message, std::string sizes, std::string hint) {
-    ErrorContext ctx = context(std::string("post_send ") + to_string(wr.opcode));
+    ErrorContext ctx = context(qp, std::string("post_send ") + to_string(wr.opcode));
     ctx.sizes = std::move(sizes);
     ctx.hint = std::move(hint);
     throw Error(ErrorCode::InvalidArgument, message, ctx);
@@ -81,10 +81,9 @@ std::uint64_t validate_send_wr(const SendWr& wr, const QpCaps& caps, std::uint64
   return is_atomic(wr.opcode) ? 8 : total;
 }
 
-std::uint64_t validate_recv_wr(const RecvWr& wr, const QpCaps& caps,
-                               const std::function<ErrorContext(const std::string& op)>& context) {
+std::uint64_t validate_recv_wr(const RecvWr& wr, const QpCaps& caps, ContextFn context, const void* qp) {
   if (wr.sg_list.size() > caps.max_recv_sge) {
-    ErrorContext ctx = context("post_recv");
+    ErrorContext ctx = context(qp, "post_recv");
     ctx.sizes = "num_sge=" + std::to_string(wr.sg_list.size()) + " max_recv_sge=" + std::to_string(caps.max_recv_sge);
     ctx.hint = "create the QP with a larger QpCaps::max_recv_sge";
     throw Error(ErrorCode::InvalidArgument, "too many scatter-gather elements", ctx);

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
 
 #include "rdmx/verbs.hpp"
@@ -23,13 +22,16 @@ std::string hex(std::uint64_t value);  // "0x1f"
 // InvalidArgument naming `provider` when a request exceeds the device.
 QpCaps grant_qp_caps(const QpCaps& wanted, const DeviceCaps& limits, const std::string& provider);
 
+// Builds the context of an error about `op` (called only on failure; a plain
+// function pointer, so posting builds no std::function).
+using ContextFn = ErrorContext (*)(const void* qp, const std::string& op);
+
 // Throws InvalidArgument for a malformed send work request (unknown opcode,
 // too many SGEs, larger than max_message, malformed atomic); returns its
-// byte count. `context` is only called to build an error.
-std::uint64_t validate_send_wr(const SendWr& wr, const QpCaps& caps, std::uint64_t max_message,
-                               const std::function<ErrorContext(const std::string& op)>& context);
+// byte count.
+std::uint64_t validate_send_wr(const SendWr& wr, const QpCaps& caps, std::uint64_t max_message, ContextFn context,
+                               const void* qp);
 // Throws InvalidArgument when a receive has too many SGEs; returns its capacity.
-std::uint64_t validate_recv_wr(const RecvWr& wr, const QpCaps& caps,
-                               const std::function<ErrorContext(const std::string& op)>& context);
+std::uint64_t validate_recv_wr(const RecvWr& wr, const QpCaps& caps, ContextFn context, const void* qp);
 
 }  // namespace rdmx::core

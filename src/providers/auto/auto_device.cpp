@@ -225,12 +225,8 @@ void AutoQp::post_recv(const RecvWr& wr) {
     return q->post_recv(wr);
   }
   const QpCaps c = subs_.front()->caps();
-  const std::uint64_t capacity = core::validate_recv_wr(wr, c, [&](const std::string& op) {
-    ErrorContext ctx;
-    ctx.op = op;
-    return ctx;
-  });
-  (void)capacity;
+  core::validate_recv_wr(
+      wr, c, [](const void*, const std::string& op) { return ErrorContext{.op = op}; }, this);
   if (state_ == QpState::Reset) {
     throw Error(ErrorCode::InvalidState, "post_recv needs INIT or later, the QP is in RESET",
                 {.op = "post_recv", .hint = "call init() or connect() first"});

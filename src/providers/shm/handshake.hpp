@@ -47,7 +47,7 @@ struct ShareOffer {
   std::uint64_t map_length = 0;
   std::uint64_t state_offset = 0;
   std::uint32_t access = 0;
-  std::uint32_t reserved = 0;
+  std::uint32_t slot = 0;  // this QP's busy slot in the region's SharedRegionState
 };
 
 // Receives one message (the sockets are SOCK_SEQPACKET) of at most

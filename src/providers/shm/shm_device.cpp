@@ -20,7 +20,7 @@
 #include "core/log.hpp"
 #include "providers/shm/shm_factory.hpp"
 #include "providers/shm/shm_qp.hpp"
-#include "providers/shm/wake_fence.hpp"
+#include "core/asymmetric_fence.hpp"
 
 namespace rdmx::shm {
 namespace {
@@ -121,7 +121,7 @@ ShmDevice::ShmDevice(std::string why, core::DeviceResources resources) : resourc
 #ifdef PR_SET_PTRACER
   ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
 #endif
-  asymmetric_fence_ = asymmetric_wake_fence();
+  asymmetric_fence_ = core::asymmetric_fence_available();
   registry().add_access_lock(&mutex_);
   name_ = "shm:" + socket_path_;
   why_ = why + "; eager limit " + std::to_string(eager_limit()) + " B, larger messages by cross-memory attach";
@@ -150,7 +150,7 @@ DeviceCaps ShmDevice::caps() const {
   caps.remote_peers = false;
   caps.same_host_peers = true;
   caps.auto_progress = true;
-  caps.max_msg_size = 1ull << 31;
+  caps.max_msg_size = kMaxMessage;
   caps.max_qp_wr = 16384;
   caps.max_sge = kMaxSge;
   caps.max_inline_data = 0;
@@ -348,7 +348,7 @@ bool ShmDevice::prepare_sleep_locked() {
   for (ShmQp* qp : qp_list_) qp->set_sleeping_locked(true);
   // Pairs with the producer's fence between publishing a record and reading
   // the mark: either it sees the mark and wakes us, or we see its record.
-  sleeper_fence(asymmetric_fence_);
+  core::heavy_fence(asymmetric_fence_);
   for (ShmQp* qp : qp_list_) {
     if (qp->has_input_locked()) {
       end_sleep_locked();

@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/device_lock.hpp"
 #include "core/device_resources.hpp"
 #include "core/wait.hpp"
 #include "providers/shm/handshake.hpp"
@@ -58,7 +59,7 @@ class ShmDevice final : public Device, public core::EngineHandoff {
   std::uint64_t nonce() const { return nonce_; }
   const std::string& socket_path() const { return socket_path_; }
   // Guards the device and every QP's state.
-  std::mutex& mutex() { return mutex_; }
+  core::DeviceLock& mutex() { return mutex_; }
   int epoll_fd() const { return epoll_fd_; }
   std::uint32_t next_qpn() { return resources_.next_qpn(); }
   bool asymmetric_fence() const { return asymmetric_fence_; }
@@ -104,7 +105,7 @@ class ShmDevice final : public Device, public core::EngineHandoff {
   std::uint64_t nonce_ = 0;
   bool asymmetric_fence_ = false;
 
-  std::mutex mutex_;
+  core::DeviceLock mutex_;
   std::unordered_map<std::uint32_t, ShmQp*> qps_;
   std::vector<ShmQp*> qp_list_;  // the same QPs, for the hot pass
   std::unordered_map<int, Pending> pending_;

@@ -18,7 +18,7 @@
 #include "core/log.hpp"
 #include "core/work_request.hpp"
 #include "providers/shm/copy.hpp"
-#include "providers/shm/wake_fence.hpp"
+#include "core/asymmetric_fence.hpp"
 
 namespace rdmx::shm {
 namespace {
@@ -109,6 +109,10 @@ QpAddress ShmQp::local_address() const {
   return self.encode();
 }
 
+ErrorContext ShmQp::context_of(const void* qp, const std::string& op) {
+  return static_cast<const ShmQp*>(qp)->context(op);
+}
+
 ErrorContext ShmQp::context(const std::string& op) const {
   ErrorContext c;
   c.op = op;
@@ -192,8 +196,7 @@ void ShmQp::set_error(const std::string& reason) {
 }
 
 void ShmQp::post_send(const SendWr& wr) {
-  const std::uint64_t total =
-      core::validate_send_wr(wr, caps_, device_.caps().max_msg_size, [this](const std::string& op) { return context(op); });
+  const std::uint64_t total = core::validate_send_wr(wr, caps_, kMaxMessage, context_of, this);
   std::lock_guard lock(device_.mutex());
   QpState s = state();
   if (s != QpState::Rts && s != QpState::Error) {
@@ -266,11 +269,12 @@ bool ShmQp::try_direct_locked(const SendEntry& e) {
         e.total > r.length || e.remote_addr - r.base > r.length - e.total) {
       return false;  // the peer's region table gives the verdict on the ring path
     }
-    // Count ourselves in before looking at `live` (the locked add is a full
-    // barrier): deregistration clears `live`, then waits for the count.
-    r.state->inflight.fetch_add(1, std::memory_order_seq_cst);
-    if (r.state->live.load(std::memory_order_seq_cst) == 0) {
-      r.state->inflight.fetch_sub(1, std::memory_order_release);
+    // Mark ourselves busy before looking at `live`: deregistration clears
+    // `live`, then waits for busy slots (see core::SharedRegionState).
+    r.busy->store(1, std::memory_order_relaxed);
+    core::light_fence(device_.asymmetric_fence());
+    if (r.state->live.load(std::memory_order_relaxed) == 0) {
+      r.busy->store(0, std::memory_order_release);
       drop_peer_region_locked(i);
       return false;
     }
@@ -284,7 +288,7 @@ bool ShmQp::try_direct_locked(const SendEntry& e) {
       }
       remote += e.sges[s].length;
     }
-    r.state->inflight.fetch_sub(1, std::memory_order_release);
+    r.busy->store(0, std::memory_order_release);
     return true;
   }
   return false;
@@ -294,6 +298,8 @@ void ShmQp::offer_region_locked(std::uint32_t rkey, const core::MemoryRegistry::
   if (verdict.shared == nullptr || socket_ < 0 || !accepted_) return;
   if (std::find(offered_.begin(), offered_.end(), rkey) != offered_.end()) return;
   offered_.push_back(rkey);
+  const std::uint32_t slot = verdict.shared->slots_given.fetch_add(1);
+  if (slot >= core::kDirectSlots) return;  // every slot taken: this peer keeps using the ring
   ShareOffer offer;
   offer.rkey = rkey;
   offer.base = verdict.base;
@@ -301,6 +307,7 @@ void ShmQp::offer_region_locked(std::uint32_t rkey, const core::MemoryRegistry::
   offer.map_length = verdict.shared->map_length;
   offer.state_offset = verdict.shared->state_offset;
   offer.access = static_cast<std::uint32_t>(verdict.access);
+  offer.slot = slot;
   if (int error = send_with_fd(socket_, &offer, sizeof(offer), verdict.shared->memfd); error != 0) {
     RDMX_INFO("shm qp %u: offering region rkey 0x%x to %s failed: %s", qpn_, rkey, describe_peer().c_str(),
               std::strerror(error));
@@ -309,7 +316,9 @@ void ShmQp::offer_region_locked(std::uint32_t rkey, const core::MemoryRegistry::
 
 void ShmQp::take_offer_locked(const ShareOffer& offer, int fd) {
   struct stat st {};
-  const bool sane = offer.state_offset >= offer.length && offer.map_length >= offer.state_offset + kSlot &&
+  const bool sane = offer.state_offset >= offer.length &&
+                    offer.map_length >= offer.state_offset + sizeof(core::SharedRegionState) &&
+                    offer.slot < core::kDirectSlots &&
                     ::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) >= offer.map_length;
   void* map = sane ? ::mmap(nullptr, offer.map_length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
   ::close(fd);
@@ -325,8 +334,9 @@ void ShmQp::take_offer_locked(const ShareOffer& offer, int fd) {
     }
   }
   auto* base = static_cast<char*>(map);
+  auto* state = reinterpret_cast<core::SharedRegionState*>(base + offer.state_offset);
   peer_regions_.push_back({offer.rkey, offer.base, offer.length, static_cast<Access>(offer.access), base,
-                           offer.map_length, reinterpret_cast<core::SharedRegionState*>(base + offer.state_offset)});
+                           offer.map_length, state, &state->slots[offer.slot].busy});
   RDMX_TRACE("shm qp %u: mapped %s's region rkey 0x%x (%llu bytes) for direct access", qpn_,
              describe_peer().c_str(), offer.rkey, static_cast<unsigned long long>(offer.length));
 }
@@ -337,8 +347,7 @@ void ShmQp::drop_peer_region_locked(std::size_t index) {
 }
 
 void ShmQp::post_recv(const RecvWr& wr) {
-  const std::uint64_t capacity =
-      core::validate_recv_wr(wr, caps_, [this](const std::string& op) { return context(op); });
+  const std::uint64_t capacity = core::validate_recv_wr(wr, caps_, context_of, this);
   std::lock_guard lock(device_.mutex());
   QpState s = state();
   if (s == QpState::Reset) {
@@ -631,7 +640,7 @@ void ShmQp::set_sleeping_locked(bool sleeping) {
 void ShmQp::wake_peer_locked() {
   if (out_control_ == nullptr || socket_ < 0) return;
   // Pairs with the sleeper's fence: it sees our records, or we see its mark.
-  producer_fence(device_.asymmetric_fence());
+  core::light_fence(device_.asymmetric_fence());
   if (out_control_->sleeping.load(std::memory_order_relaxed) != 0 &&
       out_control_->sleeping.exchange(0, std::memory_order_acq_rel) != 0) {
     char byte = 'w';

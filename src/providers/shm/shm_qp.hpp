@@ -30,6 +30,7 @@
 namespace rdmx::shm {
 
 constexpr std::uint32_t kMaxSge = 16;
+constexpr std::uint64_t kMaxMessage = 1ull << 31;
 
 class ShmQp final : public QueuePair {
  public:
@@ -100,6 +101,7 @@ class ShmQp final : public QueuePair {
     char* map;
     std::size_t map_length;
     core::SharedRegionState* state;
+    std::atomic<std::uint32_t>* busy;  // our slot in `state`
   };
   // Copies a WRITE or READ straight into or out of the peer's mapped region;
   // false when it cannot (no mapping, out of bounds, deregistered): the ring
@@ -141,6 +143,7 @@ class ShmQp final : public QueuePair {
   bool push_recv_completion_locked(const RecvEntry& e, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
                                    bool with_imm, std::uint32_t imm);
   ErrorContext context(const std::string& op) const;
+  static ErrorContext context_of(const void* qp, const std::string& op);
   std::string describe_peer() const;
 
   ShmDevice& device_;

@@ -1,4 +1,4 @@
-#include "providers/shm/wake_fence.hpp"
+#include "core/asymmetric_fence.hpp"
 
 #include <linux/membarrier.h>
 #include <sys/syscall.h>
@@ -6,14 +6,14 @@
 
 #include "core/log.hpp"
 
-namespace rdmx::shm {
+namespace rdmx::core {
 
-bool asymmetric_wake_fence() {
+bool asymmetric_fence_available() {
   static const bool available = [] {
     long commands = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
     if (commands < 0 || (commands & MEMBARRIER_CMD_GLOBAL_EXPEDITED) == 0 ||
         syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0) != 0) {
-      RDMX_INFO("shm: membarrier(GLOBAL_EXPEDITED) unavailable; every message pays a full fence");
+      RDMX_INFO("membarrier(GLOBAL_EXPEDITED) unavailable: shared-memory handshakes pay a full fence on every message");
       return false;
     }
     return true;
@@ -21,9 +21,9 @@ bool asymmetric_wake_fence() {
   return available;
 }
 
-void sleeper_fence(bool asymmetric) {
+void heavy_fence(bool asymmetric) {
   if (asymmetric && syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) == 0) return;
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
-}  // namespace rdmx::shm
+}  // namespace rdmx::core
