@@ -33,6 +33,9 @@ fi
 build=$1
 here=$(cd "$(dirname "$0")" && pwd)
 perf=$build/bench/rdmx_perf
+# Extra rdmx_perf arguments, e.g. --heap (registered heap memory instead of
+# allocate_memory(): every message then goes through the target process).
+read -r -a perf_args <<<"${RDMX_BENCH_PERF_ARGS:-}"
 provider=${RDMX_BENCH_PROVIDER:-shm}
 rounds=${RDMX_BENCH_ROUNDS:-3}
 lat_sizes=${RDMX_BENCH_LAT_SIZES:-${RDMX_BENCH_SIZES:-8..64M}}
@@ -147,11 +150,11 @@ run_rdmx() {
   store=$(mktemp -d "$work/store.XXXXXX")
   echo "== rdmx_perf --provider $provider $*"
   RDMX_RANK=1 RDMX_WORLD_SIZE=2 RDMX_STORE="file:$store" \
-    timeout --kill-after=5 "$limit" "$perf" --provider "$provider" "$@" >"$work/$name.rank1.log" 2>&1 &
+    timeout --kill-after=5 "$limit" "$perf" --provider "$provider" "${perf_args[@]}" "$@" >"$work/$name.rank1.log" 2>&1 &
   rank1=$!
   pids+=("$rank1")
   RDMX_RANK=0 RDMX_WORLD_SIZE=2 RDMX_STORE="file:$store" \
-    timeout --kill-after=5 "$limit" "$perf" --provider "$provider" "$@" --json "$work/$name.part" \
+    timeout --kill-after=5 "$limit" "$perf" --provider "$provider" "${perf_args[@]}" "$@" --json "$work/$name.part" \
     >"$work/$name.rank0.log" 2>&1 &
   rank0=$!
   pids+=("$rank0")
@@ -355,7 +358,7 @@ rule = "=" * 96
 print()
 print(rule)
 print(f" rdmx ({provider} provider) vs peers, 2 processes on this host, best of {rounds} round(s)")
-print(f" rdmx: rdmx_perf write_lat / write_bw; {ucx_label};")
+print(f" rdmx: rdmx_perf write_lat / write_bw {os.environ.get('RDMX_BENCH_PERF_ARGS', '')}; {ucx_label};")
 print(" Open MPI: mpi_pingpong pingpong / stream, pml ob1, btl self,vader")
 print(" latency: one-way (RTT/2) median, usec; bandwidth: GB/s = 1e9 B/s, MB/s = 2^20 B/s (perftest's)")
 print(rule)

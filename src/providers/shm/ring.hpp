@@ -161,6 +161,12 @@ class RingConsumer {
       : control_(control), data_(data), slots_(slots) {}
   bool attached() const { return data_ != nullptr; }
 
+  // Where the next record's stamp will appear, and its value then.
+  const std::atomic<std::uint32_t>* next_stamp() const {
+    return &reinterpret_cast<const Record*>(data_ + (head_ % slots_) * kSlot)->stamp;
+  }
+  std::uint32_t next_stamp_value() const { return static_cast<std::uint32_t>(head_ + 1); }
+
   // The next record (PAD included), or nullptr when none is published.
   const Record* peek() const {
     auto* r = reinterpret_cast<const Record*>(data_ + (head_ % slots_) * kSlot);

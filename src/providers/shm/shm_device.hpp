@@ -10,6 +10,7 @@
 // producer that sees the mark writes one byte to wake it.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -73,6 +74,21 @@ class ShmDevice final : public Device, public core::EngineHandoff {
   };
   bool claim_pending_locked(std::uint32_t qpn, std::uint32_t remote_qpn, std::uint64_t remote_nonce,
                             PendingHello* out);
+  // What a progress() call may look at without the device lock: per QP, where
+  // its next inbound record will appear and whether it has other work (see
+  // ShmQp::update_probe_locked). Probes live as long as the device; a QP's
+  // segment is never unmapped while a lock-free reader may still look at it
+  // (ShmQp's destructor leaves a zero page in its place).
+  struct Probe {
+    std::atomic<const std::atomic<std::uint32_t>*> stamp{nullptr};
+    std::atomic<std::uint32_t> expect{0};
+    std::atomic<std::uint32_t> busy{0};
+  };
+  // A probe for a new QP, or nullptr when all are taken (then every
+  // progress() call takes the lock).
+  Probe* claim_probe_locked();
+  void release_probe_locked(Probe* probe);
+
   void note_application_activity() {
     app_progress_calls_.store(app_progress_calls_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   }
@@ -85,6 +101,8 @@ class ShmDevice final : public Device, public core::EngineHandoff {
     core::Clock::time_point accepted_at;
   };
   std::size_t pass_locked(bool full);
+  // Whether any QP visibly has work; read without the lock.
+  bool any_probe_hot() const;
   std::size_t epoll_pass_locked();
   void accept_all_locked();
   void read_hello_locked(int fd);
@@ -108,6 +126,11 @@ class ShmDevice final : public Device, public core::EngineHandoff {
   core::DeviceLock mutex_;
   std::unordered_map<std::uint32_t, ShmQp*> qps_;
   std::vector<ShmQp*> qp_list_;  // the same QPs, for the hot pass
+  static constexpr std::size_t kProbes = 256;
+  std::array<Probe, kProbes> probes_;
+  std::vector<bool> probe_used_ = std::vector<bool>(kProbes, false);
+  std::atomic<std::uint32_t> probe_high_{0};   // probes_[0, high) may be in use
+  std::atomic<std::uint32_t> unprobed_qps_{0};  // QPs without a probe
   std::unordered_map<int, Pending> pending_;
   core::Clock::time_point next_timer_scan_{};
   std::atomic<bool> timers_busy_{false};

@@ -25,6 +25,13 @@ namespace {
 
 using core::hex;
 
+// Refreshes the QP's probe when the locked section it guards ends.
+template <class Qp>
+struct ProbeRefresh {
+  Qp* qp;
+  ~ProbeRefresh() { qp->update_probe_locked(); }
+};
+
 // MSNs wrap; compare them as serial numbers.
 inline bool msn_before(std::uint32_t a, std::uint32_t b) { return static_cast<std::int32_t>(a - b) < 0; }
 
@@ -83,14 +90,33 @@ ShmQp::ShmQp(ShmDevice& device, core::RegistryProtectionDomain& pd, core::Comple
   rq_.resize(caps_.max_recv_wr);
   std::lock_guard lock(device_.mutex());
   device_.add_qp_locked(this);
+  probe_ = device_.claim_probe_locked();
 }
 
 ShmQp::~ShmQp() {
   std::lock_guard lock(device_.mutex());
   device_.remove_qp_locked(this);
+  device_.release_probe_locked(probe_);
   close_socket_locked();
   while (!peer_regions_.empty()) drop_peer_region_locked(peer_regions_.size() - 1);
-  if (segment_ != nullptr) ::munmap(segment_, segment_bytes_);
+  if (segment_ != nullptr) {
+    // A progress() call that read our probe just before we released it may
+    // still look at the segment: leave readable zeros there, not a hole.
+    ::mmap(segment_, segment_bytes_, PROT_READ, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  }
+}
+
+void ShmQp::update_probe_locked() {
+  if (probe_ == nullptr) return;
+  const bool live = state() != QpState::Error;
+  const bool busy = nak_pending_ || (live && connect_requested_ && (!accepted_ || sq_count_ > 0));
+  probe_->busy.store(busy ? 1 : 0, std::memory_order_relaxed);
+  if (live && in_.attached()) {
+    probe_->expect.store(in_.next_stamp_value(), std::memory_order_relaxed);
+    probe_->stamp.store(in_.next_stamp(), std::memory_order_release);
+  } else {
+    probe_->stamp.store(nullptr, std::memory_order_release);
+  }
 }
 
 std::string ShmQp::error_reason() const {
@@ -125,6 +151,7 @@ std::string ShmQp::describe_peer() const { return peer_text_.empty() ? "the peer
 
 void ShmQp::init() {
   std::lock_guard lock(device_.mutex());
+  ProbeRefresh<ShmQp> refresh{this};
   if (state() == QpState::Reset) state_.store(QpState::Init);
 }
 
@@ -138,6 +165,7 @@ void ShmQp::connect(const QpAddress& remote, const ConnectOptions& options) {
                  .hint = "shm connects processes on one host; use RDMX_PROVIDER=auto or tcp for other hosts"});
   }
   std::lock_guard lock(device_.mutex());
+  ProbeRefresh<ShmQp> refresh{this};
   if (state() == QpState::Reset) state_.store(QpState::Init);
   if (state() != QpState::Init) {
     throw Error(ErrorCode::InvalidState, std::string("connect() needs a QP in INIT, this one is ") + to_string(state()),
@@ -192,12 +220,14 @@ void ShmQp::connect(const QpAddress& remote, const ConnectOptions& options) {
 
 void ShmQp::set_error(const std::string& reason) {
   std::lock_guard lock(device_.mutex());
+  ProbeRefresh<ShmQp> refresh{this};
   fail_locked("set_error: " + reason, WcStatus::WrFlushErr);
 }
 
 void ShmQp::post_send(const SendWr& wr) {
   const std::uint64_t total = core::validate_send_wr(wr, caps_, kMaxMessage, context_of, this);
   std::lock_guard lock(device_.mutex());
+  ProbeRefresh<ShmQp> refresh{this};
   QpState s = state();
   if (s != QpState::Rts && s != QpState::Error) {
     ErrorContext ctx = context(std::string("post_send ") + to_string(wr.opcode));
@@ -349,6 +379,7 @@ void ShmQp::drop_peer_region_locked(std::size_t index) {
 void ShmQp::post_recv(const RecvWr& wr) {
   const std::uint64_t capacity = core::validate_recv_wr(wr, caps_, context_of, this);
   std::lock_guard lock(device_.mutex());
+  ProbeRefresh<ShmQp> refresh{this};
   QpState s = state();
   if (s == QpState::Reset) {
     ErrorContext ctx = context("post_recv");
@@ -460,6 +491,7 @@ void ShmQp::close_socket_locked() {
 }
 
 ShmQp::Offer ShmQp::offer_locked(const ShmDevice::PendingHello& hello) {
+  ProbeRefresh<ShmQp> refresh{this};
   if (!connect_requested_) return Offer::NotYet;
   if (initiator_ || socket_ >= 0 || state() == QpState::Error || remote_.qpn != hello.hello.source_qpn ||
       remote_.nonce != hello.hello.source_nonce) {
@@ -522,6 +554,7 @@ void ShmQp::accept_locked(const ShmDevice::PendingHello& pending) {
 }
 
 bool ShmQp::on_socket_locked(std::uint32_t events) {
+  ProbeRefresh<ShmQp> refresh{this};
   if (socket_ < 0) return false;
   bool closed = false;
   if (initiator_ && !accepted_ && (events & EPOLLIN) != 0) {
@@ -589,6 +622,7 @@ void ShmQp::peer_gone_locked(const std::string& reason, bool receives_too) {
 }
 
 bool ShmQp::on_timer_locked(core::Clock::time_point now) {
+  ProbeRefresh<ShmQp> refresh{this};
   if (!connect_requested_ || state() == QpState::Error || !peer_gone_.empty()) return false;
   bool busy = false;
   if (initiator_ && !socket_connected_) {
@@ -652,6 +686,7 @@ void ShmQp::wake_peer_locked() {
 // The pass.
 
 std::size_t ShmQp::poll_locked() {
+  ProbeRefresh<ShmQp> refresh{this};
   if (!in_.attached()) return 0;
   std::size_t did = 0;
   bool published = false;

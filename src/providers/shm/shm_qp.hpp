@@ -62,6 +62,9 @@ class ShmQp final : public QueuePair {
   // at once when `force` or a request asked for it, else in batches.
   void publish_acks_locked(bool force);
   void set_sleeping_locked(bool sleeping);
+  // Tells lock-free progress() calls where our next inbound record appears
+  // and whether we have other work that needs a pass.
+  void update_probe_locked();
   enum class Offer { Taken, NotYet, Refused };
   Offer offer_locked(const ShmDevice::PendingHello& hello);
 
@@ -147,6 +150,7 @@ class ShmQp final : public QueuePair {
   std::string describe_peer() const;
 
   ShmDevice& device_;
+  ShmDevice::Probe* probe_ = nullptr;
   core::RegistryProtectionDomain& pd_;
   core::CompletionRing& send_cq_;
   core::CompletionRing& recv_cq_;
