@@ -2,6 +2,8 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -65,6 +67,79 @@ void copy_large(void* dst, const void* src, std::size_t n) {
     copy_nt_avx2(dst, src, n);
   } else {
     std::memcpy(dst, src, n);
+  }
+}
+
+}  // namespace rdmx::shm
+
+namespace rdmx::shm {
+namespace {
+std::size_t env_size(const char* name, std::size_t fallback) {
+  auto v = core::env(name);
+  if (!v) return fallback;
+  char* end = nullptr;
+  unsigned long long n = std::strtoull(v->c_str(), &end, 10);
+  if (end == v->c_str()) return fallback;
+  if (*end == 'K' || *end == 'k') n <<= 10;
+  if (*end == 'M' || *end == 'm') n <<= 20;
+  return static_cast<std::size_t>(n);
+}
+}  // namespace
+
+ParallelCopy::ParallelCopy()
+    : threshold_(env_size("RDMX_SHM_SPLIT_THRESHOLD", 512u << 10)),
+      enabled_(env_size("RDMX_SHM_COPY_THREADS", 1) > 0) {}
+
+ParallelCopy::~ParallelCopy() {
+  stopping_.store(true);
+  posted_word_.notify_all();
+  if (helper_.joinable()) helper_.join();
+}
+
+void ParallelCopy::copy(void* dst, const void* src, std::size_t n) {
+  if (!enabled_ || n < threshold_) return copy_large(dst, src, n);
+  if (!helper_.joinable()) helper_ = std::thread([this] { helper_main(); });
+  // Halves on a 64-byte boundary, so neither copy shares a cache line.
+  const std::size_t first = (n / 2) & ~std::size_t{63};
+  dst_ = static_cast<char*>(dst) + first;
+  src_ = static_cast<const char*>(src) + first;
+  n_ = n - first;
+  state_.store(kPosted, std::memory_order_release);
+  posted_word_.notify_all();
+  copy_large(dst, src, first);
+  std::uint32_t expected = kPosted;
+  if (state_.compare_exchange_strong(expected, kIdle, std::memory_order_acq_rel)) {
+    copy_large(dst_, src_, n_);  // the helper never started: do it here
+    return;
+  }
+  while (state_.load(std::memory_order_acquire) != kDone) {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+  }
+  state_.store(kIdle, std::memory_order_relaxed);
+}
+
+void ParallelCopy::helper_main() {
+  // Streams post the next job within microseconds; a helper that spins longer
+  // would only take a core from oversubscribed ranks.
+  const auto spin = std::min<std::chrono::microseconds>(core::spin_budget(), std::chrono::microseconds(50));
+  while (!stopping_.load(std::memory_order_relaxed)) {
+    const std::uint32_t seen = posted_word_.epoch();
+    auto spin_end = core::Clock::now() + spin;
+    while (state_.load(std::memory_order_acquire) != kPosted && !stopping_.load(std::memory_order_relaxed)) {
+      if (core::Clock::now() > spin_end) {
+        posted_word_.block(seen, core::Clock::now() + std::chrono::milliseconds(100));
+        break;
+      }
+#if defined(__x86_64__)
+      __builtin_ia32_pause();
+#endif
+    }
+    std::uint32_t expected = kPosted;
+    if (!state_.compare_exchange_strong(expected, kTaken, std::memory_order_acq_rel)) continue;
+    copy_large(dst_, src_, n_);
+    state_.store(kDone, std::memory_order_release);
   }
 }
 

@@ -24,6 +24,7 @@
 #include "core/device_lock.hpp"
 #include "core/device_resources.hpp"
 #include "core/wait.hpp"
+#include "providers/shm/copy.hpp"
 #include "providers/shm/handshake.hpp"
 #include "rdmx/verbs.hpp"
 
@@ -64,6 +65,8 @@ class ShmDevice final : public Device, public core::EngineHandoff {
   int epoll_fd() const { return epoll_fd_; }
   std::uint32_t next_qpn() { return resources_.next_qpn(); }
   bool asymmetric_fence() const { return asymmetric_fence_; }
+  // Large direct copies, split over a helper thread (device lock held).
+  ParallelCopy& copier() { return copier_; }
   void add_qp_locked(ShmQp* qp);
   void remove_qp_locked(ShmQp* qp);
   // A parked HELLO for this QP from this peer, if one arrived before connect().
@@ -140,6 +143,7 @@ class ShmDevice final : public Device, public core::EngineHandoff {
   std::atomic<std::uint64_t> app_progress_calls_{0};
   std::atomic<bool> app_sleeping_{false};
   core::WaitWord app_idle_word_;
+  ParallelCopy copier_;
   std::thread engine_;
 };
 

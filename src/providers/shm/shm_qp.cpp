@@ -312,9 +312,9 @@ bool ShmQp::try_direct_locked(const SendEntry& e) {
     for (std::uint32_t s = 0; s < e.num_sge; ++s) {
       auto* local = reinterpret_cast<char*>(e.sges[s].addr);
       if (write) {
-        copy_large(remote, local, e.sges[s].length);
+        device_.copier().copy(remote, local, e.sges[s].length);
       } else {
-        copy_large(local, remote, e.sges[s].length);
+        device_.copier().copy(local, remote, e.sges[s].length);
       }
       remote += e.sges[s].length;
     }
@@ -493,7 +493,9 @@ void ShmQp::close_socket_locked() {
 ShmQp::Offer ShmQp::offer_locked(const ShmDevice::PendingHello& hello) {
   ProbeRefresh<ShmQp> refresh{this};
   if (!connect_requested_) return Offer::NotYet;
-  if (initiator_ || socket_ >= 0 || state() == QpState::Error || remote_.qpn != hello.hello.source_qpn ||
+  // A QP already in ERROR still completes the handshake, then says Bye: the
+  // peer must learn that our QP failed, not that our process died.
+  if (initiator_ || socket_ >= 0 || remote_.qpn != hello.hello.source_qpn ||
       remote_.nonce != hello.hello.source_nonce) {
     return Offer::Refused;
   }
@@ -548,6 +550,11 @@ void ShmQp::accept_locked(const ShmDevice::PendingHello& pending) {
   if (sent != 0) RDMX_INFO("shm qp %u: answering HELLO failed: %s", qpn_, std::strerror(sent));
   attach_segment_locked(segment_, segment_bytes_, false);
   accepted_ = true;
+  if (state() == QpState::Error) {
+    if (push_control_locked(RecordType::Bye, 0, 0)) wake_peer_locked();
+    close_socket_locked();
+    return;
+  }
   RDMX_INFO("shm qp %u: connected to %s (pid %d), cross-memory attach verified", qpn_, peer_text_.c_str(), peer_pid_);
   pump_locked();
   wake_peer_locked();
