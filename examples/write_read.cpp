@@ -174,7 +174,8 @@ int main(int argc, char** argv) {
     }
     const int peer = 1 - rank;
 
-    auto device = rdmx::open_device("tcp");
+    // "auto" (RDMX_PROVIDER overrides it): shm for a peer on this host, tcp otherwise.
+    auto device = rdmx::open_device();
     auto pd = device->alloc_pd();
     auto cq = device->create_cq(256);
     auto qp = device->create_qp(*pd, *cq, *cq);
@@ -183,7 +184,8 @@ int main(int argc, char** argv) {
     job.store->set("qp/" + std::to_string(rank), qp->local_address().to_hex());
     qp->connect(rdmx::QpAddress::from_hex(job.store->get_string("qp/" + std::to_string(peer))),
                 {.peer_rank = peer});
-    std::printf("[rank %d] connected to rank %d, qp state %s\n", rank, peer, rdmx::to_string(qp->state()));
+    std::printf("[rank %d] connected to rank %d over %s, qp state %s\n", rank, peer, qp->provider().c_str(),
+                rdmx::to_string(qp->state()));
 
     if (rank == 0) {
       run_initiator(*job.store, *pd, *qp, *cq, bytes);

@@ -240,6 +240,22 @@ void ShmQp::post_send(const SendWr& wr) {
     ctx.hint = "poll the send CQ; post a signaled WR periodically so completed WRs free their slots";
     throw Error(ErrorCode::QueueFull, "send queue full", ctx);
   }
+  // One-sided: a WRITE or READ with nothing queued ahead of it, on a region
+  // the peer shared, is copied here and completes at once, without the
+  // peer's threads and without a send-queue entry.
+  if (sq_count_ == 0 && s == QpState::Rts && !peer_regions_.empty() && peer_gone_.empty() &&
+      (wr.opcode == Opcode::RdmaWrite || wr.opcode == Opcode::RdmaRead) && direct_locals_ok_locked(wr) &&
+      try_direct_locked(wr, total)) {
+    if (wr.signaled) {
+      WorkCompletion wc;
+      wc.wr_id = wr.wr_id;
+      wc.opcode = core::completion_opcode(wr.opcode);
+      wc.byte_len = static_cast<std::uint32_t>(total);
+      wc.qp_num = qpn_;
+      if (!send_cq_.push(wc)) fail_locked("send completion queue overflowed", WcStatus::WrFlushErr);
+    }
+    return;
+  }
   SendEntry& e = sq_[(sq_head_ + sq_count_) % sq_.size()];
   e.wr_id = wr.wr_id;
   e.opcode = wr.opcode;
@@ -277,26 +293,26 @@ void ShmQp::post_send(const SendWr& wr) {
   }
   if (!peer_gone_.empty()) return fail_locked(peer_gone_, WcStatus::RetryExcErr);
   device_.note_application_activity();
-  // One-sided: with nothing ahead of it, a WRITE or READ on a region the peer
-  // shared completes here, without the peer's threads.
-  if (sq_count_ == 1 && !peer_regions_.empty() && try_direct_locked(e)) {
-    --next_msn_;  // never reached the ring: the responder's MSNs stay contiguous
-    if (e.signaled) push_send_completion_locked(e, WcStatus::Success);
-    sq_head_ = (sq_head_ + 1) % sq_.size();
-    --sq_count_;
-    return;
-  }
   pump_locked();
 }
 
-bool ShmQp::try_direct_locked(const SendEntry& e) {
-  const bool write = e.opcode == Opcode::RdmaWrite;
-  if (!write && e.opcode != Opcode::RdmaRead) return false;
+bool ShmQp::direct_locals_ok_locked(const SendWr& wr) {
+  const Access need = wr.opcode == Opcode::RdmaRead ? Access::LocalWrite : Access::None;
+  for (const Sge& sge : wr.sg_list) {
+    if (local_key_.check(pd_.registry(), false, &pd_, sge.lkey, sge.addr, sge.length, need) != core::AccessCheck::Ok) {
+      return false;  // the ordinary path reports it
+    }
+  }
+  return true;
+}
+
+bool ShmQp::try_direct_locked(const SendWr& wr, std::uint64_t total) {
+  const bool write = wr.opcode == Opcode::RdmaWrite;
   for (std::size_t i = 0; i < peer_regions_.size(); ++i) {
     PeerRegion& r = peer_regions_[i];
-    if (r.rkey != e.rkey) continue;
-    if (!has(r.access, write ? Access::RemoteWrite : Access::RemoteRead) || e.remote_addr < r.base ||
-        e.total > r.length || e.remote_addr - r.base > r.length - e.total) {
+    if (r.rkey != wr.rkey) continue;
+    if (!has(r.access, write ? Access::RemoteWrite : Access::RemoteRead) || wr.remote_addr < r.base ||
+        total > r.length || wr.remote_addr - r.base > r.length - total) {
       return false;  // the peer's region table gives the verdict on the ring path
     }
     // Mark ourselves busy before looking at `live`: deregistration clears
@@ -308,15 +324,17 @@ bool ShmQp::try_direct_locked(const SendEntry& e) {
       drop_peer_region_locked(i);
       return false;
     }
-    char* remote = r.map + (e.remote_addr - r.base);
-    for (std::uint32_t s = 0; s < e.num_sge; ++s) {
-      auto* local = reinterpret_cast<char*>(e.sges[s].addr);
-      if (write) {
-        device_.copier().copy(remote, local, e.sges[s].length);
+    char* remote = r.map + (wr.remote_addr - r.base);
+    for (const Sge& sge : wr.sg_list) {
+      auto* local = reinterpret_cast<char*>(sge.addr);
+      if (sge.length <= 64) {  // the latency case: no detour through the large-copy machinery
+        std::memcpy(write ? remote : local, write ? local : remote, sge.length);
+      } else if (write) {
+        device_.copier().copy(remote, local, sge.length);
       } else {
-        device_.copier().copy(local, remote, e.sges[s].length);
+        device_.copier().copy(local, remote, sge.length);
       }
-      remote += e.sges[s].length;
+      remote += sge.length;
     }
     r.busy->store(0, std::memory_order_release);
     return true;

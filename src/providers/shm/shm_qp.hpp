@@ -109,7 +109,9 @@ class ShmQp final : public QueuePair {
   // Copies a WRITE or READ straight into or out of the peer's mapped region;
   // false when it cannot (no mapping, out of bounds, deregistered): the ring
   // path then carries it and the peer's region table answers.
-  bool try_direct_locked(const SendEntry& e);
+  bool try_direct_locked(const SendWr& wr, std::uint64_t total);
+  // The WR's local SGEs pass the region table (else the ordinary path fails it).
+  bool direct_locals_ok_locked(const SendWr& wr);
   void offer_region_locked(std::uint32_t rkey, const core::MemoryRegistry::Verdict& verdict);
   void take_offer_locked(const ShareOffer& offer, int fd);
   void drop_peer_region_locked(std::size_t index);
