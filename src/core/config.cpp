@@ -1,6 +1,7 @@
 #include "core/config.hpp"
 
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cmath>
 
@@ -76,5 +77,26 @@ std::chrono::microseconds spin_budget() {
 
 int current_rank() noexcept { return g_rank.load(std::memory_order_relaxed); }
 void set_current_rank(int rank) noexcept { g_rank.store(rank, std::memory_order_relaxed); }
+
+std::optional<std::size_t> parse_size(const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long n = std::strtoull(text.c_str(), &end, 10);
+  if (end == text.c_str() || errno != 0) return std::nullopt;
+  std::string unit(end);
+  if (unit == "K" || unit == "k") n <<= 10;
+  else if (unit == "M" || unit == "m") n <<= 20;
+  else if (unit == "G" || unit == "g") n <<= 30;
+  else if (!unit.empty()) return std::nullopt;
+  return static_cast<std::size_t>(n);
+}
+
+std::size_t env_size(const char* name, std::size_t fallback) {
+  auto value = env(name);
+  if (!value) return fallback;
+  if (auto n = parse_size(*value)) return *n;
+  RDMX_WARN("%s=%s is not a size (e.g. 4096, 16K, 4M); using %zu", name, value->c_str(), fallback);
+  return fallback;
+}
 
 }  // namespace rdmx::core

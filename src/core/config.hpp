@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -19,6 +20,11 @@ std::chrono::microseconds spin_budget();
 
 // Parses a duration as above; nullopt when malformed.
 std::optional<std::chrono::milliseconds> parse_duration(const std::string& text);
+// Parses a byte count: "4096", "16K", "4M", "1G" (binary multiples); nullopt when malformed.
+std::optional<std::size_t> parse_size(const std::string& text);
+// A byte count from the environment: `fallback` when unset, and (with a warning) when malformed.
+std::size_t env_size(const char* name, std::size_t fallback);
+
 // Raw environment lookup; nullopt when unset or empty.
 std::optional<std::string> env(const char* name);
 

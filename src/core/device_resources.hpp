@@ -40,3 +40,23 @@ class EngineHandoff {
 };
 
 }  // namespace rdmx::core
+
+namespace rdmx::core {
+
+class CompletionRing;
+class RegistryProtectionDomain;
+
+// What create_qp() receives, checked to come from a device over `registry`
+// (throws InvalidArgument naming the mix-up otherwise).
+struct QpParts {
+  RegistryProtectionDomain& pd;
+  CompletionRing& send_cq;
+  CompletionRing& recv_cq;
+};
+QpParts check_qp_parts(ProtectionDomain& pd, CompletionQueue& send_cq, CompletionQueue& recv_cq,
+                       const MemoryRegistry& registry);
+
+// A CQ whose waits drive `device` and hand progress to its engine before sleeping.
+std::unique_ptr<CompletionQueue> make_device_cq(std::size_t depth, Device& device, EngineHandoff& handoff);
+
+}  // namespace rdmx::core

@@ -96,7 +96,7 @@ class AutoQp final : public QueuePair {
   std::vector<PendingRecv> pending_recvs_;  // posted before the provider was chosen
 };
 
-class AutoDevice final : public Device {
+class AutoDevice final : public Device, public core::EngineHandoff {
  public:
   AutoDevice(std::vector<Candidate> candidates, core::DeviceResources resources, std::string why)
       : candidates_(std::move(candidates)), resources_(std::move(resources)) {
@@ -130,8 +130,7 @@ class AutoDevice final : public Device {
     return std::make_unique<core::RegistryProtectionDomain>(*resources_.registry);
   }
   std::unique_ptr<CompletionQueue> create_cq(std::size_t depth) override {
-    return std::make_unique<core::CompletionRing>(depth, core::CompletionRing::Hooks{[this] { return progress(); },
-                                                                                     [this] { application_idle(); }});
+    return core::make_device_cq(depth, *this, *this);
   }
   std::unique_ptr<QueuePair> create_qp(ProtectionDomain& pd, CompletionQueue& send_cq, CompletionQueue& recv_cq,
                                        const QpCaps& caps) override {
@@ -156,7 +155,7 @@ class AutoDevice final : public Device {
   const std::vector<Candidate>& candidates() const { return candidates_; }
 
  private:
-  void application_idle() {
+  void application_idle() override {
     for (auto& c : candidates_) {
       if (auto* handoff = dynamic_cast<core::EngineHandoff*>(c.device.get())) handoff->application_idle();
     }

@@ -49,16 +49,7 @@ bool has_avx2() {
 }  // namespace
 
 std::size_t nt_threshold() {
-  static const std::size_t threshold = [] {
-    if (auto v = core::env("RDMX_SHM_NT_THRESHOLD")) {
-      char* end = nullptr;
-      unsigned long long n = std::strtoull(v->c_str(), &end, 10);
-      if (*end == 'K' || *end == 'k') n <<= 10;
-      if (*end == 'M' || *end == 'm') n <<= 20;
-      return static_cast<std::size_t>(n);
-    }
-    return kDefaultNtThreshold;
-  }();
+  static const std::size_t threshold = core::env_size("RDMX_SHM_NT_THRESHOLD", kDefaultNtThreshold);
   return threshold;
 }
 
@@ -73,22 +64,10 @@ void copy_large(void* dst, const void* src, std::size_t n) {
 }  // namespace rdmx::shm
 
 namespace rdmx::shm {
-namespace {
-std::size_t env_size(const char* name, std::size_t fallback) {
-  auto v = core::env(name);
-  if (!v) return fallback;
-  char* end = nullptr;
-  unsigned long long n = std::strtoull(v->c_str(), &end, 10);
-  if (end == v->c_str()) return fallback;
-  if (*end == 'K' || *end == 'k') n <<= 10;
-  if (*end == 'M' || *end == 'm') n <<= 20;
-  return static_cast<std::size_t>(n);
-}
-}  // namespace
 
 ParallelCopy::ParallelCopy()
-    : threshold_(env_size("RDMX_SHM_SPLIT_THRESHOLD", 512u << 10)),
-      enabled_(env_size("RDMX_SHM_COPY_THREADS", 1) > 0) {}
+    : threshold_(core::env_size("RDMX_SHM_SPLIT_THRESHOLD", 512u << 10)),
+      enabled_(core::env_size("RDMX_SHM_COPY_THREADS", 1) > 0) {}
 
 ParallelCopy::~ParallelCopy() {
   stopping_.store(true);

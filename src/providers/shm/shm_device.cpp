@@ -62,19 +62,9 @@ void remove_stale_sockets(const std::string& dir) {
 }  // namespace
 
 std::size_t eager_limit() {
-  static const std::size_t limit = [] {
-    if (auto v = core::env("RDMX_SHM_EAGER_LIMIT")) {
-      char* end = nullptr;
-      unsigned long long n = std::strtoull(v->c_str(), &end, 10);
-      if (end != v->c_str()) {
-        if (*end == 'K' || *end == 'k') n <<= 10;
-        if (*end == 'M' || *end == 'm') n <<= 20;
-        return static_cast<std::size_t>(std::min<unsigned long long>(n, 64 * 1024));
-      }
-      RDMX_WARN("RDMX_SHM_EAGER_LIMIT=%s is not a size; using %zu", v->c_str(), kDefaultEagerLimit);
-    }
-    return kDefaultEagerLimit;
-  }();
+  // Capped so that an eager record always fits the ring several times over.
+  static const std::size_t limit = std::min<std::size_t>(core::env_size("RDMX_SHM_EAGER_LIMIT", kDefaultEagerLimit),
+                                                         64 * 1024);
   return limit;
 }
 
@@ -162,20 +152,13 @@ std::unique_ptr<ProtectionDomain> ShmDevice::alloc_pd() {
 }
 
 std::unique_ptr<CompletionQueue> ShmDevice::create_cq(std::size_t depth) {
-  return std::make_unique<core::CompletionRing>(
-      depth, core::CompletionRing::Hooks{[this] { return progress(); }, [this] { application_idle(); }});
+  return core::make_device_cq(depth, *this, *this);
 }
 
 std::unique_ptr<QueuePair> ShmDevice::create_qp(ProtectionDomain& pd, CompletionQueue& send_cq,
                                                 CompletionQueue& recv_cq, const QpCaps& caps) {
-  auto* domain = dynamic_cast<core::RegistryProtectionDomain*>(&pd);
-  auto* scq = dynamic_cast<core::CompletionRing*>(&send_cq);
-  auto* rcq = dynamic_cast<core::CompletionRing*>(&recv_cq);
-  if (domain == nullptr || &domain->registry() != &registry() || scq == nullptr || rcq == nullptr) {
-    throw Error(ErrorCode::InvalidArgument, "protection domain or completion queue belongs to another device",
-                {.op = "create_qp", .hint = "create the PD and CQs from the same Device as the QP"});
-  }
-  return std::make_unique<ShmQp>(*this, *domain, *scq, *rcq, caps);
+  auto parts = core::check_qp_parts(pd, send_cq, recv_cq, registry());
+  return std::make_unique<ShmQp>(*this, parts.pd, parts.send_cq, parts.recv_cq, caps);
 }
 
 std::size_t ShmDevice::progress() {

@@ -119,20 +119,13 @@ std::unique_ptr<ProtectionDomain> TcpDevice::alloc_pd() {
 }
 
 std::unique_ptr<CompletionQueue> TcpDevice::create_cq(std::size_t depth) {
-  return std::make_unique<core::CompletionRing>(
-      depth, core::CompletionRing::Hooks{[this] { return progress(); }, [this] { application_idle(); }});
+  return core::make_device_cq(depth, *this, *this);
 }
 
 std::unique_ptr<QueuePair> TcpDevice::create_qp(ProtectionDomain& pd, CompletionQueue& send_cq,
                                                 CompletionQueue& recv_cq, const QpCaps& caps) {
-  auto* domain = dynamic_cast<core::RegistryProtectionDomain*>(&pd);
-  auto* scq = dynamic_cast<core::CompletionRing*>(&send_cq);
-  auto* rcq = dynamic_cast<core::CompletionRing*>(&recv_cq);
-  if (domain == nullptr || &domain->registry() != &registry() || scq == nullptr || rcq == nullptr) {
-    throw Error(ErrorCode::InvalidArgument, "protection domain or completion queue belongs to another device",
-                {.op = "create_qp", .hint = "create the PD and CQs from the same Device as the QP"});
-  }
-  return std::make_unique<TcpQp>(*this, *domain, *scq, *rcq, caps);
+  auto parts = core::check_qp_parts(pd, send_cq, recv_cq, registry());
+  return std::make_unique<TcpQp>(*this, parts.pd, parts.send_cq, parts.recv_cq, caps);
 }
 
 std::size_t TcpDevice::progress() {

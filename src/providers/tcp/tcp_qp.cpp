@@ -17,6 +17,7 @@
 #include "core/address_bundle.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
+#include "core/work_request.hpp"
 
 namespace rdmx::tcp {
 namespace {
@@ -24,6 +25,10 @@ namespace {
 using wire::FrameType;
 using wire::Header;
 using wire::Syndrome;
+using core::carries_payload;
+using core::completion_opcode;
+using core::hex;
+using core::is_atomic;
 
 // MSNs wrap; compare them as serial numbers.
 inline bool msn_before(std::uint32_t a, std::uint32_t b) { return static_cast<std::int32_t>(a - b) < 0; }
@@ -40,24 +45,6 @@ bool is_request(FrameType t) {
          t == FrameType::FetchAddReq || t == FrameType::CmpSwapReq || t == FrameType::AckReq;
 }
 
-WcOpcode completion_opcode(Opcode op) {
-  switch (op) {
-    case Opcode::Send:
-    case Opcode::SendWithImm: return WcOpcode::Send;
-    case Opcode::RdmaWrite:
-    case Opcode::RdmaWriteWithImm: return WcOpcode::RdmaWrite;
-    case Opcode::RdmaRead: return WcOpcode::RdmaRead;
-    case Opcode::AtomicFetchAdd: return WcOpcode::FetchAdd;
-    case Opcode::AtomicCmpSwap: return WcOpcode::CompSwap;
-  }
-  return WcOpcode::Send;
-}
-
-bool is_atomic(Opcode op) { return op == Opcode::AtomicFetchAdd || op == Opcode::AtomicCmpSwap; }
-bool carries_payload(Opcode op) {
-  return op == Opcode::Send || op == Opcode::SendWithImm || op == Opcode::RdmaWrite || op == Opcode::RdmaWriteWithImm;
-}
-
 WcStatus status_for(Syndrome s) {
   switch (s) {
     case Syndrome::RemAccess: return WcStatus::RemAccessErr;
@@ -66,12 +53,6 @@ WcStatus status_for(Syndrome s) {
     case Syndrome::Rnr: return WcStatus::RnrRetryExcErr;
   }
   return WcStatus::GeneralErr;
-}
-
-std::string hex(std::uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof(buf), "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
 }
 
 // The hot-path socket calls go straight to the kernel: libc's wrappers are
@@ -163,23 +144,7 @@ std::string TcpAddress::to_string() const {
 TcpQp::TcpQp(TcpDevice& device, core::RegistryProtectionDomain& pd, core::CompletionRing& send_cq,
              core::CompletionRing& recv_cq, const QpCaps& caps)
     : device_(device), pd_(pd), send_cq_(send_cq), recv_cq_(recv_cq), qpn_(device.next_qpn()) {
-  const DeviceCaps limits = device.caps();
-  auto clamp = [](std::uint32_t v, std::uint32_t hi) { return std::clamp<std::uint32_t>(v, 1, hi); };
-  if (caps.max_send_wr > limits.max_qp_wr || caps.max_recv_wr > limits.max_qp_wr ||
-      caps.max_send_sge > limits.max_sge || caps.max_recv_sge > limits.max_sge) {
-    throw Error(ErrorCode::InvalidArgument, "requested QP capabilities exceed the device's",
-                {.op = "create_qp",
-                 .sizes = "send_wr=" + std::to_string(caps.max_send_wr) + " recv_wr=" +
-                          std::to_string(caps.max_recv_wr) + " send_sge=" + std::to_string(caps.max_send_sge) +
-                          " recv_sge=" + std::to_string(caps.max_recv_sge),
-                 .hint = "tcp allows up to " + std::to_string(limits.max_qp_wr) + " WRs and " +
-                         std::to_string(limits.max_sge) + " SGEs"});
-  }
-  caps_.max_send_wr = clamp(caps.max_send_wr, limits.max_qp_wr);
-  caps_.max_recv_wr = clamp(caps.max_recv_wr, limits.max_qp_wr);
-  caps_.max_send_sge = clamp(caps.max_send_sge, limits.max_sge);
-  caps_.max_recv_sge = clamp(caps.max_recv_sge, limits.max_sge);
-  caps_.max_inline_data = 0;
+  caps_ = core::grant_qp_caps(caps, device.caps(), "tcp");
   sq_.resize(caps_.max_send_wr);
   rq_.resize(caps_.max_recv_wr);
   std::lock_guard engine(device_.engine_mutex());
@@ -210,6 +175,10 @@ QpAddress TcpQp::local_address() const {
 int TcpQp::socket_fd() const {
   std::lock_guard lock(mutex_);
   return established_ ? fd_ : -1;
+}
+
+ErrorContext TcpQp::context_of(const void* qp, const std::string& op) {
+  return static_cast<const TcpQp*>(qp)->context(op);
 }
 
 ErrorContext TcpQp::context(const std::string& op) const {
@@ -275,10 +244,7 @@ void TcpQp::set_error(const std::string& reason) {
 }
 
 void TcpQp::post_send(const SendWr& wr) {
-  const auto op = static_cast<std::uint8_t>(wr.opcode);
-  if (op > static_cast<std::uint8_t>(Opcode::AtomicCmpSwap)) {
-    throw Error(ErrorCode::InvalidArgument, "unknown opcode " + std::to_string(op), context("post_send"));
-  }
+  const std::uint64_t total = core::validate_send_wr(wr, caps_, wire::kMaxMessage, context_of, this);
   // The error context is built only on failure: posting is a hot path.
   auto reject = [&](ErrorCode code, const std::string& message, std::string sizes, std::string hint) {
     ErrorContext ctx = context(std::string("post_send ") + to_string(wr.opcode));
@@ -286,25 +252,6 @@ void TcpQp::post_send(const SendWr& wr) {
     ctx.hint = std::move(hint);
     throw Error(code, message, ctx);
   };
-  if (wr.sg_list.size() > caps_.max_send_sge) {
-    reject(ErrorCode::InvalidArgument, "too many scatter-gather elements",
-           "num_sge=" + std::to_string(wr.sg_list.size()) + " max_send_sge=" + std::to_string(caps_.max_send_sge),
-           "create the QP with a larger QpCaps::max_send_sge");
-  }
-  std::uint64_t total = 0;
-  for (const auto& sge : wr.sg_list) total += sge.length;
-  if (total > wire::kMaxMessage) {
-    reject(ErrorCode::InvalidArgument, "message larger than 2 GiB", "length=" + std::to_string(total),
-           "split the transfer: a message is at most 2 GiB");
-  }
-  if (is_atomic(wr.opcode) &&
-      (wr.sg_list.size() != 1 || wr.sg_list[0].length != 8 || wr.sg_list[0].addr % 8 != 0 || wr.remote_addr % 8 != 0)) {
-    reject(ErrorCode::InvalidArgument, "malformed atomic work request",
-           "num_sge=" + std::to_string(wr.sg_list.size()) + " remote_addr=" + hex(wr.remote_addr) +
-               (wr.sg_list.empty() ? "" : " local_addr=" + hex(wr.sg_list[0].addr) +
-                                              " local_len=" + std::to_string(wr.sg_list[0].length)),
-           "atomics take one 8-byte, 8-byte-aligned local SGE and an 8-byte-aligned remote address");
-  }
 
   std::lock_guard lock(mutex_);
   QpState s = state();
@@ -327,7 +274,7 @@ void TcpQp::post_send(const SendWr& wr) {
   e.swap = wr.swap;
   e.num_sge = static_cast<std::uint32_t>(wr.sg_list.size());
   std::copy(wr.sg_list.begin(), wr.sg_list.end(), e.sges.begin());
-  e.total = wr.opcode == Opcode::RdmaRead ? total : (is_atomic(wr.opcode) ? 8 : total);
+  e.total = total;
   e.msn = next_msn_++;
   e.response_done = false;
   e.rx_offset = 0;
@@ -403,12 +350,8 @@ bool TcpQp::send_small_now_locked(const SendEntry& e) {
 }
 
 void TcpQp::post_recv(const RecvWr& wr) {
+  const std::uint64_t capacity = core::validate_recv_wr(wr, caps_, context_of, this);
   auto ctx = context("post_recv");
-  if (wr.sg_list.size() > caps_.max_recv_sge) {
-    ctx.sizes = "num_sge=" + std::to_string(wr.sg_list.size()) + " max_recv_sge=" + std::to_string(caps_.max_recv_sge);
-    ctx.hint = "create the QP with a larger QpCaps::max_recv_sge";
-    throw Error(ErrorCode::InvalidArgument, "too many scatter-gather elements", ctx);
-  }
   std::lock_guard lock(mutex_);
   QpState s = state();
   if (s == QpState::Reset) {
@@ -424,7 +367,7 @@ void TcpQp::post_recv(const RecvWr& wr) {
   entry.wr_id = wr.wr_id;
   entry.num_sge = static_cast<std::uint32_t>(wr.sg_list.size());
   std::copy(wr.sg_list.begin(), wr.sg_list.end(), entry.sges.begin());
-  for (const auto& sge : wr.sg_list) entry.capacity += sge.length;
+  entry.capacity = capacity;
   if (s == QpState::Error) {
     push_recv_completion_locked(entry, WcStatus::WrFlushErr, WcOpcode::Recv, 0, false, 0);
     return;

@@ -181,6 +181,7 @@ class TcpQp final : public QueuePair {
   bool push_recv_completion_locked(const RecvEntry& entry, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
                                    bool with_imm, std::uint32_t imm);
   ErrorContext context(const std::string& op) const;
+  static ErrorContext context_of(const void* qp, const std::string& op);
 
   TcpDevice& device_;
   core::RegistryProtectionDomain& pd_;
