@@ -77,6 +77,13 @@ ParallelCopy::~ParallelCopy() {
 
 void ParallelCopy::copy(void* dst, const void* src, std::size_t n) {
   if (!enabled_ || n < threshold_) return copy_large(dst, src, n);
+  const auto now = core::Clock::now();
+  const bool streaming = now - last_end_ < std::chrono::microseconds(20);
+  if (!helper_awake_.load(std::memory_order_relaxed) && !streaming) {
+    copy_large(dst, src, n);
+    last_end_ = core::Clock::now();
+    return;
+  }
   if (!helper_.joinable()) helper_ = std::thread([this] { helper_main(); });
   // Halves on a 64-byte boundary, so neither copy shares a cache line.
   const std::size_t first = (n / 2) & ~std::size_t{63};
@@ -89,14 +96,15 @@ void ParallelCopy::copy(void* dst, const void* src, std::size_t n) {
   std::uint32_t expected = kPosted;
   if (state_.compare_exchange_strong(expected, kIdle, std::memory_order_acq_rel)) {
     copy_large(dst_, src_, n_);  // the helper never started: do it here
-    return;
-  }
-  while (state_.load(std::memory_order_acquire) != kDone) {
+  } else {
+    while (state_.load(std::memory_order_acquire) != kDone) {
 #if defined(__x86_64__)
-    __builtin_ia32_pause();
+      __builtin_ia32_pause();
 #endif
+    }
+    state_.store(kIdle, std::memory_order_relaxed);
   }
-  state_.store(kIdle, std::memory_order_relaxed);
+  last_end_ = core::Clock::now();
 }
 
 void ParallelCopy::helper_main() {
@@ -106,8 +114,10 @@ void ParallelCopy::helper_main() {
   while (!stopping_.load(std::memory_order_relaxed)) {
     const std::uint32_t seen = posted_word_.epoch();
     auto spin_end = core::Clock::now() + spin;
+    helper_awake_.store(true, std::memory_order_relaxed);
     while (state_.load(std::memory_order_acquire) != kPosted && !stopping_.load(std::memory_order_relaxed)) {
       if (core::Clock::now() > spin_end) {
+        helper_awake_.store(false, std::memory_order_relaxed);
         posted_word_.block(seen, core::Clock::now() + std::chrono::milliseconds(100));
         break;
       }

@@ -26,7 +26,10 @@ namespace rdmx::shm {
 // not started the second yet (asleep, or without a core), takes it back and
 // copies it too: never slower than copying alone. RDMX_SHM_COPY_THREADS=0
 // disables the helper; RDMX_SHM_SPLIT_THRESHOLD (default 512K) is the
-// smallest copy that is split. One caller at a time (the device lock).
+// smallest copy that is split. A sleeping helper is woken only for copies
+// that follow each other closely (a stream): waking it for an isolated copy
+// (a ping-pong) would take a core from the spinning ranks on a small
+// machine and cost more than it saves. One caller at a time (the device lock).
 class ParallelCopy {
  public:
   ParallelCopy();
@@ -43,6 +46,8 @@ class ParallelCopy {
   const std::size_t threshold_;
   const bool enabled_;
   std::atomic<std::uint32_t> state_{kIdle};
+  std::atomic<bool> helper_awake_{false};  // spinning for the next job, not asleep
+  core::Clock::time_point last_end_{};    // when the last large copy finished
   std::atomic<bool> stopping_{false};
   core::WaitWord posted_word_;
   void* dst_ = nullptr;
