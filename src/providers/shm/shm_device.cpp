@@ -26,8 +26,6 @@
 namespace rdmx::shm {
 namespace {
 
-constexpr auto kAppParkMin = std::chrono::microseconds(500);
-constexpr auto kAppParkMax = std::chrono::milliseconds(8);
 // Sockets carry only connections, wake-ups and a peer's exit: polled every
 // 256th pass, an epoll_wait costs the spinning application ~2 ns a pass.
 constexpr std::uint32_t kEpollPassEvery = 256;
@@ -143,7 +141,7 @@ ShmDevice::~ShmDevice() {
   stopping_.store(true);
   std::uint64_t one = 1;
   [[maybe_unused]] auto ignored = ::write(wake_fd_, &one, sizeof(one));
-  app_idle_word_.notify_all();
+  parking_.wake();
   if (engine_.joinable()) engine_.join();
   registry().remove_access_lock(&mutex_);
   for (auto& [fd, p] : pending_) {
@@ -231,11 +229,6 @@ void ShmDevice::release_probe_locked(Probe* probe) {
   probe->stamp.store(nullptr, std::memory_order_release);
   probe->busy.store(0, std::memory_order_relaxed);
   probe_used_[static_cast<std::size_t>(probe - probes_.data())] = false;
-}
-
-void ShmDevice::application_idle() {
-  app_sleeping_.store(true, std::memory_order_relaxed);
-  app_idle_word_.notify_all();
 }
 
 void ShmDevice::add_qp_locked(ShmQp* qp) {
@@ -414,21 +407,8 @@ void ShmDevice::engine_main() {
   auto last_work = core::Clock::now();
   const auto spin = core::spin_budget();
   int idle_wakeups = 0;
-  std::uint64_t seen_calls = app_progress_calls_.load(std::memory_order_relaxed);
-  std::chrono::microseconds park = kAppParkMin;
   while (!stopping_.load(std::memory_order_relaxed)) {
-    std::uint64_t calls = app_progress_calls_.load(std::memory_order_relaxed);
-    if (calls != seen_calls && !app_sleeping_.exchange(false, std::memory_order_relaxed)) {
-      // An application thread drives progress: stay out of its way until it
-      // sleeps or stops calling for a park period.
-      seen_calls = calls;
-      auto epoch = app_idle_word_.epoch();
-      app_idle_word_.block(epoch, core::Clock::now() + park);
-      park = std::min<std::chrono::microseconds>(park * 2, kAppParkMax);
-      continue;
-    }
-    park = kAppParkMin;
-    seen_calls = calls;
+    if (parking_.park_while_application_drives()) continue;
     std::size_t did = 0;
     {
       std::unique_lock lock(mutex_, std::try_to_lock);

@@ -23,6 +23,7 @@
 
 #include "core/device_lock.hpp"
 #include "core/device_resources.hpp"
+#include "core/engine_parking.hpp"
 #include "core/wait.hpp"
 #include "providers/shm/copy.hpp"
 #include "providers/shm/handshake.hpp"
@@ -92,10 +93,8 @@ class ShmDevice final : public Device, public core::EngineHandoff {
   Probe* claim_probe_locked();
   void release_probe_locked(Probe* probe);
 
-  void note_application_activity() {
-    app_progress_calls_.store(app_progress_calls_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  }
-  void application_idle() override;
+  void note_application_activity() { parking_.note_application_activity(); }
+  void application_idle() override { parking_.application_idle(); }
 
  private:
   struct Pending {
@@ -140,9 +139,7 @@ class ShmDevice final : public Device, public core::EngineHandoff {
   std::uint32_t passes_ = 0;
 
   std::atomic<bool> stopping_{false};
-  std::atomic<std::uint64_t> app_progress_calls_{0};
-  std::atomic<bool> app_sleeping_{false};
-  core::WaitWord app_idle_word_;
+  core::EngineParking parking_;
   ParallelCopy copier_;
   std::thread engine_;
 };

@@ -20,13 +20,6 @@
 namespace rdmx::tcp {
 namespace {
 
-// How long the background engine stays parked after it saw an application
-// thread drive progress. It re-checks after each period, doubling the period
-// while the application keeps driving: the worst delay before it serves a
-// peer after the application stops is the longest period, and a busy
-// application is interrupted about a hundred times a second, not thousands.
-constexpr auto kAppParkMin = std::chrono::microseconds(500);
-constexpr auto kAppParkMax = std::chrono::milliseconds(8);
 // Up to this many QPs, application progress polls their sockets directly.
 constexpr std::size_t kDirectPollQps = 4;
 constexpr std::uint32_t kFullPassEvery = 16;
@@ -94,7 +87,7 @@ TcpDevice::~TcpDevice() {
   stopping_.store(true);
   std::uint64_t one = 1;
   [[maybe_unused]] auto ignored = ::write(wake_fd_, &one, sizeof(one));
-  app_idle_word_.notify_all();
+  parking_.wake();
   if (engine_.joinable()) engine_.join();
   for (auto& [fd, pending] : pending_) ::close(fd);
   ::close(listen_fd_);
@@ -167,11 +160,6 @@ std::size_t TcpDevice::spin_pass_locked() {
     if (fds[i].revents != 0 && owners[i]->on_events(static_cast<std::uint32_t>(fds[i].revents))) ++did;
   }
   return did;
-}
-
-void TcpDevice::application_idle() {
-  app_sleeping_.store(true, std::memory_order_relaxed);
-  app_idle_word_.notify_all();
 }
 
 void TcpDevice::add_qp_locked(TcpQp* qp) { qps_[qp->qp_num()] = qp; }
@@ -326,21 +314,8 @@ void TcpDevice::engine_main() {
   auto last_work = core::Clock::now();
   const auto spin = core::spin_budget();
   int idle_wakeups = 0;
-  std::uint64_t seen_calls = app_progress_calls_.load(std::memory_order_relaxed);
-  std::chrono::microseconds park = kAppParkMin;
   while (!stopping_.load(std::memory_order_relaxed)) {
-    std::uint64_t calls = app_progress_calls_.load(std::memory_order_relaxed);
-    if (calls != seen_calls && !app_sleeping_.exchange(false, std::memory_order_relaxed)) {
-      // An application thread is driving progress: stay out of its way until
-      // it sleeps (application_idle) or stops calling for a park period.
-      seen_calls = calls;
-      auto epoch = app_idle_word_.epoch();
-      app_idle_word_.block(epoch, core::Clock::now() + park);
-      park = std::min<std::chrono::microseconds>(park * 2, kAppParkMax);
-      continue;
-    }
-    park = kAppParkMin;
-    seen_calls = calls;
+    if (parking_.park_while_application_drives()) continue;
     std::size_t did = 0;
     {
       std::unique_lock lock(engine_mutex_, std::try_to_lock);

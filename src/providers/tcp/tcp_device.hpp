@@ -19,6 +19,7 @@
 #include <unordered_map>
 
 #include "core/device_resources.hpp"
+#include "core/engine_parking.hpp"
 #include "core/memory_registry.hpp"
 #include "core/wait.hpp"
 #include "providers/tcp/socket_iface.hpp"
@@ -63,13 +64,10 @@ class TcpDevice final : public Device, public core::EngineHandoff {
   // Hands over a parked accepted connection whose HELLO named this QP and peer.
   int claim_pending_locked(std::uint32_t qpn, std::uint32_t remote_qpn, std::uint64_t remote_nonce);
   // The caller is about to sleep: let the background engine take over now.
-  void application_idle() override;
+  void application_idle() override { parking_.application_idle(); }
   // An application thread is working the device (posting): the background
   // engine stays parked, as it does while the application calls progress().
-  void note_application_activity() {
-    // Only "has it changed" matters, so a plain store suffices (no locked read-modify-write on the hot path).
-    app_progress_calls_.store(app_progress_calls_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  }
+  void note_application_activity() { parking_.note_application_activity(); }
   std::uint32_t next_qpn() { return resources_.next_qpn(); }
   // Engine lock held: is the current pass run by an application thread?
   bool in_application_pass_locked() const { return application_pass_; }
@@ -112,11 +110,9 @@ class TcpDevice final : public Device, public core::EngineHandoff {
   std::atomic<bool> timers_busy_{false};  // read by the engine thread before it blocks, outside the lock
 
   std::atomic<bool> stopping_{false};
-  std::atomic<std::uint64_t> app_progress_calls_{0};
-  std::atomic<bool> app_sleeping_{false};
   std::uint32_t spin_passes_ = 0;  // engine lock
   bool application_pass_ = false;  // engine lock
-  core::WaitWord app_idle_word_;
+  core::EngineParking parking_;
   std::thread engine_;
 };
 
