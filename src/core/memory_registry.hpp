@@ -125,7 +125,9 @@ class MemoryRegistry {
 };
 
 // A one-entry cache of a key's region, valid while the registry's generation
-// is unchanged; used under a lock given to add_access_lock().
+// is unchanged: its verdict is the registry's at the time of the check. A
+// provider that touches memory relying on it must do so under a lock given
+// to add_access_lock(), so that deregistration waits for it.
 class CachedKey {
  public:
   // Same verdict as MemoryRegistry::check(), without the registry's lock when the cache hits.

@@ -291,7 +291,9 @@ void TcpQp::post_send(const SendWr& wr) {
   const Access need = carries_payload(wr.opcode) ? Access::None : Access::LocalWrite;
   for (std::uint32_t i = 0; i < e.num_sge; ++i) {
     const Sge& sge = e.sges[i];
-    auto verdict = check_local_cached_locked(sge, need);
+    // Posting from one buffer again and again is the common case: the key
+    // cache answers without the registry's lock until a region is deregistered.
+    auto verdict = local_key_.check(device_.registry(), false, &pd_, sge.lkey, sge.addr, sge.length, need);
     if (verdict != core::AccessCheck::Ok) {
       fail_locked("post_send " + std::string(to_string(wr.opcode)) + " wr_id " + std::to_string(wr.wr_id) +
                       ": local SGE " + std::to_string(i) + " (addr " + hex(sge.addr) + ", length " +
@@ -793,25 +795,6 @@ bool TcpQp::write_frame_locked() {
   }
   tx_.active = false;
   return true;
-}
-
-core::AccessCheck TcpQp::check_local_cached_locked(const Sge& sge, Access need) {
-  // Posting from one buffer again and again is the common case: remember the
-  // last region that passed, valid until any region is deregistered.
-  auto& registry = device_.registry();
-  const std::uint64_t generation = registry.generation();
-  LocalKeyCache& c = local_key_cache_;
-  if (c.valid && c.generation == generation && c.lkey == sge.lkey && sge.addr >= c.base &&
-      sge.length <= c.length && sge.addr - c.base <= c.length - sge.length &&
-      (need == Access::None || has(c.access, need))) {
-    return core::AccessCheck::Ok;
-  }
-  auto verdict = registry.check(false, &pd_, sge.lkey, sge.addr, sge.length, need);
-  if (verdict == core::AccessCheck::Ok && sge.length > 0 && need == Access::None) {
-    // Cache exactly what was checked: this range, no rights beyond it.
-    c = LocalKeyCache{true, generation, sge.lkey, sge.addr, sge.length, Access::None};
-  }
-  return verdict;
 }
 
 bool TcpQp::requests_to_send_locked() const { return !rnr_paused_ && msn_before(tx_msn_, next_msn_); }

@@ -135,7 +135,6 @@ class TcpQp final : public QueuePair {
   void pump_locked(int frame_budget);
   bool send_small_now_locked(const SendEntry& e);
   bool requests_to_send_locked() const;
-  core::AccessCheck check_local_cached_locked(const Sge& sge, Access need);
   bool has_data_frames_locked() const;
   bool build_frame_locked();
   bool write_frame_locked();
@@ -216,15 +215,8 @@ class TcpQp final : public QueuePair {
   bool ack_request_sent_ = false;
   bool rx_seen_ = false;  // bytes arrived since the last timer scan (which stamps last_rx_)
 
-  // The last local SGE that passed the registry (see check_local_cached_locked).
-  struct LocalKeyCache {
-    bool valid = false;
-    std::uint64_t generation = 0;
-    std::uint32_t lkey = 0;
-    std::uint64_t base = 0;
-    std::uint64_t length = 0;
-    Access access = Access::None;
-  } local_key_cache_;
+  // The region of the last local key checked at post time.
+  core::CachedKey local_key_;
 
   // Requester.
   std::vector<SendEntry> sq_;
