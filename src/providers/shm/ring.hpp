@@ -98,9 +98,6 @@ struct SegmentHeader {
 inline std::size_t segment_size(std::uint32_t ring_slots) {
   return sizeof(SegmentHeader) + 2 * static_cast<std::size_t>(ring_slots) * kSlot;
 }
-inline std::uint8_t* ring_data(SegmentHeader* seg, int direction) {
-  return reinterpret_cast<std::uint8_t*>(seg + 1) + static_cast<std::size_t>(direction) * seg->ring_slots * kSlot;
-}
 
 // The producer's end of a ring.
 class RingProducer {
@@ -139,9 +136,6 @@ class RingProducer {
     r->stamp.store(static_cast<std::uint32_t>(tail_ + 1), std::memory_order_release);
     tail_ += pending_;
   }
-  // How many payload bytes a record can carry at most.
-  std::size_t max_payload() const { return kHeaderInline + (static_cast<std::size_t>(slots_) - 1) * kSlot; }
-  std::uint32_t slots() const { return slots_; }
 
  private:
   Record* slot(std::uint64_t position) { return reinterpret_cast<Record*>(data_ + (position % slots_) * kSlot); }

@@ -37,8 +37,6 @@ inline bool msn_before(std::uint32_t a, std::uint32_t b) { return static_cast<st
 
 // Ring slots per direction: 4096 x 64 B = 256 KiB, room for 16 eager messages of 16 KiB.
 constexpr std::uint32_t kRingSlots = 4096;
-constexpr std::uint32_t kMinRingSlots = 64;
-constexpr std::uint32_t kMaxRingSlots = 1u << 20;
 constexpr int kRecordBudget = 64;  // records consumed per pass and QP
 constexpr auto kMaxConnectBackoff = std::chrono::milliseconds(100);
 // Unrequested acknowledgements go out after this many requests: writing the
@@ -58,6 +56,25 @@ int peer_pid_of(int socket) {
   socklen_t len = sizeof(cred);
   if (::getsockopt(socket, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return -1;
   return cred.pid;
+}
+
+// The initiator's buffers listed in a cross-memory record (its count was
+// checked against kMaxSge when the record was accepted), as iovecs.
+int remote_iovecs(const Record* r, iovec* out) {
+  const auto* list = reinterpret_cast<const RemoteIov*>(RingConsumer::payload(r));
+  const auto count = static_cast<int>(r->arg1);
+  for (int i = 0; i < count; ++i) {
+    RemoteIov piece;
+    std::memcpy(&piece, list + i, sizeof(piece));
+    out[i] = {reinterpret_cast<void*>(piece.addr), piece.length};
+  }
+  return count;
+}
+
+std::uint64_t covered(const iovec* iov, int count) {
+  std::uint64_t sum = 0;
+  for (int i = 0; i < count; ++i) sum += iov[i].iov_len;
+  return sum;
 }
 
 // The local pieces [offset, offset+length) of an SGE list, as iovecs.
@@ -209,7 +226,7 @@ void ShmQp::connect(const QpAddress& remote, const ConnectOptions& options) {
     seg->ring_slots = kRingSlots;
     segment_ = base;
     segment_bytes_ = bytes;
-    attach_segment_locked(base, bytes, true);
+    attach_segment_locked(base, true);
     memfd_ = memfd;
     start_connect_locked();
   } else {
@@ -246,14 +263,7 @@ void ShmQp::post_send(const SendWr& wr) {
   if (sq_count_ == 0 && s == QpState::Rts && !peer_regions_.empty() && peer_gone_.empty() &&
       (wr.opcode == Opcode::RdmaWrite || wr.opcode == Opcode::RdmaRead) && direct_locals_ok_locked(wr) &&
       try_direct_locked(wr, total)) {
-    if (wr.signaled) {
-      WorkCompletion wc;
-      wc.wr_id = wr.wr_id;
-      wc.opcode = core::completion_opcode(wr.opcode);
-      wc.byte_len = static_cast<std::uint32_t>(total);
-      wc.qp_num = qpn_;
-      if (!send_cq_.push(wc)) fail_locked("send completion queue overflowed", WcStatus::WrFlushErr);
-    }
+    if (wr.signaled) push_send_completion_locked(wr.wr_id, wr.opcode, total, WcStatus::Success);
     return;
   }
   SendEntry& e = sq_[(sq_head_ + sq_count_) % sq_.size()];
@@ -429,8 +439,7 @@ void ShmQp::post_recv(const RecvWr& wr) {
 // ---------------------------------------------------------------------------
 // Connection.
 
-void ShmQp::attach_segment_locked(void* base, std::size_t bytes, bool initiator) {
-  (void)bytes;
+void ShmQp::attach_segment_locked(void* base, bool initiator) {
   auto* seg = static_cast<SegmentHeader*>(base);
   const int out = initiator ? 0 : 1;
   const int in = 1 - out;
@@ -529,9 +538,8 @@ void ShmQp::accept_locked(const ShmDevice::PendingHello& pending) {
   Accept reply;
   std::string problem;
   struct stat st {};
-  const bool slots_ok = h.ring_slots == kRingSlots && h.ring_slots >= kMinRingSlots && h.ring_slots <= kMaxRingSlots;
   void* base = MAP_FAILED;
-  if (!slots_ok || h.segment_bytes != segment_size(h.ring_slots)) {
+  if (h.ring_slots != kRingSlots || h.segment_bytes != segment_size(h.ring_slots)) {
     problem = "HELLO describes a segment of " + std::to_string(h.segment_bytes) + " bytes with " +
               std::to_string(h.ring_slots) + " slots per ring (this build uses " + std::to_string(kRingSlots) + ")";
     reply.error = EPROTO;
@@ -566,7 +574,7 @@ void ShmQp::accept_locked(const ShmDevice::PendingHello& pending) {
   // A failed answer (the initiator already closed) is not an error of
   // connect(): the socket's end of file fails the QP on the next pass.
   if (sent != 0) RDMX_INFO("shm qp %u: answering HELLO failed: %s", qpn_, std::strerror(sent));
-  attach_segment_locked(segment_, segment_bytes_, false);
+  attach_segment_locked(segment_, false);
   accepted_ = true;
   if (state() == QpState::Error) {
     if (push_control_locked(RecordType::Bye, 0, 0)) wake_peer_locked();
@@ -631,7 +639,6 @@ bool ShmQp::on_socket_locked(std::uint32_t events) {
   }
   if ((events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)) != 0) closed = true;
   if (closed) {
-    peer_closed_ = true;
     poll_locked();  // what the peer put in the ring before it went (a NAK, answers) counts first
     close_socket_locked();
     peer_gone_locked("connection closed by " + describe_peer() + " (its process exited or destroyed the QP)", true);
@@ -1076,15 +1083,8 @@ ShmQp::Step ShmQp::deliver_locked(const Record* r, const RecvEntry* recv, std::u
         }
       } else {
         iovec remote[kMaxSge];
-        const auto* list = reinterpret_cast<const RemoteIov*>(RingConsumer::payload(r));
-        const auto count = static_cast<int>(r->arg1);
-        std::uint64_t sum = 0;
-        for (int i = 0; i < count; ++i) {
-          RemoteIov piece;
-          std::memcpy(&piece, list + i, sizeof(piece));
-          remote[i] = {reinterpret_cast<void*>(piece.addr), piece.length};
-          sum += piece.length;
-        }
+        const int count = remote_iovecs(r, remote);
+        const std::uint64_t sum = covered(remote, count);
         if (sum != length) {
           nak_status = WcStatus::RemInvReqErr;
           why = "the request's buffer list covers " + std::to_string(sum) + " bytes, not " + std::to_string(length);
@@ -1136,15 +1136,8 @@ ShmQp::Step ShmQp::answer_read_locked(const Record* r) {
     } else {
       iovec local{reinterpret_cast<void*>(addr), length};
       iovec remote[kMaxSge];
-      const auto* list = reinterpret_cast<const RemoteIov*>(RingConsumer::payload(r));
-      const auto count = static_cast<int>(r->arg1);
-      std::uint64_t sum = 0;
-      for (int i = 0; i < count; ++i) {
-        RemoteIov piece;
-        std::memcpy(&piece, list + i, sizeof(piece));
-        remote[i] = {reinterpret_cast<void*>(piece.addr), piece.length};
-        sum += piece.length;
-      }
+      const int count = remote_iovecs(r, remote);
+      const std::uint64_t sum = covered(remote, count);
       ssize_t n = sum == length ? ::process_vm_writev(peer_pid_, &local, 1, remote, static_cast<unsigned long>(count), 0)
                                 : -2;
       if (n != static_cast<ssize_t>(length)) {
@@ -1238,11 +1231,15 @@ void ShmQp::protocol_error_locked(const std::string& what) {
 // Errors and completions.
 
 bool ShmQp::push_send_completion_locked(const SendEntry& e, WcStatus status) {
+  return push_send_completion_locked(e.wr_id, e.opcode, e.total, status);
+}
+
+bool ShmQp::push_send_completion_locked(std::uint64_t wr_id, Opcode opcode, std::uint64_t total, WcStatus status) {
   WorkCompletion wc;
-  wc.wr_id = e.wr_id;
+  wc.wr_id = wr_id;
   wc.status = status;
-  wc.opcode = core::completion_opcode(e.opcode);
-  wc.byte_len = status == WcStatus::Success ? static_cast<std::uint32_t>(e.total) : 0;
+  wc.opcode = core::completion_opcode(opcode);
+  wc.byte_len = status == WcStatus::Success ? static_cast<std::uint32_t>(total) : 0;
   wc.qp_num = qpn_;
   if (send_cq_.push(wc)) return true;
   fail_locked("send completion queue overflowed", WcStatus::WrFlushErr);

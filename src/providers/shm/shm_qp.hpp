@@ -132,7 +132,7 @@ class ShmQp final : public QueuePair {
   void wake_peer_locked();
   // Connection.
   void start_connect_locked();
-  void attach_segment_locked(void* base, std::size_t bytes, bool initiator);
+  void attach_segment_locked(void* base, bool initiator);
   void accept_locked(const ShmDevice::PendingHello& hello);
   void watch_socket_locked();
   void close_socket_locked();
@@ -145,6 +145,7 @@ class ShmQp final : public QueuePair {
   void peer_gone_locked(const std::string& reason, bool receives_too);
   void protocol_error_locked(const std::string& what);
   bool push_send_completion_locked(const SendEntry& e, WcStatus status);
+  bool push_send_completion_locked(std::uint64_t wr_id, Opcode opcode, std::uint64_t total, WcStatus status);
   bool push_recv_completion_locked(const RecvEntry& e, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
                                    bool with_imm, std::uint32_t imm);
   ErrorContext context(const std::string& op) const;
@@ -180,7 +181,6 @@ class ShmQp final : public QueuePair {
   int memfd_ = -1;  // initiator: the segment, until HELLO has carried it
   bool socket_connected_ = false;  // initiator: the Unix socket is connected and HELLO sent
   bool accepted_ = false;          // both: the handshake finished
-  bool peer_closed_ = false;
   std::string peer_gone_;  // why the peer is gone, while no work has failed on it yet
   void* segment_ = nullptr;
   std::size_t segment_bytes_ = 0;
