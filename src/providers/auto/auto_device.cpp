@@ -1,6 +1,7 @@
 #include "providers/auto/auto_device.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <mutex>
 
@@ -22,35 +23,39 @@ class AutoQp final : public QueuePair {
 
   std::uint32_t qp_num() const noexcept override { return qpn_; }
   QpState state() const noexcept override {
+    if (QueuePair* q = chosen()) return q->state();
     std::lock_guard lock(mutex_);
-    return chosen_ ? chosen_->state() : state_;
+    if (QueuePair* q = chosen()) return q->state();
+    return state_;
   }
   QpCaps caps() const noexcept override { return subs_.front()->caps(); }
   std::string provider() const override {
     std::lock_guard lock(mutex_);
-    return chosen_ ? chosen_->provider() : "auto";
+    if (QueuePair* q = chosen()) return q->provider();
+    return "auto";
   }
   std::string error_reason() const override {
     std::lock_guard lock(mutex_);
-    return chosen_ ? chosen_->error_reason() : error_reason_;
+    if (QueuePair* q = chosen()) return q->error_reason();
+    return error_reason_;
   }
   QpAddress local_address() const override {
     std::lock_guard lock(mutex_);
-    if (chosen_) return chosen_->local_address();
+    if (QueuePair* q = chosen()) return q->local_address();
     std::vector<QpAddress> parts;
     for (const auto& q : subs_) parts.push_back(q->local_address());
     return core::bundle_addresses(parts);
   }
   void init() override {
     std::lock_guard lock(mutex_);
-    if (chosen_) return chosen_->init();
+    if (QueuePair* q = chosen()) return q->init();
     for (auto& q : subs_) q->init();
     if (state_ == QpState::Reset) state_ = QpState::Init;
   }
   void connect(const QpAddress& remote, const ConnectOptions& options) override;
   void set_error(const std::string& reason) override {
     std::lock_guard lock(mutex_);
-    if (chosen_) return chosen_->set_error(reason);
+    if (QueuePair* q = chosen()) return q->set_error(reason);
     if (state_ == QpState::Error) return;
     state_ = QpState::Error;
     error_reason_ = "set_error: " + reason;
@@ -58,11 +63,7 @@ class AutoQp final : public QueuePair {
     pending_recvs_.clear();
   }
   void post_send(const SendWr& wr) override {
-    QueuePair* q = nullptr;
-    {
-      std::lock_guard lock(mutex_);
-      q = chosen_;
-    }
+    QueuePair* q = chosen();
     if (q == nullptr) {
       throw Error(ErrorCode::InvalidState, "post_send needs RTS, the QP is not connected yet",
                   {.op = std::string("post_send ") + to_string(wr.opcode), .hint = "call connect() first"});
@@ -88,7 +89,9 @@ class AutoQp final : public QueuePair {
   AutoDevice& device_;
   mutable std::mutex mutex_;
   std::vector<std::unique_ptr<QueuePair>> subs_;  // one per candidate until connect()
-  QueuePair* chosen_ = nullptr;
+  // Set once, at connect(), under mutex_; read without it on the posting path.
+  std::atomic<QueuePair*> chosen_{nullptr};
+  QueuePair* chosen() const noexcept { return chosen_.load(std::memory_order_acquire); }
   core::CompletionRing& recv_cq_;
   const std::uint32_t qpn_;
   QpState state_ = QpState::Reset;
@@ -171,7 +174,7 @@ void AutoQp::connect(const QpAddress& remote, const ConnectOptions& options) {
   const std::vector<QpAddress> parts = core::unbundle_addresses(remote);
   const auto& candidates = device_.candidates();
   std::unique_lock lock(mutex_);
-  if (chosen_ != nullptr || state_ == QpState::Error) {
+  if (chosen() != nullptr || state_ == QpState::Error) {
     throw Error(ErrorCode::InvalidState, "connect() needs a QP in INIT",
                 {.op = "connect", .peer_rank = options.peer_rank, .hint = "create a new QP for a new connection"});
   }
@@ -204,22 +207,22 @@ void AutoQp::connect(const QpAddress& remote, const ConnectOptions& options) {
   }
   RDMX_INFO("auto qp %u: %s via %s: %s%s%s", qpn_, who.c_str(), candidates[pick].name.c_str(), why.c_str(),
             refused.empty() ? "" : "; not ", refused.c_str());
-  chosen_ = subs_[pick].get();
+  chosen_.store(subs_[pick].get(), std::memory_order_release);
   for (std::size_t i = 0; i < subs_.size(); ++i) {
     if (i != pick) subs_[i].reset();
   }
   std::vector<PendingRecv> recvs;
   recvs.swap(pending_recvs_);
-  QueuePair* q = chosen_;
+  QueuePair* q = chosen();
   lock.unlock();
   for (const auto& r : recvs) q->post_recv(RecvWr{.wr_id = r.wr_id, .sg_list = r.sges});
   q->connect(*peer, options);
 }
 
 void AutoQp::post_recv(const RecvWr& wr) {
+  if (QueuePair* q = chosen()) return q->post_recv(wr);
   std::unique_lock lock(mutex_);
-  if (chosen_ != nullptr) {
-    QueuePair* q = chosen_;
+  if (QueuePair* q = chosen()) {  // connect() chose while we waited for the lock
     lock.unlock();
     return q->post_recv(wr);
   }
