@@ -3,11 +3,14 @@
 // peer, and atomics that stay atomic whichever provider carries them.
 #include <dirent.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
+#include <fstream>
 #include <set>
 #include <string>
 
@@ -26,6 +29,16 @@ std::set<std::string> list_dir(const std::string& dir) {
   return names;
 }
 
+
+// Whether a process has exited: no such pid, or a zombie not reaped yet.
+bool process_exited(int pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && (line[close + 2] == 'Z' || line[close + 2] == 'X');
+}
 
 // Rank 1 is SIGKILLed while rank 0 streams WRITEs into it. Segments are
 // memfds, so /dev/shm gains nothing; the dead process's socket file is
@@ -59,6 +72,11 @@ TEST(ShmProvider, SigkillLeavesNothingBehind) {
         }
         CHECK(failed) << "100000 WRITEs to a killed peer succeeded";
         const std::string dead_socket = await(env, "socket");
+        // The socket's end of file can arrive while the kernel is still tearing
+        // the process down; the sweep needs it gone (or a zombie) first.
+        const std::string file = dead_socket.substr(dead_socket.rfind('/') + 1);
+        const int dead_pid = std::stoi(file.substr(0, file.find('-')));
+        CHECK(eventually([&] { return process_exited(dead_pid); })) << "rank 1 (pid " << dead_pid << ") did not exit";
         // A new device on this host sweeps sockets whose process is gone.
         auto fresh = open_device("shm");
         struct stat st {};
