@@ -1,0 +1,231 @@
+// rdmx/comm.hpp: collectives over the verbs-style core.
+//
+// A Communicator is a group of ranks that run collectives together, as an
+// NCCL communicator or an MPI communicator:
+//
+//   auto comm = rdmx::Communicator::from_env();       // torchrun, mpirun, Slurm, rdmx run
+//   comm->all_reduce(grad.data(), grad.data(), grad.size(), DataType::Float32, ReduceOp::Sum);
+//   auto work = comm->iall_gather(mine, all, n, DataType::Int32);
+//   ... overlap ...
+//   work.wait();
+//
+// Semantics:
+// - Collectives are matched by call order: every rank of the communicator
+//   must call the same collectives in the same order, with the same type,
+//   count, operation and root. Each call carries its sequence number and
+//   those arguments; when ranks disagree, every rank gets an
+//   rdmx::Error(Protocol) naming which ranks called what, instead of a hang
+//   or wrong data.
+// - Buffers are host memory, given as (pointer, element count, DataType).
+//   In-place operation: pass the same pointer as send and receive buffer
+//   (for all_gather/gather: send == recv + rank * count elements, as MPI_IN_PLACE).
+// - Blocking calls return when this rank's part is done: its receive buffer
+//   holds the result and its send buffer may be reused.
+// - Asynchronous calls (i*) return a Work handle at once. Operations of one
+//   communicator run one at a time, in call order (like NCCL operations on
+//   one stream); a blocking call issued behind pending asynchronous ones
+//   waits for them first.
+// - Every wait is bounded by RDMX_TIMEOUT (or CommOptions::timeout). A rank
+//   that never arrives makes the others fail with a Timeout error naming the
+//   missing ranks and the collective's sequence number. A dead peer gives
+//   PeerFailure. After any error the communicator is unusable: destroy it.
+// - Floating-point reductions are deterministic: the same inputs, rank count
+//   and algorithm give the same bits on every run, and every rank gets the
+//   same bits. fp16 and bf16 are reduced in fp32 and rounded once per step.
+//   Avg is a sum followed by one division by the rank count (floating types only).
+// - Algorithms are chosen by operation, size and rank count from a table;
+//   RDMX_ALGO (or CommOptions::algo) forces one, e.g. "ring", or per
+//   operation "all_reduce:rd,broadcast:tree". `rdmx info` and RDMX_DEBUG=INFO
+//   show what was chosen and why.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rdmx/bootstrap.hpp"
+#include "rdmx/error.hpp"
+
+namespace rdmx {
+
+// ---------------------------------------------------------------------------
+// Element types and reduction operations.
+enum class DataType : std::uint8_t {
+  Int8,
+  Uint8,
+  Int32,
+  Uint32,
+  Int64,
+  Uint64,
+  Float16,   // IEEE 754 binary16, stored as 16 bits
+  BFloat16,  // bfloat16 (the upper half of a binary32), stored as 16 bits
+  Float32,
+  Float64,
+};
+inline constexpr int kDataTypeCount = 10;
+std::size_t size_of(DataType type) noexcept;  // bytes per element
+const char* to_string(DataType type) noexcept;  // "fp32", "bf16", "int8", ...
+bool is_floating(DataType type) noexcept;
+
+enum class ReduceOp : std::uint8_t { Sum, Prod, Min, Max, Avg };
+inline constexpr int kReduceOpCount = 5;
+const char* to_string(ReduceOp op) noexcept;  // "sum", "prod", "min", "max", "avg"
+
+// The collective operations, for errors, logs and algorithm selection.
+enum class CollOp : std::uint8_t {
+  AllReduce,
+  AllGather,
+  ReduceScatter,
+  Broadcast,
+  Reduce,
+  AllToAll,
+  AllToAllv,
+  Gather,
+  Scatter,
+  Barrier,
+  Send,
+  Recv,
+  SendRecv,
+};
+const char* to_string(CollOp op) noexcept;  // "all_reduce", ...
+
+// ---------------------------------------------------------------------------
+// A pending asynchronous operation.
+class Work {
+ public:
+  struct State;
+  Work() = default;
+  explicit Work(std::shared_ptr<State> state) : state_(std::move(state)) {}
+
+  // True once the operation has finished; rethrows its error if it failed.
+  bool test();
+  // Waits until it finishes (default bound: the communicator's timeout).
+  // Throws the operation's error, or Timeout if it is still running when the
+  // bound passes (the operation itself goes on, bounded by its own timeout).
+  void wait(std::chrono::milliseconds timeout);
+  void wait();
+  bool valid() const noexcept { return state_ != nullptr; }
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// ---------------------------------------------------------------------------
+struct CommOptions {
+  std::string provider;                     // empty: RDMX_PROVIDER, else "auto"
+  std::string algo;                         // empty: RDMX_ALGO, else the selection table
+  std::chrono::milliseconds timeout{-1};    // negative: RDMX_TIMEOUT
+  std::string tag = "comm";                 // store key prefix (several communicators per store)
+};
+
+// Where a rank lives, as the communicator learnt it at creation.
+struct RankPlacement {
+  std::string host;  // host name
+  int local_rank = 0;
+  int local_size = 1;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  // Collective over `size` ranks that share `store`: opens a device, connects
+  // every pair and exchanges buffers. Throws on a bad rank/size, an
+  // unreachable peer, or a timeout naming the ranks that did not arrive.
+  static std::unique_ptr<Communicator> create(std::shared_ptr<Store> store, int rank, int size,
+                                              const CommOptions& options = {});
+  // rdmx::from_env() (torchrun, Open MPI, MPICH, Slurm, rdmx run, RDMX_*), then create().
+  static std::unique_ptr<Communicator> from_env(const CommOptions& options = {});
+
+  virtual int rank() const noexcept = 0;
+  virtual int size() const noexcept = 0;
+  virtual const RankPlacement& placement() const noexcept = 0;
+  int local_rank() const noexcept { return placement().local_rank; }
+  int local_size() const noexcept { return placement().local_size; }
+  // How each peer is reached ("shm", "tcp"); empty for this rank.
+  virtual std::vector<std::string> peer_providers() const = 0;
+
+  // Collective: ranks with the same color form a new communicator, ordered by
+  // (key, rank in this one). A negative color joins none and returns null.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+  // Fails every pending and future operation of this communicator with an
+  // Error(InvalidState) carrying `reason`, at once, and tells the peers
+  // (best effort), whose operations then fail with PeerFailure.
+  virtual void abort(const std::string& reason) = 0;
+  // The sequence number the next collective will carry (starts at 1).
+  virtual std::uint64_t next_sequence() const noexcept = 0;
+
+  // --- collectives (blocking). Counts are in elements. -------------------
+  // recv[i] = op over ranks of send[i]; count elements each.
+  void all_reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
+  // recv = concat over ranks of send (count each; recv holds size()*count).
+  void all_gather(const void* send, void* recv, std::size_t count, DataType type);
+  // send holds size()*count; recv (count) = op over ranks of send[rank*count..].
+  void reduce_scatter(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
+  // buf on root is copied to buf on every rank.
+  void broadcast(void* buf, std::size_t count, DataType type, int root);
+  // recv on root = op over ranks of send; recv is ignored elsewhere.
+  void reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, int root);
+  // send holds size()*count; block j goes to rank j; recv block i comes from rank i.
+  void all_to_all(const void* send, void* recv, std::size_t count, DataType type);
+  // Counts and displacements in elements, size() entries each.
+  void all_to_allv(const void* send, std::span<const std::size_t> send_counts, std::span<const std::size_t> send_displs,
+                   void* recv, std::span<const std::size_t> recv_counts, std::span<const std::size_t> recv_displs,
+                   DataType type);
+  // recv on root (size()*count) = concat over ranks of send.
+  void gather(const void* send, void* recv, std::size_t count, DataType type, int root);
+  // send on root (size()*count); rank i gets block i.
+  void scatter(const void* send, void* recv, std::size_t count, DataType type, int root);
+  void barrier();
+  // Point to point, matched in order per pair. A send of more than the
+  // peer's buffer (RDMX_COLL_BUFFSIZE) completes only as the peer receives:
+  // to exchange with a peer, use send_recv, not send then recv on both sides.
+  void send(const void* buf, std::size_t count, DataType type, int peer);
+  void recv(void* buf, std::size_t count, DataType type, int peer);
+  void send_recv(const void* send_buf, std::size_t send_count, int dest, void* recv_buf, std::size_t recv_count,
+                 int source, DataType type);
+
+  // --- the same, asynchronous ---------------------------------------------
+  Work iall_reduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
+  Work iall_gather(const void* send, void* recv, std::size_t count, DataType type);
+  Work ireduce_scatter(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op);
+  Work ibroadcast(void* buf, std::size_t count, DataType type, int root);
+  Work ireduce(const void* send, void* recv, std::size_t count, DataType type, ReduceOp op, int root);
+  Work iall_to_all(const void* send, void* recv, std::size_t count, DataType type);
+  // The count and displacement spans are copied at the call.
+  Work iall_to_allv(const void* send, std::span<const std::size_t> send_counts,
+                    std::span<const std::size_t> send_displs, void* recv, std::span<const std::size_t> recv_counts,
+                    std::span<const std::size_t> recv_displs, DataType type);
+  Work igather(const void* send, void* recv, std::size_t count, DataType type, int root);
+  Work iscatter(const void* send, void* recv, std::size_t count, DataType type, int root);
+  Work ibarrier();
+  Work isend(const void* buf, std::size_t count, DataType type, int peer);
+  Work irecv(void* buf, std::size_t count, DataType type, int peer);
+  Work isend_recv(const void* send_buf, std::size_t send_count, int dest, void* recv_buf, std::size_t recv_count,
+                  int source, DataType type);
+
+  // One description of any operation above; the methods build it.
+  struct Call {
+    CollOp op = CollOp::Barrier;
+    const void* send = nullptr;
+    void* recv = nullptr;
+    std::size_t count = 0;  // elements (send count for Send/SendRecv)
+    std::size_t recv_count = 0;  // SendRecv only
+    DataType type = DataType::Uint8;
+    ReduceOp redop = ReduceOp::Sum;
+    int root = -1;  // root, or the peer for Send/Recv, the destination for SendRecv
+    int source = -1;  // SendRecv only
+    std::vector<std::size_t> send_counts, send_displs, recv_counts, recv_displs;  // AllToAllv
+  };
+  virtual Work submit(Call call, bool async) = 0;
+
+ protected:
+  Communicator() = default;
+};
+
+}  // namespace rdmx

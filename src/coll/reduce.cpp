@@ -1,0 +1,375 @@
+// Scalar reduction kernels, fp16/bf16 conversions and the run-time dispatch.
+// The AVX2 and AVX-512 kernels are in reduce_avx2.cpp and reduce_avx512.cpp.
+#include "coll/reduce.hpp"
+
+#include <bit>
+#include <cstring>
+#include <string>
+#include <type_traits>
+
+#include "core/config.hpp"
+#include "core/log.hpp"
+#include "rdmx/error.hpp"
+
+namespace rdmx::coll {
+
+// ---------------------------------------------------------------------------
+// Conversions.
+
+float half_to_float(std::uint16_t h) noexcept {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  const std::uint32_t exponent = (h >> 10) & 0x1Fu;
+  std::uint32_t mantissa = h & 0x3FFu;
+  std::uint32_t bits;
+  if (exponent == 0x1F) {
+    // inf, or NaN: vcvtph2ps keeps the payload and sets the quiet bit.
+    bits = sign | 0x7F800000u | (mantissa << 13) | (mantissa != 0 ? 0x00400000u : 0u);
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    bits = sign;
+  } else {
+    // Denormal: mantissa * 2^-24, normalised (bit 10 becomes the implicit bit).
+    std::uint32_t e = 113;  // fp32 exponent field of 2^-14
+    while ((mantissa & 0x400u) == 0) {
+      mantissa <<= 1;
+      --e;
+    }
+    bits = sign | (e << 23) | ((mantissa & 0x3FFu) << 13);
+  }
+  return std::bit_cast<float>(bits);
+}
+
+std::uint16_t float_to_half(float f) noexcept {
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(f);
+  const auto sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000u);
+  const std::uint32_t x = bits & 0x7FFFFFFFu;
+  if (x > 0x7F800000u)  // NaN: quiet, upper payload bits
+    return static_cast<std::uint16_t>(sign | 0x7E00u | ((x >> 13) & 0x3FFu));
+  if (x >= 0x477FF000u)  // at or past halfway between 65504 and 65536 (ties go to even: inf)
+    return static_cast<std::uint16_t>(sign | 0x7C00u);
+  if (x >= 0x38800000u) {  // normal half: rebias, round the 13 dropped bits to nearest even
+    const std::uint32_t y = x - 0x38000000u;
+    return static_cast<std::uint16_t>(sign | ((y + 0x0FFFu + ((y >> 13) & 1u)) >> 13));
+  }
+  if (x <= 0x33000000u)  // at most half the smallest denormal 2^-24: rounds to zero
+    return sign;
+  // Denormal half: round (x's value) / 2^-24 to an integer, nearest even.
+  const std::uint32_t e = x >> 23;  // 102..112 here
+  const std::uint32_t mantissa = (x & 0x7FFFFFu) | 0x800000u;
+  const std::uint32_t shift = 126 - e;  // 14..24
+  std::uint32_t q = mantissa >> shift;
+  const std::uint32_t rest = mantissa & ((1u << shift) - 1);
+  const std::uint32_t half = 1u << (shift - 1);
+  if (rest > half || (rest == half && (q & 1u) != 0)) ++q;
+  return static_cast<std::uint16_t>(sign | q);
+}
+
+float bf16_to_float(std::uint16_t h) noexcept { return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16); }
+
+std::uint16_t float_to_bf16(float f) noexcept {
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(f);
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<std::uint16_t>((bits >> 16) | 0x0040u);
+  return static_cast<std::uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
+
+// ---------------------------------------------------------------------------
+// Scalar kernels.
+namespace {
+
+template <class F>
+struct FloatBits;
+template <>
+struct FloatBits<float> {
+  using U = std::uint32_t;
+  static constexpr U kQuiet = 0x00400000u;
+  static constexpr U kDefaultNaN = 0xFFC00000u;    // x86 "real indefinite"
+  static constexpr U kCanonicalNaN = 0x7FC00000u;  // min/max
+};
+template <>
+struct FloatBits<double> {
+  using U = std::uint64_t;
+  static constexpr U kQuiet = 0x0008000000000000ull;
+  static constexpr U kDefaultNaN = 0xFFF8000000000000ull;
+  static constexpr U kCanonicalNaN = 0x7FF8000000000000ull;
+};
+
+template <class F>
+F from_bits(typename FloatBits<F>::U u) {
+  return std::bit_cast<F>(u);
+}
+template <class F>
+typename FloatBits<F>::U to_bits(F f) {
+  return std::bit_cast<typename FloatBits<F>::U>(f);
+}
+
+// The NaN a + b or a * b gives when it is NaN (as x86 with `a` first).
+template <class F>
+F arith_nan(F a, F b) {
+  using B = FloatBits<F>;
+  if (a != a) return from_bits<F>(to_bits(a) | B::kQuiet);
+  if (b != b) return from_bits<F>(to_bits(b) | B::kQuiet);
+  return from_bits<F>(B::kDefaultNaN);
+}
+
+template <class F>
+F op_sum(F a, F b) {
+  const F r = a + b;
+  return r == r ? r : arith_nan(a, b);
+}
+template <class F>
+F op_prod(F a, F b) {
+  const F r = a * b;
+  return r == r ? r : arith_nan(a, b);
+}
+template <class F>
+F op_min(F a, F b) {
+  if (a != a || b != b) return from_bits<F>(FloatBits<F>::kCanonicalNaN);
+  if (a == b) return from_bits<F>(to_bits(a) | to_bits(b));  // -0 wins
+  return a < b ? a : b;
+}
+template <class F>
+F op_max(F a, F b) {
+  if (a != a || b != b) return from_bits<F>(FloatBits<F>::kCanonicalNaN);
+  if (a == b) return from_bits<F>(to_bits(a) & to_bits(b));  // +0 wins
+  return a > b ? a : b;
+}
+
+template <ReduceOp Op, class F>
+F float_op(F a, F b) {
+  if constexpr (Op == ReduceOp::Sum) return op_sum(a, b);
+  else if constexpr (Op == ReduceOp::Prod) return op_prod(a, b);
+  else if constexpr (Op == ReduceOp::Min) return op_min(a, b);
+  else return op_max(a, b);
+}
+
+template <ReduceOp Op, class T>
+T int_op(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  if constexpr (Op == ReduceOp::Sum) {
+    return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+  } else if constexpr (Op == ReduceOp::Prod) {
+    // Promote narrow types to unsigned int so the product cannot overflow a signed int.
+    using W = std::conditional_t<(sizeof(U) < sizeof(unsigned)), unsigned, U>;
+    return static_cast<T>(static_cast<U>(static_cast<W>(static_cast<U>(a)) * static_cast<W>(static_cast<U>(b))));
+  } else if constexpr (Op == ReduceOp::Min) {
+    return b < a ? b : a;
+  } else {
+    return a < b ? b : a;
+  }
+}
+
+template <class T, ReduceOp Op>
+void scalar_int(void* dst, const void* a, const void* b, std::size_t count) {
+  auto* d = static_cast<T*>(dst);
+  const auto* x = static_cast<const T*>(a);
+  const auto* y = static_cast<const T*>(b);
+  for (std::size_t i = 0; i < count; ++i) d[i] = int_op<Op>(x[i], y[i]);
+}
+
+template <class F, ReduceOp Op>
+void scalar_float(void* dst, const void* a, const void* b, std::size_t count) {
+  auto* d = static_cast<F*>(dst);
+  const auto* x = static_cast<const F*>(a);
+  const auto* y = static_cast<const F*>(b);
+  for (std::size_t i = 0; i < count; ++i) d[i] = float_op<Op>(x[i], y[i]);
+}
+
+template <float (*Widen)(std::uint16_t) noexcept, std::uint16_t (*Narrow)(float) noexcept, ReduceOp Op>
+void scalar_half(void* dst, const void* a, const void* b, std::size_t count) {
+  auto* d = static_cast<std::uint16_t*>(dst);
+  const auto* x = static_cast<const std::uint16_t*>(a);
+  const auto* y = static_cast<const std::uint16_t*>(b);
+  for (std::size_t i = 0; i < count; ++i) d[i] = Narrow(float_op<Op>(Widen(x[i]), Widen(y[i])));
+}
+
+template <class F>
+void scalar_divide_float(void* dst, std::size_t count, int divisor) {
+  auto* d = static_cast<F*>(dst);
+  const F v = static_cast<F>(divisor);
+  for (std::size_t i = 0; i < count; ++i) {
+    const F x = d[i];
+    d[i] = x != x ? from_bits<F>(to_bits(x) | FloatBits<F>::kQuiet) : x / v;
+  }
+}
+
+template <float (*Widen)(std::uint16_t) noexcept, std::uint16_t (*Narrow)(float) noexcept>
+void scalar_divide_half(void* dst, std::size_t count, int divisor) {
+  auto* d = static_cast<std::uint16_t*>(dst);
+  const float v = static_cast<float>(divisor);
+  for (std::size_t i = 0; i < count; ++i) {
+    const float x = Widen(d[i]);
+    // Widen quiets fp16 NaN; bf16 NaN is quieted by Narrow.
+    d[i] = Narrow(x != x ? x : x / v);
+  }
+}
+
+template <ReduceOp Op>
+ReduceFn scalar_for_op(DataType type) noexcept {
+  switch (type) {
+    case DataType::Int8: return &scalar_int<std::int8_t, Op>;
+    case DataType::Uint8: return &scalar_int<std::uint8_t, Op>;
+    case DataType::Int32: return &scalar_int<std::int32_t, Op>;
+    case DataType::Uint32: return &scalar_int<std::uint32_t, Op>;
+    case DataType::Int64: return &scalar_int<std::int64_t, Op>;
+    case DataType::Uint64: return &scalar_int<std::uint64_t, Op>;
+    case DataType::Float16: return &scalar_half<half_to_float, float_to_half, Op>;
+    case DataType::BFloat16: return &scalar_half<bf16_to_float, float_to_bf16, Op>;
+    case DataType::Float32: return &scalar_float<float, Op>;
+    case DataType::Float64: return &scalar_float<double, Op>;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+namespace detail {
+
+ReduceFn scalar_reduce(DataType type, ReduceOp op) noexcept {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg: return scalar_for_op<ReduceOp::Sum>(type);
+    case ReduceOp::Prod: return scalar_for_op<ReduceOp::Prod>(type);
+    case ReduceOp::Min: return scalar_for_op<ReduceOp::Min>(type);
+    case ReduceOp::Max: return scalar_for_op<ReduceOp::Max>(type);
+  }
+  return nullptr;
+}
+
+DivideFn scalar_divide(DataType type) noexcept {
+  switch (type) {
+    case DataType::Float16: return &scalar_divide_half<half_to_float, float_to_half>;
+    case DataType::BFloat16: return &scalar_divide_half<bf16_to_float, float_to_bf16>;
+    case DataType::Float32: return &scalar_divide_float<float>;
+    case DataType::Float64: return &scalar_divide_float<double>;
+    default: return nullptr;
+  }
+}
+
+const char* best_reduce_isa() noexcept {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl"))
+    return "avx512";
+  if (avx2) return "avx2";
+#endif
+  return "scalar";
+}
+
+namespace {
+int isa_rank(const char* isa) {
+  if (isa == nullptr) return -1;
+  if (std::strcmp(isa, "scalar") == 0) return 0;
+  if (std::strcmp(isa, "avx2") == 0) return 1;
+  if (std::strcmp(isa, "avx512") == 0) return 2;
+  return -1;
+}
+}  // namespace
+
+const char* choose_reduce_isa(const char* requested, const char* best, std::string& warning) {
+  warning.clear();
+  if (requested == nullptr || *requested == '\0') return best;
+  const int want = isa_rank(requested);
+  if (want < 0) {
+    warning = std::string("ignoring RDMX_REDUCE_ISA=\"") + requested + "\" (expected scalar, avx2 or avx512); using " +
+              best;
+    return best;
+  }
+  if (want > isa_rank(best)) {
+    warning = std::string("RDMX_REDUCE_ISA=") + requested + " but this CPU supports at most " + best + "; using " + best;
+    return best;
+  }
+  static const char* const kNames[] = {"scalar", "avx2", "avx512"};
+  return kNames[want];
+}
+
+}  // namespace detail
+
+// ---------------------------------------------------------------------------
+// Dispatch.
+namespace {
+
+bool valid(DataType type) { return static_cast<unsigned>(type) < static_cast<unsigned>(kDataTypeCount); }
+bool valid(ReduceOp op) { return static_cast<unsigned>(op) < static_cast<unsigned>(kReduceOpCount); }
+
+struct Table {
+  const char* isa = "scalar";
+  ReduceFn reduce[kDataTypeCount][kReduceOpCount] = {};
+  DivideFn divide[kDataTypeCount] = {};
+
+  Table() {
+    const char* best = detail::best_reduce_isa();
+    const auto requested = core::env("RDMX_REDUCE_ISA");
+    std::string warning;
+    isa = detail::choose_reduce_isa(requested ? requested->c_str() : nullptr, best, warning);
+    if (!warning.empty()) RDMX_WARN("%s", warning.c_str());
+    for (int t = 0; t < kDataTypeCount; ++t) {
+      for (int o = 0; o < kReduceOpCount; ++o)
+        reduce[t][o] = reduce_function_for(isa, static_cast<DataType>(t), static_cast<ReduceOp>(o));
+      divide[t] = divide_function_for(isa, static_cast<DataType>(t));
+    }
+    RDMX_INFO("reduction kernels: %s (best on this CPU: %s)", isa, best);
+  }
+};
+
+const Table& table() {
+  static const Table instance;
+  return instance;
+}
+
+}  // namespace
+
+ReduceFn reduce_function(DataType type, ReduceOp op) {
+  if (!valid(type) || !valid(op)) return nullptr;
+  return table().reduce[static_cast<int>(type)][static_cast<int>(op)];
+}
+
+void reduce(void* dst, const void* a, const void* b, std::size_t count, DataType type, ReduceOp op) {
+  const ReduceFn fn = reduce_function(type, op);
+  if (fn == nullptr)
+    throw Error(ErrorCode::InvalidArgument, "reduce: invalid data type or reduction op",
+                {.op = "reduce", .sizes = "type=" + std::to_string(static_cast<int>(type)) +
+                                          " op=" + std::to_string(static_cast<int>(op))});
+  fn(dst, a, b, count);
+}
+
+void divide(void* dst, std::size_t count, DataType type, int divisor) {
+  if (!valid(type) || !is_floating(type))
+    throw Error(ErrorCode::InvalidArgument,
+                std::string("divide: not a floating type: ") + (valid(type) ? to_string(type) : "invalid"),
+                {.op = "divide", .hint = "ReduceOp::Avg is defined for fp16, bf16, fp32 and fp64 only"});
+  if (divisor == 0) throw Error(ErrorCode::InvalidArgument, "divide: divisor is 0", {.op = "divide"});
+  table().divide[static_cast<int>(type)](dst, count, divisor);
+}
+
+const char* reduce_isa() { return table().isa; }
+
+ReduceFn reduce_function_for(const char* isa, DataType type, ReduceOp op) {
+  if (!valid(type) || !valid(op)) return nullptr;
+  const int want = detail::isa_rank(isa);
+  if (want < 0 || want > detail::isa_rank(detail::best_reduce_isa())) return nullptr;
+  if (want == 0) return detail::scalar_reduce(type, op);
+#if defined(__x86_64__)
+  if (want == 1) return detail::avx2_reduce(type, op);
+  return detail::avx512_reduce(type, op);
+#else
+  return nullptr;
+#endif
+}
+
+DivideFn divide_function_for(const char* isa, DataType type) {
+  if (!valid(type)) return nullptr;
+  const int want = detail::isa_rank(isa);
+  if (want < 0 || want > detail::isa_rank(detail::best_reduce_isa())) return nullptr;
+  if (want == 0) return detail::scalar_divide(type);
+#if defined(__x86_64__)
+  if (want == 1) return detail::avx2_divide(type);
+  return detail::avx512_divide(type);
+#else
+  return nullptr;
+#endif
+}
+
+}  // namespace rdmx::coll
