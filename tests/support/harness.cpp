@@ -387,9 +387,11 @@ RankEnv::RankEnv(int rank, int world_size, Placement placement, std::string prov
 
 RankEnv::~RankEnv() = default;
 
-Store& RankEnv::store() {
+Store& RankEnv::store() { return *store_ptr(); }
+
+std::shared_ptr<Store> RankEnv::store_ptr() {
   if (!store_) store_ = rdmx::open_file_store(dir_ + "/store");
-  return *store_;
+  return store_;
 }
 
 std::shared_ptr<Device> RankEnv::device_ptr() {

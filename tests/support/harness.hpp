@@ -84,6 +84,7 @@ class RankEnv {
 
   // The shared file store (opened on first use).
   Store& store();
+  std::shared_ptr<Store> store_ptr();
   // This rank's device, opened on first use with Options::provider.
   Device& device();
   std::shared_ptr<Device> device_ptr();

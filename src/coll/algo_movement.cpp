@@ -1,0 +1,294 @@
+// Operations that move data without reducing it: all_gather, broadcast,
+// gather, scatter, all_to_all(v), barrier and point to point.
+#include <cstring>
+#include <vector>
+
+#include "coll/algorithms.hpp"
+
+namespace rdmx::coll {
+namespace {
+
+void copy_if_distinct(void* dst, const void* src, std::size_t bytes) {
+  if (dst != src && bytes != 0) std::memmove(dst, src, bytes);
+}
+
+// --- all_gather ---------------------------------------------------------------
+
+void all_gather_ring(OpContext& ctx) {
+  const auto& c = ctx.call;
+  const int r = ctx.rank, n = ctx.n;
+  const std::size_t bytes = c.count * ctx.elem;
+  auto* out = static_cast<char*>(c.recv);
+  copy_if_distinct(out + static_cast<std::size_t>(r) * bytes, c.send, bytes);
+  int prev = -1;
+  for (int step = 0; step < n - 1; ++step) {
+    const auto sb = static_cast<std::size_t>(mod(r - step, n));
+    const auto rb = static_cast<std::size_t>(mod(r - step - 1, n));
+    add_send(ctx.sched, mod(r + 1, n), out + sb * bytes, bytes, prev, true, true);
+    prev = add_recv(ctx.sched, mod(r - 1, n), out + rb * bytes, bytes);
+  }
+  ctx.run();
+}
+
+// Recursive doubling over the folded power of two; a participant carries the
+// blocks of its odd partner too, so its ranges stay contiguous.
+void all_gather_rd(OpContext& ctx) {
+  const auto& c = ctx.call;
+  const int r = ctx.rank, n = ctx.n;
+  const std::size_t bytes = c.count * ctx.elem;
+  const Fold f(n);
+  auto* out = static_cast<char*>(c.recv);
+  auto& s = ctx.sched;
+  const int nr = f.new_rank(r);
+  if (nr < 0) {
+    add_send(s, r - 1, c.send, bytes, -1, false, true);
+    add_recv(s, r - 1, out, static_cast<std::size_t>(n) * bytes);
+    ctx.run();
+    return;
+  }
+  copy_if_distinct(out + static_cast<std::size_t>(r) * bytes, c.send, bytes);
+  int last = -1;
+  if (r < 2 * f.extra) last = add_recv(s, r + 1, out + static_cast<std::size_t>(r + 1) * bytes, bytes);
+  auto range = [&](int lo, int hi) {  // participants [lo, hi) as (offset, length) in bytes
+    const auto a = static_cast<std::size_t>(f.group_lo(lo)), b = static_cast<std::size_t>(f.group_hi(hi - 1));
+    return std::pair<std::size_t, std::size_t>{a * bytes, (b - a) * bytes};
+  };
+  for (int mask = 1; mask < f.p2; mask <<= 1) {
+    const int partner = f.real_rank(nr ^ mask);
+    const int base = nr & ~(mask - 1), partner_base = (nr ^ mask) & ~(mask - 1);
+    const auto mine = range(base, base + mask), theirs = range(partner_base, partner_base + mask);
+    add_send(s, partner, out + mine.first, mine.second, last, false, true);
+    last = add_recv(s, partner, out + theirs.first, theirs.second, nullptr, last);
+  }
+  if (r < 2 * f.extra) add_send(s, r + 1, out, static_cast<std::size_t>(n) * bytes, last, false, true);
+  ctx.run();
+}
+
+void all_gather_direct(OpContext& ctx) {
+  const auto& c = ctx.call;
+  const int r = ctx.rank, n = ctx.n;
+  const std::size_t bytes = c.count * ctx.elem;
+  auto* out = static_cast<char*>(c.recv);
+  copy_if_distinct(out + static_cast<std::size_t>(r) * bytes, c.send, bytes);
+  for (int k = 1; k < n; ++k) {
+    add_send(ctx.sched, mod(r + k, n), out + static_cast<std::size_t>(r) * bytes, bytes, -1, false, true);
+    const int from = mod(r - k, n);
+    add_recv(ctx.sched, from, out + static_cast<std::size_t>(from) * bytes, bytes);
+  }
+  ctx.run();
+}
+
+// --- broadcast ------------------------------------------------------------------
+
+// Binomial tree (as reduce's), largest subtree first; every forward streams
+// chunk by chunk behind the receive from the parent.
+void broadcast_tree(OpContext& ctx) {
+  const auto& c = ctx.call;
+  const int r = ctx.rank, n = ctx.n;
+  const std::size_t bytes = c.count * ctx.elem;
+  const int v = mod(r - c.root, n);
+  std::vector<int> children;
+  int parent = -1;
+  for (int mask = 1; mask < n; mask <<= 1) {
+    if (v & mask) {
+      parent = mod(v - mask + c.root, n);
+      break;
+    }
+    if (v + mask < n) children.push_back(mod(v + mask + c.root, n));
+  }
+  int got = -1;
+  if (parent >= 0) got = add_recv(ctx.sched, parent, c.recv, bytes);
+  for (auto it = children.rbegin(); it != children.rend(); ++it) add_send(ctx.sched, *it, c.recv, bytes, got, true, true);
+  ctx.run();
+}
+
+// A pipeline along the ranks from the root.
+void broadcast_ring(OpContext& ctx) {
+  const auto& c = ctx.call;
+  const int r = ctx.rank, n = ctx.n;
+  const std::size_t bytes = c.count * ctx.elem;
+  const int v = mod(r - c.root, n);
+  int got = -1;
+  if (v > 0) got = add_recv(ctx.sched, mod(r - 1, n), c.recv, bytes);
+  if (v < n - 1) add_send(ctx.sched, mod(r + 1, n), c.recv, bytes, got, true, true);
+  ctx.run();
+}
+
+void broadcast_direct(OpContext& ctx) {
+  const auto& c = ctx.call;
+  const int r = ctx.rank, n = ctx.n;
+  const std::size_t bytes = c.count * ctx.elem;
+  if (r == c.root) {
+    for (int k = 1; k < n; ++k) add_send(ctx.sched, mod(r + k, n), c.recv, bytes, -1, false, true);
+  } else {
+    add_recv(ctx.sched, c.root, c.recv, bytes);
+  }
+  ctx.run();
+}
+
+}  // namespace
+
+void all_gather(OpContext& ctx) {
+  switch (ctx.desc.algo) {
+    case Algo::Local: return copy_if_distinct(ctx.call.recv, ctx.call.send, ctx.call.count * ctx.elem);
+    case Algo::Ring: return all_gather_ring(ctx);
+    case Algo::RecursiveDoubling: return all_gather_rd(ctx);
+    default: return all_gather_direct(ctx);
+  }
+}
+
+void broadcast(OpContext& ctx) {
+  switch (ctx.desc.algo) {
+    case Algo::Local: return;
+    case Algo::Tree: return broadcast_tree(ctx);
+    case Algo::Ring: return broadcast_ring(ctx);
+    default: return broadcast_direct(ctx);
+  }
+}
+
+void gather(OpContext& ctx) {
+  const auto& c = ctx.call;
+  const int r = ctx.rank, n = ctx.n;
+  const std::size_t bytes = c.count * ctx.elem;
+  if (r != c.root) {
+    add_send(ctx.sched, c.root, c.send, bytes, -1, false, true);
+  } else {
+    auto* out = static_cast<char*>(c.recv);
+    copy_if_distinct(out + static_cast<std::size_t>(r) * bytes, c.send, bytes);
+    for (int k = 1; k < n; ++k) {
+      const int from = mod(r + k, n);
+      add_recv(ctx.sched, from, out + static_cast<std::size_t>(from) * bytes, bytes);
+    }
+  }
+  if (n > 1) ctx.run();
+}
+
+void scatter(OpContext& ctx) {
+  const auto& c = ctx.call;
+  const int r = ctx.rank, n = ctx.n;
+  const std::size_t bytes = c.count * ctx.elem;
+  if (r != c.root) {
+    add_recv(ctx.sched, c.root, c.recv, bytes);
+  } else {
+    const auto* in = static_cast<const char*>(c.send);
+    for (int k = 1; k < n; ++k) {
+      const int to = mod(r + k, n);
+      add_send(ctx.sched, to, in + static_cast<std::size_t>(to) * bytes, bytes, -1, false, true);
+    }
+  }
+  if (n > 1) ctx.run();
+  if (r == c.root) copy_if_distinct(c.recv, static_cast<const char*>(c.send) + static_cast<std::size_t>(r) * bytes, bytes);
+}
+
+// all_to_all and all_to_allv: every pair exchanges directly. An in-place
+// call first copies the send side away, since receives overwrite it.
+void all_to_all(OpContext& ctx) {
+  const auto& c = ctx.call;
+  const int r = ctx.rank, n = ctx.n;
+  const std::size_t e = ctx.elem;
+  const bool v = c.op == CollOp::AllToAllv;
+  auto send_off = [&](int j) { return (v ? c.send_displs[static_cast<std::size_t>(j)] : static_cast<std::size_t>(j) * c.count) * e; };
+  auto send_len = [&](int j) { return (v ? c.send_counts[static_cast<std::size_t>(j)] : c.count) * e; };
+  auto recv_off = [&](int j) { return (v ? c.recv_displs[static_cast<std::size_t>(j)] : static_cast<std::size_t>(j) * c.count) * e; };
+  auto recv_len = [&](int j) { return (v ? c.recv_counts[static_cast<std::size_t>(j)] : c.count) * e; };
+  const char* in = static_cast<const char*>(c.send);
+  if (c.send == c.recv) {
+    std::size_t extent = 0;
+    for (int j = 0; j < n; ++j) extent = std::max(extent, send_off(j) + send_len(j));
+    auto* copy = static_cast<char*>(ctx.links.scratch(extent));
+    if (extent != 0) std::memcpy(copy, in, extent);
+    in = copy;
+  }
+  auto* out = static_cast<char*>(c.recv);
+  for (int k = 1; k < n; ++k) {
+    const int to = mod(r + k, n), from = mod(r - k, n);
+    add_send(ctx.sched, to, in + send_off(to), send_len(to), -1, false, true);
+    add_recv(ctx.sched, from, out + recv_off(from), recv_len(from));
+  }
+  if (n > 1) ctx.run();
+  if (recv_len(r) != send_len(r)) {
+    throw Error(ErrorCode::InvalidArgument,
+                "all_to_allv: rank " + std::to_string(r) + " sends itself " + std::to_string(send_len(r)) +
+                    " bytes but expects " + std::to_string(recv_len(r)),
+                {.op = describe(ctx.desc), .rank = r, .hint = "send_counts[rank] must equal recv_counts[rank]"});
+  }
+  if (recv_len(r) != 0 && out + recv_off(r) != in + send_off(r)) std::memmove(out + recv_off(r), in + send_off(r), recv_len(r));
+}
+
+// Dissemination: round k sends to rank + 2^k and hears from rank - 2^k, so
+// after ceil(log2 n) rounds everyone has heard, indirectly, from everyone.
+void barrier(OpContext& ctx) {
+  const int r = ctx.rank, n = ctx.n;
+  if (n == 1) return;
+  if (ctx.desc.algo == Algo::Direct) {
+    for (int k = 1; k < n; ++k) {
+      add_send(ctx.sched, mod(r + k, n), nullptr, 0);
+      add_recv(ctx.sched, mod(r - k, n), nullptr, 0);
+    }
+  } else {
+    int prev = -1;
+    for (int dist = 1; dist < n; dist <<= 1) {
+      // Round k's send must follow every earlier round's receive: chain them.
+      add_send(ctx.sched, mod(r + dist, n), nullptr, 0, prev);
+      prev = add_recv(ctx.sched, mod(r - dist, n), nullptr, 0, nullptr, prev);
+    }
+  }
+  ctx.run();
+}
+
+void point_to_point(OpContext& ctx) {
+  const auto& c = ctx.call;
+  const std::size_t e = ctx.elem;
+  if (c.op == CollOp::Send || c.op == CollOp::SendRecv) {
+    add_send(ctx.sched, c.root, c.send, c.count * e, -1, false, true);
+  }
+  if (c.op == CollOp::Recv) add_recv(ctx.sched, c.root, c.recv, c.count * e);
+  if (c.op == CollOp::SendRecv) add_recv(ctx.sched, c.source, c.recv, c.recv_count * e);
+  ctx.run();
+}
+
+// --- shared -------------------------------------------------------------------
+
+int add_send(Schedule& s, int peer, const void* src, std::size_t bytes, int after, bool stream, bool in_place) {
+  SendOp op;
+  op.peer = peer;
+  op.src = src;
+  op.bytes = bytes;
+  op.after = after;
+  op.stream = stream;
+  op.in_place = in_place;
+  s.sends.push_back(op);
+  return static_cast<int>(s.sends.size()) - 1;
+}
+
+int add_recv(Schedule& s, int peer, void* dst, std::size_t bytes, const void* reduce_with, int after, bool stream) {
+  RecvOp op;
+  op.peer = peer;
+  op.dst = dst;
+  op.bytes = bytes;
+  op.reduce_with = reduce_with;
+  op.after = after;
+  op.stream = stream;
+  s.recvs.push_back(op);
+  return static_cast<int>(s.recvs.size()) - 1;
+}
+
+void run_algorithm(OpContext& ctx) {
+  switch (ctx.desc.op) {
+    case CollOp::AllReduce: return all_reduce(ctx);
+    case CollOp::AllGather: return all_gather(ctx);
+    case CollOp::ReduceScatter: return reduce_scatter(ctx);
+    case CollOp::Broadcast: return broadcast(ctx);
+    case CollOp::Reduce: return reduce(ctx);
+    case CollOp::AllToAll:
+    case CollOp::AllToAllv: return all_to_all(ctx);
+    case CollOp::Gather: return gather(ctx);
+    case CollOp::Scatter: return scatter(ctx);
+    case CollOp::Barrier: return barrier(ctx);
+    case CollOp::Send:
+    case CollOp::Recv:
+    case CollOp::SendRecv: return point_to_point(ctx);
+  }
+}
+
+}  // namespace rdmx::coll

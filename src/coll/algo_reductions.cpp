@@ -1,0 +1,385 @@
+// all_reduce, reduce_scatter and reduce.
+#include <cstring>
+#include <vector>
+
+#include "coll/algorithms.hpp"
+#include "coll/reduce.hpp"
+
+namespace rdmx::coll {
+namespace {
+
+void copy_if_distinct(void* dst, const void* src, std::size_t bytes) {
+  if (dst != src && bytes != 0) std::memmove(dst, src, bytes);
+}
+
+// out = x[0] op x[1] op ... in rank order, then the avg division.
+void reduce_in_rank_order(OpContext& ctx, void* out, const std::vector<const void*>& x, std::size_t count) {
+  if (count == 0) return;
+  const std::size_t bytes = count * ctx.elem;
+  if (x.size() == 1) {
+    copy_if_distinct(out, x[0], bytes);
+  } else {
+    ctx.combine.reduce(out, x[0], x[1], count);
+    for (std::size_t j = 2; j < x.size(); ++j) ctx.combine.reduce(out, out, x[j], count);
+  }
+  if (ctx.combine.avg_divisor != 0) divide(out, count, ctx.combine.type, ctx.combine.avg_divisor);
+}
+
+// This rank's input for a fold in rank order: when it is the output buffer
+// (in place), a copy, since the fold writes the output before reaching it.
+const void* own_input(const void* input, const void* output, void* spare, std::size_t bytes) {
+  if (input != output || bytes == 0) return input;
+  std::memcpy(spare, input, bytes);
+  return spare;
+}
+
+// --- all_reduce ---------------------------------------------------------------
+
+// Reduce-scatter then all-gather around the ring, each step's block streamed
+// chunk by chunk into the next step as it is reduced.
+void all_reduce_ring(OpContext& ctx) {
+  const auto& c = ctx.call;
+  const int r = ctx.rank, n = ctx.n;
+  const int right = mod(r + 1, n), left = mod(r - 1, n);
+  const std::size_t e = ctx.elem;
+  auto& s = ctx.sched;
+  int prev = -1;
+  for (int step = 0; step < n - 1; ++step) {
+    const Block sb = block_of(c.count, n, mod(r - step, n));
+    const Block rb = block_of(c.count, n, mod(r - step - 1, n));
+    const void* src = step == 0 ? at(c.send, sb.off, e) : at(c.recv, sb.off, e);
+    add_send(s, right, src, sb.len * e, prev, true, true);
+    prev = add_recv(s, left, at(c.recv, rb.off, e), rb.len * e, at(c.send, rb.off, e));
+  }
+  s.recvs.back().finalize = true;  // this rank's block (r + 1) is complete
+  for (int step = 0; step < n - 1; ++step) {
+    const Block sb = block_of(c.count, n, mod(r + 1 - step, n));
+    const Block rb = block_of(c.count, n, mod(r - step, n));
+    add_send(s, right, at(c.recv, sb.off, e), sb.len * e, prev, true, true);
+    prev = add_recv(s, left, at(c.recv, rb.off, e), rb.len * e);
+  }
+  ctx.run();
+}
+
+// Recursive doubling: log2(p2) exchanges of the whole vector. Intermediate
+// sums alternate between two scratch buffers; a receive may overwrite one
+// only after the send that read it has been posted (sends are staged).
+void all_reduce_rd(OpContext& ctx) {
+  const auto& c = ctx.call;
+  const int r = ctx.rank;
+  const std::size_t bytes = c.count * ctx.elem;
+  const Fold f(ctx.n);
+  auto& s = ctx.sched;
+  const int nr = f.new_rank(r);
+  if (nr < 0) {  // odd rank of a folded pair: hand over, get the result back
+    add_send(s, r - 1, c.send, bytes, -1, false, true);
+    add_recv(s, r - 1, c.recv, bytes);
+    ctx.run();
+    return;
+  }
+  auto* scratch = static_cast<char*>(ctx.links.scratch(2 * bytes));
+  char* buf[2] = {scratch, scratch + bytes};
+  const void* cur = c.send;
+  int last_recv = -1, last_send = -1;
+  if (r < 2 * f.extra) {
+    last_recv = add_recv(s, r + 1, buf[1], bytes, c.send);
+    cur = buf[1];
+  }
+  int steps = 0;
+  for (int mask = 1; mask < f.p2; mask <<= 1) ++steps;
+  // Everything streams chunk by chunk: step k's chunk i needs step k-1's
+  // chunk i, and a receive writes a chunk of a buffer only after the send
+  // that reads the same chunk of it has posted (staged) it.
+  for (int k = 0; k < steps; ++k) {
+    const int partner = f.real_rank(nr ^ (1 << k));
+    const int send_index = add_send(s, partner, cur, bytes, last_recv, true, false);
+    void* dst = k == steps - 1 ? c.recv : buf[k % 2];
+    const int recv_index = add_recv(s, partner, dst, bytes, cur, last_recv, true);
+    RecvOp& rop = s.recvs[static_cast<std::size_t>(recv_index)];
+    if (last_send >= 0) {
+      rop.after_send = last_send;
+    } else if (dst == cur) {
+      rop.after_send = send_index;
+    }
+    last_send = send_index;
+    last_recv = recv_index;
+    cur = dst;
+  }
+  s.recvs[static_cast<std::size_t>(last_recv)].finalize = true;
+  if (r < 2 * f.extra) add_send(s, r + 1, c.recv, bytes, last_recv, true, true);
+  ctx.run();
+}
+
+// Halving-doubling (Rabenseifner): reduce-scatter by recursive halving, then
+// all-gather by recursive doubling, over the folded power of two.
+void all_reduce_hd(OpContext& ctx) {
+  const auto& c = ctx.call;
+  const int r = ctx.rank;
+  const std::size_t e = ctx.elem, bytes = c.count * e;
+  const Fold f(ctx.n);
+  auto& s = ctx.sched;
+  const int nr = f.new_rank(r);
+  if (nr < 0) {
+    add_send(s, r - 1, c.send, bytes, -1, false, true);
+    add_recv(s, r - 1, c.recv, bytes);
+    ctx.run();
+    return;
+  }
+  auto range = [&](int lo, int hi) {  // participant blocks [lo, hi) as elements
+    const Block a = block_of(c.count, f.p2, lo), b = block_of(c.count, f.p2, hi - 1);
+    return Block{a.off, b.off + b.len - a.off};
+  };
+  const void* in = c.send;
+  int last = -1;
+  if (r < 2 * f.extra) {
+    last = add_recv(s, r + 1, c.recv, bytes, c.send);
+    in = c.recv;
+  }
+  int lo = 0, hi = f.p2;  // the participant blocks this rank still reduces
+  for (int mask = f.p2 / 2; mask >= 1; mask /= 2) {
+    const int partner = f.real_rank(nr ^ mask);
+    const int mid = lo + (hi - lo) / 2;
+    const bool lower = (nr & mask) == 0;
+    const Block keep = lower ? range(lo, mid) : range(mid, hi);
+    const Block give = lower ? range(mid, hi) : range(lo, mid);
+    add_send(s, partner, at(in, give.off, e), give.len * e, last, false, true);
+    last = add_recv(s, partner, at(c.recv, keep.off, e), keep.len * e, at(in, keep.off, e), last);
+    if (lower) hi = mid; else lo = mid;
+    in = c.recv;
+  }
+  s.recvs[static_cast<std::size_t>(last)].finalize = true;
+  // This rank now holds participant block nr; double it each step.
+  for (int mask = 1; mask < f.p2; mask <<= 1) {
+    const int partner = f.real_rank(nr ^ mask);
+    const int base = nr & ~(mask - 1), partner_base = (nr ^ mask) & ~(mask - 1);
+    const Block mine = range(base, base + mask), theirs = range(partner_base, partner_base + mask);
+    add_send(s, partner, at(c.recv, mine.off, e), mine.len * e, last, false, true);
+    last = add_recv(s, partner, at(c.recv, theirs.off, e), theirs.len * e, nullptr, last);
+  }
+  if (r < 2 * f.extra) add_send(s, r + 1, c.recv, bytes, last, false, true);
+  ctx.run();
+}
+
+// Binomial tree towards rank 0 (children folded in a fixed order), then back.
+void reduce_tree_into(OpContext& ctx, const void* in, void* out, int root, bool then_broadcast);
+
+void all_reduce_tree(OpContext& ctx) { reduce_tree_into(ctx, ctx.call.send, ctx.call.recv, 0, true); }
+
+// Everyone sends everything to everyone; each rank folds in rank order.
+void all_reduce_direct(OpContext& ctx) {
+  const auto& c = ctx.call;
+  const int r = ctx.rank, n = ctx.n;
+  const std::size_t bytes = c.count * ctx.elem;
+  auto* scratch = static_cast<char*>(ctx.links.scratch(static_cast<std::size_t>(n) * bytes));
+  std::vector<const void*> x(static_cast<std::size_t>(n));
+  for (int k = 1; k < n; ++k) {
+    const int to = mod(r + k, n), from = mod(r - k, n);
+    add_send(ctx.sched, to, c.send, bytes, -1, false, true);  // nothing writes c.recv before run() ends
+    add_recv(ctx.sched, from, scratch + static_cast<std::size_t>(from) * bytes, bytes);
+    x[static_cast<std::size_t>(from)] = scratch + static_cast<std::size_t>(from) * bytes;
+  }
+  x[static_cast<std::size_t>(r)] = own_input(c.send, c.recv, scratch + static_cast<std::size_t>(r) * bytes, bytes);
+  ctx.run();
+  reduce_in_rank_order(ctx, c.recv, x, c.count);
+}
+
+// --- reduce (rooted) ---------------------------------------------------------
+
+// The binomial tree of MPICH: v's parent is v minus its lowest set bit; its
+// children are v + m for each power of two m below that bit.
+void reduce_tree_into(OpContext& ctx, const void* in, void* out, int root, bool then_broadcast) {
+  const int r = ctx.rank, n = ctx.n;
+  const std::size_t bytes = ctx.call.count * ctx.elem;
+  auto& s = ctx.sched;
+  const int v = mod(r - root, n);
+  std::vector<int> children;
+  int parent = -1;
+  for (int mask = 1; mask < n; mask <<= 1) {
+    if (v & mask) {
+      parent = mod(v - mask + root, n);
+      break;
+    }
+    if (v + mask < n) children.push_back(mod(v + mask + root, n));
+  }
+  void* acc = v == 0 ? out : (children.empty() ? nullptr : ctx.links.scratch(bytes));
+  int prev = -1;
+  for (int child : children) {
+    prev = add_recv(s, child, acc, bytes, prev < 0 ? in : acc, prev, true);
+  }
+  if (v == 0 && prev >= 0) s.recvs[static_cast<std::size_t>(prev)].finalize = true;
+  if (parent >= 0) add_send(s, parent, children.empty() ? in : acc, bytes, prev, true, true);
+  if (then_broadcast) {
+    // Back down the same tree, largest subtree first.
+    int from_parent = prev;
+    if (parent >= 0) from_parent = add_recv(s, parent, out, bytes, nullptr, -1, false);
+    for (auto it = children.rbegin(); it != children.rend(); ++it) {
+      add_send(s, *it, out, bytes, from_parent, true, true);
+    }
+  }
+  ctx.run();
+}
+
+void reduce_tree(OpContext& ctx) { reduce_tree_into(ctx, ctx.call.send, ctx.call.recv, ctx.call.root, false); }
+
+// A chain towards the root: v receives v+1's partial, adds its own and
+// passes it on, chunk by chunk; the root's result is x_root op (x_root+1 op (...)).
+void reduce_ring(OpContext& ctx) {
+  const auto& c = ctx.call;
+  const int r = ctx.rank, n = ctx.n;
+  const std::size_t bytes = c.count * ctx.elem;
+  auto& s = ctx.sched;
+  const int v = mod(r - c.root, n);
+  const int next = mod(r + 1, n), prev_rank = mod(r - 1, n);
+  int got = -1;
+  void* acc = v == 0 ? c.recv : nullptr;
+  if (v < n - 1) {
+    if (acc == nullptr) acc = ctx.links.scratch(bytes);
+    got = add_recv(s, next, acc, bytes, c.send);
+    if (v == 0) s.recvs.back().finalize = true;
+  }
+  if (v > 0) add_send(s, prev_rank, got < 0 ? c.send : acc, bytes, got, true, true);
+  ctx.run();
+}
+
+void reduce_direct(OpContext& ctx) {
+  const auto& c = ctx.call;
+  const int r = ctx.rank, n = ctx.n;
+  const std::size_t bytes = c.count * ctx.elem;
+  if (r != c.root) {
+    add_send(ctx.sched, c.root, c.send, bytes, -1, false, true);
+    ctx.run();
+    return;
+  }
+  auto* scratch = static_cast<char*>(ctx.links.scratch(static_cast<std::size_t>(n) * bytes));
+  std::vector<const void*> x(static_cast<std::size_t>(n));
+  for (int j = 0; j < n; ++j) {
+    if (j == r) continue;
+    x[static_cast<std::size_t>(j)] = scratch + static_cast<std::size_t>(j) * bytes;
+    add_recv(ctx.sched, j, scratch + static_cast<std::size_t>(j) * bytes, bytes);
+  }
+  x[static_cast<std::size_t>(r)] = own_input(c.send, c.recv, scratch + static_cast<std::size_t>(r) * bytes, bytes);
+  ctx.run();
+  reduce_in_rank_order(ctx, c.recv, x, c.count);
+}
+
+// --- reduce_scatter -----------------------------------------------------------
+
+// Ring: block r ends here after n-1 steps; partial sums travel in a
+// full-size scratch buffer so no block is overwritten while a peer may still
+// be reading it.
+void reduce_scatter_ring(OpContext& ctx) {
+  const auto& c = ctx.call;
+  const int r = ctx.rank, n = ctx.n;
+  const std::size_t e = ctx.elem, bytes = c.count * e;
+  auto* scratch = static_cast<char*>(ctx.links.scratch(static_cast<std::size_t>(n) * bytes));
+  auto& s = ctx.sched;
+  int prev = -1;
+  for (int step = 0; step < n - 1; ++step) {
+    const auto sb = static_cast<std::size_t>(mod(r - step - 1, n));
+    const auto rb = static_cast<std::size_t>(mod(r - step - 2, n));
+    const void* src = step == 0 ? at(c.send, sb * c.count, e) : scratch + sb * bytes;
+    add_send(s, mod(r + 1, n), src, bytes, prev, true, true);
+    void* dst = step == n - 2 ? c.recv : scratch + rb * bytes;
+    prev = add_recv(s, mod(r - 1, n), dst, bytes, at(c.send, rb * c.count, e));
+  }
+  s.recvs.back().finalize = true;
+  ctx.run();
+}
+
+// Recursive halving over the folded power of two: participant nr ends with
+// the blocks of the real ranks it carries, and hands its odd partner its block.
+void reduce_scatter_hd(OpContext& ctx) {
+  const auto& c = ctx.call;
+  const int r = ctx.rank, n = ctx.n;
+  const std::size_t e = ctx.elem, bytes = c.count * e;
+  const Fold f(n);
+  auto& s = ctx.sched;
+  const int nr = f.new_rank(r);
+  if (nr < 0) {
+    add_send(s, r - 1, c.send, static_cast<std::size_t>(n) * bytes, -1, false, true);
+    add_recv(s, r - 1, c.recv, bytes);
+    ctx.run();
+    return;
+  }
+  auto* acc = static_cast<char*>(ctx.links.scratch(static_cast<std::size_t>(n) * bytes));
+  auto range = [&](int lo, int hi) {  // participants [lo, hi) as bytes of the full vector
+    const auto a = static_cast<std::size_t>(f.group_lo(lo)), b = static_cast<std::size_t>(f.group_hi(hi - 1));
+    return std::pair<std::size_t, std::size_t>{a * bytes, (b - a) * bytes};
+  };
+  const char* in = static_cast<const char*>(c.send);
+  int last = -1;
+  if (r < 2 * f.extra) {
+    last = add_recv(s, r + 1, acc, static_cast<std::size_t>(n) * bytes, c.send);
+    in = acc;
+  }
+  int lo = 0, hi = f.p2;
+  for (int mask = f.p2 / 2; mask >= 1; mask /= 2) {
+    const int partner = f.real_rank(nr ^ mask);
+    const int mid = lo + (hi - lo) / 2;
+    const bool lower = (nr & mask) == 0;
+    const auto keep = lower ? range(lo, mid) : range(mid, hi);
+    const auto give = lower ? range(mid, hi) : range(lo, mid);
+    add_send(s, partner, in + give.first, give.second, last, false, true);
+    last = add_recv(s, partner, acc + keep.first, keep.second, in + keep.first, last);
+    if (lower) hi = mid; else lo = mid;
+    in = acc;
+  }
+  if (last >= 0) s.recvs[static_cast<std::size_t>(last)].finalize = true;
+  if (r < 2 * f.extra) add_send(s, r + 1, acc + static_cast<std::size_t>(r + 1) * bytes, bytes, last, false, true);
+  ctx.run();
+  std::memmove(c.recv, acc + static_cast<std::size_t>(r) * bytes, bytes);
+}
+
+void reduce_scatter_direct(OpContext& ctx) {
+  const auto& c = ctx.call;
+  const int r = ctx.rank, n = ctx.n;
+  const std::size_t e = ctx.elem, bytes = c.count * e;
+  auto* scratch = static_cast<char*>(ctx.links.scratch(static_cast<std::size_t>(n) * bytes));
+  std::vector<const void*> x(static_cast<std::size_t>(n));
+  for (int k = 1; k < n; ++k) {
+    const int to = mod(r + k, n), from = mod(r - k, n);
+    add_send(ctx.sched, to, at(c.send, static_cast<std::size_t>(to) * c.count, e), bytes, -1, false, true);
+    add_recv(ctx.sched, from, scratch + static_cast<std::size_t>(from) * bytes, bytes);
+    x[static_cast<std::size_t>(from)] = scratch + static_cast<std::size_t>(from) * bytes;
+  }
+  x[static_cast<std::size_t>(r)] = own_input(at(c.send, static_cast<std::size_t>(r) * c.count, e), c.recv,
+                                             scratch + static_cast<std::size_t>(r) * bytes, bytes);
+  ctx.run();
+  reduce_in_rank_order(ctx, c.recv, x, c.count);
+}
+
+}  // namespace
+
+void all_reduce(OpContext& ctx) {
+  const auto& c = ctx.call;
+  switch (ctx.desc.algo) {
+    case Algo::Local: return reduce_in_rank_order(ctx, c.recv, {c.send}, c.count);
+    case Algo::Ring: return all_reduce_ring(ctx);
+    case Algo::RecursiveDoubling: return all_reduce_rd(ctx);
+    case Algo::HalvingDoubling: return all_reduce_hd(ctx);
+    case Algo::Tree: return all_reduce_tree(ctx);
+    default: return all_reduce_direct(ctx);
+  }
+}
+
+void reduce(OpContext& ctx) {
+  const auto& c = ctx.call;
+  switch (ctx.desc.algo) {
+    case Algo::Local: return reduce_in_rank_order(ctx, c.recv, {c.send}, c.count);
+    case Algo::Tree: return reduce_tree(ctx);
+    case Algo::Ring: return reduce_ring(ctx);
+    default: return reduce_direct(ctx);
+  }
+}
+
+void reduce_scatter(OpContext& ctx) {
+  const auto& c = ctx.call;
+  switch (ctx.desc.algo) {
+    case Algo::Local: return reduce_in_rank_order(ctx, c.recv, {c.send}, c.count);
+    case Algo::Ring: return reduce_scatter_ring(ctx);
+    case Algo::HalvingDoubling: return reduce_scatter_hd(ctx);
+    default: return reduce_scatter_direct(ctx);
+  }
+}
+
+}  // namespace rdmx::coll

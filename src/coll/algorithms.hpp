@@ -1,0 +1,87 @@
+// The collective algorithms. Each one turns a call into a Schedule of sends
+// and receives (plus, for some, local copies or reductions before or after)
+// and runs it on the Links; none knows which provider carries its messages.
+//
+// Determinism: every reduction is applied in an order fixed by the
+// algorithm, the rank count and the sizes (never by arrival order), and each
+// element's final value is computed in one place or identically everywhere,
+// so every rank gets the same bits on every run.
+#pragma once
+
+#include <cstddef>
+
+#include "coll/links.hpp"
+#include "coll/op_desc.hpp"
+#include "rdmx/comm.hpp"
+
+namespace rdmx::coll {
+
+struct OpContext {
+  Links& links;
+  const Communicator::Call& call;
+  const OpDesc& desc;
+  Schedule& sched;
+  Combine combine;  // reduce kernel, element size, avg divisor
+  core::Clock::time_point deadline;
+  int rank = 0;
+  int n = 1;
+  std::size_t elem = 1;
+
+  void run() { links.run(sched, desc, combine, deadline); }
+};
+
+// Runs ctx.call with ctx.desc.algo (already chosen and valid for the op).
+void run_algorithm(OpContext& ctx);
+
+// --- helpers shared by the algorithm files --------------------------------
+// Block j of `count` elements split over `parts` as evenly as possible.
+struct Block {
+  std::size_t off = 0;  // elements
+  std::size_t len = 0;  // elements
+};
+inline Block block_of(std::size_t count, int parts, int j) {
+  const std::size_t base = count / static_cast<std::size_t>(parts);
+  const std::size_t rem = count % static_cast<std::size_t>(parts);
+  const auto uj = static_cast<std::size_t>(j);
+  return {uj * base + std::min(uj, rem), base + (uj < rem ? 1 : 0)};
+}
+inline int mod(int a, int n) { return ((a % n) + n) % n; }
+inline char* at(void* p, std::size_t elems, std::size_t elem) { return static_cast<char*>(p) + elems * elem; }
+inline const char* at(const void* p, std::size_t elems, std::size_t elem) {
+  return static_cast<const char*>(p) + elems * elem;
+}
+
+int add_send(Schedule& s, int peer, const void* src, std::size_t bytes, int after = -1, bool stream = false,
+             bool in_place = false);
+int add_recv(Schedule& s, int peer, void* dst, std::size_t bytes, const void* reduce_with = nullptr, int after = -1,
+             bool stream = false);
+
+// Power-of-two folding for rd/hd with any rank count: the first 2*extra
+// ranks pair up (even keeps, odd hands its data to even and waits), the rest
+// shift down, leaving a power of two of participants.
+struct Fold {
+  int p2 = 1;     // participants
+  int extra = 0;  // n - p2
+  explicit Fold(int n) {
+    while (p2 * 2 <= n) p2 *= 2;
+    extra = n - p2;
+  }
+  int new_rank(int r) const { return r < 2 * extra ? (r % 2 == 0 ? r / 2 : -1) : r - extra; }
+  int real_rank(int nr) const { return nr < extra ? nr * 2 : nr + extra; }
+  // The real ranks whose data participant nr carries: [lo, hi).
+  int group_lo(int nr) const { return nr < extra ? 2 * nr : nr + extra; }
+  int group_hi(int nr) const { return nr < extra ? 2 * nr + 2 : nr + extra + 1; }
+};
+
+void all_reduce(OpContext& ctx);
+void reduce_scatter(OpContext& ctx);
+void reduce(OpContext& ctx);
+void all_gather(OpContext& ctx);
+void broadcast(OpContext& ctx);
+void gather(OpContext& ctx);
+void scatter(OpContext& ctx);
+void all_to_all(OpContext& ctx);
+void barrier(OpContext& ctx);
+void point_to_point(OpContext& ctx);
+
+}  // namespace rdmx::coll

@@ -1,0 +1,616 @@
+// The Communicator: argument checks, sequence numbers, algorithm choice, and
+// the executor that runs operations one at a time in call order (inline for
+// blocking calls when nothing is queued, on a worker thread otherwise).
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "coll/algorithms.hpp"
+#include "coll/links.hpp"
+#include "coll/reduce.hpp"
+#include "coll/selection.hpp"
+#include "core/config.hpp"
+#include "core/log.hpp"
+#include "core/wait.hpp"
+
+namespace rdmx {
+
+// ---------------------------------------------------------------------------
+struct Work::State {
+  enum : std::uint32_t { kPending = 0, kDone = 1, kFailed = 2 };
+  std::atomic<std::uint32_t> status{kPending};
+  std::exception_ptr error;
+  core::WaitWord word;
+  std::chrono::milliseconds timeout{0};
+  std::string what;  // for the Timeout message
+
+  void finish(std::exception_ptr e) {
+    error = std::move(e);
+    status.store(error ? kFailed : kDone, std::memory_order_release);
+    word.notify_all();
+  }
+};
+
+bool Work::test() {
+  if (!state_) throw Error(ErrorCode::InvalidState, "test() on an empty Work handle", {.op = "Work::test"});
+  const auto s = state_->status.load(std::memory_order_acquire);
+  if (s == State::kFailed) std::rethrow_exception(state_->error);
+  return s == State::kDone;
+}
+
+void Work::wait(std::chrono::milliseconds timeout) {
+  if (!state_) throw Error(ErrorCode::InvalidState, "wait() on an empty Work handle", {.op = "Work::wait"});
+  auto r = core::wait_until([&] { return state_->status.load(std::memory_order_acquire) != State::kPending; },
+                            &state_->word, core::deadline_after(timeout));
+  if (r != core::WaitResult::Ready) {
+    throw Error(ErrorCode::Timeout,
+                state_->what + " is still running after " + std::to_string(timeout.count()) + " ms",
+                {.op = "Work::wait", .hint = "the operation goes on and is bounded by its own timeout; wait again or "
+                                             "abort the communicator"});
+  }
+  test();
+}
+
+void Work::wait() { wait(state_ ? state_->timeout : core::timeout()); }
+
+// ---------------------------------------------------------------------------
+namespace coll {
+namespace {
+
+std::string read_boot_id() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  return id;
+}
+
+std::string host_name() {
+  char name[256] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  return name;
+}
+
+std::size_t online_cpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return static_cast<std::size_t>(CPU_COUNT(&set));
+  const long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<std::size_t>(n) : 1;
+}
+
+LinksConfig links_config() {
+  LinksConfig c;
+  const std::size_t buffsize = core::env_size("RDMX_COLL_BUFFSIZE", 4 * 1024 * 1024);
+  const std::size_t slots = core::env_size("RDMX_COLL_SLOTS", 16);
+  c.slots = static_cast<std::uint32_t>(std::clamp<std::size_t>(slots, 1, 1 << 16));
+  c.chunk = buffsize / std::max<std::size_t>(slots, 1) / 64 * 64;
+  c.stage_limit = core::env_size("RDMX_COLL_STAGE_LIMIT", 16 * 1024);
+  return c;
+}
+
+class CommImpl final : public Communicator {
+ public:
+  CommImpl(std::shared_ptr<Device> device, std::shared_ptr<Store> store, int rank, int size, const CommOptions& options,
+           std::shared_ptr<void> keepalive)
+      : keepalive_(std::move(keepalive)),
+        store_(std::move(store)),
+        rank_(rank),
+        size_(size),
+        options_(options),
+        timeout_(options.timeout.count() >= 0 ? options.timeout : core::timeout()),
+        selector_(!options.algo.empty() ? options.algo : core::env("RDMX_ALGO").value_or("")) {
+    // Where everyone lives: host name plus boot id, so containers sharing a
+    // name are told apart.
+    const std::string me = host_name() + "/" + read_boot_id();
+    store_->set(options_.tag + "/host/" + std::to_string(rank_), std::string_view(me));
+    placement_.host = host_name();
+    placement_.local_rank = 0;
+    placement_.local_size = 0;
+    for (int p = 0; p < size_; ++p) {
+      const std::string theirs = p == rank_ ? me : store_->get_string(options_.tag + "/host/" + std::to_string(p));
+      if (theirs == me) {
+        if (p < rank_) ++placement_.local_rank;
+        ++placement_.local_size;
+      }
+    }
+    LinksConfig config = links_config();
+    config.yield_when_waiting = static_cast<std::size_t>(placement_.local_size) > online_cpus();
+    links_ = std::make_unique<Links>(std::move(device), *store_, rank_, size_, options_.tag, config, timeout_);
+    RDMX_INFO("communicator '%s': rank %d of %d, local rank %d of %d on %s%s", options_.tag.c_str(), rank_, size_,
+              placement_.local_rank, placement_.local_size, placement_.host.c_str(),
+              config.yield_when_waiting ? " (more local ranks than cores: waiters yield)" : "");
+  }
+
+  ~CommImpl() override {
+    {
+      std::lock_guard lock(queue_mutex_);
+      stopping_ = true;
+    }
+    queue_cv_.notify_all();
+    if (worker_.joinable()) worker_.join();
+    links_.reset();
+  }
+
+  int rank() const noexcept override { return rank_; }
+  int size() const noexcept override { return size_; }
+  const RankPlacement& placement() const noexcept override { return placement_; }
+  std::uint64_t next_sequence() const noexcept override { return seq_ + 1; }
+
+  std::vector<std::string> peer_providers() const override {
+    std::vector<std::string> out(static_cast<std::size_t>(size_));
+    for (int p = 0; p < size_; ++p) {
+      if (p != rank_) out[static_cast<std::size_t>(p)] = links_->peer_provider(p);
+    }
+    return out;
+  }
+
+  void abort(const std::string& reason) override {
+    links_->abort(reason);
+    std::deque<Job> dropped;
+    {
+      std::lock_guard lock(queue_mutex_);
+      dropped.swap(queue_);
+    }
+    for (auto& job : dropped) {
+      job.state->finish(std::make_exception_ptr(
+          Error(ErrorCode::InvalidState, "the communicator was aborted before this operation started: " + reason,
+                {.op = to_string(job.call.op), .rank = rank_})));
+    }
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key) override;
+
+  Work submit(Call call, bool async) override {
+    validate(call);
+    auto state = std::make_shared<Work::State>();
+    state->timeout = timeout_;
+    state->what = std::string(to_string(call.op)) + " on rank " + std::to_string(rank_);
+    if (!async) {
+      std::unique_lock lock(queue_mutex_);
+      if (queue_.empty() && !worker_busy_) {
+        // Nothing queued: run here, on the caller's thread, for the lowest latency.
+        inline_busy_ = true;
+        lock.unlock();
+        std::exception_ptr error;
+        try {
+          execute(call);
+        } catch (...) {
+          error = std::current_exception();
+        }
+        lock.lock();
+        inline_busy_ = false;
+        queue_cv_.notify_all();
+        lock.unlock();
+        if (error) std::rethrow_exception(error);
+        state->finish(nullptr);
+        return Work(state);
+      }
+    }
+    {
+      std::lock_guard lock(queue_mutex_);
+      if (!worker_.joinable()) worker_ = std::thread([this] { worker_main(); });
+      queue_.push_back(Job{std::move(call), state});
+    }
+    queue_cv_.notify_all();
+    Work work(state);
+    if (!async) work.wait(std::chrono::milliseconds(-1));
+    return work;
+  }
+
+ private:
+  struct Job {
+    Call call;
+    std::shared_ptr<Work::State> state;
+  };
+
+  void worker_main() {
+    std::unique_lock lock(queue_mutex_);
+    for (;;) {
+      queue_cv_.wait(lock, [&] { return stopping_ || (!queue_.empty() && !inline_busy_); });
+      if (queue_.empty()) return;  // stopping with nothing left
+      Job job = std::move(queue_.front());
+      queue_.pop_front();
+      worker_busy_ = true;
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        execute(job.call);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      job.state->finish(error);
+      lock.lock();
+      worker_busy_ = false;
+      queue_cv_.notify_all();
+    }
+  }
+
+  [[noreturn]] void bad(const Call& call, const std::string& message, const std::string& hint = "") const {
+    throw Error(ErrorCode::InvalidArgument, std::string(to_string(call.op)) + ": " + message,
+                {.op = to_string(call.op), .rank = rank_, .hint = hint});
+  }
+
+  void validate(const Call& call) const {
+    if (static_cast<int>(call.type) >= kDataTypeCount) bad(call, "unknown data type");
+    if (static_cast<int>(call.redop) >= kReduceOpCount) {
+      bad(call, "unknown reduction operation");
+    }
+    const bool reduces = call.op == CollOp::AllReduce || call.op == CollOp::ReduceScatter || call.op == CollOp::Reduce;
+    if (reduces && call.redop == ReduceOp::Avg && !is_floating(call.type)) {
+      bad(call, std::string("avg is defined for floating types only, not ") + to_string(call.type),
+          "use sum and divide, or a floating type");
+    }
+    const bool rooted = call.op == CollOp::Broadcast || call.op == CollOp::Reduce || call.op == CollOp::Gather ||
+                        call.op == CollOp::Scatter;
+    if (rooted && (call.root < 0 || call.root >= size_)) {
+      bad(call, "root " + std::to_string(call.root) + " is not a rank of this communicator (size " +
+                    std::to_string(size_) + ")");
+    }
+    auto check_peer = [&](int peer, const char* what) {
+      if (peer < 0 || peer >= size_ || peer == rank_) {
+        bad(call, std::string(what) + " " + std::to_string(peer) + " is not another rank of this communicator (rank " +
+                      std::to_string(rank_) + " of " + std::to_string(size_) + ")");
+      }
+    };
+    if (call.op == CollOp::Send || call.op == CollOp::Recv) check_peer(call.root, "peer");
+    if (call.op == CollOp::SendRecv) {
+      check_peer(call.root, "destination");
+      check_peer(call.source, "source");
+    }
+    const std::size_t e = size_of(call.type);
+    const std::size_t limit = (std::size_t{1} << 47) / e / static_cast<std::size_t>(size_);
+    if (call.count > limit || call.recv_count > limit) {
+      bad(call, "count " + std::to_string(std::max(call.count, call.recv_count)) + " is too large");
+    }
+    auto need = [&](const void* p, std::size_t elems, const char* which) {
+      if (p == nullptr && elems != 0) bad(call, std::string(which) + " buffer is null with count " + std::to_string(elems));
+    };
+    const std::size_t n = static_cast<std::size_t>(size_);
+    switch (call.op) {
+      case CollOp::AllReduce:
+      case CollOp::Reduce:
+        need(call.send, call.count, "send");
+        if (call.op == CollOp::AllReduce || call.root == rank_) need(call.recv, call.count, "receive");
+        break;
+      case CollOp::AllGather:
+        need(call.send, call.count, "send");
+        need(call.recv, call.count * n, "receive");
+        break;
+      case CollOp::ReduceScatter:
+      case CollOp::AllToAll:
+        need(call.send, call.count * n, "send");
+        need(call.recv, call.count, "receive");
+        break;
+      case CollOp::Broadcast: need(call.recv, call.count, "broadcast"); break;
+      case CollOp::Gather:
+        need(call.send, call.count, "send");
+        if (call.root == rank_) need(call.recv, call.count * n, "receive");
+        break;
+      case CollOp::Scatter:
+        if (call.root == rank_) need(call.send, call.count * n, "send");
+        need(call.recv, call.count, "receive");
+        break;
+      case CollOp::AllToAllv: {
+        if (call.send_counts.size() != n || call.send_displs.size() != n || call.recv_counts.size() != n ||
+            call.recv_displs.size() != n) {
+          bad(call, "counts and displacements need " + std::to_string(n) + " entries each (got " +
+                        std::to_string(call.send_counts.size()) + ", " + std::to_string(call.send_displs.size()) +
+                        ", " + std::to_string(call.recv_counts.size()) + ", " +
+                        std::to_string(call.recv_displs.size()) + ")");
+        }
+        for (std::size_t j = 0; j < n; ++j) {
+          if (call.send_counts[j] > limit || call.recv_counts[j] > limit || call.send_displs[j] > limit * n ||
+              call.recv_displs[j] > limit * n) {
+            bad(call, "count or displacement of rank " + std::to_string(j) + " is too large");
+          }
+          need(call.send, call.send_counts[j], "send");
+          need(call.recv, call.recv_counts[j], "receive");
+        }
+        const auto r = static_cast<std::size_t>(rank_);
+        if (call.send_counts[r] != call.recv_counts[r]) {
+          bad(call, "this rank sends itself " + std::to_string(call.send_counts[r]) + " elements but expects " +
+                        std::to_string(call.recv_counts[r]),
+              "send_counts[rank] must equal recv_counts[rank]");
+        }
+        break;
+      }
+      case CollOp::Send: need(call.send, call.count, "send"); break;
+      case CollOp::Recv: need(call.recv, call.count, "receive"); break;
+      case CollOp::SendRecv:
+        need(call.send, call.count, "send");
+        need(call.recv, call.recv_count, "receive");
+        break;
+      case CollOp::Barrier: break;
+    }
+  }
+
+  // The size nccl-tests reports, which the selection table is indexed by.
+  std::size_t reported_bytes(const Call& call) const {
+    const std::size_t e = size_of(call.type), n = static_cast<std::size_t>(size_);
+    switch (call.op) {
+      case CollOp::AllGather:
+      case CollOp::ReduceScatter:
+      case CollOp::AllToAll:
+      case CollOp::Gather:
+      case CollOp::Scatter: return call.count * e * n;
+      default: return call.count * e;
+    }
+  }
+
+  void execute(const Call& call) {
+    if (links_->aborted()) {
+      throw Error(ErrorCode::InvalidState, "the communicator is unusable after an earlier error or abort: " + links_->abort_reason(),
+                  {.op = to_string(call.op), .rank = rank_, .hint = "destroy it and create a new one"});
+    }
+    coll::OpDesc desc;
+    desc.op = call.op;
+    desc.type = call.type;
+    desc.redop = call.redop;
+    desc.count = call.count;
+    desc.root = call.root;
+    if (call.op == CollOp::AllToAllv || call.op == CollOp::Barrier) desc.count = 0;
+    if (!desc.p2p()) {
+      desc.seq = ++seq_;
+      desc.algo = selector_.choose(call.op, reported_bytes(call), size_);
+    } else {
+      desc.algo = Algo::Direct;
+    }
+    if (size_ == 1 && !desc.p2p()) desc.algo = Algo::Local;
+    if (core::log_enabled(core::LogLevel::Trace)) {
+      RDMX_TRACE("%s: %s", describe(desc).c_str(),
+                 selector_.explain(call.op, reported_bytes(call), size_).c_str());
+    }
+    const std::size_t e = size_of(call.type);
+    Combine combine;
+    combine.elem = e;
+    combine.type = call.type;
+    combine.reduce = reduce_function(call.type, call.redop == ReduceOp::Avg ? ReduceOp::Sum : call.redop);
+    combine.avg_divisor = call.redop == ReduceOp::Avg ? size_ : 0;
+    // Register whole user buffers once, so that in-place WRITEs of any part
+    // of them find a covering registration.
+    register_user_buffers(call, e);
+    schedule_.clear();
+    OpContext ctx{*links_, call, desc, schedule_, combine, core::deadline_after(timeout_), rank_, size_, e};
+    links_->enter(desc);
+    coll::run_algorithm(ctx);
+    links_->leave(desc);
+  }
+
+  void register_user_buffers(const Call& call, std::size_t e) {
+    const std::size_t n = static_cast<std::size_t>(size_);
+    auto reg = [&](const void* p, std::size_t bytes) {
+      if (p != nullptr && bytes > links_config_stage_limit()) links_->lkey_for(p, bytes);
+    };
+    switch (call.op) {
+      case CollOp::AllReduce:
+      case CollOp::Reduce:
+      case CollOp::Broadcast:
+        reg(call.send, call.count * e);
+        reg(call.recv, call.count * e);
+        break;
+      case CollOp::AllGather:
+      case CollOp::Gather:
+        reg(call.send, call.count * e);
+        reg(call.recv, call.count * e * n);
+        break;
+      case CollOp::ReduceScatter:
+      case CollOp::AllToAll:
+      case CollOp::Scatter:
+        reg(call.send, call.count * e * n);
+        reg(call.recv, call.count * e);
+        break;
+      case CollOp::AllToAllv: {
+        std::size_t send_extent = 0, recv_extent = 0;
+        for (std::size_t j = 0; j < n; ++j) {
+          send_extent = std::max(send_extent, (call.send_displs[j] + call.send_counts[j]) * e);
+          recv_extent = std::max(recv_extent, (call.recv_displs[j] + call.recv_counts[j]) * e);
+        }
+        reg(call.send, send_extent);
+        reg(call.recv, recv_extent);
+        break;
+      }
+      case CollOp::Send:
+      case CollOp::SendRecv: reg(call.send, call.count * e); break;
+      default: break;
+    }
+  }
+
+  static std::size_t links_config_stage_limit() {
+    static const std::size_t limit = links_config().stage_limit;
+    return limit;
+  }
+
+  std::shared_ptr<void> keepalive_;  // the Bootstrap (store server) of from_env()
+  std::shared_ptr<Store> store_;
+  int rank_;
+  int size_;
+  CommOptions options_;
+  std::chrono::milliseconds timeout_;
+  AlgoSelector selector_;
+  RankPlacement placement_;
+  std::unique_ptr<Links> links_;
+  Schedule schedule_;
+  std::uint64_t seq_ = 0;
+  std::uint64_t splits_ = 0;
+
+  std::mutex queue_mutex_;
+  std::condition_variable queue_cv_;
+  std::deque<Job> queue_;
+  bool worker_busy_ = false;
+  bool inline_busy_ = false;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+std::shared_ptr<Device> open_for(const CommOptions& options) {
+  const std::string provider =
+      !options.provider.empty() ? options.provider : core::env("RDMX_PROVIDER").value_or("auto");
+  return open_device(provider);
+}
+
+// Ranks sharing a color build a communicator under their own store prefix;
+// the (color, key) table is gathered over this communicator first.
+std::unique_ptr<Communicator> CommImpl::split(int color, int key) {
+  std::int64_t mine[2] = {color, key};
+  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(size_));
+  all_gather(mine, all.data(), 2, DataType::Int64);
+  const std::uint64_t id = ++splits_;
+  if (color < 0) return nullptr;
+  std::vector<std::pair<std::int64_t, int>> members;  // (key, old rank)
+  for (int p = 0; p < size_; ++p) {
+    if (all[2 * static_cast<std::size_t>(p)] == color) members.emplace_back(all[2 * static_cast<std::size_t>(p) + 1], p);
+  }
+  std::sort(members.begin(), members.end());
+  int new_rank = 0;
+  while (members[static_cast<std::size_t>(new_rank)].second != rank_) ++new_rank;
+  CommOptions options = options_;
+  options.tag = options_.tag + "/split" + std::to_string(id) + "/" + std::to_string(color);
+  return std::make_unique<CommImpl>(links_->device_shared(), store_, new_rank, static_cast<int>(members.size()),
+                                    options, keepalive_);
+}
+
+}  // namespace
+}  // namespace coll
+
+// ---------------------------------------------------------------------------
+std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store, int rank, int size,
+                                                   const CommOptions& options) {
+  if (!store) throw Error(ErrorCode::InvalidArgument, "Communicator::create: the store is null", {.op = "Communicator::create"});
+  if (size < 1 || rank < 0 || rank >= size) {
+    throw Error(ErrorCode::InvalidArgument,
+                "Communicator::create: rank " + std::to_string(rank) + " is not in a communicator of " +
+                    std::to_string(size),
+                {.op = "Communicator::create", .rank = rank});
+  }
+  if (options.tag.empty()) {
+    throw Error(ErrorCode::InvalidArgument, "Communicator::create: the tag must not be empty",
+                {.op = "Communicator::create", .rank = rank});
+  }
+  return std::make_unique<coll::CommImpl>(coll::open_for(options), std::move(store), rank, size, options, nullptr);
+}
+
+std::unique_ptr<Communicator> Communicator::from_env(const CommOptions& options) {
+  auto joined = std::make_shared<Bootstrap>(rdmx::from_env());
+  auto store = joined->store;
+  return std::make_unique<coll::CommImpl>(coll::open_for(options), store, joined->info.rank, joined->info.world_size,
+                                          options, joined);
+}
+
+// --- the public methods: each builds a Call ----------------------------------
+namespace {
+Communicator::Call make_call(CollOp op, const void* send, void* recv, std::size_t count, DataType type,
+                             ReduceOp redop = ReduceOp::Sum, int root = -1) {
+  Communicator::Call c;
+  c.op = op;
+  c.send = send;
+  c.recv = recv;
+  c.count = count;
+  c.type = type;
+  c.redop = redop;
+  c.root = root;
+  return c;
+}
+Communicator::Call make_alltoallv(const void* send, std::span<const std::size_t> sc, std::span<const std::size_t> sd,
+                                  void* recv, std::span<const std::size_t> rc, std::span<const std::size_t> rd,
+                                  DataType type) {
+  Communicator::Call c = make_call(CollOp::AllToAllv, send, recv, 0, type);
+  c.send_counts.assign(sc.begin(), sc.end());
+  c.send_displs.assign(sd.begin(), sd.end());
+  c.recv_counts.assign(rc.begin(), rc.end());
+  c.recv_displs.assign(rd.begin(), rd.end());
+  return c;
+}
+Communicator::Call make_sendrecv(const void* sb, std::size_t sc, int dest, void* rb, std::size_t rc, int source,
+                                 DataType type) {
+  Communicator::Call c = make_call(CollOp::SendRecv, sb, rb, sc, type, ReduceOp::Sum, dest);
+  c.recv_count = rc;
+  c.source = source;
+  return c;
+}
+}  // namespace
+
+void Communicator::all_reduce(const void* s, void* r, std::size_t n, DataType t, ReduceOp op) {
+  submit(make_call(CollOp::AllReduce, s, r, n, t, op), false);
+}
+void Communicator::all_gather(const void* s, void* r, std::size_t n, DataType t) {
+  submit(make_call(CollOp::AllGather, s, r, n, t), false);
+}
+void Communicator::reduce_scatter(const void* s, void* r, std::size_t n, DataType t, ReduceOp op) {
+  submit(make_call(CollOp::ReduceScatter, s, r, n, t, op), false);
+}
+void Communicator::broadcast(void* b, std::size_t n, DataType t, int root) {
+  submit(make_call(CollOp::Broadcast, b, b, n, t, ReduceOp::Sum, root), false);
+}
+void Communicator::reduce(const void* s, void* r, std::size_t n, DataType t, ReduceOp op, int root) {
+  submit(make_call(CollOp::Reduce, s, r, n, t, op, root), false);
+}
+void Communicator::all_to_all(const void* s, void* r, std::size_t n, DataType t) {
+  submit(make_call(CollOp::AllToAll, s, r, n, t), false);
+}
+void Communicator::all_to_allv(const void* s, std::span<const std::size_t> sc, std::span<const std::size_t> sd, void* r,
+                               std::span<const std::size_t> rc, std::span<const std::size_t> rd, DataType t) {
+  submit(make_alltoallv(s, sc, sd, r, rc, rd, t), false);
+}
+void Communicator::gather(const void* s, void* r, std::size_t n, DataType t, int root) {
+  submit(make_call(CollOp::Gather, s, r, n, t, ReduceOp::Sum, root), false);
+}
+void Communicator::scatter(const void* s, void* r, std::size_t n, DataType t, int root) {
+  submit(make_call(CollOp::Scatter, s, r, n, t, ReduceOp::Sum, root), false);
+}
+void Communicator::barrier() { submit(make_call(CollOp::Barrier, nullptr, nullptr, 0, DataType::Uint8), false); }
+void Communicator::send(const void* b, std::size_t n, DataType t, int peer) {
+  submit(make_call(CollOp::Send, b, nullptr, n, t, ReduceOp::Sum, peer), false);
+}
+void Communicator::recv(void* b, std::size_t n, DataType t, int peer) {
+  submit(make_call(CollOp::Recv, nullptr, b, n, t, ReduceOp::Sum, peer), false);
+}
+void Communicator::send_recv(const void* sb, std::size_t sc, int dest, void* rb, std::size_t rc, int source, DataType t) {
+  submit(make_sendrecv(sb, sc, dest, rb, rc, source, t), false);
+}
+
+Work Communicator::iall_reduce(const void* s, void* r, std::size_t n, DataType t, ReduceOp op) {
+  return submit(make_call(CollOp::AllReduce, s, r, n, t, op), true);
+}
+Work Communicator::iall_gather(const void* s, void* r, std::size_t n, DataType t) {
+  return submit(make_call(CollOp::AllGather, s, r, n, t), true);
+}
+Work Communicator::ireduce_scatter(const void* s, void* r, std::size_t n, DataType t, ReduceOp op) {
+  return submit(make_call(CollOp::ReduceScatter, s, r, n, t, op), true);
+}
+Work Communicator::ibroadcast(void* b, std::size_t n, DataType t, int root) {
+  return submit(make_call(CollOp::Broadcast, b, b, n, t, ReduceOp::Sum, root), true);
+}
+Work Communicator::ireduce(const void* s, void* r, std::size_t n, DataType t, ReduceOp op, int root) {
+  return submit(make_call(CollOp::Reduce, s, r, n, t, op, root), true);
+}
+Work Communicator::iall_to_all(const void* s, void* r, std::size_t n, DataType t) {
+  return submit(make_call(CollOp::AllToAll, s, r, n, t), true);
+}
+Work Communicator::iall_to_allv(const void* s, std::span<const std::size_t> sc, std::span<const std::size_t> sd,
+                                void* r, std::span<const std::size_t> rc, std::span<const std::size_t> rd, DataType t) {
+  return submit(make_alltoallv(s, sc, sd, r, rc, rd, t), true);
+}
+Work Communicator::igather(const void* s, void* r, std::size_t n, DataType t, int root) {
+  return submit(make_call(CollOp::Gather, s, r, n, t, ReduceOp::Sum, root), true);
+}
+Work Communicator::iscatter(const void* s, void* r, std::size_t n, DataType t, int root) {
+  return submit(make_call(CollOp::Scatter, s, r, n, t, ReduceOp::Sum, root), true);
+}
+Work Communicator::ibarrier() { return submit(make_call(CollOp::Barrier, nullptr, nullptr, 0, DataType::Uint8), true); }
+Work Communicator::isend(const void* b, std::size_t n, DataType t, int peer) {
+  return submit(make_call(CollOp::Send, b, nullptr, n, t, ReduceOp::Sum, peer), true);
+}
+Work Communicator::irecv(void* b, std::size_t n, DataType t, int peer) {
+  return submit(make_call(CollOp::Recv, nullptr, b, n, t, ReduceOp::Sum, peer), true);
+}
+Work Communicator::isend_recv(const void* sb, std::size_t sc, int dest, void* rb, std::size_t rc, int source,
+                              DataType t) {
+  return submit(make_sendrecv(sb, sc, dest, rb, rc, source, t), true);
+}
+
+}  // namespace rdmx

@@ -1,0 +1,963 @@
+#include "coll/links.hpp"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "coll/reduce.hpp"
+#include "core/config.hpp"
+#include "core/log.hpp"
+
+namespace rdmx::coll {
+namespace {
+
+constexpr std::uint32_t kMagic = 0x52444d43;  // "RDMC"
+constexpr std::size_t kHeader = 64;
+constexpr std::size_t kLine = 64;
+constexpr std::size_t kNoticeText = 240;
+constexpr std::uint32_t kSignalEvery = 64;  // one signaled WR in this many, so send queues recycle
+
+// wr_id of signaled WRs: kind in the top byte, peer below.
+enum WrKind : std::uint64_t { kRecycle = 1, kDiag = 3 };
+std::uint64_t make_wr_id(WrKind kind, int peer) { return (std::uint64_t{kind} << 56) | static_cast<std::uint32_t>(peer); }
+WrKind wr_kind(std::uint64_t id) { return static_cast<WrKind>(id >> 56); }
+int wr_peer(std::uint64_t id) { return static_cast<int>(id & 0xffffffffu); }
+
+struct WireHeader {
+  std::uint64_t msg;  // message number on this directed pair, from 1
+  std::uint64_t seq;
+  std::uint64_t count;
+  std::uint64_t transfer_bytes;
+  std::uint64_t offset;
+  std::uint32_t len;
+  std::int32_t root;
+  std::uint32_t magic;
+  std::uint32_t transfer;  // index of the transfer among this pair's transfers in the operation
+  std::uint8_t op, type, redop, algo;
+  std::uint32_t flags;
+};
+// The receiver returns credit as soon as it consumed this message: the
+// sender's operation waits for it before releasing the user memory the
+// message was written from in place.
+constexpr std::uint32_t kCreditNow = 1;
+static_assert(sizeof(WireHeader) <= kHeader);
+
+struct alignas(kLine) Word {
+  std::atomic<std::uint64_t> value;
+  char pad[kLine - sizeof(std::atomic<std::uint64_t>)];
+};
+
+struct Progress {
+  std::uint64_t entered;  // sequence number of the last collective entered
+  std::uint64_t left;     // ... and of the last one finished
+  std::uint64_t count;    // the entered collective's arguments, for mismatch reports
+  std::int32_t root;
+  std::uint8_t op, type, redop, algo;
+  char pad[kLine - 32];
+};
+static_assert(sizeof(Progress) == kLine);
+
+struct Notice {
+  std::uint32_t valid;
+  std::uint32_t code;  // ErrorCode
+  std::uint64_t seq;   // the collective it happened in; 0: it applies to every operation
+  char text[kNoticeText];
+};
+static_assert(sizeof(Notice) == 256);
+
+std::size_t align_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
+
+std::string hex(std::uint64_t v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  for (std::size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out;
+}
+
+}  // namespace
+
+// Per-rank control block at the start of the region; every field the peers
+// touch remotely has its own cache line.
+struct Links::Control {
+  Word abort_flag;     // nonzero: some peer left a notice
+  Word abort_source;   // source word of this rank's abort-flag WRITEs
+  Progress progress;   // read by peers diagnosing a timeout
+  Notice my_notice;    // source of this rank's notices
+  // followed by per-rank arrays, see Layout
+};
+
+// Offsets inside every rank's region (identical on all ranks).
+struct Layout {
+  std::size_t slot_bytes, slots, n;
+  std::size_t credit, consumed, notices, diag, inbox_flags, staging_flags, inbox, staging, total;
+  Layout(std::size_t n_, const LinksConfig& c) : slot_bytes(kHeader + c.chunk), slots(c.slots), n(n_) {
+    std::size_t off = align_up(sizeof(Links::Control), 4096);
+    credit = off;        off += n * kLine;
+    consumed = off;      off += n * kLine;
+    notices = off;       off += n * sizeof(Notice);
+    diag = off;          off += n * kLine;
+    inbox_flags = off;   off += n * slots * kLine;
+    staging_flags = off; off += n * slots * kLine;
+    off = align_up(off, 4096);
+    inbox = off;         off += n * slots * slot_bytes;
+    staging = off;       off += n * slots * slot_bytes;
+    total = align_up(off, 4096);
+  }
+  std::size_t inbox_slot(int src, std::uint64_t slot) const { return inbox + (static_cast<std::size_t>(src) * slots + slot) * slot_bytes; }
+  std::size_t staging_slot(int dst, std::uint64_t slot) const { return staging + (static_cast<std::size_t>(dst) * slots + slot) * slot_bytes; }
+  std::size_t inbox_flag(int src, std::uint64_t slot) const { return inbox_flags + (static_cast<std::size_t>(src) * slots + slot) * kLine; }
+  std::size_t staging_flag(int dst, std::uint64_t slot) const { return staging_flags + (static_cast<std::size_t>(dst) * slots + slot) * kLine; }
+};
+
+struct Links::Peer {
+  std::unique_ptr<QueuePair> qp;
+  std::uint64_t remote_base = 0;
+  std::uint32_t rkey = 0;
+  std::uint64_t sent = 0;      // messages posted to this peer
+  std::uint64_t consumed = 0;  // messages from this peer consumed here
+  std::uint64_t credited = 0;  // `consumed` as last returned to the peer
+  std::uint32_t unsignaled = 0;
+  std::string failure;         // why a WR towards this peer failed
+};
+
+// ---------------------------------------------------------------------------
+Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, const std::string& tag,
+             const LinksConfig& config, std::chrono::milliseconds timeout)
+    : device_(std::move(device)), rank_(rank), size_(size), config_(config), timeout_(timeout) {
+  if (config_.chunk < kLine || config_.chunk % kLine != 0 || config_.slots < 2) {
+    throw Error(ErrorCode::Config,
+                "collective buffers: chunk " + std::to_string(config_.chunk) + " bytes x " +
+                    std::to_string(config_.slots) + " slots is not usable",
+                {.op = "communicator create", .rank = rank,
+                 .hint = "RDMX_COLL_BUFFSIZE / RDMX_COLL_SLOTS must give chunks of at least 64 bytes (a multiple of "
+                         "64) and at least 2 slots"});
+  }
+  layout_ = std::make_unique<Layout>(static_cast<std::size_t>(size), config_);
+  pd_ = device_->alloc_pd();
+  // Completions: signaled WRITEs (one in kSignalEvery, guards of in-place
+  // sends) and diagnostic READs. The receive CQ only exists because a QP needs one.
+  const std::size_t cq_depth = std::max<std::size_t>(1024, static_cast<std::size_t>(size) * 256);
+  send_cq_ = device_->create_cq(cq_depth);
+  recv_cq_ = device_->create_cq(16);
+  const Access access = Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead;
+  region_ = pd_->allocate_memory(layout_->total, access);
+  base_ = static_cast<char*>(region_->addr());
+  control_ = reinterpret_cast<Control*>(base_);
+  peers_.resize(static_cast<std::size_t>(size));
+  p2p_send_seq_.assign(static_cast<std::size_t>(size), 0);
+  credit_wait_.assign(static_cast<std::size_t>(size), 0);
+  p2p_recv_seq_.assign(static_cast<std::size_t>(size), 0);
+
+  Mesh mesh = connect_mesh(store, rank, size, *device_, *pd_, *send_cq_, *recv_cq_, QpCaps{}, tag + "/qp");
+  for (int p = 0; p < size; ++p) peers_[static_cast<std::size_t>(p)].qp = std::move(mesh.qps[static_cast<std::size_t>(p)]);
+
+  // Exchange where each region is: "<tag>/region/<rank>" = base:rkey:length.
+  std::ostringstream mine;
+  mine << reinterpret_cast<std::uintptr_t>(base_) << ':' << region_->rkey() << ':' << layout_->total;
+  store.set(tag + "/region/" + std::to_string(rank), std::string_view(mine.str()));
+  for (int p = 0; p < size; ++p) {
+    if (p == rank) continue;
+    const std::string key = tag + "/region/" + std::to_string(p);
+    std::string text;
+    try {
+      text = store.get_string(key);
+    } catch (const Error& e) {
+      throw Error(e.code(), "communicator create: no buffer address from rank " + std::to_string(p) + ": " + e.message(),
+                  {.op = "communicator create", .rank = rank, .peer_rank = p,
+                   .hint = "that rank did not reach communicator creation (crashed, hung, or another tag/store)"});
+    }
+    unsigned long long base = 0, length = 0;
+    unsigned rkey = 0;
+    if (std::sscanf(text.c_str(), "%llu:%u:%llu", &base, &rkey, &length) != 3 || length != layout_->total) {
+      throw Error(ErrorCode::Protocol,
+                  "communicator create: rank " + std::to_string(p) + " published buffers '" + text +
+                      "' that do not match this rank's layout (" + std::to_string(layout_->total) + " bytes)",
+                  {.op = "communicator create", .rank = rank, .peer_rank = p,
+                   .hint = "every rank must use the same RDMX_COLL_BUFFSIZE and RDMX_COLL_SLOTS and rdmx version"});
+    }
+    Peer& peer = peers_[static_cast<std::size_t>(p)];
+    peer.remote_base = base;
+    peer.rkey = rkey;
+  }
+  RDMX_INFO("communicator %s: rank %d of %d, %zu x %zu B buffers per peer, %zu bytes registered", tag.c_str(), rank,
+            size, static_cast<std::size_t>(config_.slots), config_.chunk, layout_->total);
+}
+
+Links::~Links() {
+  // Let this rank's last WRITEs land before the QPs go (a peer may still be
+  // consuming them), bounded so that a dead peer cannot hold us.
+  try {
+    drain(core::Clock::now() + std::min(timeout_, std::chrono::milliseconds(5000)));
+  } catch (const std::exception& e) {
+    RDMX_INFO("communicator teardown on rank %d: %s", rank_, e.what());
+  }
+  for (auto& peer : peers_) peer.qp.reset();
+}
+
+std::string Links::peer_provider(int peer) const {
+  const auto& qp = peers_[static_cast<std::size_t>(peer)].qp;
+  return qp ? qp->provider() : std::string();
+}
+
+// ---------------------------------------------------------------------------
+void Links::post(int peer_index, const SendWr& wr) {
+  Peer& peer = peers_[static_cast<std::size_t>(peer_index)];
+  for (int attempt = 0;; ++attempt) {
+    try {
+      peer.qp->post_send(wr);
+      return;
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::QueueFull || attempt > 1000000) throw;
+    }
+    // The send queue is full of unsignaled WRs waiting for a signaled one:
+    // reap completions and let the provider move.
+    device_->progress();
+    poll_send_cq();
+    if (aborted()) return;
+    sched_yield();
+  }
+}
+
+void Links::poll_send_cq() {
+  if (outstanding_signaled_ == 0) return;
+  WorkCompletion wcs[32];
+  for (;;) {
+    const std::size_t n = send_cq_->poll(wcs);
+    for (std::size_t i = 0; i < n; ++i) {
+      const WorkCompletion& wc = wcs[i];
+      const WrKind kind = wr_kind(wc.wr_id);
+      const int p = wr_peer(wc.wr_id);
+      if (kind == kRecycle || kind == kDiag) {
+        if (outstanding_signaled_ > 0) --outstanding_signaled_;
+        if (kind == kDiag && p >= 0 && p < size_) diag_done_[static_cast<std::size_t>(p)] = wc.status == WcStatus::Success ? 1 : 2;
+      }
+      if (wc.status != WcStatus::Success && p >= 0 && p < size_) {
+        Peer& peer = peers_[static_cast<std::size_t>(p)];
+        if (peer.failure.empty()) {
+          peer.failure = std::string(to_string(wc.status)) +
+                         (peer.qp && !peer.qp->error_reason().empty() ? ": " + peer.qp->error_reason() : "");
+        }
+      }
+    }
+    if (n < std::size(wcs)) return;
+  }
+}
+
+std::uint32_t Links::lkey_for(const void* addr, std::size_t bytes) {
+  const auto a = reinterpret_cast<std::uintptr_t>(addr);
+  if (scratch_mr_) {
+    const auto base = reinterpret_cast<std::uintptr_t>(scratch_mr_->addr());
+    if (a >= base && a + bytes <= base + scratch_mr_->length()) return scratch_mr_->lkey();
+  }
+  for (std::size_t i = 0; i < user_mrs_.size(); ++i) {
+    const auto base = reinterpret_cast<std::uintptr_t>(user_mrs_[i]->addr());
+    if (a >= base && a + bytes <= base + user_mrs_[i]->length()) {
+      if (i != 0) std::rotate(user_mrs_.begin(), user_mrs_.begin() + static_cast<std::ptrdiff_t>(i),
+                              user_mrs_.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      return user_mrs_[0]->lkey();
+    }
+  }
+  // Nothing is in flight between operations, so evicting the least recently
+  // used registration is safe. (A provider whose registration pins pages
+  // must keep its own cache coherent with unmapped memory; tcp and shm only
+  // record the range.)
+  constexpr std::size_t kCached = 16;
+  if (user_mrs_.size() >= kCached) user_mrs_.pop_back();
+  user_mrs_.insert(user_mrs_.begin(), pd_->register_memory(const_cast<void*>(addr), bytes, Access::LocalWrite));
+  return user_mrs_[0]->lkey();
+}
+
+void* Links::scratch(std::size_t bytes) {
+  if (!scratch_mr_ || scratch_mr_->length() < bytes) {
+    const std::size_t want = std::max<std::size_t>({bytes, scratch_mr_ ? 2 * scratch_mr_->length() : 0, 4096});
+    scratch_mr_.reset();
+    scratch_mr_ = pd_->allocate_memory(want, Access::LocalWrite);
+  }
+  return scratch_mr_->addr();
+}
+
+void Links::return_credit(Peer& peer, bool force) {
+  const std::uint64_t pending = peer.consumed - peer.credited;
+  if (pending == 0 || (!force && pending < config_.slots / 2)) return;
+  const int p = static_cast<int>(&peer - peers_.data());
+  auto* src = reinterpret_cast<Word*>(base_ + layout_->consumed + static_cast<std::size_t>(p) * kLine);
+  src->value.store(peer.consumed, std::memory_order_relaxed);
+  peer.credited = peer.consumed;
+  Sge sge{reinterpret_cast<std::uint64_t>(src), 8, region_->lkey()};
+  SendWr wr;
+  wr.opcode = Opcode::RdmaWrite;
+  wr.sg_list = {&sge, 1};
+  wr.remote_addr = peer.remote_base + layout_->credit + static_cast<std::size_t>(rank_) * kLine;
+  wr.rkey = peer.rkey;
+  wr.signaled = ++peer.unsignaled >= kSignalEvery;
+  if (wr.signaled) {
+    peer.unsignaled = 0;
+    wr.wr_id = make_wr_id(kRecycle, p);
+    ++outstanding_signaled_;
+  }
+  post(p, wr);
+}
+
+void Links::drain(core::Clock::time_point deadline) {
+  // One signaled zero-length WRITE per peer that was sent anything: WRs
+  // complete in order, so its completion covers everything before it.
+  for (int p = 0; p < size_; ++p) {
+    Peer& peer = peers_[static_cast<std::size_t>(p)];
+    if (p == rank_ || !peer.qp || peer.qp->state() != QpState::Rts || peer.unsignaled == 0) continue;
+    SendWr wr;
+    wr.opcode = Opcode::RdmaWrite;
+    wr.remote_addr = peer.remote_base;
+    wr.rkey = peer.rkey;
+    wr.wr_id = make_wr_id(kRecycle, p);
+    peer.unsignaled = 0;
+    ++outstanding_signaled_;
+    try {
+      post(p, wr);
+    } catch (const Error&) {
+      --outstanding_signaled_;
+    }
+  }
+  auto r = core::wait_until(
+      [&] {
+        poll_send_cq();
+        return outstanding_signaled_ == 0;
+      },
+      nullptr, deadline, {.progress = [this] { device_->progress(); }});
+  if (r != core::WaitResult::Ready) {
+    throw Error(ErrorCode::Timeout,
+                std::to_string(outstanding_signaled_) + " signaled WRITEs did not complete while draining",
+                {.op = "communicator drain", .rank = rank_});
+  }
+}
+
+// ---------------------------------------------------------------------------
+void Links::enter(const OpDesc& desc) noexcept {
+  if (desc.p2p()) return;
+  Progress& p = control_->progress;
+  p.count = desc.count;
+  p.root = desc.root;
+  p.op = static_cast<std::uint8_t>(desc.op);
+  p.type = static_cast<std::uint8_t>(desc.type);
+  p.redop = static_cast<std::uint8_t>(desc.redop);
+  p.algo = static_cast<std::uint8_t>(desc.algo);
+  std::atomic_ref<std::uint64_t>(p.entered).store(desc.seq, std::memory_order_release);
+}
+
+void Links::leave(const OpDesc& desc) noexcept {
+  if (desc.p2p()) return;
+  std::atomic_ref<std::uint64_t>(control_->progress.left).store(desc.seq, std::memory_order_release);
+}
+
+void Links::notify_peers(ErrorCode code, const std::string& text, std::uint64_t seq) {
+  Notice& notice = control_->my_notice;
+  notice.code = static_cast<std::uint32_t>(code);
+  notice.seq = seq;
+  std::memset(notice.text, 0, sizeof(notice.text));
+  std::memcpy(notice.text, text.data(), std::min(text.size(), sizeof(notice.text) - 1));
+  notice.valid = 1;
+  control_->abort_source.value.store(static_cast<std::uint64_t>(rank_) + 1, std::memory_order_relaxed);
+  for (int p = 0; p < size_; ++p) {
+    Peer& peer = peers_[static_cast<std::size_t>(p)];
+    if (p == rank_ || !peer.qp || peer.qp->state() != QpState::Rts) continue;
+    try {
+      Sge text_sge{reinterpret_cast<std::uint64_t>(&notice), sizeof(Notice), region_->lkey()};
+      SendWr wr;
+      wr.opcode = Opcode::RdmaWrite;
+      wr.sg_list = {&text_sge, 1};
+      wr.remote_addr = peer.remote_base + layout_->notices + static_cast<std::size_t>(rank_) * sizeof(Notice);
+      wr.rkey = peer.rkey;
+      wr.signaled = false;
+      post(p, wr);
+      Sge flag_sge{reinterpret_cast<std::uint64_t>(&control_->abort_source), 8, region_->lkey()};
+      wr.sg_list = {&flag_sge, 1};
+      wr.remote_addr = peer.remote_base + offsetof(Control, abort_flag);
+      ++peer.unsignaled;
+      ++peer.unsignaled;
+      post(p, wr);
+    } catch (const Error& e) {
+      RDMX_INFO("rank %d: could not tell rank %d about the failure: %s", rank_, p, e.what());
+    }
+  }
+}
+
+std::string Links::collect_notices(ErrorCode* code, std::uint64_t up_to) const {
+  std::string out;
+  for (int p = 0; p < size_; ++p) {
+    const auto* notice = reinterpret_cast<const Notice*>(base_ + layout_->notices + static_cast<std::size_t>(p) * sizeof(Notice));
+    if (p == rank_ || std::atomic_ref<const std::uint32_t>(notice->valid).load(std::memory_order_acquire) == 0) continue;
+    if (notice->seq > up_to) continue;
+    std::string text(notice->text, strnlen(notice->text, sizeof(notice->text)));
+    if (!out.empty()) out += "; ";
+    out += "rank " + std::to_string(p) + " reports: " + text;
+    if (code != nullptr) *code = static_cast<ErrorCode>(notice->code);
+  }
+  return out;
+}
+
+void Links::abort(const std::string& reason) {
+  if (aborted_.exchange(true)) return;
+  abort_reason_ = reason;
+  notify_peers(ErrorCode::PeerFailure, "aborted: " + reason, 0);
+}
+
+void Links::fail_aborted(const OpDesc& desc) {
+  throw Error(ErrorCode::InvalidState, "the communicator was aborted: " + abort_reason_,
+              {.op = describe(desc), .rank = rank_, .hint = "create a new communicator"});
+}
+
+void Links::fail_peer(const OpDesc& desc, int peer, const std::string& why) {
+  // A peer that failed for a reason of its own (a mismatch it found, a
+  // third rank's death) told us first: its notice travels ahead of its
+  // disconnection on the same QP. Report that cause.
+  ErrorCode code = ErrorCode::PeerFailure;
+  std::string text;
+  const std::string notices = control_->abort_flag.value.load(std::memory_order_acquire) != 0
+                                  ? collect_notices(&code, ~std::uint64_t{0})
+                                  : std::string();
+  if (!notices.empty()) {
+    text = describe(desc) + ": " + notices + " (rank " + std::to_string(peer) + " then disconnected: " + why + ")";
+  } else {
+    text = describe(desc) + ": rank " + std::to_string(peer) + " failed: " + why;
+    notify_peers(ErrorCode::PeerFailure, "rank " + std::to_string(peer) + " failed during " + describe(desc) + ": " + why,
+                 desc.p2p() ? 0 : desc.seq);
+  }
+  aborted_.store(true);
+  abort_reason_ = text;
+  throw Error(code, text,
+              {.op = describe(desc), .rank = rank_, .peer_rank = peer,
+               .hint = code == ErrorCode::Protocol
+                           ? "every rank must call the same collectives in the same order with the same arguments"
+                           : "the peer process died, aborted or destroyed its communicator; see its own log"});
+}
+
+// ---------------------------------------------------------------------------
+// Reading every peer's progress word (one RDMA READ each, served without the
+// peer's help) turns "timed out" into "these ranks never arrived".
+std::string Links::progress_report(const OpDesc& desc) {
+  diag_done_.assign(static_cast<std::size_t>(size_), 0);
+  for (int p = 0; p < size_; ++p) {
+    Peer& peer = peers_[static_cast<std::size_t>(p)];
+    if (p == rank_) continue;
+    if (!peer.qp || peer.qp->state() != QpState::Rts) {
+      diag_done_[static_cast<std::size_t>(p)] = 2;
+      continue;
+    }
+    Sge sge{reinterpret_cast<std::uint64_t>(base_ + layout_->diag + static_cast<std::size_t>(p) * kLine), sizeof(Progress),
+            region_->lkey()};
+    SendWr wr;
+    wr.opcode = Opcode::RdmaRead;
+    wr.sg_list = {&sge, 1};
+    wr.remote_addr = peer.remote_base + offsetof(Control, progress);
+    wr.rkey = peer.rkey;
+    wr.wr_id = make_wr_id(kDiag, p);
+    try {
+      ++outstanding_signaled_;
+      post(p, wr);
+    } catch (const Error&) {
+      --outstanding_signaled_;
+      diag_done_[static_cast<std::size_t>(p)] = 2;
+    }
+  }
+  const auto deadline = core::Clock::now() + std::chrono::seconds(2);
+  while (core::Clock::now() < deadline) {
+    device_->progress();
+    poll_send_cq();
+    bool all = true;
+    for (int p = 0; p < size_; ++p) all = all && (p == rank_ || diag_done_[static_cast<std::size_t>(p)] != 0);
+    if (all) break;
+    sched_yield();
+  }
+  std::vector<int> absent, inside, finished, unreachable;
+  std::vector<std::string> mismatches;
+  std::uint64_t last_absent = 0;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    if (diag_done_[static_cast<std::size_t>(p)] != 1) {
+      unreachable.push_back(p);
+      continue;
+    }
+    const auto* prog = reinterpret_cast<const Progress*>(base_ + layout_->diag + static_cast<std::size_t>(p) * kLine);
+    if (prog->entered == desc.seq && !desc.p2p() &&
+        (prog->op != static_cast<std::uint8_t>(desc.op) || prog->type != static_cast<std::uint8_t>(desc.type) ||
+         prog->count != desc.count || prog->root != desc.root || prog->algo != static_cast<std::uint8_t>(desc.algo) ||
+         prog->redop != static_cast<std::uint8_t>(desc.redop))) {
+      OpDesc theirs;
+      theirs.seq = prog->entered;
+      theirs.op = static_cast<CollOp>(prog->op);
+      theirs.type = static_cast<DataType>(prog->type);
+      theirs.redop = static_cast<ReduceOp>(prog->redop);
+      theirs.algo = static_cast<Algo>(prog->algo);
+      theirs.root = prog->root;
+      theirs.count = prog->count;
+      mismatches.push_back("rank " + std::to_string(p) + " called " + describe(theirs));
+    }
+    if (prog->entered < desc.seq) {
+      absent.push_back(p);
+      last_absent = std::max(last_absent, prog->entered);
+    } else if (prog->left < desc.seq) {
+      inside.push_back(p);
+    } else {
+      finished.push_back(p);
+    }
+  }
+  std::string out;
+  auto add = [&](const std::string& s) { out += (out.empty() ? "" : "; ") + s; };
+  if (desc.p2p()) {
+    return "";
+  }
+  if (!mismatches.empty()) {
+    std::string text = "mismatched calls: rank " + std::to_string(rank_) + " called " + describe(desc);
+    for (const auto& m : mismatches) text += " but " + m;
+    notify_peers(ErrorCode::Protocol, text, desc.seq);
+    aborted_.store(true);
+    abort_reason_ = text;
+    throw Error(ErrorCode::Protocol, text,
+                {.op = describe(desc), .rank = rank_,
+                 .hint = "every rank must call the same collectives in the same order with the same type, count, "
+                         "operation and root"});
+  }
+  if (!absent.empty()) {
+    add("rank" + std::string(absent.size() > 1 ? "s " : " ") + rank_list(absent) + (absent.size() > 1 ? " have" : " has") +
+        " not called it (the latest collective they entered is #" + std::to_string(last_absent) + ")");
+  }
+  if (!inside.empty()) add("rank" + std::string(inside.size() > 1 ? "s " : " ") + rank_list(inside) + " in it");
+  if (!finished.empty()) add("finished: rank" + std::string(finished.size() > 1 ? "s " : " ") + rank_list(finished));
+  if (!unreachable.empty()) {
+    add("no answer from rank" + std::string(unreachable.size() > 1 ? "s " : " ") + rank_list(unreachable));
+  }
+  return out;
+}
+
+void Links::fail_timeout(const OpDesc& desc, const std::string& waiting_for) {
+  const std::string report = progress_report(desc);
+  aborted_.store(true);
+  abort_reason_ = describe(desc) + " timed out";
+  throw Error(ErrorCode::Timeout,
+              describe(desc) + " timed out after " + std::to_string(timeout_.count()) + " ms on rank " +
+                  std::to_string(rank_) + ", " + waiting_for + (report.empty() ? "" : ". Missing: " + report),
+              {.op = describe(desc), .rank = rank_,
+               .hint = "every rank must call the same collectives in the same order; a rank listed as not having "
+                       "called it is stuck elsewhere or dead. RDMX_TIMEOUT sets the bound"});
+}
+
+void Links::fail_mismatch(const OpDesc& mine, int peer, const void* header_ptr, const char* what) {
+  const auto& h = *static_cast<const WireHeader*>(header_ptr);
+  OpDesc theirs;
+  theirs.seq = h.seq;
+  theirs.op = static_cast<CollOp>(h.op);
+  theirs.type = static_cast<DataType>(h.type);
+  theirs.redop = static_cast<ReduceOp>(h.redop);
+  theirs.algo = static_cast<Algo>(h.algo);
+  theirs.root = h.root;
+  theirs.count = h.count;
+  std::string text = "mismatched calls: rank " + std::to_string(peer) + " called " + describe(theirs) +
+                     " but rank " + std::to_string(rank_) + " called " + describe(mine);
+  if (what != nullptr) text += " (" + std::string(what) + ")";
+  notify_peers(ErrorCode::Protocol, text, mine.p2p() ? 0 : mine.seq);
+  aborted_.store(true);
+  abort_reason_ = text;
+  throw Error(ErrorCode::Protocol, text,
+              {.op = describe(mine), .rank = rank_, .peer_rank = peer,
+               .hint = "every rank must call the same collectives in the same order with the same type, count, "
+                       "operation and root"});
+}
+
+// ---------------------------------------------------------------------------
+// One run() of a schedule.
+class Links::RunState {
+ public:
+  RunState(Links& links, Schedule& schedule, const OpDesc& desc, const Combine& combine)
+      : l_(links), s_(schedule), desc_(desc), combine_(combine) {
+    const auto n = static_cast<std::size_t>(l_.size_);
+    auto& sq = l_.send_queues_;
+    auto& rq = l_.recv_queues_;
+    sq.resize(n);
+    rq.resize(n);
+    for (auto& q : sq) q.clear();
+    for (auto& q : rq) q.clear();
+    send_state_.assign(s_.sends.size(), {});
+    for (std::size_t i = 0; i < s_.sends.size(); ++i) {
+      const SendOp& op = s_.sends[i];
+      check_peer(op.peer, "send");
+      send_state_[i].transfer = static_cast<std::uint32_t>(sq[static_cast<std::size_t>(op.peer)].size());
+      send_state_[i].seq = desc_.p2p() ? ++l_.p2p_send_seq_[static_cast<std::size_t>(op.peer)] : desc_.seq;
+      sq[static_cast<std::size_t>(op.peer)].push_back(static_cast<std::uint32_t>(i));
+    }
+    recv_state_.assign(s_.recvs.size(), {});
+    for (std::size_t i = 0; i < s_.recvs.size(); ++i) {
+      RecvOp& op = s_.recvs[i];
+      op.done = 0;
+      check_peer(op.peer, "recv");
+      recv_state_[i].transfer = static_cast<std::uint32_t>(rq[static_cast<std::size_t>(op.peer)].size());
+      recv_state_[i].seq = desc_.p2p() ? ++l_.p2p_recv_seq_[static_cast<std::size_t>(op.peer)] : desc_.seq;
+      rq[static_cast<std::size_t>(op.peer)].push_back(static_cast<std::uint32_t>(i));
+    }
+    for (std::size_t p = 0; p < n; ++p) {
+      if (!sq[p].empty() || !rq[p].empty()) active_.push_back(static_cast<int>(p));
+    }
+    send_pos_.assign(n, 0);
+    recv_pos_.assign(n, 0);
+    remaining_ = s_.sends.size() + s_.recvs.size();
+  }
+
+  bool finished() const noexcept { return remaining_ == 0; }
+
+  // One pass over every peer; true when anything moved.
+  bool step() {
+    if (l_.control_->abort_flag.value.load(std::memory_order_acquire) != 0) {
+      // Notices about a later collective (a peer ahead of this rank) wait
+      // until this rank gets there: this one may still complete.
+      ErrorCode code = ErrorCode::PeerFailure;
+      std::string text = l_.collect_notices(&code, desc_.p2p() ? ~std::uint64_t{0} : desc_.seq);
+      if (!text.empty()) fail_notice(code, text);
+    }
+    if (l_.aborted()) l_.fail_aborted(desc_);
+    bool moved = false;
+    for (int p : active_) {
+      const auto pi = static_cast<std::size_t>(p);
+      moved |= pump_sends(p, l_.send_queues_[pi], send_pos_[pi]);
+      moved |= pump_recvs(p, l_.recv_queues_[pi], recv_pos_[pi]);
+    }
+    return moved;
+  }
+
+  // Peers whose QP died while transfers with them are pending fail the run;
+  // messages that landed before the peer went away are consumed first (a
+  // peer that finished and destroyed its communicator is not a failure).
+  void check_failures() {
+    if (l_.outstanding_signaled_ != 0) l_.poll_send_cq();
+    if ((++checks_ & 63) == 0) check_unexpected();
+    for (int p : active_) {
+      if (!pending(p)) continue;
+      Peer& peer = l_.peers_[static_cast<std::size_t>(p)];
+      if (peer.failure.empty() && peer.qp->state() != QpState::Error) continue;
+      const auto pi = static_cast<std::size_t>(p);
+      pump_recvs(p, l_.recv_queues_[pi], recv_pos_[pi]);
+      if (!pending(p)) continue;
+      l_.fail_peer(desc_, p, !peer.failure.empty() ? peer.failure : peer.qp->error_reason());
+    }
+  }
+
+  [[noreturn]] void fail_notice(ErrorCode code, const std::string& text) {
+    l_.aborted_.store(true);
+    l_.abort_reason_ = text;
+    throw Error(code, describe(desc_) + ": " + text,
+                {.op = describe(desc_), .rank = l_.rank_, .hint = "see the reporting rank's error for the cause"});
+  }
+
+  // A message of this very operation from a peer this rank expects nothing
+  // (more) from means the ranks run different algorithms or roots: both
+  // sides would otherwise wait for each other until the timeout.
+  void check_unexpected() {
+    if (desc_.p2p()) return;
+    const Layout& lay = *l_.layout_;
+    for (int p = 0; p < l_.size_; ++p) {
+      const auto pi = static_cast<std::size_t>(p);
+      if (p == l_.rank_ || recv_pos_[pi] < l_.recv_queues_[pi].size()) continue;
+      const Peer& peer = l_.peers_[pi];
+      const std::uint64_t m = peer.consumed + 1;
+      const std::uint64_t slot = (m - 1) % lay.slots;
+      auto* flag = reinterpret_cast<const Word*>(l_.base_ + lay.inbox_flag(p, slot));
+      if (flag->value.load(std::memory_order_acquire) != m) continue;
+      const auto* h = reinterpret_cast<const WireHeader*>(l_.base_ + lay.inbox_slot(p, slot));
+      if (h->magic == kMagic && h->seq == desc_.seq && h->op != static_cast<std::uint8_t>(CollOp::Send)) {
+        const std::string detail = "rank " + std::to_string(p) + " sent this rank a message it expects nothing for";
+        l_.fail_mismatch(desc_, p, h, detail.c_str());
+      }
+    }
+  }
+
+  bool pending(int p) const {
+    const auto pi = static_cast<std::size_t>(p);
+    return send_pos_[pi] < l_.send_queues_[pi].size() || recv_pos_[pi] < l_.recv_queues_[pi].size();
+  }
+
+  std::string waiting_for() const {
+    for (int p : active_) {
+      const auto pi = static_cast<std::size_t>(p);
+      if (recv_pos_[pi] < l_.recv_queues_[pi].size()) {
+        const RecvOp& op = s_.recvs[l_.recv_queues_[pi][recv_pos_[pi]]];
+        return "waiting for " + std::to_string(op.bytes - op.done) + " of " + std::to_string(op.bytes) +
+               " bytes from rank " + std::to_string(p);
+      }
+    }
+    for (int p : active_) {
+      const auto pi = static_cast<std::size_t>(p);
+      if (send_pos_[pi] < l_.send_queues_[pi].size()) {
+        return "waiting to send to rank " + std::to_string(p) + " (its buffers are full: it is not receiving)";
+      }
+    }
+    return "waiting for completions";
+  }
+
+ private:
+  struct SendState {
+    std::size_t sent = 0;
+    bool any = false;  // a message was posted (zero-byte transfers send one)
+    bool any_in_place = false;
+    std::uint32_t transfer = 0;
+    std::uint64_t seq = 0;
+  };
+  struct RecvState {
+    bool any = false;
+    std::uint32_t transfer = 0;
+    std::uint64_t seq = 0;
+  };
+
+  void check_peer(int peer, const char* what) {
+    if (peer < 0 || peer >= l_.size_ || peer == l_.rank_) {
+      throw Error(ErrorCode::InvalidArgument,
+                  std::string("internal schedule error: ") + what + " with rank " + std::to_string(peer),
+                  {.op = describe(desc_), .rank = l_.rank_});
+    }
+  }
+
+  bool recv_complete(int index) const {
+    const RecvOp& op = s_.recvs[static_cast<std::size_t>(index)];
+    return op.done == op.bytes && recv_state_[static_cast<std::size_t>(index)].any;
+  }
+
+  bool send_complete(int index) const {
+    const SendOp& op = s_.sends[static_cast<std::size_t>(index)];
+    const SendState& st = send_state_[static_cast<std::size_t>(index)];
+    return st.sent == op.bytes && st.any;
+  }
+
+  bool pump_sends(int p, const std::vector<std::uint32_t>& queue, std::size_t& pos) {
+    bool moved = false;
+    Peer& peer = l_.peers_[static_cast<std::size_t>(p)];
+    const Layout& lay = *l_.layout_;
+    while (pos < queue.size()) {
+      const std::uint32_t index = queue[pos];
+      const SendOp& op = s_.sends[index];
+      SendState& st = send_state_[index];
+      std::size_t len = std::min(l_.config_.chunk, op.bytes - st.sent);
+      if (op.after >= 0) {
+        const RecvOp& dep = s_.recvs[static_cast<std::size_t>(op.after)];
+        if (op.stream) {
+          if (dep.done < st.sent + len && !recv_complete(op.after)) return moved;
+        } else if (!recv_complete(op.after)) {
+          return moved;
+        }
+      }
+      const std::uint64_t m = peer.sent + 1;
+      if (m > lay.slots) {
+        auto* credit = reinterpret_cast<Word*>(l_.base_ + lay.credit + static_cast<std::size_t>(p) * kLine);
+        if (credit->value.load(std::memory_order_acquire) < m - lay.slots) return moved;
+      }
+      const std::uint64_t slot = (m - 1) % lay.slots;
+      char* stage = l_.base_ + lay.staging_slot(p, slot);
+      auto* h = reinterpret_cast<WireHeader*>(stage);
+      h->msg = m;
+      h->seq = st.seq;
+      h->count = desc_.count;
+      h->transfer_bytes = op.bytes;
+      h->offset = st.sent;
+      h->len = static_cast<std::uint32_t>(len);
+      h->root = desc_.root;
+      h->magic = kMagic;
+      h->transfer = st.transfer;
+      h->op = static_cast<std::uint8_t>(desc_.p2p() ? CollOp::Send : desc_.op);
+      h->type = static_cast<std::uint8_t>(desc_.type);
+      h->redop = static_cast<std::uint8_t>(desc_.redop);
+      h->algo = static_cast<std::uint8_t>(desc_.algo);
+      const bool in_place = op.in_place && len > l_.config_.stage_limit;
+      const bool last = st.sent + len == op.bytes;
+      st.any_in_place = st.any_in_place || in_place;
+      // The last message of a transfer that wrote anything in place asks for
+      // credit at once; credit for it covers every earlier message too. So
+      // does every transfer of a rooted operation, whose senders would
+      // otherwise not learn that a receiver called something else.
+      const bool confirm = last && (st.any_in_place || confirm_sends_);
+      h->flags = confirm ? kCreditNow : 0;
+      if (confirm) l_.credit_wait_[static_cast<std::size_t>(p)] = m;
+      const char* src = static_cast<const char*>(op.src) + st.sent;
+      Sge sges[2];
+      std::size_t nsge = 1;
+      if (in_place) {
+        sges[0] = {reinterpret_cast<std::uint64_t>(stage), static_cast<std::uint32_t>(kHeader), l_.region_->lkey()};
+        sges[1] = {reinterpret_cast<std::uint64_t>(src), static_cast<std::uint32_t>(len), l_.lkey_for(op.src, op.bytes)};
+        nsge = 2;
+      } else {
+        if (len != 0) std::memcpy(stage + kHeader, src, len);
+        sges[0] = {reinterpret_cast<std::uint64_t>(stage), static_cast<std::uint32_t>(kHeader + len), l_.region_->lkey()};
+      }
+      SendWr wr;
+      wr.opcode = Opcode::RdmaWrite;
+      wr.sg_list = {sges, nsge};
+      wr.remote_addr = peer.remote_base + lay.inbox_slot(l_.rank_, slot);
+      wr.rkey = peer.rkey;
+      wr.signaled = false;
+      ++peer.unsignaled;
+      l_.post(p, wr);
+      auto* flag_src = reinterpret_cast<Word*>(l_.base_ + lay.staging_flag(p, slot));
+      flag_src->value.store(m, std::memory_order_relaxed);
+      Sge flag_sge{reinterpret_cast<std::uint64_t>(flag_src), 8, l_.region_->lkey()};
+      wr.sg_list = {&flag_sge, 1};
+      wr.remote_addr = peer.remote_base + lay.inbox_flag(l_.rank_, slot);
+      st.sent += len;
+      st.any = true;
+      wr.signaled = ++peer.unsignaled >= kSignalEvery;
+      if (wr.signaled) {
+        peer.unsignaled = 0;
+        wr.wr_id = make_wr_id(kRecycle, p);
+        ++l_.outstanding_signaled_;
+      }
+      l_.post(p, wr);
+      peer.sent = m;
+      moved = true;
+      if (last) {
+        ++pos;
+        --remaining_;
+      }
+    }
+    return moved;
+  }
+
+  bool pump_recvs(int p, const std::vector<std::uint32_t>& queue, std::size_t& pos) {
+    bool moved = false;
+    Peer& peer = l_.peers_[static_cast<std::size_t>(p)];
+    const Layout& lay = *l_.layout_;
+    while (pos < queue.size()) {
+      const std::uint32_t index = queue[pos];
+      RecvOp& op = s_.recvs[index];
+      RecvState& st = recv_state_[index];
+      const std::size_t len = std::min(l_.config_.chunk, op.bytes - op.done);
+      if (op.after >= 0) {
+        const RecvOp& dep = s_.recvs[static_cast<std::size_t>(op.after)];
+        if (op.stream) {
+          if (dep.done < op.done + len && !recv_complete(op.after)) return moved;
+        } else if (!recv_complete(op.after)) {
+          return moved;
+        }
+      }
+      if (op.after_send >= 0 && !send_complete(op.after_send) &&
+          send_state_[static_cast<std::size_t>(op.after_send)].sent < op.done + len) {
+        return moved;
+      }
+      const std::uint64_t m = peer.consumed + 1;
+      const std::uint64_t slot = (m - 1) % lay.slots;
+      auto* flag = reinterpret_cast<const Word*>(l_.base_ + lay.inbox_flag(p, slot));
+      if (flag->value.load(std::memory_order_acquire) != m) return moved;
+      const char* msg = l_.base_ + lay.inbox_slot(p, slot);
+      const auto* h = reinterpret_cast<const WireHeader*>(msg);
+      validate(p, *h, m, op, st, len);
+      const char* payload = msg + kHeader;
+      if (len != 0) {
+        char* dst = static_cast<char*>(op.dst) + op.done;
+        if (op.reduce_with != nullptr) {
+          combine_.reduce(dst, static_cast<const char*>(op.reduce_with) + op.done, payload, len / combine_.elem);
+        } else {
+          std::memcpy(dst, payload, len);
+        }
+        if (op.finalize && combine_.avg_divisor != 0) {
+          coll::divide(dst, len / combine_.elem, combine_.type, combine_.avg_divisor);
+        }
+      }
+      op.done += len;
+      st.any = true;
+      peer.consumed = m;
+      l_.return_credit(peer, (h->flags & kCreditNow) != 0);
+      moved = true;
+      if (op.done == op.bytes) {
+        ++pos;
+        --remaining_;
+      }
+    }
+    return moved;
+  }
+
+  void validate(int p, const WireHeader& h, std::uint64_t m, const RecvOp& op, const RecvState& st, std::size_t len) {
+    if (h.magic != kMagic || h.msg != m) {
+      l_.fail_peer(desc_, p,
+                   "malformed message " + std::to_string(m) + " (magic " + hex(h.magic) + ", number " +
+                       std::to_string(h.msg) + "): its buffers were overwritten or it runs another rdmx version");
+    }
+    const bool theirs_p2p = h.op == static_cast<std::uint8_t>(CollOp::Send);
+    bool same;
+    if (desc_.p2p()) {
+      same = theirs_p2p && h.seq == st.seq && h.type == static_cast<std::uint8_t>(desc_.type);
+    } else {
+      same = !theirs_p2p && h.seq == desc_.seq && h.op == static_cast<std::uint8_t>(desc_.op) &&
+             h.type == static_cast<std::uint8_t>(desc_.type) && h.count == desc_.count && h.root == desc_.root &&
+             (h.redop == static_cast<std::uint8_t>(desc_.redop) || !needs_redop(desc_.op)) &&
+             h.algo == static_cast<std::uint8_t>(desc_.algo);
+    }
+    if (!same) l_.fail_mismatch(desc_, p, &h, nullptr);
+    if (h.transfer_bytes != op.bytes || h.transfer != st.transfer || h.offset != op.done || h.len != len) {
+      const std::string detail = "rank " + std::to_string(p) + " sends " + std::to_string(h.transfer_bytes) +
+                                 " bytes as transfer " + std::to_string(h.transfer) + " where rank " +
+                                 std::to_string(l_.rank_) + " expects " + std::to_string(op.bytes) +
+                                 " bytes as transfer " + std::to_string(st.transfer);
+      l_.fail_mismatch(desc_, p, &h, detail.c_str());
+    }
+  }
+
+  static bool needs_redop(CollOp op) {
+    return op == CollOp::AllReduce || op == CollOp::ReduceScatter || op == CollOp::Reduce;
+  }
+
+  Links& l_;
+  Schedule& s_;
+  const OpDesc& desc_;
+  const Combine& combine_;
+  std::vector<SendState> send_state_;
+  std::vector<RecvState> recv_state_;
+  std::vector<int> active_;
+  std::vector<std::size_t> send_pos_, recv_pos_;
+  std::size_t remaining_ = 0;
+  std::uint32_t checks_ = 0;
+  const bool confirm_sends_ = desc_.op == CollOp::Broadcast || desc_.op == CollOp::Reduce ||
+                              desc_.op == CollOp::Gather || desc_.op == CollOp::Scatter;
+};
+
+void Links::run(Schedule& schedule, const OpDesc& desc, const Combine& combine, core::Clock::time_point deadline) {
+  RunState state(*this, schedule, desc, combine);
+  const bool yield = config_.yield_when_waiting;
+  core::WaitHooks hooks;
+  hooks.progress = [&] {
+    device_->progress();
+    state.check_failures();
+    if (yield) sched_yield();
+  };
+  while (!state.finished()) {
+    auto r = core::wait_until([&] { return state.step() || state.finished(); }, nullptr, deadline, hooks);
+    if (r == core::WaitResult::Timeout) fail_timeout(desc, state.waiting_for());
+    if (r == core::WaitResult::Aborted) fail_aborted(desc);
+  }
+  // User memory that in-place WRITEs read is released only once the peers
+  // have consumed those messages (their credit says so).
+  bool waiting = false;
+  for (int p = 0; p < size_; ++p) waiting = waiting || credit_wait_[static_cast<std::size_t>(p)] != 0;
+  if (waiting) {
+    auto credited = [&] {
+      for (int p = 0; p < size_; ++p) {
+        const std::uint64_t need = credit_wait_[static_cast<std::size_t>(p)];
+        if (need == 0) continue;
+        auto* credit = reinterpret_cast<Word*>(base_ + layout_->credit + static_cast<std::size_t>(p) * kLine);
+        if (credit->value.load(std::memory_order_acquire) < need) {
+          Peer& peer = peers_[static_cast<std::size_t>(p)];
+          if (!peer.failure.empty() || peer.qp->state() == QpState::Error) {
+            fail_peer(desc, p, "it did not confirm receiving this rank's last message: " +
+                                   (!peer.failure.empty() ? peer.failure : peer.qp->error_reason()));
+          }
+          return false;
+        }
+        credit_wait_[static_cast<std::size_t>(p)] = 0;
+      }
+      return true;
+    };
+    auto r = core::wait_until(credited, nullptr, deadline, hooks);
+    if (r == core::WaitResult::Timeout) fail_timeout(desc, "waiting for the peers to confirm its last messages");
+    if (r == core::WaitResult::Aborted) fail_aborted(desc);
+  }
+}
+
+}  // namespace rdmx::coll

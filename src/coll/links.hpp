@@ -1,0 +1,184 @@
+// Links: a communicator's connections to its peers, and the message protocol
+// that the collective algorithms run over them, written against the public
+// core API only (any provider; the device reports capabilities, it is never
+// named).
+//
+// Protocol. Every rank allocates one region (ProtectionDomain::allocate_memory,
+// so the shm provider copies into it one-sidedly) holding, for each peer:
+//   - an inbox of `slots` slots of (64-byte header + chunk) that the peer
+//     RDMA-WRITEs into, and one flag word per slot;
+//   - a staging area of the same shape, the source of this rank's WRITEs of
+//     headers (and of payloads that are copied rather than sent in place);
+//   - a credit word the peer writes: how many of this rank's messages it has
+//     consumed.
+// A message is one WRITE of header + payload into the peer's next slot,
+// followed by a WRITE of the message number into that slot's flag. Writes on
+// one QP land in order, so a receiver that sees the flag sees the message.
+// A sender reuses a slot only when the receiver's credit says it consumed
+// the message that was there; receivers return credit when half the slots
+// are consumed, which is enough for a sender to never wait on a credit the
+// receiver holds back (see return_credit()).
+//
+// Schedules. An algorithm describes one operation as lists of sends and
+// receives (Schedule) and run() progresses them all at once: transfers to
+// or from one peer go in list order, each split into chunk-sized messages;
+// a receive may reduce what arrives with another buffer; a send or receive
+// may wait for an earlier receive (whole, or byte by byte for pipelines).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "coll/op_desc.hpp"
+#include "core/wait.hpp"
+#include "rdmx/bootstrap.hpp"
+#include "rdmx/verbs.hpp"
+
+namespace rdmx::coll {
+
+struct SendOp {
+  int peer = -1;
+  const void* src = nullptr;
+  std::size_t bytes = 0;
+  int after = -1;       // index of a RecvOp that must have completed first
+  bool stream = false;  // with `after`: byte i may go once that receive has delivered byte i (same length)
+  // The WRITE reads `src` in place instead of from a staged copy. Only when
+  // nothing writes src until the peer has consumed the message.
+  bool in_place = false;
+};
+
+struct RecvOp {
+  int peer = -1;
+  void* dst = nullptr;
+  std::size_t bytes = 0;
+  const void* reduce_with = nullptr;  // non-null: dst = reduce_with (op) incoming
+  int after = -1;                     // index of a RecvOp that must have completed first
+  bool stream = false;                // with `after`: byte i may arrive once that receive delivered byte i
+  int after_send = -1;  // index of a staged SendOp reading dst: byte i is written once it has posted byte i
+  bool finalize = false;              // these are final values: apply Combine's finalize (avg) per chunk
+  // progress, kept by run()
+  std::size_t done = 0;
+};
+
+// How receives combine: dst = reduce(a, b) over `elem`-byte elements, then
+// for receives marked final, divide by `avg_divisor` when it is non-zero.
+struct Combine {
+  void (*reduce)(void* dst, const void* a, const void* b, std::size_t count) = nullptr;
+  std::size_t elem = 1;
+  DataType type = DataType::Uint8;
+  int avg_divisor = 0;
+};
+
+struct Schedule {
+  std::vector<SendOp> sends;
+  std::vector<RecvOp> recvs;
+  void clear() {
+    sends.clear();
+    recvs.clear();
+  }
+};
+
+struct LinksConfig {
+  std::size_t chunk = 256 * 1024;  // payload bytes per slot (multiple of 64)
+  std::uint32_t slots = 16;        // slots per peer and direction
+  std::size_t stage_limit = 16 * 1024;  // payloads up to this are copied into staging even when in place is allowed
+  bool yield_when_waiting = false;      // more local ranks than cores: give the core away while spinning
+};
+
+struct Layout;
+
+class Links {
+ public:
+  // Collective over the ranks: allocates and registers the region, connects
+  // the mesh and exchanges region addresses through `store` under `tag`.
+  Links(std::shared_ptr<Device> device, Store& store, int rank, int size, const std::string& tag,
+        const LinksConfig& config, std::chrono::milliseconds timeout);
+  ~Links();
+  Links(const Links&) = delete;
+  Links& operator=(const Links&) = delete;
+
+  int rank() const noexcept { return rank_; }
+  int size() const noexcept { return size_; }
+  std::size_t chunk() const noexcept { return config_.chunk; }
+  Device& device() noexcept { return *device_; }
+  std::shared_ptr<Device> device_shared() const { return device_; }
+  ProtectionDomain& pd() noexcept { return *pd_; }
+  std::string peer_provider(int peer) const;
+
+  // Runs `schedule` for the operation `desc` until every transfer is done.
+  // `reduce` combines (dst, a, b, count) for receives with reduce_with.
+  // Throws: Protocol (a peer's message does not match `desc`: names both
+  // calls, and tells every peer), Timeout (names the ranks that have not
+  // arrived), PeerFailure (QP error or a peer's abort notice), InvalidState
+  // (this communicator was aborted).
+  void run(Schedule& schedule, const OpDesc& desc, const Combine& combine, core::Clock::time_point deadline);
+
+  // Marks the start and end of an operation, for peers diagnosing a timeout.
+  void enter(const OpDesc& desc) noexcept;
+  void leave(const OpDesc& desc) noexcept;
+
+  // Waits until every WRITE this rank posted has completed (before its
+  // buffers are reused or the QPs destroyed). Bounded by `deadline`.
+  void drain(core::Clock::time_point deadline);
+
+  // Makes every current and later run() fail with `reason` and tells the peers.
+  void abort(const std::string& reason);
+  bool aborted() const noexcept { return aborted_.load(std::memory_order_acquire); }
+  const std::string& abort_reason() const noexcept { return abort_reason_; }
+
+  // Scratch memory, registered, at least `bytes` long; valid until the next call.
+  void* scratch(std::size_t bytes);
+
+  // Registers user memory through a small cache (registration on the tcp
+  // and shm providers only records the range, so keeping it is harmless).
+  std::uint32_t lkey_for(const void* addr, std::size_t bytes);
+
+  struct Control;  // defined in links.cpp; public for its layout
+
+ private:
+  struct Peer;
+  class RunState;
+  friend class RunState;
+
+  void post(int peer, const SendWr& wr);
+  void poll_send_cq();
+  void return_credit(Peer& peer, bool force);
+  [[noreturn]] void fail_mismatch(const OpDesc& mine, int peer, const void* header, const char* what);
+  [[noreturn]] void fail_timeout(const OpDesc& desc, const std::string& waiting_for);
+  [[noreturn]] void fail_peer(const OpDesc& desc, int peer, const std::string& why);
+  [[noreturn]] void fail_aborted(const OpDesc& desc);
+  void notify_peers(ErrorCode code, const std::string& text, std::uint64_t seq);
+  // Notices from peers about collectives up to `up_to` (0-sequence notices always count); empty when none.
+  std::string collect_notices(ErrorCode* code, std::uint64_t up_to) const;
+  std::string progress_report(const OpDesc& desc);
+
+  std::shared_ptr<Device> device_;
+  int rank_;
+  int size_;
+  LinksConfig config_;
+  std::unique_ptr<ProtectionDomain> pd_;
+  std::unique_ptr<CompletionQueue> send_cq_;
+  std::unique_ptr<CompletionQueue> recv_cq_;
+  std::unique_ptr<Layout> layout_;
+  std::unique_ptr<MemoryRegion> region_;
+  char* base_ = nullptr;
+  std::vector<Peer> peers_;
+  Control* control_ = nullptr;
+  std::vector<std::uint64_t> credit_wait_;  // per peer: the credit this run must see before it ends
+  std::vector<int> diag_done_;  // per peer: 0 pending, 1 read, 2 failed
+  std::vector<std::vector<std::uint32_t>> send_queues_, recv_queues_;  // reused by run()
+  std::vector<std::uint64_t> p2p_send_seq_, p2p_recv_seq_;
+  std::atomic<bool> aborted_{false};
+  std::string abort_reason_;
+  std::uint64_t outstanding_signaled_ = 0;
+  std::vector<std::unique_ptr<MemoryRegion>> user_mrs_;  // most recently used first
+  std::unique_ptr<MemoryRegion> scratch_mr_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace rdmx::coll

@@ -1,0 +1,155 @@
+#include "coll/selection.hpp"
+
+#include <sstream>
+
+#include "rdmx/error.hpp"
+
+namespace rdmx::coll {
+namespace {
+
+constexpr CollOp kOps[] = {CollOp::AllReduce, CollOp::AllGather, CollOp::ReduceScatter, CollOp::Broadcast,
+                           CollOp::Reduce,    CollOp::AllToAll,  CollOp::AllToAllv,     CollOp::Gather,
+                           CollOp::Scatter,   CollOp::Barrier};
+
+Algo parse_algo(const std::string& name) {
+  for (int a = 0; a < kAlgoCount; ++a) {
+    if (name == to_string(static_cast<Algo>(a))) return static_cast<Algo>(a);
+  }
+  if (name == "recursive_doubling") return Algo::RecursiveDoubling;
+  if (name == "halving_doubling") return Algo::HalvingDoubling;
+  return Algo::None;
+}
+
+std::string names(const std::vector<Algo>& algos) {
+  std::string out;
+  for (Algo a : algos) out += (out.empty() ? "" : ", ") + std::string(to_string(a));
+  return out;
+}
+
+bool supports(CollOp op, Algo algo) {
+  for (Algo a : AlgoSelector::supported(op)) {
+    if (a == algo) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+const std::vector<Algo>& AlgoSelector::supported(CollOp op) {
+  static const std::vector<Algo> all_reduce{Algo::Ring, Algo::RecursiveDoubling, Algo::HalvingDoubling, Algo::Tree,
+                                            Algo::Direct};
+  static const std::vector<Algo> all_gather{Algo::Ring, Algo::RecursiveDoubling, Algo::Direct};
+  static const std::vector<Algo> reduce_scatter{Algo::Ring, Algo::HalvingDoubling, Algo::Direct};
+  static const std::vector<Algo> rooted{Algo::Tree, Algo::Ring, Algo::Direct};
+  static const std::vector<Algo> direct{Algo::Direct};
+  static const std::vector<Algo> barrier{Algo::Dissemination, Algo::Direct};
+  static const std::vector<Algo> none{};
+  switch (op) {
+    case CollOp::AllReduce: return all_reduce;
+    case CollOp::AllGather: return all_gather;
+    case CollOp::ReduceScatter: return reduce_scatter;
+    case CollOp::Broadcast:
+    case CollOp::Reduce: return rooted;
+    case CollOp::AllToAll:
+    case CollOp::AllToAllv:
+    case CollOp::Gather:
+    case CollOp::Scatter: return direct;
+    case CollOp::Barrier: return barrier;
+    default: return none;
+  }
+}
+
+AlgoSelector::AlgoSelector(const std::string& spec) : spec_(spec) {
+  forced_.fill(Algo::None);
+  if (spec.empty()) return;
+  std::stringstream list(spec);
+  std::string item;
+  while (std::getline(list, item, ',')) {
+    if (item.empty()) continue;
+    const auto colon = item.find(':');
+    const std::string name = colon == std::string::npos ? item : item.substr(colon + 1);
+    const Algo algo = parse_algo(name);
+    if (algo == Algo::None || algo == Algo::Local) {
+      throw Error(ErrorCode::Config, "RDMX_ALGO: unknown algorithm '" + name + "' in '" + spec + "'",
+                  {.op = "algorithm selection",
+                   .hint = "use ring, rd, hd, tree, direct or dissemination, for every operation or per operation "
+                           "as all_reduce:rd,broadcast:tree"});
+    }
+    if (colon == std::string::npos) {
+      bool any = false;
+      for (CollOp op : kOps) {
+        if (supports(op, algo)) {
+          forced_[static_cast<std::size_t>(op)] = algo;
+          any = true;
+        }
+      }
+      if (!any) {
+        throw Error(ErrorCode::Config, "RDMX_ALGO: no operation implements '" + name + "'", {.op = "algorithm selection"});
+      }
+      continue;
+    }
+    const std::string op_name = item.substr(0, colon);
+    bool found = false;
+    for (CollOp op : kOps) {
+      if (op_name != to_string(op)) continue;
+      found = true;
+      if (!supports(op, algo)) {
+        throw Error(ErrorCode::Config,
+                    "RDMX_ALGO: " + op_name + " has no algorithm '" + name + "'",
+                    {.op = "algorithm selection", .hint = op_name + " implements: " + names(supported(op))});
+      }
+      forced_[static_cast<std::size_t>(op)] = algo;
+    }
+    if (!found) {
+      throw Error(ErrorCode::Config, "RDMX_ALGO: unknown operation '" + op_name + "' in '" + spec + "'",
+                  {.op = "algorithm selection",
+                   .hint = "operations: all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, "
+                           "all_to_allv, gather, scatter, barrier"});
+    }
+  }
+}
+
+// The table. Thresholds come from bench/run_coll.sh on the development
+// machine (docs/PERFORMANCE.md): latency-bound sizes take the fewest rounds,
+// bandwidth-bound sizes the ring, whose every rank sends and receives
+// 2(n-1)/n of the data once.
+Algo AlgoSelector::table(CollOp op, std::size_t bytes, int ranks) const {
+  if (ranks == 1) return Algo::Local;
+  switch (op) {
+    case CollOp::AllReduce:
+      if (bytes <= 16 * 1024) return Algo::RecursiveDoubling;
+      if (bytes <= 256 * 1024 && ranks > 2) return Algo::HalvingDoubling;
+      return Algo::Ring;
+    case CollOp::AllGather:
+      if (bytes <= 16 * 1024) return Algo::RecursiveDoubling;
+      return Algo::Ring;
+    case CollOp::ReduceScatter:
+      if (bytes <= 16 * 1024) return Algo::Direct;
+      return Algo::Ring;
+    case CollOp::Broadcast:
+    case CollOp::Reduce:
+      if (ranks <= 2) return Algo::Direct;
+      if (bytes <= 256 * 1024) return Algo::Tree;
+      return Algo::Ring;
+    case CollOp::Barrier: return Algo::Dissemination;
+    default: return Algo::Direct;
+  }
+}
+
+Algo AlgoSelector::choose(CollOp op, std::size_t bytes, int ranks) const {
+  if (ranks == 1) return Algo::Local;
+  const Algo forced = forced_[static_cast<std::size_t>(op)];
+  return forced != Algo::None ? forced : table(op, bytes, ranks);
+}
+
+std::string AlgoSelector::explain(CollOp op, std::size_t bytes, int ranks) const {
+  const Algo algo = choose(op, bytes, ranks);
+  if (ranks == 1) return "local: a single rank";
+  if (forced_[static_cast<std::size_t>(op)] != Algo::None) {
+    return std::string(to_string(algo)) + ": forced by RDMX_ALGO='" + spec_ + "'";
+  }
+  return std::string(to_string(algo)) + ": table choice for " + std::to_string(bytes) + " bytes on " +
+         std::to_string(ranks) + " ranks";
+}
+
+}  // namespace rdmx::coll

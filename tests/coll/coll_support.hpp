@@ -1,0 +1,68 @@
+// Shared pieces of the collective tests: where ranks run, how a
+// communicator is made there, inputs as a function of (rank, index), and a
+// reference written independently of the library (no rdmx reduction or
+// conversion code is used to compute expected values).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rdmx/comm.hpp"
+#include "support/harness.hpp"
+
+namespace rdmx::test {
+
+// shm and tcp: every rank on this host, one provider. mix: two hosts, rank 0
+// in one network namespace (and with a private shm socket directory, as a
+// separate machine would have), the others in a second; auto picks shm
+// between ranks of one host and tcp across.
+enum class Transport { Shm, Tcp, Mix };
+const char* to_string(Transport transport) noexcept;
+
+struct CollParam {
+  Transport transport;
+  int n;
+};
+std::string param_name(const CollParam& param);
+
+// run_ranks for a transport.
+::testing::AssertionResult run_coll_ranks(const CollParam& param, const RankBody& body,
+                                          std::chrono::milliseconds timeout = std::chrono::milliseconds(240'000),
+                                          std::vector<int> may_be_killed = {});
+// A communicator over all ranks of the run; `algo` as RDMX_ALGO ("" = table).
+std::unique_ptr<Communicator> make_comm(RankEnv& env, const std::string& tag, const std::string& algo = "");
+
+// "full" when RDMX_COLL_MATRIX=full (the `make test-coll-full` target).
+bool full_matrix();
+
+// --- values -----------------------------------------------------------------
+// The raw bits of element `i` of rank `rank`'s input for (type, op): values
+// exactly representable in the type, in ranges where the op cannot overflow
+// a floating type (integers wrap, which the reference models).
+std::uint64_t input_bits(DataType type, ReduceOp op, int rank, std::size_t i, std::uint64_t seed);
+void store_bits(DataType type, void* base, std::size_t i, std::uint64_t bits);
+std::uint64_t load_bits(DataType type, const void* base, std::size_t i);
+// Fills `count` elements of rank's input starting at input index `first`.
+void fill_input(DataType type, ReduceOp op, int rank, void* out, std::size_t first, std::size_t count,
+                std::uint64_t seed);
+// The value of floating bits, exactly (fp16/bf16 decoded by hand).
+long double decode(DataType type, std::uint64_t bits);
+
+// Checks `count` reduced elements `got` (input indices first..first+count)
+// against the reference over `n` ranks. Integers and min/max must be
+// bit-exact; floating sum/prod/avg within the rounding their order allows.
+// Returns an empty string or the first mismatch.
+std::string check_reduced(DataType type, ReduceOp op, int n, const void* got, std::size_t first, std::size_t count,
+                          std::uint64_t seed);
+
+// 64-bit FNV-1a of a buffer (to compare results across ranks and runs).
+std::uint64_t fingerprint(const void* data, std::size_t bytes);
+
+inline constexpr DataType kAllTypes[] = {DataType::Int8,    DataType::Uint8,    DataType::Int32,   DataType::Uint32,
+                                         DataType::Int64,   DataType::Uint64,   DataType::Float16, DataType::BFloat16,
+                                         DataType::Float32, DataType::Float64};
+inline constexpr ReduceOp kAllOps[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg};
+
+}  // namespace rdmx::test

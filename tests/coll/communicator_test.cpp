@@ -1,0 +1,110 @@
+// The communicator itself: creation from the environment, placement and
+// transports per peer, split, asynchronous operations.
+#include <cstdlib>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "coll/coll_support.hpp"
+
+namespace rdmx::test {
+namespace {
+
+class Communicators : public ::testing::TestWithParam<Transport> {
+ protected:
+  static void TearDownTestSuite() { NetNsPair::destroy(); }
+};
+
+// Local ranks share a host; with mix, rank 0 reaches everyone over tcp while
+// the ranks of the second host reach each other over shm.
+TEST_P(Communicators, PlacementAndTransportPerPeer) {
+  ASSERT_TRUE(run_coll_ranks({GetParam(), 3}, [&](RankEnv& env) {
+    auto comm = make_comm(env, "placement");
+    CHECK_EQ(comm->rank(), env.rank());
+    CHECK_EQ(comm->size(), 3);
+    // Network namespaces share the host name and boot id: one host as far as placement goes.
+    CHECK_EQ(comm->local_size(), 3);
+    CHECK_EQ(comm->local_rank(), env.rank());
+    const auto providers = comm->peer_providers();
+    CHECK_EQ(providers.size(), std::size_t{3});
+    for (int p = 0; p < 3; ++p) {
+      const std::string got = providers[static_cast<std::size_t>(p)];
+      std::string want = to_string(GetParam());
+      if (p == env.rank()) want = "";
+      if (GetParam() == Transport::Mix && p != env.rank()) want = (p == 0 || env.rank() == 0) ? "tcp" : "shm";
+      CHECK_EQ(got, want) << "transport from rank " << env.rank() << " to rank " << p;
+    }
+  }));
+}
+
+TEST_P(Communicators, SplitByColorOrderedByKey) {
+  ASSERT_TRUE(run_coll_ranks({GetParam(), 5}, [&](RankEnv& env) {
+    auto comm = make_comm(env, "parent");
+    const int r = env.rank();
+    // Colors: even ranks, odd ranks; rank 4 joins none. Keys reverse the order.
+    const int color = r == 4 ? -1 : r % 2;
+    auto sub = comm->split(color, -r);
+    if (r == 4) {
+      CHECK(sub == nullptr);
+    } else {
+      CHECK(sub != nullptr);
+      CHECK_EQ(sub->size(), 2);
+      const int expected_rank = (r == 0 || r == 1) ? 1 : 0;  // higher old rank has the lower key
+      CHECK_EQ(sub->rank(), expected_rank);
+      std::int64_t mine = r, sum = 0;
+      sub->all_reduce(&mine, &sum, 1, DataType::Int64, ReduceOp::Sum);
+      CHECK_EQ(sum, color == 0 ? std::int64_t{0 + 2} : std::int64_t{1 + 3});
+    }
+    // The parent goes on working beside its children.
+    std::int64_t one = 1, total = 0;
+    comm->all_reduce(&one, &total, 1, DataType::Int64, ReduceOp::Sum);
+    CHECK_EQ(total, std::int64_t{5});
+  }));
+}
+
+// Asynchronous operations run in call order, overlap with the caller, and
+// mix with blocking calls.
+TEST_P(Communicators, AsynchronousOperationsCompleteInOrder) {
+  ASSERT_TRUE(run_coll_ranks({GetParam(), 3}, [&](RankEnv& env) {
+    auto comm = make_comm(env, "async");
+    const int n = 3, r = env.rank();
+    constexpr std::size_t kCount = 200000;
+    std::vector<float> a(kCount, static_cast<float>(r + 1)), b(kCount * n), c(64, 0.0f);
+    std::vector<Work> works;
+    works.push_back(comm->iall_reduce(a.data(), a.data(), kCount, DataType::Float32, ReduceOp::Sum));
+    works.push_back(comm->iall_gather(a.data(), b.data(), kCount, DataType::Float32));  // sees the reduced a
+    if (r == 0) std::fill(c.begin(), c.end(), 7.0f);
+    works.push_back(comm->ibroadcast(c.data(), c.size(), DataType::Float32, 0));
+    comm->barrier();  // blocking, behind the three
+    for (auto& w : works) {
+      w.wait();
+      CHECK(w.test());
+    }
+    for (std::size_t i = 0; i < kCount; i += 997) CHECK_EQ(a[i], 6.0f) << "all_reduce element " << i;
+    for (std::size_t i = 0; i < kCount * n; i += 1009) CHECK_EQ(b[i], 6.0f) << "all_gather element " << i;
+    for (float v : c) CHECK_EQ(v, 7.0f);
+    // wait(timeout) on a finished operation returns at once; test() on it is true.
+    works[0].wait(std::chrono::milliseconds(0));
+  }));
+}
+
+// Communicator::from_env() reads the launcher's variables (here rdmx's own).
+TEST(CommunicatorFromEnv, JoinsThroughTheLaunchersVariables) {
+  ASSERT_TRUE(run_coll_ranks({Transport::Shm, 3}, [&](RankEnv& env) {
+    ::setenv("RDMX_RANK", std::to_string(env.rank()).c_str(), 1);
+    ::setenv("RDMX_WORLD_SIZE", "3", 1);
+    ::setenv("RDMX_STORE", ("file:" + env.dir() + "/env-store").c_str(), 1);
+    auto comm = Communicator::from_env();
+    CHECK_EQ(comm->rank(), env.rank());
+    CHECK_EQ(comm->size(), 3);
+    std::int32_t v = env.rank() + 1, sum = 0;
+    comm->all_reduce(&v, &sum, 1, DataType::Int32, ReduceOp::Sum);
+    CHECK_EQ(sum, 6);
+  }));
+}
+
+INSTANTIATE_TEST_SUITE_P(Coll, Communicators, ::testing::Values(Transport::Shm, Transport::Tcp, Transport::Mix),
+                         [](const ::testing::TestParamInfo<Transport>& p) { return std::string(to_string(p.param)); });
+
+}  // namespace
+}  // namespace rdmx::test

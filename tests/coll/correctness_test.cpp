@@ -1,0 +1,357 @@
+// The correctness suite: every operation x algorithm x type x reduction x
+// size x in-place/out-of-place, on every transport and rank count, against
+// an independent reference. Floating results must also be the same bits on
+// every rank (all_reduce) and on a second run.
+//
+// The default matrix (make test) runs every combination at sizes 0, 1, 7 and
+// 1023 elements and a chosen few at 1 MiB + 3 elements; RDMX_COLL_MATRIX=full
+// (make test-coll-full) runs every combination at every size, 64 MiB included.
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "coll/coll_support.hpp"
+
+namespace rdmx::test {
+namespace {
+
+struct Sizes {
+  std::vector<std::size_t> counts;  // elements
+  std::size_t large_bytes;          // "1 MiB + 3 elements" and "64 MiB" rows
+};
+
+std::vector<std::size_t> counts_for(DataType type, ReduceOp op, bool reducing) {
+  std::vector<std::size_t> counts{0, 1, 7, 1023};
+  const std::size_t mib_plus_3 = (std::size_t{1} << 20) / rdmx::size_of(type) + 3;
+  const bool chosen = (type == DataType::Float32 && (op == ReduceOp::Sum || !reducing)) ||
+                      (type == DataType::BFloat16 && op == ReduceOp::Sum) ||
+                      (type == DataType::Int64 && op == ReduceOp::Max);
+  if (full_matrix()) {
+    counts.push_back(mib_plus_3);
+    if (chosen || !reducing) counts.push_back((std::size_t{64} << 20) / rdmx::size_of(type));
+  } else if (chosen) {
+    counts.push_back(mib_plus_3);
+  }
+  return counts;
+}
+
+std::vector<ReduceOp> ops_for(DataType type) {
+  std::vector<ReduceOp> ops{ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max};
+  if (is_floating(type)) ops.push_back(ReduceOp::Avg);
+  return ops;
+}
+
+std::vector<std::string> algos_for(CollOp op) {
+  std::vector<std::string> out{""};  // the table's choice
+  static const char* names[] = {"ring", "rd", "hd", "tree", "direct", "dissemination"};
+  const std::vector<std::string> supported = [&] {
+    std::vector<std::string> s;
+    const char* per_op[][2] = {{"all_reduce", "ring,rd,hd,tree,direct"}, {"all_gather", "ring,rd,direct"},
+                               {"reduce_scatter", "ring,hd,direct"},    {"broadcast", "tree,ring,direct"},
+                               {"reduce", "tree,ring,direct"},         {"barrier", "dissemination,direct"}};
+    for (auto& row : per_op) {
+      if (std::string(row[0]) != rdmx::to_string(op)) continue;
+      for (const char* name : names) {
+        if (std::string(row[1]).find(name) != std::string::npos) s.push_back(name);
+      }
+    }
+    return s;
+  }();
+  out.insert(out.end(), supported.begin(), supported.end());
+  return out;
+}
+
+struct Runner {
+  RankEnv& env;
+  int n;
+  int r;
+  std::uint64_t cases = 0;
+
+  // One communicator per algorithm, created on first use.
+  std::vector<std::pair<std::string, std::unique_ptr<Communicator>>> comms;
+  Communicator& comm(CollOp op, const std::string& algo) {
+    const std::string spec = algo.empty() ? "" : std::string(rdmx::to_string(op)) + ":" + algo;
+    for (auto& [s, c] : comms) {
+      if (s == spec) return *c;
+    }
+    comms.emplace_back(spec, make_comm(env, "c" + std::to_string(comms.size()), spec));
+    return *comms.back().second;
+  }
+
+  // Same bits on every rank: gather every rank's fingerprint.
+  void check_same_everywhere(Communicator& c, std::uint64_t fp, const std::string& what) {
+    std::vector<std::uint64_t> all(static_cast<std::size_t>(n));
+    c.all_gather(&fp, all.data(), 1, DataType::Uint64);
+    for (int p = 0; p < n; ++p) {
+      CHECK_EQ(all[static_cast<std::size_t>(p)], fp) << what << ": rank " << p << " got different bits";
+    }
+  }
+};
+
+using Body = std::function<void(Runner&)>;
+
+class Correctness : public ::testing::TestWithParam<CollParam> {
+ protected:
+  static void TearDownTestSuite() { NetNsPair::destroy(); }
+  void run(const Body& body) {
+    ASSERT_TRUE(run_coll_ranks(GetParam(), [&](RankEnv& env) {
+      Runner runner{env, env.world_size(), env.rank()};
+      body(runner);
+    }));
+  }
+};
+
+std::string label(CollOp op, const std::string& algo, DataType t, ReduceOp o, std::size_t count, bool in_place,
+                  int root = -1) {
+  std::string s = std::string(rdmx::to_string(op)) + " algo=" + (algo.empty() ? "table" : algo) + " " +
+                  rdmx::to_string(t) + " " + rdmx::to_string(o) + " count=" + std::to_string(count) +
+                  (in_place ? " in-place" : " out-of-place");
+  if (root >= 0) s += " root=" + std::to_string(root);
+  return s;
+}
+
+// all_reduce, reduce and reduce_scatter share the shape of their check.
+void reducing_suite(Runner& R, CollOp op) {
+  for (const std::string& algo : algos_for(op)) {
+    Communicator& c = R.comm(op, algo);
+    for (DataType t : kAllTypes) {
+      const std::size_t e = rdmx::size_of(t);
+      for (ReduceOp o : ops_for(t)) {
+        for (std::size_t count : counts_for(t, o, true)) {
+          for (bool in_place : {false, true}) {
+            const std::uint64_t seed = ++R.cases;
+            const int root = static_cast<int>(seed % static_cast<std::uint64_t>(R.n));
+            const std::string what = label(op, algo, t, o, count, in_place, op == CollOp::Reduce ? root : -1);
+            const std::size_t in_count = op == CollOp::ReduceScatter ? count * static_cast<std::size_t>(R.n) : count;
+            std::vector<char> in(in_count * e + 1), out(in_count * e + 1, 0x5a);
+            std::uint64_t first_fp = 0;
+            for (int round = 0; round < 2; ++round) {
+              fill_input(t, o, R.r, in.data(), 0, in_count, seed);
+              void* dst = out.data();
+              const void* src = in.data();
+              if (in_place) {
+                std::memcpy(out.data(), in.data(), in_count * e);
+                src = out.data();
+                if (op == CollOp::ReduceScatter) dst = out.data() + static_cast<std::size_t>(R.r) * count * e;
+              }
+              if (op == CollOp::AllReduce) c.all_reduce(src, dst, count, t, o);
+              if (op == CollOp::Reduce) c.reduce(src, dst, count, t, o, root);
+              if (op == CollOp::ReduceScatter) c.reduce_scatter(src, dst, count, t, o);
+              const std::size_t first = op == CollOp::ReduceScatter ? static_cast<std::size_t>(R.r) * count : 0;
+              const bool has_result = op != CollOp::Reduce || R.r == root;
+              if (has_result) {
+                const std::string bad = check_reduced(t, o, R.n, dst, first, count, seed);
+                if (!bad.empty()) FAIL_RANK() << what << ": " << bad;
+              }
+              const std::uint64_t fp = has_result ? fingerprint(dst, count * e) : 0;
+              if (round == 0) {
+                first_fp = fp;
+              } else {
+                CHECK_EQ(fp, first_fp) << what << ": a second run gave different bits";
+              }
+              if (op == CollOp::AllReduce && is_floating(t) && round == 0) R.check_same_everywhere(c, fp, what);
+              if (count > 100000) break;  // large rows: one run (the small rows check repeatability)
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(Correctness, AllReduce) { run([](Runner& R) { reducing_suite(R, CollOp::AllReduce); }); }
+TEST_P(Correctness, Reduce) { run([](Runner& R) { reducing_suite(R, CollOp::Reduce); }); }
+TEST_P(Correctness, ReduceScatter) { run([](Runner& R) { reducing_suite(R, CollOp::ReduceScatter); }); }
+
+// Data movement: values are the input bits of (source rank, index), compared exactly.
+void expect_block(const Runner& R, const std::string& what, DataType t, const void* got, int src_rank,
+                  std::size_t first, std::size_t count, std::uint64_t seed) {
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::uint64_t want = input_bits(t, ReduceOp::Sum, src_rank, first + i, seed);
+    const std::uint64_t g = load_bits(t, got, i);
+    if (g != want) {
+      FAIL_RANK() << what << ": element " << i << " of rank " << src_rank << "'s block (input index " << first + i
+                  << ") is " << g << ", want " << want << " (rank " << R.r << ")";
+    }
+  }
+}
+
+void movement_suite(Runner& R, CollOp op) {
+  const std::size_t n = static_cast<std::size_t>(R.n);
+  for (const std::string& algo : algos_for(op)) {
+    Communicator& c = R.comm(op, algo);
+    for (DataType t : kAllTypes) {
+      const std::size_t e = rdmx::size_of(t);
+      for (std::size_t count : counts_for(t, ReduceOp::Sum, false)) {
+        if (count * e * n > (std::size_t{256} << 20)) continue;  // 64 MiB per rank block is enough
+        for (bool in_place : {false, true}) {
+          const std::uint64_t seed = ++R.cases;
+          const int root = static_cast<int>(seed % n);
+          const std::string what = label(op, algo, t, ReduceOp::Sum, count, in_place, root);
+          const std::size_t big = count * n;
+          std::vector<char> in(big * e + 1), out(big * e + 1, 0x5a);
+          switch (op) {
+            case CollOp::AllGather: {
+              fill_input(t, ReduceOp::Sum, R.r, in.data(), 0, count, seed);
+              const void* src = in.data();
+              if (in_place) {
+                std::memcpy(out.data() + static_cast<std::size_t>(R.r) * count * e, in.data(), count * e);
+                src = out.data() + static_cast<std::size_t>(R.r) * count * e;
+              }
+              c.all_gather(src, out.data(), count, t);
+              for (int j = 0; j < R.n; ++j) {
+                expect_block(R, what, t, out.data() + static_cast<std::size_t>(j) * count * e, j, 0, count, seed);
+              }
+              break;
+            }
+            case CollOp::Broadcast: {
+              if (R.r == root) fill_input(t, ReduceOp::Sum, root, out.data(), 0, count, seed);
+              c.broadcast(out.data(), count, t, root);
+              expect_block(R, what, t, out.data(), root, 0, count, seed);
+              break;
+            }
+            case CollOp::Gather: {
+              fill_input(t, ReduceOp::Sum, R.r, in.data(), 0, count, seed);
+              const void* src = in.data();
+              if (in_place && R.r == root) {
+                std::memcpy(out.data() + static_cast<std::size_t>(R.r) * count * e, in.data(), count * e);
+                src = out.data() + static_cast<std::size_t>(R.r) * count * e;
+              }
+              c.gather(src, out.data(), count, t, root);
+              if (R.r == root) {
+                for (int j = 0; j < R.n; ++j) {
+                  expect_block(R, what, t, out.data() + static_cast<std::size_t>(j) * count * e, j, 0, count, seed);
+                }
+              }
+              break;
+            }
+            case CollOp::Scatter: {
+              if (R.r == root) fill_input(t, ReduceOp::Sum, root, in.data(), 0, big, seed);
+              void* dst = out.data();
+              if (in_place && R.r == root) dst = in.data() + static_cast<std::size_t>(R.r) * count * e;
+              c.scatter(in.data(), dst, count, t, root);
+              expect_block(R, what, t, dst, root, static_cast<std::size_t>(R.r) * count, count, seed);
+              break;
+            }
+            case CollOp::AllToAll: {
+              fill_input(t, ReduceOp::Sum, R.r, in.data(), 0, big, seed);
+              const void* src = in.data();
+              if (in_place) {
+                std::memcpy(out.data(), in.data(), big * e);
+                src = out.data();
+              }
+              c.all_to_all(src, out.data(), count, t);
+              for (int j = 0; j < R.n; ++j) {
+                expect_block(R, what, t, out.data() + static_cast<std::size_t>(j) * count * e, j,
+                             static_cast<std::size_t>(R.r) * count, count, seed);
+              }
+              break;
+            }
+            case CollOp::AllToAllv: {
+              // Rank j sends rank k (count + j + 2k) % (count + 1) elements, packed in rank order.
+              auto amount = [&](int j, int k) { return (count + static_cast<std::size_t>(j + 2 * k)) % (count + 1); };
+              std::vector<std::size_t> sc(n), sd(n), rc(n), rd(n);
+              std::size_t so = 0, ro = 0;
+              for (int k = 0; k < R.n; ++k) {
+                sc[static_cast<std::size_t>(k)] = amount(R.r, k);
+                sd[static_cast<std::size_t>(k)] = so;
+                so += sc[static_cast<std::size_t>(k)];
+                rc[static_cast<std::size_t>(k)] = amount(k, R.r);
+                rd[static_cast<std::size_t>(k)] = ro;
+                ro += rc[static_cast<std::size_t>(k)];
+              }
+              std::vector<char> vin(so * e + 1), vout(ro * e + 1, 0x5a);
+              // Rank j's elements for rank k are its input indices k * (count + 1) + [0, amount).
+              for (int k = 0; k < R.n; ++k) {
+                fill_input(t, ReduceOp::Sum, R.r, vin.data() + sd[static_cast<std::size_t>(k)] * e,
+                           static_cast<std::size_t>(k) * (count + 1), sc[static_cast<std::size_t>(k)], seed);
+              }
+              c.all_to_allv(vin.data(), sc, sd, vout.data(), rc, rd, t);
+              for (int j = 0; j < R.n; ++j) {
+                expect_block(R, what, t, vout.data() + rd[static_cast<std::size_t>(j)] * e, j,
+                             static_cast<std::size_t>(R.r) * (count + 1), rc[static_cast<std::size_t>(j)], seed);
+              }
+              break;
+            }
+            default: FAIL_RANK() << "no movement check for " << rdmx::to_string(op);
+          }
+          if (op == CollOp::AllToAllv && in_place) break;  // no in-place form
+        }
+      }
+    }
+  }
+}
+
+TEST_P(Correctness, AllGather) { run([](Runner& R) { movement_suite(R, CollOp::AllGather); }); }
+TEST_P(Correctness, Broadcast) { run([](Runner& R) { movement_suite(R, CollOp::Broadcast); }); }
+TEST_P(Correctness, Gather) { run([](Runner& R) { movement_suite(R, CollOp::Gather); }); }
+TEST_P(Correctness, Scatter) { run([](Runner& R) { movement_suite(R, CollOp::Scatter); }); }
+TEST_P(Correctness, AllToAll) { run([](Runner& R) { movement_suite(R, CollOp::AllToAll); }); }
+TEST_P(Correctness, AllToAllv) { run([](Runner& R) { movement_suite(R, CollOp::AllToAllv); }); }
+
+// Point to point: a ring of send_recv, then pairs of send and recv.
+TEST_P(Correctness, SendRecv) {
+  run([](Runner& R) {
+    Communicator& c = R.comm(CollOp::SendRecv, "");
+    if (R.n == 1) return;
+    for (DataType t : kAllTypes) {
+      const std::size_t e = rdmx::size_of(t);
+      for (std::size_t count : counts_for(t, ReduceOp::Sum, false)) {
+        const std::uint64_t seed = ++R.cases;
+        const std::string what = label(CollOp::SendRecv, "", t, ReduceOp::Sum, count, false);
+        std::vector<char> in(count * e + 1), out(count * e + 1, 0x5a);
+        fill_input(t, ReduceOp::Sum, R.r, in.data(), 0, count, seed);
+        const int right = (R.r + 1) % R.n, left = (R.r + R.n - 1) % R.n;
+        c.send_recv(in.data(), count, right, out.data(), count, left, t);
+        expect_block(R, what, t, out.data(), left, 0, count, seed);
+        // Pairs (0,1), (2,3), ...: the even rank sends, the odd receives.
+        const int partner = R.r ^ 1;
+        if (partner < R.n) {
+          std::fill(out.begin(), out.end(), 0x5a);
+          if (R.r % 2 == 0) {
+            c.send(in.data(), count, t, partner);
+          } else {
+            c.recv(out.data(), count, t, partner);
+            expect_block(R, what + " (send/recv)", t, out.data(), partner, 0, count, seed);
+          }
+        }
+      }
+    }
+  });
+}
+
+TEST_P(Correctness, Barrier) {
+  run([](Runner& R) {
+    for (const std::string& algo : algos_for(CollOp::Barrier)) {
+      Communicator& c = R.comm(CollOp::Barrier, algo);
+      // Each rank publishes a counter before the barrier; after it, everyone's must be there.
+      for (int round = 0; round < 5; ++round) {
+        const std::string key = "barrier/" + algo + "/" + std::to_string(round) + "/";
+        R.env.store().set(key + std::to_string(R.r), std::string_view("x"));
+        c.barrier();
+        for (int p = 0; p < R.n; ++p) CHECK(R.env.store().check(key + std::to_string(p))) << "rank " << p << " passed the barrier late";
+      }
+    }
+  });
+}
+
+std::vector<CollParam> params() {
+  std::vector<CollParam> out;
+  for (int n : {1, 2, 3, 4, 5, 8}) out.push_back({Transport::Shm, n});
+  for (int n : {2, 3, 5, 8}) out.push_back({Transport::Tcp, n});
+  for (int n : {2, 3, 4}) out.push_back({Transport::Mix, n});
+  if (full_matrix()) {
+    out.push_back({Transport::Tcp, 1});
+    out.push_back({Transport::Tcp, 4});
+    out.push_back({Transport::Mix, 5});
+    out.push_back({Transport::Mix, 8});
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Coll, Correctness, ::testing::ValuesIn(params()),
+                         [](const ::testing::TestParamInfo<CollParam>& p) { return param_name(p.param); });
+
+}  // namespace
+}  // namespace rdmx::test

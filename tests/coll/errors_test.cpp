@@ -1,0 +1,214 @@
+// What goes wrong, and what every rank is told: mismatched calls, a rank
+// that never arrives, a dead rank, abort, and bad arguments.
+#include <csignal>
+#include <string>
+#include <vector>
+
+#include "coll/coll_support.hpp"
+
+namespace rdmx::test {
+namespace {
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// Runs `call` expecting an rdmx::Error of `code`; returns its what().
+template <class F>
+std::string expect_error(ErrorCode code, F&& call, const std::string& what) {
+  try {
+    call();
+  } catch (const Error& e) {
+    CHECK_EQ(e.code(), code) << what << ": " << e.what();
+    return e.what();
+  } catch (const std::exception& e) {
+    FAIL_RANK() << what << ": unexpected exception " << e.what();
+  }
+  fail_rank(__FILE__, __LINE__, what + ": no error");
+}
+
+class CollErrors : public ::testing::TestWithParam<Transport> {
+ protected:
+  static void TearDownTestSuite() { NetNsPair::destroy(); }
+};
+
+// Rank 1 calls all_gather where ranks 0 and 2 call all_reduce: all three
+// fail with a message naming who called what, none hangs.
+TEST_P(CollErrors, MismatchedOperationsNameTheRanksAndCalls) {
+  ASSERT_TRUE(run_coll_ranks({GetParam(), 3}, [](RankEnv& env) {
+    auto comm = make_comm(env, "mismatch");
+    std::vector<float> in(64, 1.0f), out(64 * 3);
+    comm->all_reduce(in.data(), out.data(), 64, DataType::Float32, ReduceOp::Sum);  // #1 agrees
+    const std::string text = expect_error(
+        ErrorCode::Protocol,
+        [&] {
+          if (env.rank() == 1) {
+            comm->all_gather(in.data(), out.data(), 64, DataType::Float32);
+          } else {
+            comm->all_reduce(in.data(), out.data(), 64, DataType::Float32, ReduceOp::Sum);
+          }
+        },
+        "mismatched collective #2");
+    CHECK(contains(text, "all_gather #2")) << text;
+    CHECK(contains(text, "all_reduce #2")) << text;
+    CHECK(contains(text, "rank 1 called all_gather") || contains(text, "rank 1 called all_reduce") ||
+          contains(text, "but rank 1 called all_gather"))
+        << text;
+    // The communicator is unusable afterwards, and says so.
+    expect_error(ErrorCode::InvalidState, [&] { comm->barrier(); }, "barrier after the mismatch");
+  }));
+}
+
+// Counts, types, roots and reductions are checked as well as the operation.
+TEST_P(CollErrors, MismatchedArgumentsAreDetected) {
+  struct Variant {
+    const char* name;
+    std::function<void(Communicator&, int, std::vector<std::int32_t>&)> call;
+    const char* mine;
+    const char* theirs;
+  };
+  const std::vector<Variant> variants = {
+      {"count",
+       [](Communicator& c, int r, std::vector<std::int32_t>& b) {
+         c.all_reduce(b.data(), b.data(), r == 1 ? 8 : 16, DataType::Int32, ReduceOp::Sum);
+       },
+       "int32 x 16", "int32 x 8"},
+      {"type",
+       [](Communicator& c, int r, std::vector<std::int32_t>& b) {
+         c.all_reduce(b.data(), b.data(), 16, r == 1 ? DataType::Uint32 : DataType::Int32, ReduceOp::Sum);
+       },
+       "int32 x 16", "uint32 x 16"},
+      {"root",
+       [](Communicator& c, int r, std::vector<std::int32_t>& b) {
+         c.broadcast(b.data(), 16, DataType::Int32, r == 1 ? 1 : 0);
+       },
+       "root 0", "root 1"},
+      {"reduction",
+       [](Communicator& c, int r, std::vector<std::int32_t>& b) {
+         c.all_reduce(b.data(), b.data(), 16, DataType::Int32, r == 1 ? ReduceOp::Max : ReduceOp::Sum);
+       },
+       "sum", "max"},
+  };
+  for (const auto& v : variants) {
+    ASSERT_TRUE(run_coll_ranks({GetParam(), 2}, [&](RankEnv& env) {
+      CommOptions options;
+      options.provider = env.provider();
+      options.tag = std::string("m-") + v.name;
+      options.timeout = std::chrono::milliseconds(3000);  // both think they are root: found at the timeout at worst
+      auto comm = Communicator::create(env.store_ptr(), env.rank(), env.world_size(), options);
+      std::vector<std::int32_t> buf(16, 1);
+      const std::string text = expect_error(ErrorCode::Protocol, [&] { v.call(*comm, env.rank(), buf); }, v.name);
+      CHECK(contains(text, v.mine) && contains(text, v.theirs)) << v.name << ": " << text;
+    })) << v.name;
+  }
+}
+
+// Rank 2 never calls the collective: the others fail after the timeout,
+// naming rank 2 and the sequence number, instead of hanging.
+TEST_P(CollErrors, MissingRankTimesOutNamingIt) {
+  ASSERT_TRUE(run_coll_ranks({GetParam(), 3}, [](RankEnv& env) {
+    CommOptions options;
+    options.provider = env.provider();
+    options.tag = "late";
+    options.timeout = std::chrono::milliseconds(1500);
+    auto comm = Communicator::create(env.store_ptr(), env.rank(), env.world_size(), options);
+    std::vector<double> buf(1000, 1.0);
+    comm->all_reduce(buf.data(), buf.data(), buf.size(), DataType::Float64, ReduceOp::Sum);  // #1
+    if (env.rank() == 2) {
+      env.store().get("late/released", std::chrono::milliseconds(30'000));  // until the others have failed
+      return;
+    }
+    const std::string text = expect_error(
+        ErrorCode::Timeout,
+        [&] { comm->all_reduce(buf.data(), buf.data(), buf.size(), DataType::Float64, ReduceOp::Sum); },
+        "all_reduce #2 without rank 2");
+    CHECK(contains(text, "all_reduce #2")) << text;
+    CHECK(contains(text, "rank 2 has not called it")) << text;
+    CHECK(contains(text, "#1")) << "the missing rank's last collective: " << text;
+    // Rank 2 is released once both have failed.
+    env.store().set("late/failed/" + std::to_string(env.rank()), std::string_view("1"));
+    if (env.rank() == 0) {
+      env.store().wait({"late/failed/0", "late/failed/1"}, std::chrono::milliseconds(30'000));
+      env.store().set("late/released", std::string_view("1"));
+    }
+  }));
+}
+
+// A rank killed before the collective: the others get PeerFailure naming it
+// long before the timeout.
+TEST_P(CollErrors, DeadRankFailsTheOthersQuickly) {
+  ASSERT_TRUE(run_coll_ranks(
+      {GetParam(), 3},
+      [](RankEnv& env) {
+        auto comm = make_comm(env, "dead");
+        std::vector<float> buf(4096, 1.0f);
+        comm->all_reduce(buf.data(), buf.data(), buf.size(), DataType::Float32, ReduceOp::Sum);
+        env.barrier("before");
+        if (env.rank() == 2) env.kill_self();
+        const auto start = std::chrono::steady_clock::now();
+        const std::string text = expect_error(
+            ErrorCode::PeerFailure,
+            [&] { comm->all_reduce(buf.data(), buf.data(), buf.size(), DataType::Float32, ReduceOp::Sum); },
+            "all_reduce after rank 2 died");
+        CHECK(contains(text, "rank 2")) << text;
+        CHECK_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << text;
+      },
+      std::chrono::milliseconds(120'000), {2}));
+}
+
+// abort() fails the pending operation at once and tells the peer.
+TEST_P(CollErrors, AbortFailsPendingWorkAndTellsPeers) {
+  ASSERT_TRUE(run_coll_ranks({GetParam(), 2}, [](RankEnv& env) {
+    auto comm = make_comm(env, "abort");
+    std::vector<float> buf(1024, 1.0f);
+    if (env.rank() == 0) {
+      // Rank 1 does not join: the operation stays pending until abort().
+      Work work = comm->iall_reduce(buf.data(), buf.data(), buf.size(), DataType::Float32, ReduceOp::Sum);
+      CHECK(!work.test());
+      comm->abort("stopping for the test");
+      const std::string text = expect_error(ErrorCode::InvalidState, [&] { work.wait(); }, "wait after abort");
+      CHECK(contains(text, "stopping for the test")) << text;
+      expect_error(ErrorCode::InvalidState, [&] { comm->barrier(); }, "barrier after abort");
+      env.store().set("abort/done", std::string_view("1"));
+    } else {
+      env.store().get("abort/done", std::chrono::milliseconds(30'000));
+      const std::string text = expect_error(
+          ErrorCode::PeerFailure,
+          [&] { comm->all_reduce(buf.data(), buf.data(), buf.size(), DataType::Float32, ReduceOp::Sum); },
+          "all_reduce after the peer aborted");
+      CHECK(contains(text, "rank 0 reports: aborted: stopping for the test")) << text;
+    }
+  }));
+}
+
+// Bad arguments are refused before anything is sent, and the communicator
+// stays usable.
+TEST_P(CollErrors, BadArgumentsAreRefusedLocally) {
+  ASSERT_TRUE(run_coll_ranks({GetParam(), 2}, [](RankEnv& env) {
+    auto comm = make_comm(env, "args");
+    std::vector<std::int32_t> buf(8, 1);
+    auto bad = [&](const char* what, auto&& call, const char* part) {
+      const std::string text = expect_error(ErrorCode::InvalidArgument, call, what);
+      CHECK(contains(text, part)) << what << ": " << text;
+    };
+    bad("avg on integers", [&] { comm->all_reduce(buf.data(), buf.data(), 8, DataType::Int32, ReduceOp::Avg); },
+        "avg is defined for floating types only");
+    bad("root out of range", [&] { comm->broadcast(buf.data(), 8, DataType::Int32, 2); }, "root 2");
+    bad("null buffer", [&] { comm->all_reduce(nullptr, buf.data(), 8, DataType::Int32, ReduceOp::Sum); },
+        "send buffer is null");
+    bad("send to self", [&] { comm->send(buf.data(), 8, DataType::Int32, env.rank()); }, "not another rank");
+    std::vector<std::size_t> one(1, 0);
+    bad("all_to_allv sizes",
+        [&] { comm->all_to_allv(buf.data(), one, one, buf.data(), one, one, DataType::Int32); }, "2 entries each");
+    bad("huge count",
+        [&] { comm->all_reduce(buf.data(), buf.data(), std::size_t{1} << 62, DataType::Int32, ReduceOp::Sum); },
+        "too large");
+    CHECK_EQ(comm->next_sequence(), std::uint64_t{1}) << "refused calls must not use a sequence number";
+    comm->all_reduce(buf.data(), buf.data(), 8, DataType::Int32, ReduceOp::Sum);
+    CHECK_EQ(buf[0], 2);
+  }));
+}
+
+INSTANTIATE_TEST_SUITE_P(Coll, CollErrors, ::testing::Values(Transport::Shm, Transport::Tcp, Transport::Mix),
+                         [](const ::testing::TestParamInfo<Transport>& p) { return std::string(to_string(p.param)); });
+
+}  // namespace
+}  // namespace rdmx::test
