@@ -167,13 +167,11 @@ class CommImpl final : public Communicator {
 
   Work submit(Call call, bool async) override {
     validate(call);
-    auto state = std::make_shared<Work::State>();
-    state->timeout = timeout_;
-    state->what = std::string(to_string(call.op)) + " on rank " + std::to_string(rank_);
     if (!async) {
       std::unique_lock lock(queue_mutex_);
       if (queue_.empty() && !worker_busy_) {
-        // Nothing queued: run here, on the caller's thread, for the lowest latency.
+        // Nothing queued: run here, on the caller's thread, for the lowest
+        // latency (and no Work state: the caller only waits).
         inline_busy_ = true;
         lock.unlock();
         std::exception_ptr error;
@@ -184,13 +182,15 @@ class CommImpl final : public Communicator {
         }
         lock.lock();
         inline_busy_ = false;
-        queue_cv_.notify_all();
+        if (!queue_.empty()) queue_cv_.notify_all();
         lock.unlock();
         if (error) std::rethrow_exception(error);
-        state->finish(nullptr);
-        return Work(state);
+        return Work();
       }
     }
+    auto state = std::make_shared<Work::State>();
+    state->timeout = timeout_;
+    state->what = std::string(to_string(call.op)) + " on rank " + std::to_string(rank_);
     {
       std::lock_guard lock(queue_mutex_);
       if (!worker_.joinable()) worker_ = std::thread([this] { worker_main(); });
@@ -371,53 +371,83 @@ class CommImpl final : public Communicator {
     combine.type = call.type;
     combine.reduce = reduce_function(call.type, call.redop == ReduceOp::Avg ? ReduceOp::Sum : call.redop);
     combine.avg_divisor = call.redop == ReduceOp::Avg ? size_ : 0;
-    // Register whole user buffers once, so that in-place WRITEs of any part
-    // of them find a covering registration.
-    register_user_buffers(call, e);
+    Call copy;
+    const Call& run_call = guard_overlap(call, e, copy);
+    register_user_buffers(run_call, e);
     schedule_.clear();
-    OpContext ctx{*links_, call, desc, schedule_, combine, core::deadline_after(timeout_), rank_, size_, e};
+    OpContext ctx{*links_, run_call, desc, schedule_, combine, core::deadline_after(timeout_), rank_, size_, e};
     links_->enter(desc);
     coll::run_algorithm(ctx);
     links_->leave(desc);
   }
 
-  void register_user_buffers(const Call& call, std::size_t e) {
+  // The bytes of the send and receive buffers an operation touches on this rank.
+  std::pair<std::size_t, std::size_t> extents(const Call& call, std::size_t e) const {
     const std::size_t n = static_cast<std::size_t>(size_);
-    auto reg = [&](const void* p, std::size_t bytes) {
-      if (p != nullptr && bytes > links_config_stage_limit()) links_->lkey_for(p, bytes);
-    };
+    const bool root = call.root == rank_;
     switch (call.op) {
       case CollOp::AllReduce:
-      case CollOp::Reduce:
-      case CollOp::Broadcast:
-        reg(call.send, call.count * e);
-        reg(call.recv, call.count * e);
-        break;
-      case CollOp::AllGather:
-      case CollOp::Gather:
-        reg(call.send, call.count * e);
-        reg(call.recv, call.count * e * n);
-        break;
+      case CollOp::Broadcast: return {call.count * e, call.count * e};
+      case CollOp::Reduce: return {call.count * e, root ? call.count * e : 0};
+      case CollOp::AllGather: return {call.count * e, call.count * e * n};
+      case CollOp::Gather: return {call.count * e, root ? call.count * e * n : 0};
       case CollOp::ReduceScatter:
-      case CollOp::AllToAll:
-      case CollOp::Scatter:
-        reg(call.send, call.count * e * n);
-        reg(call.recv, call.count * e);
-        break;
+      case CollOp::AllToAll: return {call.count * e * n, call.count * e};
+      case CollOp::Scatter: return {root ? call.count * e * n : 0, call.count * e};
       case CollOp::AllToAllv: {
         std::size_t send_extent = 0, recv_extent = 0;
         for (std::size_t j = 0; j < n; ++j) {
           send_extent = std::max(send_extent, (call.send_displs[j] + call.send_counts[j]) * e);
           recv_extent = std::max(recv_extent, (call.recv_displs[j] + call.recv_counts[j]) * e);
         }
-        reg(call.send, send_extent);
-        reg(call.recv, recv_extent);
-        break;
+        return {send_extent, recv_extent};
       }
-      case CollOp::Send:
-      case CollOp::SendRecv: reg(call.send, call.count * e); break;
-      default: break;
+      case CollOp::Send: return {call.count * e, 0};
+      case CollOp::Recv: return {0, call.count * e};
+      case CollOp::SendRecv: return {call.count * e, call.recv_count * e};
+      case CollOp::Barrier: return {0, 0};
     }
+    return {0, 0};
+  }
+
+  // The in-place forms the algorithms handle; any other overlap of the send
+  // and receive buffers (MPI_IN_PLACE's reduce_scatter into the first block,
+  // partly overlapping buffers) runs from a copy of the send buffer.
+  bool supported_in_place(const Call& call, std::size_t e) const {
+    const auto* s = static_cast<const char*>(call.send);
+    const auto* r = static_cast<const char*>(call.recv);
+    const std::size_t mine = static_cast<std::size_t>(rank_) * call.count * e;
+    switch (call.op) {
+      case CollOp::AllReduce:
+      case CollOp::Reduce:
+      case CollOp::Broadcast:
+      case CollOp::AllToAll: return s == r;
+      case CollOp::AllGather:
+      case CollOp::Gather: return s == r + mine;
+      case CollOp::ReduceScatter: return s + mine == r;
+      case CollOp::Scatter: return r == s + mine;
+      default: return false;
+    }
+  }
+
+  const Call& guard_overlap(const Call& call, std::size_t e, Call& copy) {
+    const auto [send_bytes, recv_bytes] = extents(call, e);
+    const auto s = reinterpret_cast<std::uintptr_t>(call.send), r = reinterpret_cast<std::uintptr_t>(call.recv);
+    const bool overlap = send_bytes != 0 && recv_bytes != 0 && s < r + recv_bytes && r < s + send_bytes;
+    if (!overlap || supported_in_place(call, e)) return call;
+    send_copy_.assign(static_cast<const char*>(call.send), static_cast<const char*>(call.send) + send_bytes);
+    copy = call;
+    copy.send = send_copy_.data();
+    return copy;
+  }
+
+  // Registers whole user buffers once, so that in-place WRITEs of any part
+  // of them find a covering registration.
+  void register_user_buffers(const Call& call, std::size_t e) {
+    const auto [send_bytes, recv_bytes] = extents(call, e);
+    const std::size_t limit = links_config_stage_limit();
+    if (call.send != nullptr && send_bytes > limit) links_->lkey_for(call.send, send_bytes);
+    if (call.recv != nullptr && recv_bytes > limit && call.op != CollOp::Recv) links_->lkey_for(call.recv, recv_bytes);
   }
 
   static std::size_t links_config_stage_limit() {
@@ -435,6 +465,7 @@ class CommImpl final : public Communicator {
   RankPlacement placement_;
   std::unique_ptr<Links> links_;
   Schedule schedule_;
+  std::vector<char> send_copy_;  // see guard_overlap()
   std::uint64_t seq_ = 0;
   std::uint64_t splits_ = 0;
 

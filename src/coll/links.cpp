@@ -153,6 +153,7 @@ Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, c
   peers_.resize(static_cast<std::size_t>(size));
   p2p_send_seq_.assign(static_cast<std::size_t>(size), 0);
   credit_wait_.assign(static_cast<std::size_t>(size), 0);
+  run_scratch_ = std::make_unique<RunScratch>();
   p2p_recv_seq_.assign(static_cast<std::size_t>(size), 0);
 
   Mesh mesh = connect_mesh(store, rank, size, *device_, *pd_, *send_cq_, *recv_cq_, QpCaps{}, tag + "/qp");
@@ -570,11 +571,44 @@ void Links::fail_mismatch(const OpDesc& mine, int peer, const void* header_ptr, 
 }
 
 // ---------------------------------------------------------------------------
-// One run() of a schedule.
+// One run() of a schedule. Its per-transfer state lives in Links::RunScratch
+// so that an operation allocates nothing once the vectors have grown.
+namespace {
+struct SendState {
+  std::size_t sent = 0;
+  bool any = false;  // a message was posted (zero-byte transfers send one)
+  bool any_in_place = false;
+  std::uint32_t transfer = 0;
+  std::uint64_t seq = 0;
+};
+struct RecvState {
+  bool any = false;
+  std::uint32_t transfer = 0;
+  std::uint64_t seq = 0;
+};
+
+}  // namespace
+
+struct Links::RunScratch {
+  std::vector<SendState> send_state;
+  std::vector<RecvState> recv_state;
+  std::vector<int> active;
+  std::vector<std::size_t> send_pos, recv_pos;
+};
+
 class Links::RunState {
  public:
   RunState(Links& links, Schedule& schedule, const OpDesc& desc, const Combine& combine)
-      : l_(links), s_(schedule), desc_(desc), combine_(combine) {
+      : l_(links),
+        s_(schedule),
+        desc_(desc),
+        combine_(combine),
+        send_state_(links.run_scratch_->send_state),
+        recv_state_(links.run_scratch_->recv_state),
+        active_(links.run_scratch_->active),
+        send_pos_(links.run_scratch_->send_pos),
+        recv_pos_(links.run_scratch_->recv_pos) {
+    active_.clear();
     const auto n = static_cast<std::size_t>(l_.size_);
     auto& sq = l_.send_queues_;
     auto& rq = l_.recv_queues_;
@@ -698,19 +732,6 @@ class Links::RunState {
   }
 
  private:
-  struct SendState {
-    std::size_t sent = 0;
-    bool any = false;  // a message was posted (zero-byte transfers send one)
-    bool any_in_place = false;
-    std::uint32_t transfer = 0;
-    std::uint64_t seq = 0;
-  };
-  struct RecvState {
-    bool any = false;
-    std::uint32_t transfer = 0;
-    std::uint64_t seq = 0;
-  };
-
   void check_peer(int peer, const char* what) {
     if (peer < 0 || peer >= l_.size_ || peer == l_.rank_) {
       throw Error(ErrorCode::InvalidArgument,
@@ -908,10 +929,11 @@ class Links::RunState {
   Schedule& s_;
   const OpDesc& desc_;
   const Combine& combine_;
-  std::vector<SendState> send_state_;
-  std::vector<RecvState> recv_state_;
-  std::vector<int> active_;
-  std::vector<std::size_t> send_pos_, recv_pos_;
+  std::vector<SendState>& send_state_;
+  std::vector<RecvState>& recv_state_;
+  std::vector<int>& active_;
+  std::vector<std::size_t>& send_pos_;
+  std::vector<std::size_t>& recv_pos_;
   std::size_t remaining_ = 0;
   std::uint32_t checks_ = 0;
   const bool confirm_sends_ = desc_.op == CollOp::Broadcast || desc_.op == CollOp::Reduce ||

@@ -142,6 +142,7 @@ class Links {
 
  private:
   struct Peer;
+  struct RunScratch;
   class RunState;
   friend class RunState;
 
@@ -172,6 +173,7 @@ class Links {
   std::vector<std::uint64_t> credit_wait_;  // per peer: the credit this run must see before it ends
   std::vector<int> diag_done_;  // per peer: 0 pending, 1 read, 2 failed
   std::vector<std::vector<std::uint32_t>> send_queues_, recv_queues_;  // reused by run()
+  std::unique_ptr<RunScratch> run_scratch_;
   std::vector<std::uint64_t> p2p_send_seq_, p2p_recv_seq_;
   std::atomic<bool> aborted_{false};
   std::string abort_reason_;

@@ -67,6 +67,11 @@ WaitResult wait_until(const std::function<bool()>& ready, WaitWord* word, Clock:
   }
   if (hooks.before_block) hooks.before_block();
   // Block phase: sleep until notified, re-check, bounded by the deadline.
+  // Without a word to be woken through, sleep in slices that start well
+  // below the spin budget and double to 1 ms: two waiters that each wait on
+  // the other then cannot fall into step, each sleeping while the other
+  // spins, as they do with fixed slices as long as the budget.
+  auto slice = std::chrono::microseconds(20);
   for (;;) {
     std::uint32_t seen = word != nullptr ? word->epoch() : 0;
     if (hooks.progress) hooks.progress();
@@ -77,7 +82,8 @@ WaitResult wait_until(const std::function<bool()>& ready, WaitWord* word, Clock:
     if (word != nullptr) {
       word->block(seen, deadline);
     } else {
-      std::this_thread::sleep_for(std::min<Clock::duration>(deadline - now, std::chrono::microseconds(200)));
+      std::this_thread::sleep_for(std::min<Clock::duration>(deadline - now, slice));
+      slice = std::min(slice * 2, std::chrono::microseconds(1000));
     }
   }
 }
