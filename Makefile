@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all deps build run test bench bench-shm clean
+.PHONY: all deps build run test bench bench-shm bench-coll clean
 
 all: build
 
@@ -35,6 +35,11 @@ bench: build
 bench-shm: build
 	@bash scripts/deps.sh --bench
 	bash bench/run_shm.sh $(BUILD)
+
+# Collectives (all_reduce, all_gather, broadcast) against Open MPI (vader, tcp) and Gloo, 2 and 4 local ranks.
+bench-coll: build
+	@bash scripts/deps.sh --bench
+	bash bench/run_coll.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD)

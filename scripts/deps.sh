@@ -9,7 +9,7 @@ set -euo pipefail
 
 packages=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev iproute2)
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(sockperf iperf3 python3 ucx-utils openmpi-bin libopenmpi-dev)
+  packages+=(sockperf iperf3 python3 ucx-utils openmpi-bin libopenmpi-dev python3-torch)
 fi
 
 missing=()

@@ -1,0 +1,776 @@
+// bench/coll/rdmx_coll_perf.cpp: rdmx's collectives, measured as nccl-tests
+// measures NCCL's, side by side with Open MPI (mpi_coll_perf.c) and Gloo
+// (gloo_coll_perf.py) in bench/run_coll.sh. Only the public API
+// (rdmx/comm.hpp) is used.
+//
+//   RDMX_RANK=r RDMX_WORLD_SIZE=n RDMX_STORE=file:/dir RDMX_PROVIDER=shm|tcp
+//     rdmx_coll_perf --op all_reduce|all_gather|reduce_scatter|broadcast|reduce|all_to_all|gather|scatter|barrier
+//                    [--sizes 4,4K,64K,1M,16M,64M] [--type fp32] [--redop sum|prod|min|max|avg]
+//                    [--root 0] [--iters N] [--warmup N] [--check 0|1] [--json PATH]
+//
+// (any launcher rdmx::from_env() knows works as well: torchrun, mpirun, srun.)
+//
+// The three benchmarks take the same flags, measure the same way and print the
+// same table, after nccl-tests:
+//
+// - Size: bytes per rank as in nccl-tests: the buffer for all_reduce, broadcast
+//   and reduce; the receive buffer in total for all_gather and gather (each rank
+//   sends size/type/np elements); the send buffer in total for reduce_scatter
+//   and scatter; the whole send (= receive) buffer for all_to_all. The "count"
+//   column is the count passed to the call, and "size" the larger of send and
+//   receive bytes.
+// - Bandwidth: algbw = size / time (GB = 1e9 bytes); busbw = algbw x factor,
+//   nccl-tests' factors: all_reduce 2(n-1)/n; all_gather, reduce_scatter,
+//   all_to_all, and also gather and scatter (nccl-tests' gather.cu and
+//   scatter.cu) (n-1)/n; broadcast and reduce 1.
+// - Timing: a barrier, then `iters` back-to-back calls; each rank's time per
+//   call, averaged over the ranks (nccl-tests' default -a 1). Iterations:
+//   --iters, or per size from a calibration: 5 untimed calls, a barrier, 3 timed
+//   calls; iters = 0.2 s / (rank 0's time per call), at least 5, at most 10000,
+//   rank 0's choice broadcast. Warm-up: --warmup, or max(5, iters / 10) untimed
+//   calls before the timed ones of each row.
+// - Out-of-place and in-place rows, as nccl-tests. In place as rdmx/comm.hpp
+//   and nccl-tests define it: all_reduce, reduce and all_to_all pass the same
+//   buffer twice; reduce_scatter passes recv = send + rank * count (nccl-tests;
+//   MPI_IN_PLACE's "first block" form also works but costs a copy); all_gather
+//   and gather pass send = recv + rank * count; scatter
+//   passes recv = send + rank * count (the root's block stays where it is).
+//   broadcast is in place only and barrier has no buffer: their other column
+//   is n/a.
+// - Check (--check 1, after the timed calls of each row): inputs get small
+//   integers that depend on rank and index, outputs a sentinel, one call, then
+//   every output element is compared with the result computed here; #wrong is
+//   the number of wrong elements summed over the ranks. Reductions use
+//   ((rank+1)*(i%7+1)) % 16 (prod: 1 + that % 2, so products stay exact), data
+//   movement (rank*17 + (i%101)*5 + 3) % 101: every result is exact in every type
+//   (avg, floating types only, is compared to within one rounding).
+// - Output (rank 0): the table on stdout; with --json PATH one JSON object per
+//   size and row appended to PATH: {"bench","transport","op","np","bytes",
+//   "count","type","redop","root","inplace","time_us","algbw_GBps",
+//   "busbw_GBps","wrong","iters"}. The transport is the providers the
+//   communicator reaches its peers with ("shm", "tcp", "shm+tcp").
+// - Exit status: 0; 1 an error; 2 a bad argument; 3 a combination the library
+//   does not support (rdmx::Error NotSupported); 4 wrong results.
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rdmx/comm.hpp"
+#include "rdmx/error.hpp"
+
+namespace {
+
+constexpr double kTargetSeconds = 0.2;
+constexpr long kMinIters = 5;
+constexpr long kMaxIters = 10000;
+constexpr int kCalibrationWarmup = 5;
+constexpr int kCalibrationIters = 3;
+constexpr std::size_t kMaxBytes = std::size_t{1} << 32;
+
+enum ExitCode { kExitUsage = 2, kExitUnsupported = 3, kExitWrong = 4 };
+
+enum class Op { AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll, Gather, Scatter, Barrier };
+constexpr const char* kOpNames[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
+                                    "all_to_all", "gather",     "scatter",        "barrier"};
+
+constexpr const char* kTypeNames[] = {"int8", "uint8", "int32", "uint32", "int64",
+                                      "uint64", "fp16", "bf16", "fp32", "fp64"};
+constexpr rdmx::DataType kTypes[] = {rdmx::DataType::Int8,    rdmx::DataType::Uint8,    rdmx::DataType::Int32,
+                                     rdmx::DataType::Uint32,  rdmx::DataType::Int64,    rdmx::DataType::Uint64,
+                                     rdmx::DataType::Float16, rdmx::DataType::BFloat16, rdmx::DataType::Float32,
+                                     rdmx::DataType::Float64};
+constexpr std::size_t kTypeSizes[] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8};
+enum TypeIndex { kInt8, kUint8, kInt32, kUint32, kInt64, kUint64, kFp16, kBf16, kFp32, kFp64 };
+
+constexpr const char* kRedopNames[] = {"sum", "prod", "min", "max", "avg"};
+constexpr rdmx::ReduceOp kRedops[] = {rdmx::ReduceOp::Sum, rdmx::ReduceOp::Prod, rdmx::ReduceOp::Min,
+                                      rdmx::ReduceOp::Max, rdmx::ReduceOp::Avg};
+enum RedopIndex { kSum, kProd, kMin, kMax, kAvg };
+
+struct Options {
+  Op op = Op::AllReduce;
+  std::vector<std::size_t> sizes;
+  int type = kFp32;
+  int redop = kSum;
+  int root = 0;
+  long iters = 0;    // 0: per size, from a calibration
+  long warmup = -1;  // -1: max(5, iters / 10)
+  bool check = true;
+  std::string json_path;
+};
+
+// A bad command line: every rank sees the same one, so only rank 0 says it.
+struct UsageError {
+  std::string message;
+};
+struct Unsupported {
+  std::string message;
+};
+
+const char* const kUsage =
+    "usage: rdmx_coll_perf --op all_reduce|all_gather|reduce_scatter|broadcast|reduce|all_to_all|gather|scatter|"
+    "barrier\n"
+    "         [--sizes 4,4K,64K,1M,16M,64M] [--type int8|uint8|int32|uint32|int64|uint64|fp16|bf16|fp32|fp64]\n"
+    "         [--redop sum|prod|min|max|avg] [--root 0] [--iters N] [--warmup N] [--check 0|1] [--json PATH]\n"
+    "  ranks from the environment (RDMX_RANK, RDMX_WORLD_SIZE, RDMX_STORE; torchrun, mpirun, srun);\n"
+    "  RDMX_PROVIDER=shm|tcp picks the transport\n";
+
+long parse_count(const std::string& text, const std::string& option) {
+  char* end = nullptr;
+  errno = 0;
+  const long value = std::strtol(text.c_str(), &end, 10);
+  if (errno != 0 || end == text.c_str() || *end != '\0' || value < 0) {
+    throw UsageError{option + " needs a non-negative number, not '" + text + "'"};
+  }
+  return value;
+}
+
+// "4", "64K", "16M", "1G": binary multiples.
+std::size_t parse_size(std::string text, const std::string& list) {
+  unsigned shift = 0;
+  if (!text.empty()) {
+    switch (text.back()) {
+      case 'K': case 'k': shift = 10; break;
+      case 'M': case 'm': shift = 20; break;
+      case 'G': case 'g': shift = 30; break;
+      default: break;
+    }
+  }
+  if (shift != 0) text.pop_back();
+  char* end = nullptr;
+  const unsigned long long value = text.empty() ? 0 : std::strtoull(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0') throw UsageError{"bad size in --sizes '" + list + "'"};
+  const unsigned long long bytes = value << shift;
+  if (bytes == 0 || bytes > kMaxBytes) throw UsageError{"size out of [1, 4G] in --sizes '" + list + "'"};
+  return static_cast<std::size_t>(bytes);
+}
+
+std::vector<std::size_t> parse_sizes(const std::string& list) {
+  std::vector<std::size_t> sizes;
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    std::size_t comma = list.find(',', start);
+    if (comma == std::string::npos) comma = list.size();
+    sizes.push_back(parse_size(list.substr(start, comma - start), list));
+    start = comma + 1;
+  }
+  return sizes;
+}
+
+template <std::size_t N>
+int lookup(const char* const (&names)[N], const std::string& value, const std::string& option) {
+  for (std::size_t i = 0; i < N; ++i) {
+    if (value == names[i]) return static_cast<int>(i);
+  }
+  if (option == "--type" && value == "float") return kFp32;
+  throw UsageError{"unknown " + option + " '" + value + "'"};
+}
+
+Options parse_options(int argc, char** argv) {
+  Options o;
+  o.sizes = parse_sizes("4,4K,64K,1M,16M,64M");
+  for (int i = 1; i < argc; i += 2) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") throw UsageError{};
+    if (i + 1 >= argc) throw UsageError{arg + " needs a value"};
+    const std::string value = argv[i + 1];
+    if (arg == "--op") {
+      o.op = static_cast<Op>(lookup(kOpNames, value, arg));
+    } else if (arg == "--sizes" || arg == "--size") {
+      o.sizes = parse_sizes(value);
+    } else if (arg == "--type") {
+      o.type = lookup(kTypeNames, value, arg);
+    } else if (arg == "--redop") {
+      o.redop = lookup(kRedopNames, value, arg);
+    } else if (arg == "--root") {
+      o.root = static_cast<int>(parse_count(value, arg));
+    } else if (arg == "--iters") {
+      o.iters = parse_count(value, arg);
+      if (o.iters < 1) throw UsageError{"--iters must be at least 1"};
+    } else if (arg == "--warmup") {
+      o.warmup = parse_count(value, arg);
+    } else if (arg == "--check") {
+      o.check = parse_count(value, arg) != 0;
+    } else if (arg == "--json") {
+      o.json_path = value;
+    } else {
+      throw UsageError{"unknown option '" + arg + "'"};
+    }
+  }
+  return o;
+}
+
+// ---------------------------------------------------------------------------
+// Operations: what each moves, and how fast that is.
+
+bool is_reduction(Op op) { return op == Op::AllReduce || op == Op::ReduceScatter || op == Op::Reduce; }
+bool is_rooted(Op op) { return op == Op::Broadcast || op == Op::Reduce || op == Op::Gather || op == Op::Scatter; }
+bool is_floating_type(int type) { return type == kFp16 || type == kBf16 || type == kFp32 || type == kFp64; }
+
+// Which rows the API has: broadcast is in place only, barrier has no buffer.
+bool has_mode(Op op, bool inplace) {
+  if (op == Op::Barrier) return !inplace;
+  if (op == Op::Broadcast) return inplace;
+  return true;
+}
+
+struct Layout {
+  std::size_t count = 0;       // the count passed to the call
+  std::size_t send_elems = 0;  // elements in the send buffer
+  std::size_t recv_elems = 0;  // elements in the receive buffer
+  std::size_t bytes = 0;       // the size reported: max(send, recv) bytes
+};
+
+Layout layout_for(Op op, std::size_t bytes, std::size_t esize, int n) {
+  Layout l;
+  const std::size_t un = static_cast<std::size_t>(n);
+  const std::size_t per_rank = bytes / esize / un;
+  switch (op) {
+    case Op::AllReduce: case Op::Broadcast: case Op::Reduce:
+      l.count = bytes / esize;
+      l.send_elems = l.recv_elems = l.count;
+      break;
+    case Op::AllGather: case Op::Gather:
+      l.count = per_rank;
+      l.send_elems = per_rank;
+      l.recv_elems = per_rank * un;
+      break;
+    case Op::ReduceScatter: case Op::Scatter:
+      l.count = per_rank;
+      l.send_elems = per_rank * un;
+      l.recv_elems = per_rank;
+      break;
+    case Op::AllToAll:
+      l.count = per_rank;
+      l.send_elems = l.recv_elems = per_rank * un;
+      break;
+    case Op::Barrier:
+      break;
+  }
+  l.bytes = std::max(l.send_elems, l.recv_elems) * esize;
+  return l;
+}
+
+double bus_factor(Op op, int n) {
+  switch (op) {
+    case Op::AllReduce: return 2.0 * (n - 1) / n;
+    case Op::AllGather: case Op::ReduceScatter: case Op::AllToAll: case Op::Gather: case Op::Scatter:
+      return static_cast<double>(n - 1) / n;
+    default: return 1.0;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Elements: stored and read back through a double (every value here is a
+// small integer, or an average of them).
+
+std::uint16_t float_to_half(float f) {
+  const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
+  const std::uint32_t sign = (x >> 16) & 0x8000u;
+  const std::uint32_t exponent = (x >> 23) & 0xffu;
+  std::uint32_t mantissa = x & 0x7fffffu;
+  if (exponent == 0xff) return static_cast<std::uint16_t>(sign | 0x7c00u | (mantissa != 0 ? 0x200u : 0));
+  const int e = static_cast<int>(exponent) - 127 + 15;
+  if (e >= 31) return static_cast<std::uint16_t>(sign | 0x7c00u);
+  if (e <= 0) {  // subnormal or zero
+    if (e < -10) return static_cast<std::uint16_t>(sign);
+    mantissa |= 0x800000u;
+    const int shift = 14 - e;
+    std::uint32_t h = mantissa >> shift;
+    const std::uint32_t rest = mantissa & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rest > half || (rest == half && (h & 1u))) ++h;
+    return static_cast<std::uint16_t>(sign | h);
+  }
+  std::uint32_t h = sign | (static_cast<std::uint32_t>(e) << 10) | (mantissa >> 13);
+  const std::uint32_t rest = mantissa & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // a carry rounds into the exponent
+  return static_cast<std::uint16_t>(h);
+}
+
+float half_to_float(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  const std::uint32_t exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+  if (exponent == 0) {
+    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+    return sign != 0 ? -magnitude : magnitude;
+  }
+  if (exponent == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
+  return std::bit_cast<float>(sign | ((exponent - 15 + 127) << 23) | (mantissa << 13));
+}
+
+std::uint16_t float_to_bf16(float f) {
+  const std::uint32_t x = std::bit_cast<std::uint32_t>(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((x >> 16) | 0x40u);  // NaN
+  return static_cast<std::uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+float bf16_to_float(std::uint16_t b) { return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16); }
+
+template <typename T>
+T& at(void* buf, std::size_t i) {
+  return static_cast<T*>(buf)[i];
+}
+template <typename T>
+T at(const void* buf, std::size_t i) {
+  return static_cast<const T*>(buf)[i];
+}
+
+void store(void* buf, int type, std::size_t i, double v) {
+  const auto whole = static_cast<std::int64_t>(v);
+  switch (type) {
+    case kInt8: at<std::int8_t>(buf, i) = static_cast<std::int8_t>(whole); break;
+    case kUint8: at<std::uint8_t>(buf, i) = static_cast<std::uint8_t>(whole); break;
+    case kInt32: at<std::int32_t>(buf, i) = static_cast<std::int32_t>(whole); break;
+    case kUint32: at<std::uint32_t>(buf, i) = static_cast<std::uint32_t>(whole); break;
+    case kInt64: at<std::int64_t>(buf, i) = whole; break;
+    case kUint64: at<std::uint64_t>(buf, i) = static_cast<std::uint64_t>(whole); break;
+    case kFp16: at<std::uint16_t>(buf, i) = float_to_half(static_cast<float>(v)); break;
+    case kBf16: at<std::uint16_t>(buf, i) = float_to_bf16(static_cast<float>(v)); break;
+    case kFp32: at<float>(buf, i) = static_cast<float>(v); break;
+    case kFp64: at<double>(buf, i) = v; break;
+    default: break;
+  }
+}
+
+double load(const void* buf, int type, std::size_t i) {
+  switch (type) {
+    case kInt8: return at<std::int8_t>(buf, i);
+    case kUint8: return at<std::uint8_t>(buf, i);
+    case kInt32: return at<std::int32_t>(buf, i);
+    case kUint32: return at<std::uint32_t>(buf, i);
+    case kInt64: return static_cast<double>(at<std::int64_t>(buf, i));
+    case kUint64: return static_cast<double>(at<std::uint64_t>(buf, i));
+    case kFp16: return half_to_float(at<std::uint16_t>(buf, i));
+    case kBf16: return bf16_to_float(at<std::uint16_t>(buf, i));
+    case kFp32: return at<float>(buf, i);
+    case kFp64: return at<double>(buf, i);
+    default: return 0;
+  }
+}
+
+// The value as the type holds it (integers wrap, floats round).
+double as_type(int type, double v) {
+  alignas(8) unsigned char cell[8];
+  store(cell, type, 0, v);
+  return load(cell, type, 0);
+}
+
+// The check patterns, the same in the three benchmarks.
+std::int64_t reduce_input(int r, std::size_t i, int redop) {
+  const std::int64_t base = (static_cast<std::int64_t>(r + 1) * static_cast<std::int64_t>(i % 7 + 1)) % 16;
+  return redop == kProd ? 1 + base % 2 : base;
+}
+std::int64_t move_input(int r, std::size_t i) {
+  return (static_cast<std::int64_t>(r) * 17 + static_cast<std::int64_t>(i % 101) * 5 + 3) % 101;
+}
+constexpr double kSentinel = -1.0;
+
+// ---------------------------------------------------------------------------
+
+class Bench {
+ public:
+  Bench(const Options& o, rdmx::Communicator& comm) : o_(o), comm_(comm), rank_(comm.rank()), n_(comm.size()) {}
+
+  int run();
+
+ private:
+  struct Buffers {
+    unsigned char* send = nullptr;  // send_elems of the largest size
+    unsigned char* recv = nullptr;  // max(send_elems, recv_elems) of the largest size
+  };
+
+  void placement(const Layout& l, bool inplace, unsigned char*& in, unsigned char*& out) const;
+  void run_once(const Layout& l, bool inplace);
+  double time_calls(const Layout& l, bool inplace, long iters);
+  long iterations_for(const Layout& l, bool inplace);
+  long long check_once(const Layout& l, bool inplace);
+  double expected_reduction(std::size_t i) const;
+  bool same(double got, double want) const;
+  std::string transport() const;
+
+  const Options& o_;
+  rdmx::Communicator& comm_;
+  int rank_, n_;
+  Buffers b_;
+};
+
+void Bench::placement(const Layout& l, bool inplace, unsigned char*& in, unsigned char*& out) const {
+  const std::size_t block = l.count * kTypeSizes[o_.type];
+  in = b_.send;
+  out = b_.recv;
+  if (!inplace) return;
+  in = b_.recv;
+  switch (o_.op) {
+    case Op::AllGather: case Op::Gather: in = b_.recv + static_cast<std::size_t>(rank_) * block; break;
+    case Op::Scatter: out = b_.recv + static_cast<std::size_t>(rank_) * block; break;
+    case Op::ReduceScatter: out = b_.recv + static_cast<std::size_t>(rank_) * block; break;
+    default: break;
+  }
+}
+
+void Bench::run_once(const Layout& l, bool inplace) {
+  unsigned char *in = nullptr, *out = nullptr;
+  placement(l, inplace, in, out);
+  const rdmx::DataType type = kTypes[o_.type];
+  const rdmx::ReduceOp redop = kRedops[o_.redop];
+  switch (o_.op) {
+    case Op::AllReduce: comm_.all_reduce(in, out, l.count, type, redop); break;
+    case Op::AllGather: comm_.all_gather(in, out, l.count, type); break;
+    case Op::ReduceScatter: comm_.reduce_scatter(in, out, l.count, type, redop); break;
+    case Op::Broadcast: comm_.broadcast(out, l.count, type, o_.root); break;
+    case Op::Reduce: comm_.reduce(in, out, l.count, type, redop, o_.root); break;
+    case Op::AllToAll: comm_.all_to_all(in, out, l.count, type); break;
+    case Op::Gather: comm_.gather(in, out, l.count, type, o_.root); break;
+    case Op::Scatter: comm_.scatter(in, out, l.count, type, o_.root); break;
+    case Op::Barrier: comm_.barrier(); break;
+  }
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Seconds per call on this rank, averaged over the ranks.
+double Bench::time_calls(const Layout& l, bool inplace, long iters) {
+  comm_.barrier();
+  const double start = now_s();
+  for (long i = 0; i < iters; ++i) run_once(l, inplace);
+  const double mine = (now_s() - start) / static_cast<double>(iters);
+  double sum = 0;
+  comm_.all_reduce(&mine, &sum, 1, rdmx::DataType::Float64, rdmx::ReduceOp::Sum);
+  return sum / n_;
+}
+
+// Iterations for a size: --iters, or enough for kTargetSeconds by rank 0's calibration.
+long Bench::iterations_for(const Layout& l, bool inplace) {
+  if (o_.iters > 0) return o_.iters;
+  for (int i = 0; i < kCalibrationWarmup; ++i) run_once(l, inplace);
+  comm_.barrier();
+  const double start = now_s();
+  for (int i = 0; i < kCalibrationIters; ++i) run_once(l, inplace);
+  const double per_call = (now_s() - start) / kCalibrationIters;
+  std::int64_t iters = 0;
+  if (rank_ == 0) {
+    const double want = per_call > 0 ? std::ceil(kTargetSeconds / per_call) : static_cast<double>(kMaxIters);
+    iters = want < kMinIters ? kMinIters : want > kMaxIters ? kMaxIters : static_cast<std::int64_t>(want);
+  }
+  comm_.broadcast(&iters, 1, rdmx::DataType::Int64, 0);
+  return static_cast<long>(iters);
+}
+
+double Bench::expected_reduction(std::size_t i) const {
+  std::int64_t acc = reduce_input(0, i, o_.redop);
+  for (int r = 1; r < n_; ++r) {
+    const std::int64_t v = reduce_input(r, i, o_.redop);
+    switch (o_.redop) {
+      case kSum: case kAvg: acc += v; break;
+      case kProd: acc *= v; break;
+      case kMin: acc = std::min(acc, v); break;
+      case kMax: acc = std::max(acc, v); break;
+      default: break;
+    }
+  }
+  if (o_.redop == kAvg) return as_type(o_.type, static_cast<double>(acc) / n_);
+  // Integers wrap as the library's arithmetic does; small floats are exact.
+  return as_type(o_.type, static_cast<double>(acc));
+}
+
+bool Bench::same(double got, double want) const {
+  if (o_.redop == kAvg && is_reduction(o_.op)) {
+    // One rounding of the type apart at most (fp16 and bf16 are reduced in fp32
+    // and rounded per step).
+    const double tolerance = o_.type == kFp32 ? 1e-6 : o_.type == kFp64 ? 1e-12 : 1e-2;
+    return std::fabs(got - want) <= tolerance * std::max(1.0, std::fabs(want));
+  }
+  return got == want;
+}
+
+// Fill inputs and outputs, run once, count wrong elements over all ranks.
+long long Bench::check_once(const Layout& l, bool inplace) {
+  if (o_.op == Op::Barrier) {
+    run_once(l, inplace);
+    return 0;
+  }
+  const int t = o_.type;
+  const std::size_t n = l.count, total = std::max(l.send_elems, l.recv_elems);
+  unsigned char *in = nullptr, *out = nullptr;
+  placement(l, inplace, in, out);
+  for (std::size_t i = 0; i < l.send_elems; ++i) store(b_.send, t, i, kSentinel);
+  for (std::size_t i = 0; i < total; ++i) store(b_.recv, t, i, kSentinel);
+  const bool is_root = rank_ == o_.root;
+  switch (o_.op) {
+    case Op::AllReduce: case Op::Reduce: case Op::ReduceScatter:
+      for (std::size_t i = 0; i < l.send_elems; ++i) store(in, t, i, static_cast<double>(reduce_input(rank_, i, o_.redop)));
+      break;
+    case Op::AllGather: case Op::Gather:
+      for (std::size_t i = 0; i < n; ++i) store(in, t, i, static_cast<double>(move_input(rank_, i)));
+      break;
+    case Op::Broadcast:
+      if (is_root) {
+        for (std::size_t i = 0; i < n; ++i) store(out, t, i, static_cast<double>(move_input(rank_, i)));
+      }
+      break;
+    case Op::AllToAll:
+      for (std::size_t i = 0; i < l.send_elems; ++i) store(in, t, i, static_cast<double>(move_input(rank_, i)));
+      break;
+    case Op::Scatter:
+      if (is_root) {
+        for (std::size_t i = 0; i < l.send_elems; ++i) store(in, t, i, static_cast<double>(move_input(rank_, i)));
+      }
+      break;
+    default: break;
+  }
+  run_once(l, inplace);
+  std::int64_t wrong = 0;
+  const auto un = static_cast<std::size_t>(rank_);
+  switch (o_.op) {
+    case Op::AllReduce: case Op::Reduce:
+      if (o_.op == Op::AllReduce || is_root) {
+        for (std::size_t i = 0; i < n; ++i) wrong += !same(load(out, t, i), expected_reduction(i));
+      }
+      break;
+    case Op::ReduceScatter:
+      for (std::size_t i = 0; i < n; ++i) wrong += !same(load(out, t, i), expected_reduction(un * n + i));
+      break;
+    case Op::AllGather: case Op::Gather:
+      if (o_.op == Op::AllGather || is_root) {
+        for (int r = 0; r < n_; ++r) {
+          for (std::size_t i = 0; i < n; ++i) {
+            wrong += load(out, t, static_cast<std::size_t>(r) * n + i) != as_type(t, static_cast<double>(move_input(r, i)));
+          }
+        }
+      }
+      break;
+    case Op::Broadcast:
+      for (std::size_t i = 0; i < n; ++i) {
+        wrong += load(out, t, i) != as_type(t, static_cast<double>(move_input(o_.root, i)));
+      }
+      break;
+    case Op::AllToAll:
+      for (int r = 0; r < n_; ++r) {
+        for (std::size_t i = 0; i < n; ++i) {
+          wrong += load(out, t, static_cast<std::size_t>(r) * n + i) !=
+                   as_type(t, static_cast<double>(move_input(r, un * n + i)));
+        }
+      }
+      break;
+    case Op::Scatter:
+      for (std::size_t i = 0; i < n; ++i) {
+        wrong += load(out, t, i) != as_type(t, static_cast<double>(move_input(o_.root, un * n + i)));
+      }
+      break;
+    default: break;
+  }
+  std::int64_t total_wrong = 0;
+  comm_.all_reduce(&wrong, &total_wrong, 1, rdmx::DataType::Int64, rdmx::ReduceOp::Sum);
+  return total_wrong;
+}
+
+std::string Bench::transport() const {
+  std::set<std::string> names;
+  for (const std::string& p : comm_.peer_providers()) {
+    if (!p.empty()) names.insert(p);
+  }
+  std::string joined;
+  for (const std::string& name : names) joined += (joined.empty() ? "" : "+") + name;
+  if (!joined.empty()) return joined;
+  const char* env = std::getenv("RDMX_PROVIDER");
+  return env != nullptr && *env != '\0' ? env : "self";
+}
+
+std::string format_time(double us) {
+  char text[32];
+  std::snprintf(text, sizeof text, us < 10 ? "%.3f" : us < 100 ? "%.2f" : us < 10000 ? "%.1f" : "%.0f", us);
+  return text;
+}
+
+std::string format_bw(double gbps) {
+  char text[32];
+  std::snprintf(text, sizeof text, gbps < 10 ? "%.3f" : "%.2f", gbps);
+  return text;
+}
+
+struct FreeDeleter {
+  void operator()(unsigned char* p) const noexcept { std::free(p); }
+};
+
+int Bench::run() {
+  const Op op = o_.op;
+  const std::size_t esize = kTypeSizes[o_.type];
+  std::vector<std::size_t> sizes = o_.sizes;
+  if (op == Op::Barrier) sizes = {0};
+
+  std::size_t send_max = 0, recv_max = 0;
+  for (std::size_t size : sizes) {
+    const Layout l = layout_for(op, size, esize, n_);
+    send_max = std::max(send_max, l.send_elems);
+    recv_max = std::max({recv_max, l.send_elems, l.recv_elems});
+  }
+  // Page-aligned, touched before any timing.
+  auto allocate = [](std::size_t bytes) {
+    const std::size_t rounded = (bytes + 64 + 4095) / 4096 * 4096;
+    auto* p = static_cast<unsigned char*>(std::aligned_alloc(4096, rounded));
+    if (p == nullptr) throw std::bad_alloc();
+    std::memset(p, 0, rounded);
+    return std::unique_ptr<unsigned char, FreeDeleter>(p);
+  };
+  auto send_buffer = allocate(send_max * esize);
+  auto recv_buffer = allocate(recv_max * esize);
+  b_.send = send_buffer.get();
+  b_.recv = recv_buffer.get();
+
+  std::FILE* json = nullptr;
+  if (rank_ == 0 && !o_.json_path.empty()) {
+    json = std::fopen(o_.json_path.c_str(), "a");
+    if (json == nullptr) {
+      throw rdmx::Error(rdmx::ErrorCode::System,
+                        "cannot open --json file '" + o_.json_path + "': " + std::strerror(errno));
+    }
+  }
+  const std::string transport_name = transport();
+  const char* redop_col = is_reduction(op) ? kRedopNames[o_.redop] : "none";
+  const int root_col = is_rooted(op) ? o_.root : -1;
+  const char* op_name = kOpNames[static_cast<int>(op)];
+  const char* type_name = kTypeNames[o_.type];
+  if (rank_ == 0) {
+    std::printf("# rdmx_coll_perf: %s, %d ranks, transport %s\n", op_name, n_, transport_name.c_str());
+    if (o_.iters > 0) {
+      std::printf("# iters %ld", o_.iters);
+    } else {
+      std::printf("# iters: per size, %.1f s worth (%ld..%ld)", kTargetSeconds, kMinIters, kMaxIters);
+    }
+    if (o_.warmup >= 0) {
+      std::printf(", warmup %ld", o_.warmup);
+    } else {
+      std::printf(", warmup max(5, iters/10)");
+    }
+    std::printf(", check %d; time = per call, averaged over ranks; GB = 1e9 B\n#\n", o_.check ? 1 : 0);
+    std::printf("# %10s  %12s  %6s  %6s  %6s  %32s  %32s\n", "", "", "", "", "", "out-of-place", "in-place");
+    std::printf("# %10s  %12s  %6s  %6s  %6s  %8s  %7s  %7s  %6s  %8s  %7s  %7s  %6s  %7s\n", "size", "count",
+                "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong",
+                "iters");
+    std::printf("# %10s  %12s  %6s  %6s  %6s  %8s  %7s  %7s  %6s  %8s  %7s  %7s  %6s  %7s\n", "(B)", "(elements)",
+                "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "");
+    std::fflush(stdout);
+  }
+
+  long long all_wrong = 0;
+  double bw_sum = 0;
+  int bw_count = 0;
+  for (std::size_t size : sizes) {
+    const Layout l = layout_for(op, size, esize, n_);
+    if (op != Op::Barrier && l.count == 0) {
+      if (rank_ == 0) std::printf("# %zu B: less than one %s per rank, skipped\n", size, type_name);
+      continue;
+    }
+    const bool first_mode = !has_mode(op, false);
+    const long iters = iterations_for(l, first_mode);
+    const long warmup = o_.warmup >= 0 ? o_.warmup : std::max(5L, iters / 10);
+    std::string cells[2];
+    for (int mode = 0; mode <= 1; ++mode) {
+      const bool inplace = mode == 1;
+      char cell[192];
+      if (!has_mode(op, inplace)) {
+        std::snprintf(cell, sizeof cell, "  %8s  %7s  %7s  %6s", "n/a", "n/a", "n/a", "n/a");
+        cells[mode] = cell;
+        continue;
+      }
+      for (long i = 0; i < warmup; ++i) run_once(l, inplace);
+      const double seconds = time_calls(l, inplace, iters);
+      const long long wrong = o_.check ? check_once(l, inplace) : -1;
+      if (wrong > 0) all_wrong += wrong;
+      const double us = seconds * 1e6;
+      const double algbw = seconds > 0 ? static_cast<double>(l.bytes) / 1e9 / seconds : 0;
+      const double busbw = algbw * bus_factor(op, n_);
+      bw_sum += busbw;
+      ++bw_count;
+      if (rank_ != 0) continue;
+      const std::string w = wrong >= 0 ? std::to_string(wrong) : "n/a";
+      std::snprintf(cell, sizeof cell, "  %8s  %7s  %7s  %6s", format_time(us).c_str(), format_bw(algbw).c_str(),
+                    format_bw(busbw).c_str(), w.c_str());
+      cells[mode] = cell;
+      if (json != nullptr) {
+        std::fprintf(json,
+                     "{\"bench\":\"rdmx\",\"transport\":\"%s\",\"op\":\"%s\",\"np\":%d,\"bytes\":%zu,\"count\":%zu,"
+                     "\"type\":\"%s\",\"redop\":\"%s\",\"root\":%d,\"inplace\":%s,\"time_us\":%.4f,"
+                     "\"algbw_GBps\":%.6f,\"busbw_GBps\":%.6f,\"wrong\":%s,\"iters\":%ld}\n",
+                     transport_name.c_str(), op_name, n_, l.bytes, l.count, type_name, redop_col, root_col,
+                     inplace ? "true" : "false", us, algbw, busbw, wrong >= 0 ? std::to_string(wrong).c_str() : "null",
+                     iters);
+        std::fflush(json);
+      }
+    }
+    if (rank_ == 0) {
+      std::printf("  %10zu  %12zu  %6s  %6s  %6d%s%s  %7ld\n", l.bytes, l.count, type_name, redop_col, root_col,
+                  cells[0].c_str(), cells[1].c_str(), iters);
+      std::fflush(stdout);
+    }
+  }
+  if (rank_ == 0) {
+    std::printf("# Out of bounds values : %lld %s\n", all_wrong,
+                o_.check ? (all_wrong == 0 ? "OK" : "FAILED") : "(not checked)");
+    std::printf("# Avg bus bandwidth    : %.4g\n#\n", bw_count > 0 ? bw_sum / bw_count : 0.0);
+  }
+  if (json != nullptr) std::fclose(json);
+  // Nobody leaves while a peer may still read from it.
+  comm_.barrier();
+  return all_wrong > 0 ? kExitWrong : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  Options options;
+  try {
+    options = parse_options(argc, argv);
+    if (is_reduction(options.op) && options.redop == kAvg && !is_floating_type(options.type)) {
+      throw Unsupported{std::string("avg is for floating types, not ") + kTypeNames[options.type]};
+    }
+  } catch (const UsageError& e) {
+    // Every rank parses the same command line; rank 0 (or a rank-less run) says it.
+    const char* rank_env = std::getenv("RDMX_RANK");
+    if (rank_env == nullptr || std::string_view(rank_env) == "0") {
+      if (e.message.empty()) {
+        std::fputs(kUsage, stdout);
+        return 0;
+      }
+      std::fprintf(stderr, "rdmx_coll_perf: %s\n%s", e.message.c_str(), kUsage);
+    }
+    return e.message.empty() ? 0 : kExitUsage;
+  } catch (const Unsupported& e) {
+    std::fprintf(stderr, "rdmx_coll_perf: unsupported: %s\n", e.message.c_str());
+    return kExitUnsupported;
+  }
+  int rank = -1;
+  try {
+    std::unique_ptr<rdmx::Communicator> comm = rdmx::Communicator::from_env();
+    rank = comm->rank();
+    if (options.root >= comm->size()) {
+      if (rank == 0) {
+        std::fprintf(stderr, "rdmx_coll_perf: --root %d is not a rank of %d\n", options.root, comm->size());
+      }
+      return kExitUsage;
+    }
+    Bench bench(options, *comm);
+    return bench.run();
+  } catch (const rdmx::Error& e) {
+    std::fprintf(stderr, "rdmx_coll_perf: rank %d: %s\n", rank, e.what());
+    return e.code() == rdmx::ErrorCode::NotSupported ? kExitUnsupported : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rdmx_coll_perf: rank %d: %s\n", rank, e.what());
+    return 1;
+  }
+}
