@@ -268,6 +268,13 @@ struct DeviceCaps {
   bool remote_peers = false;        // can reach other hosts
   bool same_host_peers = false;     // can reach processes on this host
   bool auto_progress = false;       // READ/atomics served without target calls
+  // The last 8 bytes of an RDMA WRITE (of at least 8 bytes, ending on an
+  // 8-byte boundary) become visible to the target's CPUs only after every
+  // other byte of it, and as one 8-byte store: a target may poll them to
+  // learn that the whole WRITE has landed (what perftest does with the last
+  // byte, and what HCAs writing in address order give in practice; IB does
+  // not promise it, so a provider claims it only where it enforces it).
+  bool ordered_write_placement = false;
   std::uint64_t max_msg_size = 0;   // bytes per work request
   std::uint32_t max_qp_wr = 0;
   std::uint32_t max_sge = 0;

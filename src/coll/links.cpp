@@ -13,8 +13,7 @@
 namespace rdmx::coll {
 namespace {
 
-constexpr std::uint32_t kMagic = 0x52444d43;  // "RDMC"
-constexpr std::size_t kHeader = 64;
+constexpr std::size_t kHeader = 48;
 constexpr std::size_t kLine = 64;
 constexpr std::size_t kNoticeText = 240;
 constexpr std::uint32_t kSignalEvery = 64;  // one signaled WR in this many, so send queues recycle
@@ -29,20 +28,18 @@ struct WireHeader {
   std::uint64_t msg;  // message number on this directed pair, from 1
   std::uint64_t seq;
   std::uint64_t count;
-  std::uint64_t transfer_bytes;
-  std::uint64_t offset;
+  std::uint64_t offset;  // of the payload within its transfer
   std::uint32_t len;
   std::int32_t root;
-  std::uint32_t magic;
-  std::uint32_t transfer;  // index of the transfer among this pair's transfers in the operation
+  std::uint16_t transfer;  // index of the transfer among this pair's transfers in the operation
   std::uint8_t op, type, redop, algo;
-  std::uint32_t flags;
+  std::uint16_t flags;
 };
+static_assert(sizeof(WireHeader) == kHeader);
 // The receiver returns credit as soon as it consumed this message: the
 // sender's operation waits for it before releasing the user memory the
 // message was written from in place.
-constexpr std::uint32_t kCreditNow = 1;
-static_assert(sizeof(WireHeader) <= kHeader);
+constexpr std::uint16_t kCreditNow = 1;
 
 struct alignas(kLine) Word {
   std::atomic<std::uint64_t> value;
@@ -69,11 +66,9 @@ static_assert(sizeof(Notice) == 256);
 
 std::size_t align_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
 
-std::string hex(std::uint64_t v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
+// Where a message's trailer (its flag, when the device places WRITEs in
+// order) sits: after header and payload, 8-byte aligned.
+std::size_t trailer_offset(std::size_t len) { return align_up(kHeader + len, 8); }
 
 std::string rank_list(const std::vector<int>& ranks) {
   std::string out;
@@ -97,7 +92,8 @@ struct Links::Control {
 struct Layout {
   std::size_t slot_bytes, slots, n;
   std::size_t credit, consumed, notices, diag, inbox_flags, staging_flags, inbox, staging, total;
-  Layout(std::size_t n_, const LinksConfig& c) : slot_bytes(kHeader + c.chunk), slots(c.slots), n(n_) {
+  Layout(std::size_t n_, const LinksConfig& c)
+      : slot_bytes(align_up(trailer_offset(c.chunk) + 8, kLine)), slots(c.slots), n(n_) {
     std::size_t off = align_up(sizeof(Links::Control), 4096);
     credit = off;        off += n * kLine;
     consumed = off;      off += n * kLine;
@@ -124,8 +120,24 @@ struct Links::Peer {
   std::uint64_t consumed = 0;  // messages from this peer consumed here
   std::uint64_t credited = 0;  // `consumed` as last returned to the peer
   std::uint32_t unsignaled = 0;
+  std::uint64_t salt = 0;      // flags of messages to this peer are their number ^ salt
   std::string failure;         // why a WR towards this peer failed
 };
+
+namespace {
+// Message flags carry the number xor a per-pair value, so that payload bytes
+// left in a slot cannot pass for a flag: both sides derive it from the
+// receiver's region address and the sender's rank.
+std::uint64_t pair_salt(std::uint64_t receiver_base, int sender) {
+  std::uint64_t x = receiver_base ^ (static_cast<std::uint64_t>(sender) + 1) * 0x9e3779b97f4a7c15ULL;
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  return x | 1;
+}
+}  // namespace
+
+std::uint64_t Links::salt_from(int sender) const { return salts_from_[static_cast<std::size_t>(sender)]; }
 
 // ---------------------------------------------------------------------------
 Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, const std::string& tag,
@@ -186,7 +198,11 @@ Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, c
     Peer& peer = peers_[static_cast<std::size_t>(p)];
     peer.remote_base = base;
     peer.rkey = rkey;
+    peer.salt = pair_salt(base, rank);
   }
+  salts_from_.resize(static_cast<std::size_t>(size));
+  for (int p = 0; p < size; ++p) salts_from_[static_cast<std::size_t>(p)] = pair_salt(reinterpret_cast<std::uintptr_t>(base_), p);
+  ordered_ = device_->caps().ordered_write_placement;
   RDMX_INFO("communicator %s: rank %d of %d, %zu x %zu B buffers per peer, %zu bytes registered", tag.c_str(), rank,
             size, static_cast<std::size_t>(config_.slots), config_.chunk, layout_->total);
 }
@@ -698,10 +714,13 @@ class Links::RunState {
       const Peer& peer = l_.peers_[pi];
       const std::uint64_t m = peer.consumed + 1;
       const std::uint64_t slot = (m - 1) % lay.slots;
-      auto* flag = reinterpret_cast<const Word*>(l_.base_ + lay.inbox_flag(p, slot));
-      if (flag->value.load(std::memory_order_acquire) != m) continue;
       const auto* h = reinterpret_cast<const WireHeader*>(l_.base_ + lay.inbox_slot(p, slot));
-      if (h->magic == kMagic && h->seq == desc_.seq && h->op != static_cast<std::uint8_t>(CollOp::Send)) {
+      // Its length is not known here: take the header's (possibly still
+      // landing) word for it; arrived() only trusts a matching trailer.
+      const std::size_t len = std::min<std::size_t>(
+          std::atomic_ref<const std::uint32_t>(h->len).load(std::memory_order_relaxed), l_.config_.chunk);
+      if (!arrived(p, slot, m, len)) continue;
+      if (h->seq == desc_.seq && h->op != static_cast<std::uint8_t>(CollOp::Send)) {
         const std::string detail = "rank " + std::to_string(p) + " sent this rank a message it expects nothing for";
         l_.fail_mismatch(desc_, p, h, detail.c_str());
       }
@@ -779,12 +798,10 @@ class Links::RunState {
       h->msg = m;
       h->seq = st.seq;
       h->count = desc_.count;
-      h->transfer_bytes = op.bytes;
       h->offset = st.sent;
       h->len = static_cast<std::uint32_t>(len);
       h->root = desc_.root;
-      h->magic = kMagic;
-      h->transfer = st.transfer;
+      h->transfer = static_cast<std::uint16_t>(st.transfer);
       h->op = static_cast<std::uint8_t>(desc_.p2p() ? CollOp::Send : desc_.op);
       h->type = static_cast<std::uint8_t>(desc_.type);
       h->redop = static_cast<std::uint8_t>(desc_.redop);
@@ -800,31 +817,48 @@ class Links::RunState {
       h->flags = confirm ? kCreditNow : 0;
       if (confirm) l_.credit_wait_[static_cast<std::size_t>(p)] = m;
       const char* src = static_cast<const char*>(op.src) + st.sent;
-      Sge sges[2];
+      const std::uint32_t lkey = l_.region_->lkey();
+      const std::size_t trailer = trailer_offset(len);
+      // With ordered placement the flag is the message's own last word: one
+      // WRITE of header, payload and trailer. Otherwise a second WRITE sets
+      // the slot's flag after the message has landed.
+      const bool one_write = l_.ordered_;
+      Sge sges[3];
       std::size_t nsge = 1;
       if (in_place) {
-        sges[0] = {reinterpret_cast<std::uint64_t>(stage), static_cast<std::uint32_t>(kHeader), l_.region_->lkey()};
+        sges[0] = {reinterpret_cast<std::uint64_t>(stage), static_cast<std::uint32_t>(kHeader), lkey};
         sges[1] = {reinterpret_cast<std::uint64_t>(src), static_cast<std::uint32_t>(len), l_.lkey_for(op.src, op.bytes)};
         nsge = 2;
+        if (one_write) {  // padding and trailer, from the staging slot
+          sges[2] = {reinterpret_cast<std::uint64_t>(stage + kHeader + len),
+                     static_cast<std::uint32_t>(trailer + 8 - kHeader - len), lkey};
+          nsge = 3;
+        }
       } else {
         if (len != 0) std::memcpy(stage + kHeader, src, len);
-        sges[0] = {reinterpret_cast<std::uint64_t>(stage), static_cast<std::uint32_t>(kHeader + len), l_.region_->lkey()};
+        sges[0] = {reinterpret_cast<std::uint64_t>(stage),
+                   static_cast<std::uint32_t>(one_write ? trailer + 8 : kHeader + len), lkey};
       }
       SendWr wr;
       wr.opcode = Opcode::RdmaWrite;
       wr.sg_list = {sges, nsge};
       wr.remote_addr = peer.remote_base + lay.inbox_slot(l_.rank_, slot);
       wr.rkey = peer.rkey;
-      wr.signaled = false;
-      ++peer.unsignaled;
-      l_.post(p, wr);
-      auto* flag_src = reinterpret_cast<Word*>(l_.base_ + lay.staging_flag(p, slot));
-      flag_src->value.store(m, std::memory_order_relaxed);
-      Sge flag_sge{reinterpret_cast<std::uint64_t>(flag_src), 8, l_.region_->lkey()};
-      wr.sg_list = {&flag_sge, 1};
-      wr.remote_addr = peer.remote_base + lay.inbox_flag(l_.rank_, slot);
       st.sent += len;
       st.any = true;
+      const std::uint64_t flag_value = m ^ peer.salt;
+      if (one_write) {
+        std::memcpy(stage + trailer, &flag_value, 8);
+      } else {
+        wr.signaled = false;
+        ++peer.unsignaled;
+        l_.post(p, wr);
+        auto* flag_src = reinterpret_cast<Word*>(l_.base_ + lay.staging_flag(p, slot));
+        flag_src->value.store(flag_value, std::memory_order_relaxed);
+        sges[0] = {reinterpret_cast<std::uint64_t>(flag_src), 8, lkey};
+        wr.sg_list = {sges, 1};
+        wr.remote_addr = peer.remote_base + lay.inbox_flag(l_.rank_, slot);
+      }
       wr.signaled = ++peer.unsignaled >= kSignalEvery;
       if (wr.signaled) {
         peer.unsignaled = 0;
@@ -865,9 +899,8 @@ class Links::RunState {
       }
       const std::uint64_t m = peer.consumed + 1;
       const std::uint64_t slot = (m - 1) % lay.slots;
-      auto* flag = reinterpret_cast<const Word*>(l_.base_ + lay.inbox_flag(p, slot));
-      if (flag->value.load(std::memory_order_acquire) != m) return moved;
       const char* msg = l_.base_ + lay.inbox_slot(p, slot);
+      if (!arrived(p, slot, m, len)) return moved;
       const auto* h = reinterpret_cast<const WireHeader*>(msg);
       validate(p, *h, m, op, st, len);
       const char* payload = msg + kHeader;
@@ -895,11 +928,29 @@ class Links::RunState {
     return moved;
   }
 
+  // Has message m from peer p, expected `len` bytes long, landed in its slot?
+  // With ordered placement its trailer says so; a stale trailer that happens
+  // to hold the value (old payload bytes where a longer message had its
+  // payload) is told apart by the header's number, which the message wrote
+  // before its trailer.
+  bool arrived(int p, std::uint64_t slot, std::uint64_t m, std::size_t len) const {
+    const Layout& lay = *l_.layout_;
+    const std::uint64_t want = m ^ l_.salt_from(p);
+    const char* msg = l_.base_ + lay.inbox_slot(p, slot);
+    if (!l_.ordered_) {
+      auto* flag = reinterpret_cast<const Word*>(l_.base_ + lay.inbox_flag(p, slot));
+      return flag->value.load(std::memory_order_acquire) == want;
+    }
+    const auto* trailer = reinterpret_cast<const std::uint64_t*>(msg + trailer_offset(len));
+    if (std::atomic_ref<const std::uint64_t>(*trailer).load(std::memory_order_acquire) != want) return false;
+    return reinterpret_cast<const WireHeader*>(msg)->msg == m;
+  }
+
   void validate(int p, const WireHeader& h, std::uint64_t m, const RecvOp& op, const RecvState& st, std::size_t len) {
-    if (h.magic != kMagic || h.msg != m) {
+    if (h.msg != m) {
       l_.fail_peer(desc_, p,
-                   "malformed message " + std::to_string(m) + " (magic " + hex(h.magic) + ", number " +
-                       std::to_string(h.msg) + "): its buffers were overwritten or it runs another rdmx version");
+                   "malformed message " + std::to_string(m) + " (numbered " + std::to_string(h.msg) +
+                       "): its buffers were overwritten or it runs another rdmx version");
     }
     const bool theirs_p2p = h.op == static_cast<std::uint8_t>(CollOp::Send);
     bool same;
@@ -912,11 +963,12 @@ class Links::RunState {
              h.algo == static_cast<std::uint8_t>(desc_.algo);
     }
     if (!same) l_.fail_mismatch(desc_, p, &h, nullptr);
-    if (h.transfer_bytes != op.bytes || h.transfer != st.transfer || h.offset != op.done || h.len != len) {
-      const std::string detail = "rank " + std::to_string(p) + " sends " + std::to_string(h.transfer_bytes) +
-                                 " bytes as transfer " + std::to_string(h.transfer) + " where rank " +
-                                 std::to_string(l_.rank_) + " expects " + std::to_string(op.bytes) +
-                                 " bytes as transfer " + std::to_string(st.transfer);
+    if (h.transfer != static_cast<std::uint16_t>(st.transfer) || h.offset != op.done || h.len != len) {
+      const std::string detail = "rank " + std::to_string(p) + " sends " + std::to_string(h.len) + " bytes at offset " +
+                                 std::to_string(h.offset) + " of transfer " + std::to_string(h.transfer) +
+                                 " where rank " + std::to_string(l_.rank_) + " expects " + std::to_string(len) +
+                                 " at offset " + std::to_string(op.done) + " of transfer " +
+                                 std::to_string(st.transfer) + " (of " + std::to_string(op.bytes) + " bytes)";
       l_.fail_mismatch(desc_, p, &h, detail.c_str());
     }
   }

@@ -174,6 +174,9 @@ class Links {
   std::vector<int> diag_done_;  // per peer: 0 pending, 1 read, 2 failed
   std::vector<std::vector<std::uint32_t>> send_queues_, recv_queues_;  // reused by run()
   std::unique_ptr<RunScratch> run_scratch_;
+  bool ordered_ = false;                 // DeviceCaps::ordered_write_placement: one WRITE per message
+  std::vector<std::uint64_t> salts_from_;  // per sender: see pair_salt()
+  std::uint64_t salt_from(int sender) const;
   std::vector<std::uint64_t> p2p_send_seq_, p2p_recv_seq_;
   std::atomic<bool> aborted_{false};
   std::string abort_reason_;

@@ -1,6 +1,8 @@
 // Ordering: a WRITE_WITH_IMM completion at the target means every earlier
 // WRITE on the QP is visible; SENDs are received in the order they were
 // posted; completions of one send queue come in posting order.
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -68,6 +70,76 @@ TEST_P(Conformance, WriteWithImmOrdersPrecedingWrites) {
                  .status = WcStatus::Success, .opcode = WcOpcode::RdmaWrite);
       }
       env.barrier("done");
+    }
+  }));
+}
+
+// DeviceCaps::ordered_write_placement: a target that polls the last word of
+// a WRITE and sees it changed finds every other byte of the WRITE in place,
+// for WRITEs of one and several SGEs, small and large, into heap and into
+// allocated (directly mapped) memory. Providers that do not claim it skip.
+TEST_P(Conformance, OrderedWritePlacementWhenClaimed) {
+  ASSERT_TRUE(run(2, [](RankEnv& env) {
+    Node node(env);
+    if (!env.device().caps().ordered_write_placement) return;
+    constexpr std::size_t kMax = 300 * 1024 + 8;
+    const std::size_t sizes[] = {8, 16, 72, 4104, 64 * 1024, kMax};
+    constexpr int kRounds = 40;
+    for (bool allocated : {false, true}) {
+      const std::string tag = allocated ? "alloc" : "heap";
+      Buffer heap(kMax);
+      std::unique_ptr<MemoryRegion> mr =
+          allocated ? node.pd->allocate_memory(kMax, Access::LocalWrite | Access::RemoteWrite)
+                    : node.pd->register_memory(heap.data(), kMax, Access::LocalWrite | Access::RemoteWrite);
+      auto* base = static_cast<unsigned char*>(mr->addr());
+      if (env.rank() == kTarget) {
+        publish_region(env, "ordered/" + tag, *mr);
+        auto qp = make_qp(node);
+        connect_qp(env, *qp, kInitiator, "ordered-" + tag);
+        for (int round = 0; round < kRounds; ++round) {
+          const std::size_t size = sizes[static_cast<std::size_t>(round) % std::size(sizes)];
+          const std::uint64_t mark = 0x5eed000000000000ull + static_cast<std::uint64_t>(round) + 1;
+          auto* word = reinterpret_cast<std::uint64_t*>(base + size - 8);
+          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+          while (std::atomic_ref<std::uint64_t>(*word).load(std::memory_order_acquire) != mark) {
+            CHECK(std::chrono::steady_clock::now() < deadline) << tag << " round " << round << ": last word never came";
+            env.device().progress();
+          }
+          for (std::size_t i = 0; i + 8 < size; ++i) {
+            const auto want = static_cast<unsigned char>((i * 131 + static_cast<std::size_t>(round) * 7) & 0xff);
+            if (base[i] != want) {
+              FAIL_RANK() << tag << " round " << round << " (" << size << " bytes): byte " << i
+                          << " not yet in place when the last word was";
+            }
+          }
+          signal(env, "ordered/" + tag + "/" + std::to_string(round));
+        }
+      } else {
+        auto qp = connected_qp(env, node, kTarget, "ordered-" + tag);
+        RemoteRegion region = fetch_region(env, "ordered/" + tag);
+        Buffer src(kMax);
+        auto src_mr = node.pd->register_memory(src.data(), kMax, Access::LocalWrite);
+        for (int round = 0; round < kRounds; ++round) {
+          const std::size_t size = sizes[static_cast<std::size_t>(round) % std::size(sizes)];
+          for (std::size_t i = 0; i + 8 < size; ++i) {
+            src.data()[i] = static_cast<std::uint8_t>((i * 131 + static_cast<std::size_t>(round) * 7) & 0xff);
+          }
+          const std::uint64_t mark = 0x5eed000000000000ull + static_cast<std::uint64_t>(round) + 1;
+          std::memcpy(src.data() + size - 8, &mark, 8);
+          // Odd rounds: three SGEs that cut through the last word.
+          std::vector<Sge> sges;
+          if (round % 2 == 1 && size >= 16) {
+            sges = {src_mr->sge(0, static_cast<std::uint32_t>(size - 12)), src_mr->sge(size - 12, 8),
+                    src_mr->sge(size - 4, 4)};
+          } else {
+            sges = {src_mr->sge(0, static_cast<std::uint32_t>(size))};
+          }
+          qp->post_send(rdma_wr(static_cast<std::uint64_t>(round), Opcode::RdmaWrite, sges, region.addr, region.rkey, true));
+          WAIT_WC(*node.send_cq, "ordered WRITE round " + std::to_string(round));
+          await(env, "ordered/" + tag + "/" + std::to_string(round));
+        }
+      }
+      env.barrier("ordered-done-" + tag);
     }
   }));
 }

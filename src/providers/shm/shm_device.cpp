@@ -159,6 +159,7 @@ DeviceCaps ShmDevice::caps() const {
   caps.remote_peers = false;
   caps.same_host_peers = true;
   caps.auto_progress = true;
+  caps.ordered_write_placement = true;  // see core::place_last_word_last
   caps.max_msg_size = kMaxMessage;
   caps.max_qp_wr = 16384;
   caps.max_sge = kMaxSge;

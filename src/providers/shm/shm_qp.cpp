@@ -13,6 +13,7 @@
 #include <cstring>
 #include <random>
 
+#include "core/ordered_placement.hpp"
 #include "core/address_bundle.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
@@ -335,17 +336,26 @@ bool ShmQp::try_direct_locked(const SendWr& wr, std::uint64_t total) {
       return false;
     }
     char* remote = r.map + (wr.remote_addr - r.base);
+    // A WRITE's last word is stored last (DeviceCaps::ordered_write_placement).
+    const bool hold = write && core::has_last_word(wr.remote_addr, total);
+    const std::uint64_t before_tail = hold ? total - 8 : total;
+    char tail[8];
+    std::uint64_t at = 0;
     for (const Sge& sge : wr.sg_list) {
       auto* local = reinterpret_cast<char*>(sge.addr);
-      if (sge.length <= 64) {  // the latency case: no detour through the large-copy machinery
-        std::memcpy(write ? remote : local, write ? local : remote, sge.length);
+      const std::uint64_t now = at < before_tail ? std::min<std::uint64_t>(sge.length, before_tail - at) : 0;
+      if (now <= 64) {  // the latency case: no detour through the large-copy machinery
+        std::memcpy(write ? remote : local, write ? local : remote, now);
       } else if (write) {
-        device_.copier().copy(remote, local, sge.length);
+        device_.copier().copy(remote, local, now);
       } else {
-        device_.copier().copy(local, remote, sge.length);
+        device_.copier().copy(local, remote, now);
       }
+      if (now < sge.length) std::memcpy(tail + (at + now - before_tail), local + now, sge.length - now);
       remote += sge.length;
+      at += sge.length;
     }
+    if (hold) core::store_last_word(remote - 8, tail);
     r.busy->store(0, std::memory_order_release);
     return true;
   }
@@ -1025,6 +1035,22 @@ ShmQp::Step ShmQp::execute_request_locked(const Record* r, std::uint16_t slots) 
   return Step::Done;
 }
 
+namespace {
+// The part of an iovec list from byte `skip` on.
+int tail_iovecs(const iovec* in, int count, std::uint64_t skip, iovec* out) {
+  int n = 0;
+  for (int i = 0; i < count; ++i) {
+    if (skip >= in[i].iov_len) {
+      skip -= in[i].iov_len;
+      continue;
+    }
+    out[n++] = {static_cast<char*>(in[i].iov_base) + skip, in[i].iov_len - skip};
+    skip = 0;
+  }
+  return n;
+}
+}  // namespace
+
 ShmQp::Step ShmQp::deliver_locked(const Record* r, const RecvEntry* recv, std::uint64_t target_addr, bool to_recv) {
   const std::uint32_t msn = r->msn;
   const std::uint32_t length = r->length;
@@ -1075,10 +1101,16 @@ ShmQp::Step ShmQp::deliver_locked(const Record* r, const RecvEntry* recv, std::u
       }
     }
     if (nak_status == WcStatus::Success && length > 0) {
+      // A WRITE's last word is stored last (DeviceCaps::ordered_write_placement).
+      const bool hold = !to_recv && core::has_last_word(target_addr, length);
       if (!cross) {
         const std::uint8_t* from = RingConsumer::payload(r);
         for (int i = 0; i < local_count; ++i) {
-          std::memcpy(local[i].iov_base, from, local[i].iov_len);
+          if (hold && i == local_count - 1) {
+            core::copy_last_word_last(local[i].iov_base, from, local[i].iov_len);
+          } else {
+            std::memcpy(local[i].iov_base, from, local[i].iov_len);
+          }
           from += local[i].iov_len;
         }
       } else {
@@ -1089,8 +1121,21 @@ ShmQp::Step ShmQp::deliver_locked(const Record* r, const RecvEntry* recv, std::u
           nak_status = WcStatus::RemInvReqErr;
           why = "the request's buffer list covers " + std::to_string(sum) + " bytes, not " + std::to_string(length);
         } else {
+          // Held back: the last word comes into `tail` and is stored after the rest.
+          char tail[8];
+          iovec* last = &local[local_count - 1];
+          if (hold) last->iov_len -= 8;
           ssize_t n = ::process_vm_readv(peer_pid_, local, static_cast<unsigned long>(local_count), remote,
                                          static_cast<unsigned long>(count), 0);
+          if (hold && n == static_cast<ssize_t>(length - 8)) {
+            iovec tail_iov{tail, 8};
+            iovec from_iov[kMaxSge];
+            const int from_count = tail_iovecs(remote, count, length - 8, from_iov);
+            if (::process_vm_readv(peer_pid_, &tail_iov, 1, from_iov, static_cast<unsigned long>(from_count), 0) == 8) {
+              core::store_last_word(static_cast<char*>(last->iov_base) + last->iov_len, tail);
+              n += 8;
+            }
+          }
           if (n != static_cast<ssize_t>(length)) {
             int error = n < 0 ? errno : EFAULT;
             nak_status = WcStatus::RemOpErr;

@@ -100,6 +100,7 @@ DeviceCaps TcpDevice::caps() const {
   caps.remote_peers = true;
   caps.same_host_peers = true;
   caps.auto_progress = true;
+  caps.ordered_write_placement = true;  // see core::place_last_word_last
   caps.max_msg_size = wire::kMaxMessage;
   caps.max_qp_wr = 16384;
   caps.max_sge = kMaxSge;

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <tuple>
 
+#include "core/ordered_placement.hpp"
 #include "core/address_bundle.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
@@ -981,7 +982,7 @@ bool TcpQp::handle_request_locked(const Header& h) {
         // A small WRITE already in the read-ahead buffer: check and copy under one lock.
         const std::uint8_t* payload = rx_buf_.data() + rx_begin_;
         auto verdict = registry.with_access(true, &pd_, h.rkey, h.addr, h.length, Access::RemoteWrite,
-                                            [&](char* p) { std::memcpy(p, payload, h.length); });
+                                            [&](char* p) { core::copy_last_word_last(p, payload, h.length); });
         if (verdict != core::AccessCheck::Ok) {
           nak_locked(h.msn, Syndrome::RemAccess,
                      "RDMA WRITE to " + hex(h.addr) + " length " + std::to_string(h.arg0) + " rkey " + hex(h.rkey) +
@@ -1261,12 +1262,24 @@ std::size_t TcpQp::deliver_locked(const std::uint8_t* from, std::size_t n) {
       land();
       break;
     case RxTarget::RemoteWrite: {
-      std::uint64_t addr = incoming_.base + rx_target_offset_;
+      // The message's last word is received aside and stored after the rest
+      // (DeviceCaps::ordered_write_placement), whatever frames carry it.
+      const std::uint64_t addr = incoming_.base + rx_target_offset_;
+      const std::uint64_t total = incoming_.total;
+      const bool hold = core::has_last_word(incoming_.base, total);
+      const std::uint64_t before_tail = hold ? total - 8 : total;
+      const std::uint64_t off = rx_target_offset_;
+      const std::size_t direct = off < before_tail ? static_cast<std::size_t>(std::min<std::uint64_t>(n, before_tail - off)) : 0;
       auto verdict = registry.with_access(true, &pd_, incoming_.rkey, addr, n, Access::RemoteWrite, [&](char* p) {
-        iov[0] = {p, n};
-        count = 1;
+        count = 0;
+        if (direct > 0) iov[static_cast<std::size_t>(count++)] = {p, direct};
+        if (direct < n) iov[static_cast<std::size_t>(count++)] = {tail_hold_ + (off + direct - before_tail), n - direct};
         land();
       });
+      if (verdict == core::AccessCheck::Ok && hold && got > 0 && off + static_cast<std::uint64_t>(got) == total) {
+        verdict = registry.with_access(true, &pd_, incoming_.rkey, incoming_.base + before_tail, 8, Access::RemoteWrite,
+                                       [&](char* p) { core::store_last_word(p, tail_hold_); });
+      }
       if (verdict != core::AccessCheck::Ok) {
         nak_locked(incoming_.msn, Syndrome::RemAccess,
                    "RDMA WRITE target " + hex(addr) + " became invalid mid-message: " + core::to_string(verdict));

@@ -241,6 +241,7 @@ class TcpQp final : public QueuePair {
   bool rnr_discarding_ = false;
   std::uint32_t rnr_discard_msn_ = 0;
   Incoming incoming_;
+  std::uint8_t tail_hold_[8] = {};  // a WRITE's last word, stored after the rest of it
   std::deque<ReadJob> read_jobs_;
   std::deque<wire::Header> control_;
   bool serve_reads_next_ = false;
