@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all deps build run test bench bench-shm bench-coll clean
+.PHONY: all deps build run test test-coll-full bench bench-shm bench-coll clean
 
 all: build
 
@@ -26,6 +26,12 @@ run: build
 test: build
 	@echo "== test (ctest; needs root for the network-namespace cases)"
 	cd $(BUILD) && ctest --output-on-failure -j 2 --timeout 300
+
+# The collectives' full correctness matrix: every size up to 64 MiB and every
+# rank count on shm, tcp and two network-namespace hosts (long; not in CI).
+test-coll-full: build
+	@echo "== test-coll-full (RDMX_COLL_MATRIX=full: the collective correctness suite at every size)"
+	cd $(BUILD) && RDMX_COLL_MATRIX=full ctest --output-on-failure -j 2 -R 'Coll/Correctness'
 
 bench: build
 	@bash scripts/deps.sh --bench

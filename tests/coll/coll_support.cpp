@@ -29,7 +29,7 @@ bool full_matrix() {
 ::testing::AssertionResult run_coll_ranks(const CollParam& param, const RankBody& body,
                                           std::chrono::milliseconds timeout, std::vector<int> may_be_killed) {
   Options options;
-  options.timeout = timeout;
+  options.timeout = full_matrix() ? std::max(timeout, std::chrono::milliseconds(3'000'000)) : timeout;
   options.may_be_killed = std::move(may_be_killed);
   options.provider = param.transport == Transport::Shm ? "shm" : param.transport == Transport::Tcp ? "tcp" : "auto";
   const Placement placement = param.transport == Transport::Mix ? Placement::NetNsIPv4 : Placement::Local;
