@@ -20,12 +20,22 @@ void all_gather_ring(OpContext& ctx) {
   const std::size_t bytes = c.count * ctx.elem;
   auto* out = static_cast<char*>(c.recv);
   copy_if_distinct(out + static_cast<std::size_t>(r) * bytes, c.send, bytes);
+  const int right = mod(r + 1, n), left = mod(r - 1, n);
+  // Large blocks go straight into the right neighbour's buffer.
+  const bool direct = ctx.use_direct(bytes);
+  int announcement = -1;
+  if (direct) {
+    add_announce(ctx.sched, left, out, bytes * static_cast<std::size_t>(n));
+    announcement = add_announcement_recv(ctx.sched, right);
+  }
   int prev = -1;
   for (int step = 0; step < n - 1; ++step) {
     const auto sb = static_cast<std::size_t>(mod(r - step, n));
     const auto rb = static_cast<std::size_t>(mod(r - step - 1, n));
-    add_send(ctx.sched, mod(r + 1, n), out + sb * bytes, bytes, prev, true, true);
-    prev = add_recv(ctx.sched, mod(r - 1, n), out + rb * bytes, bytes);
+    const int si = add_send(ctx.sched, right, out + sb * bytes, bytes, prev, true, true);
+    if (direct) make_direct(ctx.sched, si, announcement, sb * bytes);
+    prev = add_recv(ctx.sched, left, out + rb * bytes, bytes);
+    ctx.sched.recvs[static_cast<std::size_t>(prev)].direct = direct;
   }
   ctx.run();
 }
@@ -96,9 +106,19 @@ void broadcast_tree(OpContext& ctx) {
     }
     if (v + mask < n) children.push_back(mod(v + mask + c.root, n));
   }
+  // Large messages go straight into each child's buffer.
+  const bool direct = ctx.use_direct(bytes);
   int got = -1;
-  if (parent >= 0) got = add_recv(ctx.sched, parent, c.recv, bytes);
-  for (auto it = children.rbegin(); it != children.rend(); ++it) add_send(ctx.sched, *it, c.recv, bytes, got, true, true);
+  if (parent >= 0) {
+    if (direct) add_announce(ctx.sched, parent, c.recv, bytes);
+    got = add_recv(ctx.sched, parent, c.recv, bytes);
+    ctx.sched.recvs[static_cast<std::size_t>(got)].direct = direct;
+  }
+  for (auto it = children.rbegin(); it != children.rend(); ++it) {
+    const int announcement = direct ? add_announcement_recv(ctx.sched, *it) : -1;
+    const int si = add_send(ctx.sched, *it, c.recv, bytes, got, true, true);
+    if (direct) make_direct(ctx.sched, si, announcement, 0);
+  }
   ctx.run();
 }
 
@@ -108,9 +128,18 @@ void broadcast_ring(OpContext& ctx) {
   const int r = ctx.rank, n = ctx.n;
   const std::size_t bytes = c.count * ctx.elem;
   const int v = mod(r - c.root, n);
+  const bool direct = ctx.use_direct(bytes);
   int got = -1;
-  if (v > 0) got = add_recv(ctx.sched, mod(r - 1, n), c.recv, bytes);
-  if (v < n - 1) add_send(ctx.sched, mod(r + 1, n), c.recv, bytes, got, true, true);
+  if (v > 0) {
+    if (direct) add_announce(ctx.sched, mod(r - 1, n), c.recv, bytes);
+    got = add_recv(ctx.sched, mod(r - 1, n), c.recv, bytes);
+    ctx.sched.recvs[static_cast<std::size_t>(got)].direct = direct;
+  }
+  if (v < n - 1) {
+    const int announcement = direct ? add_announcement_recv(ctx.sched, mod(r + 1, n)) : -1;
+    const int si = add_send(ctx.sched, mod(r + 1, n), c.recv, bytes, got, true, true);
+    if (direct) make_direct(ctx.sched, si, announcement, 0);
+  }
   ctx.run();
 }
 
@@ -259,6 +288,31 @@ int add_send(Schedule& s, int peer, const void* src, std::size_t bytes, int afte
   op.in_place = in_place;
   s.sends.push_back(op);
   return static_cast<int>(s.sends.size()) - 1;
+}
+
+int add_announce(Schedule& s, int peer, void* buffer, std::size_t bytes) {
+  SendOp op;
+  op.peer = peer;
+  op.src = buffer;
+  op.bytes = bytes;
+  op.announce = true;
+  s.sends.push_back(op);
+  return static_cast<int>(s.sends.size()) - 1;
+}
+
+int add_announcement_recv(Schedule& s, int peer) {
+  RecvOp op;
+  op.peer = peer;
+  op.announcement = true;
+  s.recvs.push_back(op);
+  return static_cast<int>(s.recvs.size()) - 1;
+}
+
+void make_direct(Schedule& s, int send_index, int announcement, std::size_t offset) {
+  SendOp& op = s.sends[static_cast<std::size_t>(send_index)];
+  op.rtr = announcement;
+  op.rtr_offset = offset;
+  op.in_place = true;
 }
 
 int add_recv(Schedule& s, int peer, void* dst, std::size_t bytes, const void* reduce_with, int after, bool stream) {

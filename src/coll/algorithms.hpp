@@ -26,6 +26,11 @@ struct OpContext {
   int rank = 0;
   int n = 1;
   std::size_t elem = 1;
+  // Transfers of at least this many bytes go straight into the receiver's
+  // buffer (direct sends after a ready-to-receive announcement).
+  std::size_t direct_min = 0;
+
+  bool use_direct(std::size_t transfer_bytes) const { return direct_min != 0 && transfer_bytes >= direct_min; }
 
   void run() { links.run(sched, desc, combine, deadline); }
 };
@@ -55,6 +60,11 @@ int add_send(Schedule& s, int peer, const void* src, std::size_t bytes, int afte
              bool in_place = false);
 int add_recv(Schedule& s, int peer, void* dst, std::size_t bytes, const void* reduce_with = nullptr, int after = -1,
              bool stream = false);
+// Direct transfers: the receiver announces its buffer to the sender; the
+// sender's sends then name that announcement and an offset into the buffer.
+int add_announce(Schedule& s, int peer, void* buffer, std::size_t bytes);
+int add_announcement_recv(Schedule& s, int peer);
+void make_direct(Schedule& s, int send_index, int announcement, std::size_t offset);
 
 // Power-of-two folding for rd/hd with any rank count: the first 2*extra
 // ranks pair up (even keeps, odd hands its data to even and waits), the rest

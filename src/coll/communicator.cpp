@@ -375,7 +375,8 @@ class CommImpl final : public Communicator {
     const Call& run_call = guard_overlap(call, e, copy);
     register_user_buffers(run_call, e);
     schedule_.clear();
-    OpContext ctx{*links_, run_call, desc, schedule_, combine, core::deadline_after(timeout_), rank_, size_, e};
+    OpContext ctx{*links_, run_call, desc, schedule_, combine, core::deadline_after(timeout_), rank_, size_, e,
+                  direct_min_};
     links_->enter(desc);
     coll::run_algorithm(ctx);
     links_->leave(desc);
@@ -466,6 +467,12 @@ class CommImpl final : public Communicator {
   std::unique_ptr<Links> links_;
   Schedule schedule_;
   std::vector<char> send_copy_;  // see guard_overlap()
+  // RDMX_COLL_DIRECT_MIN: transfers from this size on are written into the
+  // receiver's buffer directly (0, the default, turns it off). Every rank
+  // must agree. Off by default: on shm a WRITE into another process's heap
+  // is copied by that process (through its rings), which measured slower
+  // than the buffers; over tcp it saves the receiver's copy (docs/COLLECTIVES.md).
+  const std::size_t direct_min_ = core::env_size("RDMX_COLL_DIRECT_MIN", 0);
   std::uint64_t seq_ = 0;
   std::uint64_t splits_ = 0;
 

@@ -40,6 +40,17 @@ static_assert(sizeof(WireHeader) == kHeader);
 // sender's operation waits for it before releasing the user memory the
 // message was written from in place.
 constexpr std::uint16_t kCreditNow = 1;
+// The payload was written straight into the receiver's buffer (SendOp::rtr).
+constexpr std::uint16_t kDirect = 2;
+// A ready-to-receive message: its payload is an Announcement.
+constexpr std::uint16_t kAnnounce = 4;
+
+struct Announcement {
+  std::uint64_t addr;
+  std::uint64_t length;
+  std::uint32_t rkey;
+  std::uint32_t pad;
+};
 
 struct alignas(kLine) Word {
   std::atomic<std::uint64_t> value;
@@ -267,20 +278,27 @@ void Links::poll_send_cq() {
   }
 }
 
+namespace {
+MemoryRegion* find_covering(std::vector<std::unique_ptr<MemoryRegion>>& mrs, std::uintptr_t a, std::size_t bytes,
+                            Access need) {
+  for (std::size_t i = 0; i < mrs.size(); ++i) {
+    const auto base = reinterpret_cast<std::uintptr_t>(mrs[i]->addr());
+    if (a >= base && a + bytes <= base + mrs[i]->length() && (need == Access::None || has(mrs[i]->access(), need))) {
+      if (i != 0) std::rotate(mrs.begin(), mrs.begin() + static_cast<std::ptrdiff_t>(i), mrs.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      return mrs[0].get();
+    }
+  }
+  return nullptr;
+}
+}  // namespace
+
 std::uint32_t Links::lkey_for(const void* addr, std::size_t bytes) {
   const auto a = reinterpret_cast<std::uintptr_t>(addr);
   if (scratch_mr_) {
     const auto base = reinterpret_cast<std::uintptr_t>(scratch_mr_->addr());
     if (a >= base && a + bytes <= base + scratch_mr_->length()) return scratch_mr_->lkey();
   }
-  for (std::size_t i = 0; i < user_mrs_.size(); ++i) {
-    const auto base = reinterpret_cast<std::uintptr_t>(user_mrs_[i]->addr());
-    if (a >= base && a + bytes <= base + user_mrs_[i]->length()) {
-      if (i != 0) std::rotate(user_mrs_.begin(), user_mrs_.begin() + static_cast<std::ptrdiff_t>(i),
-                              user_mrs_.begin() + static_cast<std::ptrdiff_t>(i) + 1);
-      return user_mrs_[0]->lkey();
-    }
-  }
+  if (MemoryRegion* mr = find_covering(user_mrs_, a, bytes, Access::None)) return mr->lkey();
   // Nothing is in flight between operations, so evicting the least recently
   // used registration is safe. (A provider whose registration pins pages
   // must keep its own cache coherent with unmapped memory; tcp and shm only
@@ -289,6 +307,19 @@ std::uint32_t Links::lkey_for(const void* addr, std::size_t bytes) {
   if (user_mrs_.size() >= kCached) user_mrs_.pop_back();
   user_mrs_.insert(user_mrs_.begin(), pd_->register_memory(const_cast<void*>(addr), bytes, Access::LocalWrite));
   return user_mrs_[0]->lkey();
+}
+
+// Receive buffers a peer writes into directly are registered with remote
+// write access while they stay in the cache: peers of one communicator are
+// trusted, as with NCCL's user-buffer registration.
+std::uint32_t Links::rkey_for(void* addr, std::size_t bytes) {
+  const auto a = reinterpret_cast<std::uintptr_t>(addr);
+  if (MemoryRegion* mr = find_covering(user_mrs_, a, bytes, Access::RemoteWrite)) return mr->rkey();
+  constexpr std::size_t kCached = 16;
+  if (user_mrs_.size() >= kCached) user_mrs_.pop_back();
+  user_mrs_.insert(user_mrs_.begin(),
+                   pd_->register_memory(addr, bytes, Access::LocalWrite | Access::RemoteWrite));
+  return user_mrs_[0]->rkey();
 }
 
 void* Links::scratch(std::size_t bytes) {
@@ -778,7 +809,8 @@ class Links::RunState {
       const std::uint32_t index = queue[pos];
       const SendOp& op = s_.sends[index];
       SendState& st = send_state_[index];
-      std::size_t len = std::min(l_.config_.chunk, op.bytes - st.sent);
+      std::size_t len = op.announce ? 0 : std::min(l_.config_.chunk, op.bytes - st.sent);
+      if (op.rtr >= 0 && !recv_complete(op.rtr)) return moved;
       if (op.after >= 0) {
         const RecvOp& dep = s_.recvs[static_cast<std::size_t>(op.after)];
         if (op.stream) {
@@ -806,8 +838,8 @@ class Links::RunState {
       h->type = static_cast<std::uint8_t>(desc_.type);
       h->redop = static_cast<std::uint8_t>(desc_.redop);
       h->algo = static_cast<std::uint8_t>(desc_.algo);
-      const bool in_place = op.in_place && len > l_.config_.stage_limit;
-      const bool last = st.sent + len == op.bytes;
+      const bool in_place = op.in_place && (len > l_.config_.stage_limit || op.rtr >= 0);
+      const bool last = op.announce || st.sent + len == op.bytes;
       st.any_in_place = st.any_in_place || in_place;
       // The last message of a transfer that wrote anything in place asks for
       // credit at once; credit for it covers every earlier message too. So
@@ -818,14 +850,44 @@ class Links::RunState {
       if (confirm) l_.credit_wait_[static_cast<std::size_t>(p)] = m;
       const char* src = static_cast<const char*>(op.src) + st.sent;
       const std::uint32_t lkey = l_.region_->lkey();
-      const std::size_t trailer = trailer_offset(len);
+      if (op.announce) {
+        // The payload is where this rank's buffer is, for the peer to write into.
+        Announcement a{reinterpret_cast<std::uint64_t>(op.src), op.bytes,
+                       l_.rkey_for(const_cast<void*>(op.src), op.bytes), 0};
+        len = sizeof(a);
+        h->len = static_cast<std::uint32_t>(len);
+        h->offset = 0;
+        h->flags |= kAnnounce;
+        std::memcpy(stage + kHeader, &a, sizeof(a));
+        src = stage + kHeader;
+      }
+      const bool direct = op.rtr >= 0;
+      if (direct) {
+        // Payload straight into the receiver's buffer; the slot message that
+        // follows on the same QP (WRITEs land in order) says it is there.
+        const RecvOp& ann = s_.recvs[static_cast<std::size_t>(op.rtr)];
+        if (len != 0) {
+          Sge data{reinterpret_cast<std::uint64_t>(src), static_cast<std::uint32_t>(len), l_.lkey_for(op.src, op.bytes)};
+          SendWr dw;
+          dw.opcode = Opcode::RdmaWrite;
+          dw.sg_list = {&data, 1};
+          dw.remote_addr = ann.remote_addr + op.rtr_offset + (st.sent);
+          dw.rkey = ann.remote_key;
+          dw.signaled = false;
+          ++peer.unsignaled;
+          l_.post(p, dw);
+        }
+        h->flags |= kDirect;
+      }
+      const std::size_t wire_len = direct ? 0 : len;  // payload bytes in the slot
+      const std::size_t trailer = trailer_offset(wire_len);
       // With ordered placement the flag is the message's own last word: one
       // WRITE of header, payload and trailer. Otherwise a second WRITE sets
       // the slot's flag after the message has landed.
       const bool one_write = l_.ordered_;
       Sge sges[3];
       std::size_t nsge = 1;
-      if (in_place) {
+      if (in_place && !direct) {
         sges[0] = {reinterpret_cast<std::uint64_t>(stage), static_cast<std::uint32_t>(kHeader), lkey};
         sges[1] = {reinterpret_cast<std::uint64_t>(src), static_cast<std::uint32_t>(len), l_.lkey_for(op.src, op.bytes)};
         nsge = 2;
@@ -835,16 +897,16 @@ class Links::RunState {
           nsge = 3;
         }
       } else {
-        if (len != 0) std::memcpy(stage + kHeader, src, len);
+        if (wire_len != 0 && src != stage + kHeader) std::memcpy(stage + kHeader, src, wire_len);
         sges[0] = {reinterpret_cast<std::uint64_t>(stage),
-                   static_cast<std::uint32_t>(one_write ? trailer + 8 : kHeader + len), lkey};
+                   static_cast<std::uint32_t>(one_write ? trailer + 8 : kHeader + wire_len), lkey};
       }
       SendWr wr;
       wr.opcode = Opcode::RdmaWrite;
       wr.sg_list = {sges, nsge};
       wr.remote_addr = peer.remote_base + lay.inbox_slot(l_.rank_, slot);
       wr.rkey = peer.rkey;
-      st.sent += len;
+      st.sent = op.announce ? op.bytes : st.sent + len;
       st.any = true;
       const std::uint64_t flag_value = m ^ peer.salt;
       if (one_write) {
@@ -884,7 +946,7 @@ class Links::RunState {
       const std::uint32_t index = queue[pos];
       RecvOp& op = s_.recvs[index];
       RecvState& st = recv_state_[index];
-      const std::size_t len = std::min(l_.config_.chunk, op.bytes - op.done);
+      const std::size_t len = op.announcement ? sizeof(Announcement) : std::min(l_.config_.chunk, op.bytes - op.done);
       if (op.after >= 0) {
         const RecvOp& dep = s_.recvs[static_cast<std::size_t>(op.after)];
         if (op.stream) {
@@ -900,11 +962,25 @@ class Links::RunState {
       const std::uint64_t m = peer.consumed + 1;
       const std::uint64_t slot = (m - 1) % lay.slots;
       const char* msg = l_.base_ + lay.inbox_slot(p, slot);
-      if (!arrived(p, slot, m, len)) return moved;
+      if (!arrived(p, slot, m, op.direct ? 0 : len)) return moved;
       const auto* h = reinterpret_cast<const WireHeader*>(msg);
       validate(p, *h, m, op, st, len);
       const char* payload = msg + kHeader;
-      if (len != 0) {
+      if (op.announcement) {
+        Announcement a;
+        std::memcpy(&a, payload, sizeof(a));
+        op.remote_addr = a.addr;
+        op.remote_key = a.rkey;
+        op.done = op.bytes;  // one message, whatever the announced size
+        st.any = true;
+        peer.consumed = m;
+        l_.return_credit(peer, (h->flags & kCreditNow) != 0);
+        moved = true;
+        ++pos;
+        --remaining_;
+        continue;
+      }
+      if (len != 0 && !op.direct) {
         char* dst = static_cast<char*>(op.dst) + op.done;
         if (op.reduce_with != nullptr) {
           combine_.reduce(dst, static_cast<const char*>(op.reduce_with) + op.done, payload, len / combine_.elem);
@@ -963,7 +1039,10 @@ class Links::RunState {
              h.algo == static_cast<std::uint8_t>(desc_.algo);
     }
     if (!same) l_.fail_mismatch(desc_, p, &h, nullptr);
-    if (h.transfer != static_cast<std::uint16_t>(st.transfer) || h.offset != op.done || h.len != len) {
+    const std::uint16_t kind = h.flags & (kDirect | kAnnounce);
+    const std::uint16_t want = (op.direct ? kDirect : 0) | (op.announcement ? kAnnounce : 0);
+    if (h.transfer != static_cast<std::uint16_t>(st.transfer) || h.len != len || kind != want ||
+        (!op.announcement && h.offset != op.done)) {
       const std::string detail = "rank " + std::to_string(p) + " sends " + std::to_string(h.len) + " bytes at offset " +
                                  std::to_string(h.offset) + " of transfer " + std::to_string(h.transfer) +
                                  " where rank " + std::to_string(l_.rank_) + " expects " + std::to_string(len) +

@@ -50,6 +50,15 @@ struct SendOp {
   // The WRITE reads `src` in place instead of from a staged copy. Only when
   // nothing writes src until the peer has consumed the message.
   bool in_place = false;
+  // Direct (zero-copy) send: the payload is written straight into the
+  // receiver's buffer at `rtr_offset` past the address that the receiver's
+  // ready-to-receive message (RecvOp `rtr`) announced; the slot message only
+  // says how much landed. Needs in_place; the receiver's RecvOp is `direct`.
+  int rtr = -1;
+  std::size_t rtr_offset = 0;
+  // A ready-to-receive message: announces this rank's buffer `src` of
+  // `bytes` bytes (registered for remote writes) to the peer.
+  bool announce = false;
 };
 
 struct RecvOp {
@@ -61,8 +70,12 @@ struct RecvOp {
   bool stream = false;                // with `after`: byte i may arrive once that receive delivered byte i
   int after_send = -1;  // index of a staged SendOp reading dst: byte i is written once it has posted byte i
   bool finalize = false;              // these are final values: apply Combine's finalize (avg) per chunk
+  bool direct = false;                // the sender writes the payload into dst itself (SendOp::rtr)
+  bool announcement = false;          // receives a peer's ready-to-receive message (see SendOp::announce)
   // progress, kept by run()
   std::size_t done = 0;
+  std::uint64_t remote_addr = 0;  // an announcement's content
+  std::uint32_t remote_key = 0;
 };
 
 // How receives combine: dst = reduce(a, b) over `elem`-byte elements, then
@@ -137,6 +150,8 @@ class Links {
   // Registers user memory through a small cache (registration on the tcp
   // and shm providers only records the range, so keeping it is harmless).
   std::uint32_t lkey_for(const void* addr, std::size_t bytes);
+  // The same, registered for peers' RDMA WRITEs as well: returns the rkey.
+  std::uint32_t rkey_for(void* addr, std::size_t bytes);
 
   struct Control;  // defined in links.cpp; public for its layout
 

@@ -291,6 +291,18 @@ void movement_suite(Runner& R, CollOp op) {
   }
 }
 
+// Direct transfers (RDMX_COLL_DIRECT_MIN): the ring's all-gather phase, the
+// ring all_gather and broadcast write straight into receivers' buffers.
+TEST_P(Correctness, DirectTransfers) {
+  if (!full_matrix() && GetParam().n > 3) GTEST_SKIP() << "full matrix only (make test-coll-full)";
+  run([](Runner& R) {
+    ::setenv("RDMX_COLL_DIRECT_MIN", "1", 1);
+    reducing_suite(R, CollOp::AllReduce);
+    movement_suite(R, CollOp::AllGather);
+    movement_suite(R, CollOp::Broadcast);
+  });
+}
+
 TEST_P(Correctness, AllGather) { run([](Runner& R) { movement_suite(R, CollOp::AllGather); }); }
 TEST_P(Correctness, Broadcast) { run([](Runner& R) { movement_suite(R, CollOp::Broadcast); }); }
 TEST_P(Correctness, Gather) { run([](Runner& R) { movement_suite(R, CollOp::Gather); }); }
