@@ -22,7 +22,7 @@ struct OpContext {
   const OpDesc& desc;
   Schedule& sched;
   Combine combine;  // reduce kernel, element size, avg divisor
-  core::Clock::time_point deadline;
+  std::chrono::milliseconds timeout;
   int rank = 0;
   int n = 1;
   std::size_t elem = 1;
@@ -32,7 +32,7 @@ struct OpContext {
 
   bool use_direct(std::size_t transfer_bytes) const { return direct_min != 0 && transfer_bytes >= direct_min; }
 
-  void run() { links.run(sched, desc, combine, deadline); }
+  void run() { links.run(sched, desc, combine, timeout); }
 };
 
 // Runs ctx.call with ctx.desc.algo (already chosen and valid for the op).

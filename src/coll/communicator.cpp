@@ -156,6 +156,7 @@ class CommImpl final : public Communicator {
       std::lock_guard lock(queue_mutex_);
       dropped.swap(queue_);
     }
+    async_pending_.fetch_sub(static_cast<std::uint32_t>(dropped.size()), std::memory_order_acq_rel);
     for (auto& job : dropped) {
       job.state->finish(std::make_exception_ptr(
           Error(ErrorCode::InvalidState, "the communicator was aborted before this operation started: " + reason,
@@ -165,28 +166,15 @@ class CommImpl final : public Communicator {
 
   std::unique_ptr<Communicator> split(int color, int key) override;
 
+  // A communicator is driven by one thread at a time (as an NCCL
+  // communicator): its calls are ordered, which is what matching them needs.
   Work submit(Call call, bool async) override {
     validate(call);
-    if (!async) {
-      std::unique_lock lock(queue_mutex_);
-      if (queue_.empty() && !worker_busy_) {
-        // Nothing queued: run here, on the caller's thread, for the lowest
-        // latency (and no Work state: the caller only waits).
-        inline_busy_ = true;
-        lock.unlock();
-        std::exception_ptr error;
-        try {
-          execute(call);
-        } catch (...) {
-          error = std::current_exception();
-        }
-        lock.lock();
-        inline_busy_ = false;
-        if (!queue_.empty()) queue_cv_.notify_all();
-        lock.unlock();
-        if (error) std::rethrow_exception(error);
-        return Work();
-      }
+    if (!async && async_pending_.load(std::memory_order_acquire) == 0) {
+      // Nothing queued or running: run here, on the caller's thread, for the
+      // lowest latency (no lock, no Work state: the caller only waits).
+      execute(call);
+      return Work();
     }
     auto state = std::make_shared<Work::State>();
     state->timeout = timeout_;
@@ -194,6 +182,7 @@ class CommImpl final : public Communicator {
     {
       std::lock_guard lock(queue_mutex_);
       if (!worker_.joinable()) worker_ = std::thread([this] { worker_main(); });
+      async_pending_.fetch_add(1, std::memory_order_acq_rel);
       queue_.push_back(Job{std::move(call), state});
     }
     queue_cv_.notify_all();
@@ -211,11 +200,10 @@ class CommImpl final : public Communicator {
   void worker_main() {
     std::unique_lock lock(queue_mutex_);
     for (;;) {
-      queue_cv_.wait(lock, [&] { return stopping_ || (!queue_.empty() && !inline_busy_); });
+      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping with nothing left
       Job job = std::move(queue_.front());
       queue_.pop_front();
-      worker_busy_ = true;
       lock.unlock();
       std::exception_ptr error;
       try {
@@ -223,10 +211,11 @@ class CommImpl final : public Communicator {
       } catch (...) {
         error = std::current_exception();
       }
+      // Counted down before the handle completes, so a blocking call made
+      // right after wait() returns runs inline.
+      async_pending_.fetch_sub(1, std::memory_order_acq_rel);
       job.state->finish(error);
       lock.lock();
-      worker_busy_ = false;
-      queue_cv_.notify_all();
     }
   }
 
@@ -375,7 +364,7 @@ class CommImpl final : public Communicator {
     const Call& run_call = guard_overlap(call, e, copy);
     register_user_buffers(run_call, e);
     schedule_.clear();
-    OpContext ctx{*links_, run_call, desc, schedule_, combine, core::deadline_after(timeout_), rank_, size_, e,
+    OpContext ctx{*links_, run_call, desc, schedule_, combine, timeout_, rank_, size_, e,
                   direct_min_};
     links_->enter(desc);
     coll::run_algorithm(ctx);
@@ -479,8 +468,7 @@ class CommImpl final : public Communicator {
   std::mutex queue_mutex_;
   std::condition_variable queue_cv_;
   std::deque<Job> queue_;
-  bool worker_busy_ = false;
-  bool inline_busy_ = false;
+  std::atomic<std::uint32_t> async_pending_{0};  // asynchronous operations queued or running
   bool stopping_ = false;
   std::thread worker_;
 };

@@ -1071,17 +1071,31 @@ class Links::RunState {
                               desc_.op == CollOp::Gather || desc_.op == CollOp::Scatter;
 };
 
-void Links::run(Schedule& schedule, const OpDesc& desc, const Combine& combine, core::Clock::time_point deadline) {
+void Links::run(Schedule& schedule, const OpDesc& desc, const Combine& combine, std::chrono::milliseconds timeout) {
   RunState state(*this, schedule, desc, combine);
-  const bool yield = config_.yield_when_waiting;
+  // Small operations are often done after a few passes: try those before
+  // reading the clock for the deadline.
+  for (int pass = 0; pass < 32 && !state.finished(); ++pass) {
+    if (!state.step()) {
+      device_->progress();
+      state.check_failures();
+    }
+  }
+  const auto deadline = core::deadline_after(timeout);
+  // One pointer captured, so the std::functions below need no allocation.
+  struct Env {
+    Links* links;
+    RunState* state;
+    bool yield;
+  } env{this, &state, config_.yield_when_waiting};
   core::WaitHooks hooks;
-  hooks.progress = [&] {
-    device_->progress();
-    state.check_failures();
-    if (yield) sched_yield();
+  hooks.progress = [e = &env] {
+    e->links->device_->progress();
+    e->state->check_failures();
+    if (e->yield) sched_yield();
   };
   while (!state.finished()) {
-    auto r = core::wait_until([&] { return state.step() || state.finished(); }, nullptr, deadline, hooks);
+    auto r = core::wait_until([st = &state] { return st->step() || st->finished(); }, nullptr, deadline, hooks);
     if (r == core::WaitResult::Timeout) fail_timeout(desc, state.waiting_for());
     if (r == core::WaitResult::Aborted) fail_aborted(desc);
   }

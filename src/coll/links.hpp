@@ -129,7 +129,8 @@ class Links {
   // calls, and tells every peer), Timeout (names the ranks that have not
   // arrived), PeerFailure (QP error or a peer's abort notice), InvalidState
   // (this communicator was aborted).
-  void run(Schedule& schedule, const OpDesc& desc, const Combine& combine, core::Clock::time_point deadline);
+  // `timeout` bounds the whole run (the clock is read only once it has to wait).
+  void run(Schedule& schedule, const OpDesc& desc, const Combine& combine, std::chrono::milliseconds timeout);
 
   // Marks the start and end of an operation, for peers diagnosing a timeout.
   void enter(const OpDesc& desc) noexcept;

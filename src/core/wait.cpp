@@ -52,14 +52,16 @@ void WaitWord::block(std::uint32_t seen, Clock::time_point deadline) noexcept {
 WaitResult wait_until(const std::function<bool()>& ready, WaitWord* word, Clock::time_point deadline,
                       const WaitHooks& hooks) {
   if (ready()) return WaitResult::Ready;
-  const auto spin_end = Clock::now() + spin_budget();
-  // Spin phase: cheap checks, driving progress from this thread.
+  // Spin phase: cheap checks, driving progress from this thread. The clock
+  // is first read after some spins: most waits end before that.
+  Clock::time_point spin_end{};
   for (unsigned i = 0;; ++i) {
     if (hooks.progress) hooks.progress();
     if (ready()) return WaitResult::Ready;
     if (g_aborted.load(std::memory_order_relaxed)) return WaitResult::Aborted;
     if ((i & 15) == 15) {
       auto now = Clock::now();
+      if (spin_end == Clock::time_point{}) spin_end = now + spin_budget();
       if (now >= deadline) return WaitResult::Timeout;
       if (now >= spin_end) break;
     }
