@@ -1075,25 +1075,18 @@ void Links::run(Schedule& schedule, const OpDesc& desc, const Combine& combine, 
   RunState state(*this, schedule, desc, combine);
   // Small operations are often done after a few passes: try those before
   // reading the clock for the deadline.
+  const bool yield = config_.yield_when_waiting;
+  auto progress = [this, &state, yield] {
+    device_->progress();
+    state.check_failures();
+    if (yield) sched_yield();
+  };
   for (int pass = 0; pass < 32 && !state.finished(); ++pass) {
-    if (!state.step()) {
-      device_->progress();
-      state.check_failures();
-    }
+    if (!state.step()) progress();
   }
   const auto deadline = core::deadline_after(timeout);
-  // One pointer captured, so the std::functions below need no allocation.
-  struct Env {
-    Links* links;
-    RunState* state;
-    bool yield;
-  } env{this, &state, config_.yield_when_waiting};
   core::WaitHooks hooks;
-  hooks.progress = [e = &env] {
-    e->links->device_->progress();
-    e->state->check_failures();
-    if (e->yield) sched_yield();
-  };
+  hooks.progress = [p = &progress] { (*p)(); };  // one pointer: no allocation
   while (!state.finished()) {
     auto r = core::wait_until([st = &state] { return st->step() || st->finished(); }, nullptr, deadline, hooks);
     if (r == core::WaitResult::Timeout) fail_timeout(desc, state.waiting_for());
