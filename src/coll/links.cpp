@@ -1081,7 +1081,7 @@ void Links::run(Schedule& schedule, const OpDesc& desc, const Combine& combine, 
     state.check_failures();
     if (yield) sched_yield();
   };
-  for (int pass = 0; pass < 32 && !state.finished(); ++pass) {
+  for (int pass = 0; pass < 1024 && !state.finished(); ++pass) {
     if (!state.step()) progress();
   }
   const auto deadline = core::deadline_after(timeout);
