@@ -96,16 +96,7 @@ void broadcast_tree(OpContext& ctx) {
   const auto& c = ctx.call;
   const int r = ctx.rank, n = ctx.n;
   const std::size_t bytes = c.count * ctx.elem;
-  const int v = mod(r - c.root, n);
-  std::vector<int> children;
-  int parent = -1;
-  for (int mask = 1; mask < n; mask <<= 1) {
-    if (v & mask) {
-      parent = mod(v - mask + c.root, n);
-      break;
-    }
-    if (v + mask < n) children.push_back(mod(v + mask + c.root, n));
-  }
+  const auto [parent, children] = binomial_tree(r, n, c.root);
   // Large messages go straight into each child's buffer.
   const bool direct = ctx.use_direct(bytes);
   int got = -1;

@@ -194,22 +194,13 @@ void all_reduce_direct(OpContext& ctx) {
 
 // --- reduce (rooted) ---------------------------------------------------------
 
-// The binomial tree of MPICH: v's parent is v minus its lowest set bit; its
-// children are v + m for each power of two m below that bit.
+// Up the binomial tree, children folded in a fixed order.
 void reduce_tree_into(OpContext& ctx, const void* in, void* out, int root, bool then_broadcast) {
   const int r = ctx.rank, n = ctx.n;
   const std::size_t bytes = ctx.call.count * ctx.elem;
   auto& s = ctx.sched;
   const int v = mod(r - root, n);
-  std::vector<int> children;
-  int parent = -1;
-  for (int mask = 1; mask < n; mask <<= 1) {
-    if (v & mask) {
-      parent = mod(v - mask + root, n);
-      break;
-    }
-    if (v + mask < n) children.push_back(mod(v + mask + root, n));
-  }
+  const auto [parent, children] = binomial_tree(r, n, root);
   void* acc = v == 0 ? out : (children.empty() ? nullptr : ctx.links.scratch(bytes));
   int prev = -1;
   for (int child : children) {

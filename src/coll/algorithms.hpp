@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "coll/links.hpp"
 #include "coll/op_desc.hpp"
@@ -82,6 +83,26 @@ struct Fold {
   int group_lo(int nr) const { return nr < extra ? 2 * nr : nr + extra; }
   int group_hi(int nr) const { return nr < extra ? 2 * nr + 2 : nr + extra + 1; }
 };
+
+// The binomial tree of MPICH rooted at `root`: in root-relative numbering,
+// v's parent is v minus its lowest set bit, its children v + m for each power
+// of two m below that bit (smallest subtree first).
+struct BinomialTree {
+  int parent = -1;  // -1 at the root
+  std::vector<int> children;
+};
+inline BinomialTree binomial_tree(int rank, int n, int root) {
+  BinomialTree t;
+  const int v = mod(rank - root, n);
+  for (int mask = 1; mask < n; mask <<= 1) {
+    if (v & mask) {
+      t.parent = mod(v - mask + root, n);
+      break;
+    }
+    if (v + mask < n) t.children.push_back(mod(v + mask + root, n));
+  }
+  return t;
+}
 
 void all_reduce(OpContext& ctx);
 void reduce_scatter(OpContext& ctx);
