@@ -1,5 +1,6 @@
 // Operations that move data without reducing it: all_gather, broadcast,
 // gather, scatter, all_to_all(v), barrier and point to point.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -90,14 +91,12 @@ void all_gather_direct(OpContext& ctx) {
 
 // --- broadcast ------------------------------------------------------------------
 
-// Binomial tree (as reduce's), largest subtree first; every forward streams
-// chunk by chunk behind the receive from the parent.
-void broadcast_tree(OpContext& ctx) {
+// Receives the buffer from `parent` (none at the root) and forwards it to
+// `children` in that order, every forward streaming chunk by chunk behind the
+// receive; large messages go straight into each child's buffer.
+void broadcast_along(OpContext& ctx, int parent, const std::vector<int>& children) {
   const auto& c = ctx.call;
-  const int r = ctx.rank, n = ctx.n;
   const std::size_t bytes = c.count * ctx.elem;
-  const auto [parent, children] = binomial_tree(r, n, c.root);
-  // Large messages go straight into each child's buffer.
   const bool direct = ctx.use_direct(bytes);
   int got = -1;
   if (parent >= 0) {
@@ -105,33 +104,27 @@ void broadcast_tree(OpContext& ctx) {
     got = add_recv(ctx.sched, parent, c.recv, bytes);
     ctx.sched.recvs[static_cast<std::size_t>(got)].direct = direct;
   }
-  for (auto it = children.rbegin(); it != children.rend(); ++it) {
-    const int announcement = direct ? add_announcement_recv(ctx.sched, *it) : -1;
-    const int si = add_send(ctx.sched, *it, c.recv, bytes, got, true, true);
+  for (int child : children) {
+    const int announcement = direct ? add_announcement_recv(ctx.sched, child) : -1;
+    const int si = add_send(ctx.sched, child, c.recv, bytes, got, true, true);
     if (direct) make_direct(ctx.sched, si, announcement, 0);
   }
   ctx.run();
 }
 
+// The binomial tree (as reduce's), largest subtree first.
+void broadcast_tree(OpContext& ctx) {
+  auto [parent, children] = binomial_tree(ctx.rank, ctx.n, ctx.call.root);
+  std::reverse(children.begin(), children.end());
+  broadcast_along(ctx, parent, children);
+}
+
 // A pipeline along the ranks from the root.
 void broadcast_ring(OpContext& ctx) {
-  const auto& c = ctx.call;
-  const int r = ctx.rank, n = ctx.n;
-  const std::size_t bytes = c.count * ctx.elem;
-  const int v = mod(r - c.root, n);
-  const bool direct = ctx.use_direct(bytes);
-  int got = -1;
-  if (v > 0) {
-    if (direct) add_announce(ctx.sched, mod(r - 1, n), c.recv, bytes);
-    got = add_recv(ctx.sched, mod(r - 1, n), c.recv, bytes);
-    ctx.sched.recvs[static_cast<std::size_t>(got)].direct = direct;
-  }
-  if (v < n - 1) {
-    const int announcement = direct ? add_announcement_recv(ctx.sched, mod(r + 1, n)) : -1;
-    const int si = add_send(ctx.sched, mod(r + 1, n), c.recv, bytes, got, true, true);
-    if (direct) make_direct(ctx.sched, si, announcement, 0);
-  }
-  ctx.run();
+  const int r = ctx.rank, n = ctx.n, v = mod(r - ctx.call.root, n);
+  std::vector<int> next;
+  if (v < n - 1) next.push_back(mod(r + 1, n));
+  broadcast_along(ctx, v > 0 ? mod(r - 1, n) : -1, next);
 }
 
 void broadcast_direct(OpContext& ctx) {
