@@ -102,7 +102,7 @@ struct Links::Control {
 // Offsets inside every rank's region (identical on all ranks).
 struct Layout {
   std::size_t slot_bytes, slots, n;
-  std::size_t credit, consumed, notices, diag, inbox_flags, staging_flags, inbox, staging, total;
+  std::size_t credit, consumed, notices, diag, goodbye, inbox_flags, staging_flags, inbox, staging, total;
   Layout(std::size_t n_, const LinksConfig& c)
       : slot_bytes(align_up(trailer_offset(c.chunk) + 8, kLine)), slots(c.slots), n(n_) {
     std::size_t off = align_up(sizeof(Links::Control), 4096);
@@ -110,6 +110,7 @@ struct Layout {
     consumed = off;      off += n * kLine;
     notices = off;       off += n * sizeof(Notice);
     diag = off;          off += n * kLine;
+    goodbye = off;       off += n * kLine;
     inbox_flags = off;   off += n * slots * kLine;
     staging_flags = off; off += n * slots * kLine;
     off = align_up(off, 4096);
@@ -218,11 +219,40 @@ Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, c
             size, static_cast<std::size_t>(config_.slots), config_.chunk, layout_->total);
 }
 
+// Teardown says goodbye: every rank tells its peers it is leaving, lets its
+// WRITEs land, and waits (briefly) for their goodbyes, so that no rank
+// closes its QPs while a peer still has traffic in flight to it (which the
+// peer would report as a lost connection).
 Links::~Links() {
-  // Let this rank's last WRITEs land before the QPs go (a peer may still be
-  // consuming them), bounded so that a dead peer cannot hold us.
+  const auto deadline = core::Clock::now() + std::min(timeout_, std::chrono::milliseconds(5000));
   try {
-    drain(core::Clock::now() + std::min(timeout_, std::chrono::milliseconds(5000)));
+    auto* source = reinterpret_cast<Word*>(base_ + layout_->goodbye + static_cast<std::size_t>(rank_) * kLine);
+    source->value.store(1, std::memory_order_relaxed);
+    for (int p = 0; p < size_; ++p) {
+      Peer& peer = peers_[static_cast<std::size_t>(p)];
+      if (p == rank_ || !peer.qp || peer.qp->state() != QpState::Rts) continue;
+      Sge sge{reinterpret_cast<std::uint64_t>(source), 8, region_->lkey()};
+      SendWr wr;
+      wr.opcode = Opcode::RdmaWrite;
+      wr.sg_list = {&sge, 1};
+      wr.remote_addr = peer.remote_base + layout_->goodbye + static_cast<std::size_t>(rank_) * kLine;
+      wr.rkey = peer.rkey;
+      wr.signaled = false;
+      ++peer.unsignaled;
+      post(p, wr);
+    }
+    drain(deadline);
+    core::wait_until(
+        [&] {
+          for (int p = 0; p < size_; ++p) {
+            const Peer& peer = peers_[static_cast<std::size_t>(p)];
+            if (p == rank_ || !peer.qp || peer.qp->state() != QpState::Rts) continue;
+            auto* word = reinterpret_cast<const Word*>(base_ + layout_->goodbye + static_cast<std::size_t>(p) * kLine);
+            if (word->value.load(std::memory_order_acquire) == 0) return false;
+          }
+          return true;
+        },
+        nullptr, deadline, {.progress = [this] { device_->progress(); }});
   } catch (const std::exception& e) {
     RDMX_INFO("communicator teardown on rank %d: %s", rank_, e.what());
   }
