@@ -9,10 +9,6 @@
 namespace rdmx::coll {
 namespace {
 
-void copy_if_distinct(void* dst, const void* src, std::size_t bytes) {
-  if (dst != src && bytes != 0) std::memmove(dst, src, bytes);
-}
-
 // --- all_gather ---------------------------------------------------------------
 
 void all_gather_ring(OpContext& ctx) {

@@ -8,10 +8,6 @@
 namespace rdmx::coll {
 namespace {
 
-void copy_if_distinct(void* dst, const void* src, std::size_t bytes) {
-  if (dst != src && bytes != 0) std::memmove(dst, src, bytes);
-}
-
 // out = x[0] op x[1] op ... in rank order, then the avg division.
 void reduce_in_rank_order(OpContext& ctx, void* out, const std::vector<const void*>& x, std::size_t count) {
   if (count == 0) return;

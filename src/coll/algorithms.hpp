@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstring>
 #include <vector>
 
 #include "coll/links.hpp"
@@ -52,6 +53,10 @@ inline Block block_of(std::size_t count, int parts, int j) {
   return {uj * base + std::min(uj, rem), base + (uj < rem ? 1 : 0)};
 }
 inline int mod(int a, int n) { return ((a % n) + n) % n; }
+// memmove unless the two are the same place (the in-place forms).
+inline void copy_if_distinct(void* dst, const void* src, std::size_t bytes) {
+  if (dst != src && bytes != 0) std::memmove(dst, src, bytes);
+}
 inline char* at(void* p, std::size_t elems, std::size_t elem) { return static_cast<char*>(p) + elems * elem; }
 inline const char* at(const void* p, std::size_t elems, std::size_t elem) {
   return static_cast<const char*>(p) + elems * elem;

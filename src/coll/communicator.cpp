@@ -361,8 +361,9 @@ class CommImpl final : public Communicator {
     combine.reduce = reduce_function(call.type, call.redop == ReduceOp::Avg ? ReduceOp::Sum : call.redop);
     combine.avg_divisor = call.redop == ReduceOp::Avg ? size_ : 0;
     Call copy;
-    const Call& run_call = guard_overlap(call, e, copy);
-    register_user_buffers(run_call, e);
+    const auto [send_bytes, recv_bytes] = extents(call, e);
+    const Call& run_call = guard_overlap(call, e, send_bytes, recv_bytes, copy);
+    register_user_buffers(run_call, send_bytes, recv_bytes);
     schedule_.clear();
     OpContext ctx{*links_, run_call, desc, schedule_, combine, timeout_, rank_, size_, e,
                   direct_min_};
@@ -420,8 +421,8 @@ class CommImpl final : public Communicator {
     }
   }
 
-  const Call& guard_overlap(const Call& call, std::size_t e, Call& copy) {
-    const auto [send_bytes, recv_bytes] = extents(call, e);
+  const Call& guard_overlap(const Call& call, std::size_t e, std::size_t send_bytes, std::size_t recv_bytes,
+                            Call& copy) {
     const auto s = reinterpret_cast<std::uintptr_t>(call.send), r = reinterpret_cast<std::uintptr_t>(call.recv);
     const bool overlap = send_bytes != 0 && recv_bytes != 0 && s < r + recv_bytes && r < s + send_bytes;
     if (!overlap || supported_in_place(call, e)) return call;
@@ -433,16 +434,10 @@ class CommImpl final : public Communicator {
 
   // Registers whole user buffers once, so that in-place WRITEs of any part
   // of them find a covering registration.
-  void register_user_buffers(const Call& call, std::size_t e) {
-    const auto [send_bytes, recv_bytes] = extents(call, e);
-    const std::size_t limit = links_config_stage_limit();
+  void register_user_buffers(const Call& call, std::size_t send_bytes, std::size_t recv_bytes) {
+    const std::size_t limit = links_->stage_limit();
     if (call.send != nullptr && send_bytes > limit) links_->lkey_for(call.send, send_bytes);
     if (call.recv != nullptr && recv_bytes > limit && call.op != CollOp::Recv) links_->lkey_for(call.recv, recv_bytes);
-  }
-
-  static std::size_t links_config_stage_limit() {
-    static const std::size_t limit = links_config().stage_limit;
-    return limit;
   }
 
   std::shared_ptr<void> keepalive_;  // the Bootstrap (store server) of from_env()

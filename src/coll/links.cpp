@@ -229,24 +229,13 @@ Links::~Links() {
     auto* source = reinterpret_cast<Word*>(base_ + layout_->goodbye + static_cast<std::size_t>(rank_) * kLine);
     source->value.store(1, std::memory_order_relaxed);
     for (int p = 0; p < size_; ++p) {
-      Peer& peer = peers_[static_cast<std::size_t>(p)];
-      if (p == rank_ || !peer.qp || peer.qp->state() != QpState::Rts) continue;
-      Sge sge{reinterpret_cast<std::uint64_t>(source), 8, region_->lkey()};
-      SendWr wr;
-      wr.opcode = Opcode::RdmaWrite;
-      wr.sg_list = {&sge, 1};
-      wr.remote_addr = peer.remote_base + layout_->goodbye + static_cast<std::size_t>(rank_) * kLine;
-      wr.rkey = peer.rkey;
-      wr.signaled = false;
-      ++peer.unsignaled;
-      post(p, wr);
+      if (live(p)) write_to_peer(p, source, 8, layout_->goodbye + static_cast<std::size_t>(rank_) * kLine);
     }
     drain(deadline);
     core::wait_until(
         [&] {
           for (int p = 0; p < size_; ++p) {
-            const Peer& peer = peers_[static_cast<std::size_t>(p)];
-            if (p == rank_ || !peer.qp || peer.qp->state() != QpState::Rts) continue;
+            if (!live(p)) continue;
             auto* word = reinterpret_cast<const Word*>(base_ + layout_->goodbye + static_cast<std::size_t>(p) * kLine);
             if (word->value.load(std::memory_order_acquire) == 0) return false;
           }
@@ -329,14 +318,7 @@ std::uint32_t Links::lkey_for(const void* addr, std::size_t bytes) {
     if (a >= base && a + bytes <= base + scratch_mr_->length()) return scratch_mr_->lkey();
   }
   if (MemoryRegion* mr = find_covering(user_mrs_, a, bytes, Access::None)) return mr->lkey();
-  // Nothing is in flight between operations, so evicting the least recently
-  // used registration is safe. (A provider whose registration pins pages
-  // must keep its own cache coherent with unmapped memory; tcp and shm only
-  // record the range.)
-  constexpr std::size_t kCached = 16;
-  if (user_mrs_.size() >= kCached) user_mrs_.pop_back();
-  user_mrs_.insert(user_mrs_.begin(), pd_->register_memory(const_cast<void*>(addr), bytes, Access::LocalWrite));
-  return user_mrs_[0]->lkey();
+  return register_cached(const_cast<void*>(addr), bytes, Access::LocalWrite).lkey();
 }
 
 // Receive buffers a peer writes into directly are registered with remote
@@ -345,11 +327,18 @@ std::uint32_t Links::lkey_for(const void* addr, std::size_t bytes) {
 std::uint32_t Links::rkey_for(void* addr, std::size_t bytes) {
   const auto a = reinterpret_cast<std::uintptr_t>(addr);
   if (MemoryRegion* mr = find_covering(user_mrs_, a, bytes, Access::RemoteWrite)) return mr->rkey();
+  return register_cached(addr, bytes, Access::LocalWrite | Access::RemoteWrite).rkey();
+}
+
+// Nothing is in flight between operations, so evicting the least recently
+// used registration is safe. (A provider whose registration pins pages must
+// keep its own cache coherent with unmapped memory; tcp and shm only record
+// the range.)
+MemoryRegion& Links::register_cached(void* addr, std::size_t bytes, Access access) {
   constexpr std::size_t kCached = 16;
   if (user_mrs_.size() >= kCached) user_mrs_.pop_back();
-  user_mrs_.insert(user_mrs_.begin(),
-                   pd_->register_memory(addr, bytes, Access::LocalWrite | Access::RemoteWrite));
-  return user_mrs_[0]->rkey();
+  user_mrs_.insert(user_mrs_.begin(), pd_->register_memory(addr, bytes, access));
+  return *user_mrs_.front();
 }
 
 void* Links::scratch(std::size_t bytes) {
@@ -361,18 +350,24 @@ void* Links::scratch(std::size_t bytes) {
   return scratch_mr_->addr();
 }
 
-void Links::return_credit(Peer& peer, bool force) {
-  const std::uint64_t pending = peer.consumed - peer.credited;
-  if (pending == 0 || (!force && pending < config_.slots / 2)) return;
-  const int p = static_cast<int>(&peer - peers_.data());
-  auto* src = reinterpret_cast<Word*>(base_ + layout_->consumed + static_cast<std::size_t>(p) * kLine);
-  src->value.store(peer.consumed, std::memory_order_relaxed);
-  peer.credited = peer.consumed;
-  Sge sge{reinterpret_cast<std::uint64_t>(src), 8, region_->lkey()};
+bool Links::live(int p) const {
+  const Peer& peer = peers_[static_cast<std::size_t>(p)];
+  return p != rank_ && peer.qp && peer.qp->state() == QpState::Rts;
+}
+
+const std::atomic<std::uint64_t>& Links::credit_word(int p) const {
+  return reinterpret_cast<const Word*>(base_ + layout_->credit + static_cast<std::size_t>(p) * kLine)->value;
+}
+
+// WRITEs `length` bytes of this rank's region at `local` into peer p's region
+// at `remote_offset`, signaled once in kSignalEvery so the send queue recycles.
+void Links::write_to_peer(int p, const void* local, std::uint32_t length, std::size_t remote_offset) {
+  Peer& peer = peers_[static_cast<std::size_t>(p)];
+  Sge sge{reinterpret_cast<std::uint64_t>(local), length, region_->lkey()};
   SendWr wr;
   wr.opcode = Opcode::RdmaWrite;
   wr.sg_list = {&sge, 1};
-  wr.remote_addr = peer.remote_base + layout_->credit + static_cast<std::size_t>(rank_) * kLine;
+  wr.remote_addr = peer.remote_base + remote_offset;
   wr.rkey = peer.rkey;
   wr.signaled = ++peer.unsignaled >= kSignalEvery;
   if (wr.signaled) {
@@ -383,12 +378,22 @@ void Links::return_credit(Peer& peer, bool force) {
   post(p, wr);
 }
 
+void Links::return_credit(Peer& peer, bool force) {
+  const std::uint64_t pending = peer.consumed - peer.credited;
+  if (pending == 0 || (!force && pending < config_.slots / 2)) return;
+  const int p = static_cast<int>(&peer - peers_.data());
+  auto* src = reinterpret_cast<Word*>(base_ + layout_->consumed + static_cast<std::size_t>(p) * kLine);
+  src->value.store(peer.consumed, std::memory_order_relaxed);
+  peer.credited = peer.consumed;
+  write_to_peer(p, src, 8, layout_->credit + static_cast<std::size_t>(rank_) * kLine);
+}
+
 void Links::drain(core::Clock::time_point deadline) {
   // One signaled zero-length WRITE per peer that was sent anything: WRs
   // complete in order, so its completion covers everything before it.
   for (int p = 0; p < size_; ++p) {
     Peer& peer = peers_[static_cast<std::size_t>(p)];
-    if (p == rank_ || !peer.qp || peer.qp->state() != QpState::Rts || peer.unsignaled == 0) continue;
+    if (!live(p) || peer.unsignaled == 0) continue;
     SendWr wr;
     wr.opcode = Opcode::RdmaWrite;
     wr.remote_addr = peer.remote_base;
@@ -442,23 +447,11 @@ void Links::notify_peers(ErrorCode code, const std::string& text, std::uint64_t 
   notice.valid = 1;
   control_->abort_source.value.store(static_cast<std::uint64_t>(rank_) + 1, std::memory_order_relaxed);
   for (int p = 0; p < size_; ++p) {
-    Peer& peer = peers_[static_cast<std::size_t>(p)];
-    if (p == rank_ || !peer.qp || peer.qp->state() != QpState::Rts) continue;
+    if (!live(p)) continue;
     try {
-      Sge text_sge{reinterpret_cast<std::uint64_t>(&notice), sizeof(Notice), region_->lkey()};
-      SendWr wr;
-      wr.opcode = Opcode::RdmaWrite;
-      wr.sg_list = {&text_sge, 1};
-      wr.remote_addr = peer.remote_base + layout_->notices + static_cast<std::size_t>(rank_) * sizeof(Notice);
-      wr.rkey = peer.rkey;
-      wr.signaled = false;
-      post(p, wr);
-      Sge flag_sge{reinterpret_cast<std::uint64_t>(&control_->abort_source), 8, region_->lkey()};
-      wr.sg_list = {&flag_sge, 1};
-      wr.remote_addr = peer.remote_base + offsetof(Control, abort_flag);
-      ++peer.unsignaled;
-      ++peer.unsignaled;
-      post(p, wr);
+      // The text first: WRITEs land in order, so a peer that sees the flag sees the text.
+      write_to_peer(p, &notice, sizeof(Notice), layout_->notices + static_cast<std::size_t>(rank_) * sizeof(Notice));
+      write_to_peer(p, &control_->abort_source, 8, offsetof(Control, abort_flag));
     } catch (const Error& e) {
       RDMX_INFO("rank %d: could not tell rank %d about the failure: %s", rank_, p, e.what());
     }
@@ -523,7 +516,7 @@ std::string Links::progress_report(const OpDesc& desc) {
   for (int p = 0; p < size_; ++p) {
     Peer& peer = peers_[static_cast<std::size_t>(p)];
     if (p == rank_) continue;
-    if (!peer.qp || peer.qp->state() != QpState::Rts) {
+    if (!live(p)) {
       diag_done_[static_cast<std::size_t>(p)] = 2;
       continue;
     }
@@ -851,8 +844,7 @@ class Links::RunState {
       }
       const std::uint64_t m = peer.sent + 1;
       if (m > lay.slots) {
-        auto* credit = reinterpret_cast<Word*>(l_.base_ + lay.credit + static_cast<std::size_t>(p) * kLine);
-        if (credit->value.load(std::memory_order_acquire) < m - lay.slots) return moved;
+        if (l_.credit_word(p).load(std::memory_order_acquire) < m - lay.slots) return moved;
       }
       const std::uint64_t slot = (m - 1) % lay.slots;
       char* stage = l_.base_ + lay.staging_slot(p, slot);
@@ -1131,8 +1123,7 @@ void Links::run(Schedule& schedule, const OpDesc& desc, const Combine& combine, 
       for (int p = 0; p < size_; ++p) {
         const std::uint64_t need = credit_wait_[static_cast<std::size_t>(p)];
         if (need == 0) continue;
-        auto* credit = reinterpret_cast<Word*>(base_ + layout_->credit + static_cast<std::size_t>(p) * kLine);
-        if (credit->value.load(std::memory_order_acquire) < need) {
+        if (credit_word(p).load(std::memory_order_acquire) < need) {
           Peer& peer = peers_[static_cast<std::size_t>(p)];
           if (!peer.failure.empty() || peer.qp->state() == QpState::Error) {
             fail_peer(desc, p, "it did not confirm receiving this rank's last message: " +

@@ -118,6 +118,7 @@ class Links {
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
   std::size_t chunk() const noexcept { return config_.chunk; }
+  std::size_t stage_limit() const noexcept { return config_.stage_limit; }
   Device& device() noexcept { return *device_; }
   std::shared_ptr<Device> device_shared() const { return device_; }
   ProtectionDomain& pd() noexcept { return *pd_; }
@@ -163,6 +164,11 @@ class Links {
   friend class RunState;
 
   void post(int peer, const SendWr& wr);
+  MemoryRegion& register_cached(void* addr, std::size_t bytes, Access access);
+  void write_to_peer(int p, const void* local, std::uint32_t length, std::size_t remote_offset);
+  bool live(int p) const;  // another rank whose QP is connected and not in ERROR
+  // How many of this rank's messages peer p has consumed (written by p).
+  const std::atomic<std::uint64_t>& credit_word(int p) const;
   void poll_send_cq();
   void return_credit(Peer& peer, bool force);
   [[noreturn]] void fail_mismatch(const OpDesc& mine, int peer, const void* header, const char* what);
