@@ -76,18 +76,8 @@ if ! [[ $rounds =~ ^[1-9][0-9]*$ ]]; then
   exit 2
 fi
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/rdmx-bench-coll.XXXXXX")
-live=()
-cleanup() {
-  local pid
-  for pid in "${live[@]}"; do
-    kill -TERM "$pid" 2>/dev/null || true
-  done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+bench_workdir rdmx-bench-coll
 
 mkdir -p "$(dirname "$json_out")"
 : >"$json_out"
@@ -134,7 +124,7 @@ run_ranks() {
     pids+=("$!")
     rank_of[$!]=$r
   done
-  live=("${pids[@]}")
+  bench_pids=("${pids[@]}")
   local remaining=$np stopped=0 first_failure=-1
   while ((remaining > 0)); do
     rc=0
@@ -149,7 +139,7 @@ run_ranks() {
       [[ $p == "$pid" ]] || alive+=("$p")
     done
     pids=("${alive[@]}")
-    live=("${pids[@]}")  # only processes not yet reaped: a reaped pid may be reused
+    bench_pids=("${pids[@]}")  # only processes not yet reaped: a reaped pid may be reused
     if ((rc != 0 && rc != 4 && first_failure < 0)); then
       first_failure=$r
       if ((!stopped)); then
@@ -243,9 +233,9 @@ run_mpi() {
   run_rc=0
   timeout --kill-after=5 "$limit" mpirun "${args[@]}" "$work/mpi_coll_perf" "$@" >"$work/$name.log" 2>&1 </dev/null &
   local pid=$!
-  live=("$pid")
+  bench_pids=("$pid")
   wait "$pid" || run_rc=$?
-  live=()
+  bench_pids=()
 }
 
 # --- what can run ------------------------------------------------------------

@@ -63,18 +63,8 @@ case $ucx_api in
   *) echo "run_shm: RDMX_BENCH_UCX_API must be ucp or uct, not '$ucx_api'" >&2; exit 2 ;;
 esac
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/rdmx-bench-shm.XXXXXX")
-pids=()
-cleanup() {
-  local pid
-  for pid in "${pids[@]}"; do
-    kill -TERM "$pid" 2>/dev/null || true
-  done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+bench_workdir rdmx-bench-shm
 
 errors=0
 fail() {
@@ -152,12 +142,12 @@ run_rdmx() {
   RDMX_RANK=1 RDMX_WORLD_SIZE=2 RDMX_STORE="file:$store" \
     timeout --kill-after=5 "$limit" "$perf" --provider "$provider" "${perf_args[@]}" "$@" >"$work/$name.rank1.log" 2>&1 &
   rank1=$!
-  pids+=("$rank1")
+  bench_pids+=("$rank1")
   RDMX_RANK=0 RDMX_WORLD_SIZE=2 RDMX_STORE="file:$store" \
     timeout --kill-after=5 "$limit" "$perf" --provider "$provider" "${perf_args[@]}" "$@" --json "$work/$name.part" \
     >"$work/$name.rank0.log" 2>&1 &
   rank0=$!
-  pids+=("$rank0")
+  bench_pids+=("$rank0")
   wait "$rank0" || status0=$?
   # A failed rank 0 leaves rank 1 waiting until RDMX_TIMEOUT; do not wait for that.
   if ((status0 != 0)); then
@@ -202,7 +192,7 @@ run_ucx() {
   UCX_TLS=$ucx_tls timeout --kill-after=5 "$limit" ucx_perftest -p "$port" -b "$batch" \
     >"$work/$name.server.log" 2>&1 &
   server=$!
-  pids+=("$server")
+  bench_pids+=("$server")
   if ! wait_listening "$port"; then
     fail "ucx_perftest server did not listen on port $port"
     cat "$work/$name.server.log" >&2

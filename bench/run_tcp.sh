@@ -37,18 +37,8 @@ for tool in "$perf" sockperf iperf3 python3 ss timeout; do
   fi
 done
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/rdmx-bench.XXXXXX")
-pids=()
-cleanup() {
-  local pid
-  for pid in "${pids[@]}"; do
-    kill -TERM "$pid" 2>/dev/null || true
-  done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+bench_workdir rdmx-bench
 
 errors=0
 fail() {
@@ -85,11 +75,11 @@ run_rdmx() {
   RDMX_RANK=1 RDMX_WORLD_SIZE=2 RDMX_STORE="file:$store" \
     timeout --kill-after=5 "$limit" "$perf" "$@" >"$work/$name.rank1.log" 2>&1 &
   rank1=$!
-  pids+=("$rank1")
+  bench_pids+=("$rank1")
   RDMX_RANK=0 RDMX_WORLD_SIZE=2 RDMX_STORE="file:$store" \
     timeout --kill-after=5 "$limit" "$perf" "$@" --json "$work/$name.json" >"$work/$name.rank0.log" 2>&1 &
   rank0=$!
-  pids+=("$rank0")
+  bench_pids+=("$rank0")
   wait "$rank0" || status0=$?
   # A failed rank 0 leaves rank 1 waiting until RDMX_TIMEOUT; do not wait for that.
   if ((status0 != 0)); then
@@ -113,7 +103,7 @@ run_sockperf() {
   echo "== sockperf ping-pong --tcp -m 14 $*"
   timeout --kill-after=5 "$limit" sockperf server --tcp -i 127.0.0.1 -p "$port" "$@" >"$work/$name.server.log" 2>&1 &
   server=$!
-  pids+=("$server")
+  bench_pids+=("$server")
   if ! wait_listening "$port"; then
     fail "sockperf server did not listen on 127.0.0.1:$port"
     cat "$work/$name.server.log" >&2
@@ -151,7 +141,7 @@ run_iperf3() {
   echo "== iperf3 -c 127.0.0.1 -l 1M -t $peer_seconds (one stream)"
   timeout --kill-after=5 "$limit" iperf3 -s -1 -p "$port" >"$work/$name.server.log" 2>&1 &
   server=$!
-  pids+=("$server")
+  bench_pids+=("$server")
   if ! wait_listening "$port"; then
     fail "iperf3 server did not listen on 127.0.0.1:$port"
     stop "$server"
