@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <sched.h>
 
 namespace rdmx::test {
@@ -62,6 +63,8 @@ std::unique_ptr<Communicator> make_comm(RankEnv& env, const std::string& tag, co
 }
 
 // --- values -------------------------------------------------------------------
+// Typed loops throughout: the full matrix checks billions of elements, so the
+// type is dispatched once per block, never per element.
 namespace {
 
 std::uint64_t mix64(std::uint64_t x) {
@@ -73,160 +76,155 @@ std::uint64_t mix64(std::uint64_t x) {
   return x;
 }
 
-// Exact encoders for values k * 2^-shift that fit the format's significand.
-std::uint64_t encode_f32(long double v) {
-  const float f = static_cast<float>(v);
+// Distinct (rank, i) give distinct hashes within a case: mix64 is a bijection.
+std::uint64_t hash_of(int rank, std::size_t i, std::uint64_t seed) {
+  return mix64(seed * 0x9e3779b97f4a7c15ULL ^ static_cast<std::uint64_t>(rank) << 48 ^ i);
+}
+
+std::uint32_t float_bits(float f) {
   std::uint32_t b;
   std::memcpy(&b, &f, 4);
   return b;
 }
-std::uint64_t encode_f64(long double v) {
-  const double d = static_cast<double>(v);
-  std::uint64_t b;
-  std::memcpy(&b, &d, 8);
-  return b;
-}
-std::uint64_t encode_bf16(long double v) { return encode_f32(v) >> 16; }  // exact: the low half is zero
-std::uint64_t encode_f16(long double v) {  // normal numbers and zero only
-  if (v == 0) return 0;
-  const std::uint64_t sign = v < 0 ? 0x8000 : 0;
-  long double a = std::fabs(v);
-  int e = 0;
-  while (a >= 2) { a /= 2; ++e; }
-  while (a < 1) { a *= 2; --e; }
-  const auto mant = static_cast<std::uint64_t>((a - 1) * 1024);
-  return sign | (static_cast<std::uint64_t>(e + 15) << 10) | mant;
+float float_of(std::uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
 }
 
-std::size_t bytes_of(DataType t) { return rdmx::size_of(t); }
-
-bool is_signed_int(DataType t) { return t == DataType::Int8 || t == DataType::Int32 || t == DataType::Int64; }
-
-std::uint64_t mask_of(DataType t) {
-  const std::size_t b = bytes_of(t);
-  return b == 8 ? ~std::uint64_t{0} : (std::uint64_t{1} << (8 * b)) - 1;
+// fp16 bits of a float that is zero or a normal fp16 number exactly.
+std::uint16_t half_bits_exact(float f) {
+  const std::uint32_t b = float_bits(f);
+  const std::uint32_t sign = (b >> 16) & 0x8000;
+  if ((b & 0x7fffffff) == 0) return static_cast<std::uint16_t>(sign);
+  const std::uint32_t exp = ((b >> 23) & 0xff) - 127 + 15;
+  return static_cast<std::uint16_t>(sign | exp << 10 | (b & 0x7fffff) >> 13);
 }
 
-std::int64_t as_signed(DataType t, std::uint64_t bits) {
-  const unsigned width = static_cast<unsigned>(8 * bytes_of(t));
-  if (width == 64) return static_cast<std::int64_t>(bits);
-  const std::uint64_t sign = std::uint64_t{1} << (width - 1);
-  return static_cast<std::int64_t>((bits ^ sign) - sign);
+// Any fp16 bits (subnormals, infinities, NaN included) as a float, exactly.
+float half_value(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000) << 16;
+  const std::uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  float v;
+  if (exp == 0) v = std::ldexp(static_cast<float>(mant), -24);
+  else if (exp == 31) v = mant == 0 ? INFINITY : NAN;
+  else return float_of(sign | (exp - 15 + 127) << 23 | mant << 13);
+  return sign ? -v : v;
 }
 
-long double unit(DataType t) {  // relative rounding bound of one step, with margin
-  switch (t) {
-    case DataType::Float16: return std::ldexp(1.0L, -10);
-    case DataType::BFloat16: return std::ldexp(1.0L, -7);
-    case DataType::Float32: return std::ldexp(1.0L, -23);
-    default: return std::ldexp(1.0L, -52);
+// Floating inputs are k / 2^s with |k| small enough to be exact in the type;
+// products stay near 1. The value is computed in float or double, exactly.
+struct F16 {
+  using Bits = std::uint16_t;
+  using Acc = double;
+  static double value(bool prod, std::uint64_t h) {
+    return prod ? (1024.0 + static_cast<double>(h % 1536) - 512) / 1024 : (static_cast<double>(h % 4095) - 2047) / 1024;
   }
-}
-
-}  // namespace
-
-std::uint64_t input_bits(DataType type, ReduceOp op, int rank, std::size_t i, std::uint64_t seed) {
-  const std::uint64_t h = mix64(seed * 0x9e3779b97f4a7c15ULL ^ mix64(static_cast<std::uint64_t>(rank) << 40 ^ i));
-  if (!is_floating(type)) return h & mask_of(type);
-  // Floating: k / 2^s with |k| small enough to be exact; products stay near 1.
-  long double v;
-  const bool prod = op == ReduceOp::Prod;
-  switch (type) {
-    case DataType::Float16:
-      v = prod ? (1024 + static_cast<long double>(h % 1536) - 512) / 1024 : (static_cast<long double>(h % 4095) - 2047) / 1024;
-      return encode_f16(v);
-    case DataType::BFloat16:
-      v = prod ? (128 + static_cast<long double>(h % 192) - 64) / 128 : (static_cast<long double>(h % 511) - 255) / 128;
-      return encode_bf16(v);
-    case DataType::Float32:
-      v = prod ? 1 + (static_cast<long double>(h % (1u << 21)) - (1u << 20)) / (1u << 21)
-               : (static_cast<long double>(h % (1u << 24)) - (1u << 23)) / (1u << 20);
-      return encode_f32(v);
-    default:
-      v = prod ? 1 + (static_cast<long double>(h % (1ull << 40)) - (1ull << 39)) / (1ull << 40)
-               : (static_cast<long double>(h % (1ull << 52)) - (1ull << 51)) / (1ull << 44);
-      return encode_f64(v);
+  static Bits encode(double v) { return half_bits_exact(static_cast<float>(v)); }
+  static double decode(Bits b) { return half_value(b); }
+  static constexpr int kMantissa = 10;
+};
+struct BF16 {
+  using Bits = std::uint16_t;
+  using Acc = double;
+  static double value(bool prod, std::uint64_t h) {
+    return prod ? (128.0 + static_cast<double>(h % 192) - 64) / 128 : (static_cast<double>(h % 511) - 255) / 128;
   }
-}
-
-void store_bits(DataType type, void* base, std::size_t i, std::uint64_t bits) {
-  const std::size_t b = bytes_of(type);
-  std::memcpy(static_cast<char*>(base) + i * b, &bits, b);  // little endian
-}
-
-std::uint64_t load_bits(DataType type, const void* base, std::size_t i) {
-  const std::size_t b = bytes_of(type);
-  std::uint64_t bits = 0;
-  std::memcpy(&bits, static_cast<const char*>(base) + i * b, b);
-  return bits;
-}
-
-void fill_input(DataType type, ReduceOp op, int rank, void* out, std::size_t first, std::size_t count,
-                std::uint64_t seed) {
-  for (std::size_t i = 0; i < count; ++i) store_bits(type, out, i, input_bits(type, op, rank, first + i, seed));
-}
-
-long double decode(DataType type, std::uint64_t bits) {
-  switch (type) {
-    case DataType::Float16: {
-      const int sign = (bits >> 15) & 1, exp = (bits >> 10) & 0x1f;
-      const auto mant = static_cast<long double>(bits & 0x3ff);
-      long double v;
-      if (exp == 0) v = std::ldexp(mant, -24);
-      else if (exp == 31) v = mant == 0 ? INFINITY : NAN;
-      else v = std::ldexp(1024 + mant, exp - 25);
-      return sign ? -v : v;
-    }
-    case DataType::BFloat16: {
-      const std::uint32_t b = static_cast<std::uint32_t>(bits) << 16;
-      float f;
-      std::memcpy(&f, &b, 4);
-      return f;
-    }
-    case DataType::Float32: {
-      const auto b = static_cast<std::uint32_t>(bits);
-      float f;
-      std::memcpy(&f, &b, 4);
-      return f;
-    }
-    default: {
-      double d;
-      std::memcpy(&d, &bits, 8);
-      return d;
-    }
+  static Bits encode(double v) { return static_cast<Bits>(float_bits(static_cast<float>(v)) >> 16); }  // low half is zero
+  static double decode(Bits b) { return float_of(static_cast<std::uint32_t>(b) << 16); }
+  static constexpr int kMantissa = 7;
+};
+struct F32 {
+  using Bits = std::uint32_t;
+  using Acc = double;
+  static double value(bool prod, std::uint64_t h) {
+    return prod ? 1 + (static_cast<double>(h % (1u << 21)) - (1u << 20)) / (1u << 21)
+                : (static_cast<double>(h % (1u << 24)) - (1u << 23)) / (1u << 20);
   }
-}
-
-std::string check_reduced(DataType type, ReduceOp op, int n, const void* got, std::size_t first, std::size_t count,
-                          std::uint64_t seed) {
+  static Bits encode(double v) { return float_bits(static_cast<float>(v)); }
+  static double decode(Bits b) { return float_of(b); }
+  static constexpr int kMantissa = 23;
+};
+struct F64 {
+  using Bits = std::uint64_t;
+  using Acc = long double;  // sums of fp64 inputs need more than fp64 to be a reference
+  static double value(bool prod, std::uint64_t h) {
+    return prod ? 1 + (static_cast<double>(h % (1ull << 40)) - static_cast<double>(1ull << 39)) / static_cast<double>(1ull << 40)
+                : (static_cast<double>(h % (1ull << 52)) - static_cast<double>(1ull << 51)) / static_cast<double>(1ull << 44);
+  }
+  static Bits encode(double v) {
+    Bits b;
+    std::memcpy(&b, &v, 8);
+    return b;
+  }
+  static double decode(Bits b) {
+    double d;
+    std::memcpy(&d, &b, 8);
+    return d;
+  }
+  static constexpr int kMantissa = 52;
+};
+template <typename F>
+void fill_floating(bool prod, int rank, void* out, std::size_t first, std::size_t count, std::uint64_t seed) {
+  auto* p = static_cast<typename F::Bits*>(out);
   for (std::size_t i = 0; i < count; ++i) {
-    const std::uint64_t g = load_bits(type, got, i);
-    if (!is_floating(type)) {
-      std::uint64_t acc = input_bits(type, op, 0, first + i, seed);
-      for (int r = 1; r < n; ++r) {
-        const std::uint64_t x = input_bits(type, op, r, first + i, seed);
-        switch (op) {
-          case ReduceOp::Sum: acc = acc + x; break;
-          case ReduceOp::Prod: acc = acc * x; break;
-          case ReduceOp::Min:
-            acc = is_signed_int(type) ? (as_signed(type, x) < as_signed(type, acc) ? x : acc) : std::min(acc, x);
-            break;
-          default:
-            acc = is_signed_int(type) ? (as_signed(type, x) > as_signed(type, acc) ? x : acc) : std::max(acc, x);
-            break;
-        }
-        acc &= mask_of(type);
-      }
-      if (acc != g) {
-        return "element " + std::to_string(first + i) + ": got bits " + std::to_string(g) + " want " +
-               std::to_string(acc) + " (" + rdmx::to_string(type) + " " + rdmx::to_string(op) + ")";
-      }
-      continue;
-    }
-    long double ref = decode(type, input_bits(type, op, 0, first + i, seed));
-    long double magnitude = std::fabs(ref);
+    const typename F::Bits b = F::encode(F::value(prod, hash_of(rank, first + i, seed)));
+    std::memcpy(p + i, &b, sizeof b);  // `out` may be unaligned
+  }
+}
+
+template <typename T>
+void fill_integer(int rank, void* out, std::size_t first, std::size_t count, std::uint64_t seed) {
+  auto* p = static_cast<char*>(out);
+  for (std::size_t i = 0; i < count; ++i) {
+    const T v = static_cast<T>(hash_of(rank, first + i, seed));  // modular: the low bits
+    std::memcpy(p + i * sizeof(T), &v, sizeof(T));
+  }
+}
+
+template <typename T>
+T load(const void* base, std::size_t i) {
+  T v;
+  std::memcpy(&v, static_cast<const char*>(base) + i * sizeof(T), sizeof(T));
+  return v;
+}
+
+template <typename T>
+std::string check_integer(ReduceOp op, int n, const void* got, std::size_t first, std::size_t count,
+                          std::uint64_t seed, DataType type) {
+  for (std::size_t i = 0; i < count; ++i) {
+    // Unsigned arithmetic wraps as the library's integers do; min/max compare in T.
+    using U = std::make_unsigned_t<T>;
+    T acc = static_cast<T>(hash_of(0, first + i, seed));
     for (int r = 1; r < n; ++r) {
-      const long double x = decode(type, input_bits(type, op, r, first + i, seed));
+      const T x = static_cast<T>(hash_of(r, first + i, seed));
+      switch (op) {
+        case ReduceOp::Sum: acc = static_cast<T>(static_cast<U>(acc) + static_cast<U>(x)); break;
+        case ReduceOp::Prod: acc = static_cast<T>(static_cast<U>(acc) * static_cast<U>(x)); break;
+        case ReduceOp::Min: acc = std::min(acc, x); break;
+        default: acc = std::max(acc, x); break;
+      }
+    }
+    const T g = load<T>(got, i);
+    if (g != acc) {
+      return "element " + std::to_string(first + i) + ": got " + std::to_string(+g) + " want " + std::to_string(+acc) +
+             " (" + rdmx::to_string(type) + " " + rdmx::to_string(op) + ")";
+    }
+  }
+  return "";
+}
+
+template <typename F>
+std::string check_floating(ReduceOp op, int n, const void* got, std::size_t first, std::size_t count,
+                           std::uint64_t seed, DataType type) {
+  using Acc = typename F::Acc;
+  const bool prod = op == ReduceOp::Prod;
+  const Acc unit = std::ldexp(Acc{1}, -F::kMantissa);  // relative rounding bound of one step, with margin
+  for (std::size_t i = 0; i < count; ++i) {
+    Acc ref = F::value(prod, hash_of(0, first + i, seed));
+    Acc magnitude = std::fabs(ref);
+    for (int r = 1; r < n; ++r) {
+      const Acc x = F::value(prod, hash_of(r, first + i, seed));
       magnitude += std::fabs(x);
       switch (op) {
         case ReduceOp::Sum:
@@ -236,28 +234,96 @@ std::string check_reduced(DataType type, ReduceOp op, int n, const void* got, st
         default: ref = std::max(ref, x); break;
       }
     }
-    long double tol = 0;
-    if (op == ReduceOp::Sum) tol = (n + 1) * unit(type) * magnitude;
+    Acc tol = 0;
+    if (op == ReduceOp::Sum) tol = (n + 1) * unit * magnitude;
     if (op == ReduceOp::Avg) {
       ref /= n;
-      tol = (n + 1) * unit(type) * magnitude / n + unit(type) * std::fabs(ref);
+      tol = (n + 1) * unit * magnitude / n + unit * std::fabs(ref);
     }
-    if (op == ReduceOp::Prod) tol = 2 * (n + 1) * unit(type) * std::fabs(ref);
-    const long double v = decode(type, g);
+    if (prod) tol = 2 * (n + 1) * unit * std::fabs(ref);
+    const Acc v = F::decode(load<typename F::Bits>(got, i));
     if (!(std::fabs(v - ref) <= tol)) {
       char text[256];
       std::snprintf(text, sizeof(text), "element %zu: got %.17Lg want %.17Lg (tolerance %.3Lg, %s %s over %d ranks)",
-                    first + i, v, ref, tol, rdmx::to_string(type), rdmx::to_string(op), n);
+                    first + i, static_cast<long double>(v), static_cast<long double>(ref),
+                    static_cast<long double>(tol), rdmx::to_string(type), rdmx::to_string(op), n);
       return text;
     }
   }
   return "";
 }
 
+}  // namespace
+
+void fill_input(DataType type, ReduceOp op, int rank, void* out, std::size_t first, std::size_t count,
+                std::uint64_t seed) {
+  const bool prod = op == ReduceOp::Prod;
+  switch (type) {
+    case DataType::Int8: return fill_integer<std::int8_t>(rank, out, first, count, seed);
+    case DataType::Uint8: return fill_integer<std::uint8_t>(rank, out, first, count, seed);
+    case DataType::Int32: return fill_integer<std::int32_t>(rank, out, first, count, seed);
+    case DataType::Uint32: return fill_integer<std::uint32_t>(rank, out, first, count, seed);
+    case DataType::Int64: return fill_integer<std::int64_t>(rank, out, first, count, seed);
+    case DataType::Uint64: return fill_integer<std::uint64_t>(rank, out, first, count, seed);
+    case DataType::Float16: return fill_floating<F16>(prod, rank, out, first, count, seed);
+    case DataType::BFloat16: return fill_floating<BF16>(prod, rank, out, first, count, seed);
+    case DataType::Float32: return fill_floating<F32>(prod, rank, out, first, count, seed);
+    case DataType::Float64: return fill_floating<F64>(prod, rank, out, first, count, seed);
+  }
+}
+
+std::string check_block(DataType type, int rank, const void* got, std::size_t first, std::size_t count,
+                        std::uint64_t seed) {
+  const std::size_t e = rdmx::size_of(type);
+  // Expected values in pieces, compared with memcmp; the first difference is located only on failure.
+  constexpr std::size_t kPiece = 1 << 14;
+  std::vector<char> want(std::min(count, kPiece) * e);
+  for (std::size_t done = 0; done < count; done += kPiece) {
+    const std::size_t n = std::min(kPiece, count - done);
+    fill_input(type, ReduceOp::Sum, rank, want.data(), first + done, n, seed);
+    const char* g = static_cast<const char*>(got) + done * e;
+    if (std::memcmp(g, want.data(), n * e) == 0) continue;
+    for (std::size_t i = 0; i < n; ++i) {
+      std::uint64_t gb = 0, wb = 0;
+      std::memcpy(&gb, g + i * e, e);
+      std::memcpy(&wb, want.data() + i * e, e);
+      if (gb != wb) {
+        return "element " + std::to_string(done + i) + " of rank " + std::to_string(rank) + "'s block (input index " +
+               std::to_string(first + done + i) + ") has bits " + std::to_string(gb) + ", want " + std::to_string(wb);
+      }
+    }
+  }
+  return "";
+}
+
+std::string check_reduced(DataType type, ReduceOp op, int n, const void* got, std::size_t first, std::size_t count,
+                          std::uint64_t seed) {
+  switch (type) {
+    case DataType::Int8: return check_integer<std::int8_t>(op, n, got, first, count, seed, type);
+    case DataType::Uint8: return check_integer<std::uint8_t>(op, n, got, first, count, seed, type);
+    case DataType::Int32: return check_integer<std::int32_t>(op, n, got, first, count, seed, type);
+    case DataType::Uint32: return check_integer<std::uint32_t>(op, n, got, first, count, seed, type);
+    case DataType::Int64: return check_integer<std::int64_t>(op, n, got, first, count, seed, type);
+    case DataType::Uint64: return check_integer<std::uint64_t>(op, n, got, first, count, seed, type);
+    case DataType::Float16: return check_floating<F16>(op, n, got, first, count, seed, type);
+    case DataType::BFloat16: return check_floating<BF16>(op, n, got, first, count, seed, type);
+    case DataType::Float32: return check_floating<F32>(op, n, got, first, count, seed, type);
+    case DataType::Float64: return check_floating<F64>(op, n, got, first, count, seed, type);
+  }
+  return "unknown type";
+}
+
 std::uint64_t fingerprint(const void* data, std::size_t bytes) {
+  // FNV-1a over 8-byte words, then the tail bytes.
   std::uint64_t h = 1469598103934665603ULL;
   const auto* p = static_cast<const unsigned char*>(data);
-  for (std::size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ULL;
+  std::size_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 1099511628211ULL;
+  }
+  for (; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ULL;
   return h;
 }
 

@@ -38,17 +38,15 @@ std::unique_ptr<Communicator> make_comm(RankEnv& env, const std::string& tag, co
 bool full_matrix();
 
 // --- values -----------------------------------------------------------------
-// The raw bits of element `i` of rank `rank`'s input for (type, op): values
-// exactly representable in the type, in ranges where the op cannot overflow
-// a floating type (integers wrap, which the reference models).
-std::uint64_t input_bits(DataType type, ReduceOp op, int rank, std::size_t i, std::uint64_t seed);
-void store_bits(DataType type, void* base, std::size_t i, std::uint64_t bits);
-std::uint64_t load_bits(DataType type, const void* base, std::size_t i);
-// Fills `count` elements of rank's input starting at input index `first`.
+// Rank `rank`'s input for (type, op) at input indices first..first+count:
+// values exactly representable in the type, in ranges where the op cannot
+// overflow a floating type (integers wrap, which the reference models).
 void fill_input(DataType type, ReduceOp op, int rank, void* out, std::size_t first, std::size_t count,
                 std::uint64_t seed);
-// The value of floating bits, exactly (fp16/bf16 decoded by hand).
-long double decode(DataType type, std::uint64_t bits);
+// Checks that `got` holds rank's (Sum) input at input indices
+// first..first+count, bit for bit. Returns an empty string or the first mismatch.
+std::string check_block(DataType type, int rank, const void* got, std::size_t first, std::size_t count,
+                        std::uint64_t seed);
 
 // Checks `count` reduced elements `got` (input indices first..first+count)
 // against the reference over `n` ranks. Integers and min/max must be
