@@ -280,7 +280,13 @@ void TcpQp::post_send(const SendWr& wr) {
   e.response_done = false;
   e.rx_offset = 0;
   e.rnr_seen = false;
-  ++sq_count_;
+  if (++sq_count_ == 1) {
+    // The peer's silence counts from when work is outstanding, not from its
+    // last traffic: a QP idle for longer than RDMX_TIMEOUT is not dead. The
+    // next timer scan stamps last_rx_ (no clock read on the posting path).
+    rx_seen_ = true;
+    ack_request_sent_ = false;
+  }
   if (s == QpState::Error) {
     // As in IB: work posted to a QP in ERROR completes with WR_FLUSH_ERR.
     push_send_completion_locked(e, WcStatus::WrFlushErr);
