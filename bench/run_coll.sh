@@ -30,7 +30,8 @@
 # smoke test of the harness, not a measurement), RDMX_BENCH_TIMEOUT (seconds
 # one process may run, default 300), RDMX_BENCH_JSON (where all JSON lines go,
 # default BUILD/bench/coll-<date>.jsonl; each line carries "config" and
-# "round" besides the program's fields). RDMX_* (e.g. RDMX_SPIN_US), OMPI_MCA_*
+# "round" besides the program's fields), RDMX_BENCH_PYTHON (the interpreter
+# that runs Gloo, default /usr/bin/python3). RDMX_* (e.g. RDMX_SPIN_US), OMPI_MCA_*
 # and GLOO_* variables in the environment reach the programs as usual.
 #
 # Exit status: 0, or 1 when a run failed or returned wrong results (rdmx runs
@@ -46,8 +47,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 rdmx_bin=$build/bench/rdmx_coll_perf
 mpi_src=$here/coll/mpi_coll_perf.c
 gloo_src=$here/coll/gloo_coll_perf.py
-# Debian's python3-torch is importable only by the system interpreter.
-py=/usr/bin/python3
+# Debian's python3-torch is importable only by the system interpreter;
+# RDMX_BENCH_PYTHON names another (a machine whose python3 holds torch).
+py=${RDMX_BENCH_PYTHON:-/usr/bin/python3}
 
 read -r -a nps <<<"${RDMX_BENCH_NP:-2 4}"
 sizes=${RDMX_BENCH_SIZES:-4,4K,64K,1M,16M,64M}
