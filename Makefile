@@ -1,5 +1,6 @@
 # The two commands the README promises. Both install what is missing first.
 BUILD ?= build
+COLL_JOBS ?= 2
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
@@ -31,7 +32,7 @@ test: build
 # rank count on shm, tcp and two network-namespace hosts (long; not in CI).
 test-coll-full: build
 	@echo "== test-coll-full (RDMX_COLL_MATRIX=full: the collective correctness suite at every size)"
-	cd $(BUILD) && RDMX_COLL_MATRIX=full ctest --output-on-failure -j 2 -R 'Coll/Correctness'
+	cd $(BUILD) && RDMX_COLL_MATRIX=full ctest --output-on-failure -j $(COLL_JOBS) -R 'Coll/Correctness'
 
 bench: build
 	@bash scripts/deps.sh --bench
