@@ -7,7 +7,8 @@
 #                              ucx_perftest and Open MPI (bench/run_shm.sh)
 set -euo pipefail
 
-packages=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev iproute2)
+packages=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev iproute2
+          libcli11-dev nlohmann-json3-dev libhwloc-dev)
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(sockperf iperf3 python3 ucx-utils openmpi-bin libopenmpi-dev python3-torch)
 fi

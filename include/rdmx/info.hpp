@@ -1,0 +1,100 @@
+// rdmx/info.hpp: what this host has and what rdmx would pick, for `rdmx info`
+// and for tools that choose among providers without naming them.
+//
+// Nothing here opens a connection or changes state; every call is cheap
+// enough to run at start-up. Facts that cannot be read (no permission, no
+// sysfs) are left empty and the matching `*_note` says why.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "rdmx/verbs.hpp"
+
+namespace rdmx {
+
+// ---------------------------------------------------------------------------
+// Providers
+struct ProviderStatus {
+  std::string name;       // "shm", "tcp", "verbs", "cuda"
+  bool built = false;     // compiled into this library
+  bool usable = false;    // a device opens on this host now
+  std::string reason;     // why usable, or exactly why not (e.g. "no RDMA device: /sys/class/infiniband is empty")
+  std::string device;     // Device::name() when usable
+  DeviceCaps caps;        // when usable
+};
+// Every provider rdmx knows, built or not, in auto selection's order.
+std::vector<ProviderStatus> probe_providers();
+
+// ---------------------------------------------------------------------------
+// Settings in force
+struct Setting {
+  std::string name;      // "RDMX_TIMEOUT"
+  std::string value;     // the value in force (the default when unset)
+  bool from_env = false; // set in the environment (else the default)
+  std::string meaning;   // one line
+};
+// Every RDMX_* setting the library reads, and any other RDMX_* variable set in
+// the environment (marked "not a known setting" so typos show).
+std::vector<Setting> settings();
+// RDMX_TIMEOUT as parsed by the library: the bound on every blocking wait.
+std::chrono::milliseconds default_timeout();
+
+// ---------------------------------------------------------------------------
+// Host topology (src/topo)
+struct RdmaGid {
+  int index = 0;
+  std::string gid;     // "fe80:0000:...:" as sysfs prints it
+  std::string type;    // "IB/RoCE v1", "RoCE v2" (sysfs gid_attrs/types)
+  std::string netdev;  // gid_attrs/ndevs, RoCE only
+};
+struct RdmaPort {
+  int number = 0;
+  std::string state;       // "ACTIVE", "DOWN", ...
+  std::string link_layer;  // "InfiniBand", "Ethernet"
+  std::string rate;        // "100 Gb/sec (4X EDR)"
+  int lid = 0;             // InfiniBand only
+  std::vector<RdmaGid> gids;  // non-zero GIDs only
+};
+struct RdmaDevice {
+  std::string name;  // "mlx5_0", "rxe0"
+  std::string node_guid;
+  std::vector<RdmaPort> ports;
+};
+struct NetInterface {
+  std::string name;
+  std::vector<std::string> addresses;  // "10.0.0.1/24", "fe80::1/64"
+  bool up = false;
+  bool loopback = false;
+  int mtu = 0;
+  long speed_mbps = -1;  // -1: unknown (virtual interfaces, down links)
+  int numa_node = -1;    // -1: unknown or not a PCI device
+};
+struct NumaNode {
+  int index = 0;
+  std::vector<int> cpus;  // logical CPU numbers
+  std::uint64_t memory_bytes = 0;
+};
+struct Gpu {
+  int index = 0;
+  std::string name;
+  std::string pci_bus_id;
+  std::uint64_t memory_bytes = 0;
+};
+struct HostTopology {
+  std::string hostname;
+  int cores = 0;           // physical cores
+  int logical_cpus = 0;    // hardware threads
+  std::vector<NumaNode> numa_nodes;
+  std::string cpu_note;    // why the counts above are 0, when they are
+  std::vector<NetInterface> interfaces;
+  std::vector<RdmaDevice> rdma_devices;
+  std::string rdma_note;   // why rdma_devices is empty, when it is
+  std::vector<Gpu> gpus;
+  std::string gpu_note;    // why gpus is empty, when it is
+};
+HostTopology discover_topology();
+
+}  // namespace rdmx

@@ -1,0 +1,26 @@
+// Runs the real `rdmx` binary as a child process and captures what it did.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace rdmx::test {
+
+struct CliResult {
+  int exit_code = -1;  // exit status, or 128 + signal number
+  std::string out;     // stdout
+  std::string err;     // stderr
+};
+
+// Runs `rdmx args...` with `env` added to (or, with an empty value, removed
+// from) this process's environment. Killed (SIGKILL, exit 137) past `limit`.
+CliResult run_cli(const std::vector<std::string>& args, const std::map<std::string, std::string>& env = {},
+                  std::chrono::seconds limit = std::chrono::seconds(120));
+
+// The path of the rdmx binary under test, and of the source tree (docs/schemas).
+const char* cli_path();
+std::string source_path(const std::string& relative);
+
+}  // namespace rdmx::test

@@ -1,0 +1,37 @@
+// The rdmx command's subcommands. Each registers itself on the root app; its
+// callback runs the command and reports failure by throwing (rdmx::Error or
+// cli::ExitStatus), so main() owns every exit path.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+namespace rdmx::cli {
+
+// Exit statuses shared by every subcommand (documented in docs/TOOLS.md).
+enum Exit : int {
+  kExitOk = 0,
+  kExitError = 1,        // an rdmx::Error or a failed rank
+  kExitUsage = 2,        // bad arguments (CLI11 also uses non-zero codes here)
+  kExitUnsupported = 3,  // a combination the library does not support
+  kExitWrong = 4,        // perf coll -c 1 found wrong results
+};
+
+// Thrown by a subcommand to end with `status` after printing its own message.
+struct ExitStatus {
+  int status;
+};
+
+// The command line this process was started with (argv[1..]), for the
+// subcommands that start local ranks of themselves, and this executable's path.
+void set_invocation(int argc, char** argv);
+const std::vector<std::string>& invocation_args();
+std::string self_executable();
+
+void register_info(CLI::App& root);
+void register_run(CLI::App& root);
+void register_perf(CLI::App& root);   // perf p2p, perf coll
+void register_bench(CLI::App& root);
+
+}  // namespace rdmx::cli

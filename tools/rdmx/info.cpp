@@ -1,0 +1,320 @@
+// rdmx info: what this host has and what rdmx would pick, as a readable
+// report or (--json) one document following docs/schemas/info.schema.json.
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "rdmx/info.hpp"
+#include "rdmx/verbs.hpp"
+
+namespace rdmx::cli {
+namespace {
+
+struct InfoOptions {
+  bool json = false;
+};
+
+// What open_device("auto") gives: the device an application without
+// RDMX_PROVIDER or a name would get, and why.
+struct AutoChoice {
+  bool usable = false;
+  std::string provider;
+  std::string device;
+  std::string reason;
+};
+
+AutoChoice probe_auto() {
+  AutoChoice choice;
+  try {
+    auto device = open_device("auto");
+    choice.usable = true;
+    choice.provider = device->provider();
+    choice.device = device->name();
+    choice.reason = device->selection_reason();
+  } catch (const std::exception& e) {
+    choice.reason = e.what();
+  }
+  return choice;
+}
+
+struct Report {
+  HostTopology host;
+  std::vector<ProviderStatus> providers;
+  AutoChoice chosen;
+  std::vector<Setting> settings;
+};
+
+// ---------------------------------------------------------------------------
+// Text
+
+std::string size_text(std::uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 4) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char text[32];
+  if (unit == 0 || value == static_cast<double>(static_cast<std::uint64_t>(value))) {
+    std::snprintf(text, sizeof text, "%.0f %s", value, units[unit]);
+  } else {
+    std::snprintf(text, sizeof text, "%.1f %s", value, units[unit]);
+  }
+  return text;
+}
+
+// "0-3,8-11": how lscpu and taskset write CPU lists.
+std::string cpu_ranges(const std::vector<int>& cpus) {
+  std::string out;
+  for (std::size_t i = 0; i < cpus.size();) {
+    std::size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    out += (out.empty() ? "" : ",") + std::to_string(cpus[i]);
+    if (j > i) out += "-" + std::to_string(cpus[j]);
+    i = j + 1;
+  }
+  return out.empty() ? "none" : out;
+}
+
+std::string join(const std::vector<std::string>& items, const char* separator) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : separator) + item;
+  return out;
+}
+
+std::string caps_text(const DeviceCaps& caps) {
+  std::vector<std::string> flags;
+  if (caps.remote_peers) flags.emplace_back("remote peers");
+  if (caps.same_host_peers) flags.emplace_back("same-host peers");
+  if (caps.auto_progress) flags.emplace_back("auto progress");
+  if (caps.ordered_write_placement) flags.emplace_back("ordered write placement");
+  return join(flags, ", ") + "; max message " + size_text(caps.max_msg_size) + ", " + std::to_string(caps.max_qp_wr) +
+         " WRs per QP, " + std::to_string(caps.max_sge) + " SGEs, " + std::to_string(caps.max_inline_data) +
+         " B inline";
+}
+
+std::size_t widest(const auto& items, auto field) {
+  std::size_t width = 0;
+  for (const auto& item : items) width = std::max(width, std::string(field(item)).size());
+  return width;
+}
+
+void print_providers(const Report& report) {
+  std::printf("Providers (in auto selection's order)\n");
+  const std::size_t width = std::max<std::size_t>(widest(report.providers, [](const auto& p) { return p.name; }), 5);
+  const std::string indent(2 + width + 2, ' ');
+  for (const auto& p : report.providers) {
+    if (p.usable) {
+      std::printf("  %-*s  usable      %s\n", static_cast<int>(width), p.name.c_str(), p.device.c_str());
+      std::printf("%swhy: %s\n", indent.c_str(), p.reason.c_str());
+      std::printf("%scaps: %s\n", indent.c_str(), caps_text(p.caps).c_str());
+    } else {
+      std::printf("  %-*s  not usable  %s\n", static_cast<int>(width), p.name.c_str(), p.reason.c_str());
+    }
+  }
+  if (report.chosen.usable) {
+    std::printf("  %-*s  opens       %s\n", static_cast<int>(width), "auto", report.chosen.device.c_str());
+    std::printf("%swhy: %s\n", indent.c_str(), report.chosen.reason.c_str());
+  } else {
+    std::printf("  %-*s  fails       %s\n", static_cast<int>(width), "auto", report.chosen.reason.c_str());
+  }
+}
+
+void print_rdma(const HostTopology& host) {
+  std::printf("\nRDMA devices\n");
+  if (host.rdma_devices.empty()) std::printf("  none: %s\n", host.rdma_note.c_str());
+  for (const auto& device : host.rdma_devices) {
+    std::printf("  %s  node GUID %s\n", device.name.c_str(), device.node_guid.c_str());
+    for (const auto& port : device.ports) {
+      std::printf("    port %d: %s, %s, %s, LID %d\n", port.number, port.state.c_str(), port.link_layer.c_str(),
+                  port.rate.c_str(), port.lid);
+      for (const auto& gid : port.gids) {
+        std::printf("      GID %-3d %s  %s%s%s\n", gid.index, gid.gid.c_str(), gid.type.c_str(),
+                    gid.netdev.empty() ? "" : "  ", gid.netdev.c_str());
+      }
+    }
+  }
+}
+
+void print_interfaces(const HostTopology& host) {
+  std::printf("\nNetwork interfaces\n");
+  if (host.interfaces.empty()) std::printf("  none (getifaddrs listed nothing)\n");
+  const std::size_t width = widest(host.interfaces, [](const auto& i) { return i.name; });
+  for (const auto& iface : host.interfaces) {
+    std::string state = iface.up ? "up" : "down";
+    if (iface.loopback) state += ", loopback";
+    std::string facts = "MTU " + std::to_string(iface.mtu);
+    facts += iface.speed_mbps > 0 ? ", " + std::to_string(iface.speed_mbps) + " Mb/s" : ", speed unknown";
+    facts += iface.numa_node >= 0 ? ", NUMA node " + std::to_string(iface.numa_node) : "";
+    std::printf("  %-*s  %-14s  %s\n", static_cast<int>(width), iface.name.c_str(), state.c_str(), facts.c_str());
+    if (!iface.addresses.empty()) {
+      std::printf("  %-*s  %s\n", static_cast<int>(width), "", join(iface.addresses, ", ").c_str());
+    }
+  }
+}
+
+void print_cpus(const HostTopology& host) {
+  std::printf("\nCPUs and NUMA\n");
+  if (!host.cpu_note.empty()) std::printf("  unknown: %s\n", host.cpu_note.c_str());
+  std::printf("  %d cores, %d logical CPUs, %zu NUMA node%s\n", host.cores, host.logical_cpus, host.numa_nodes.size(),
+              host.numa_nodes.size() == 1 ? "" : "s");
+  for (const auto& node : host.numa_nodes) {
+    std::printf("  node %d: CPUs %s, %s\n", node.index, cpu_ranges(node.cpus).c_str(),
+                size_text(node.memory_bytes).c_str());
+  }
+}
+
+void print_gpus(const HostTopology& host) {
+  std::printf("\nGPUs\n");
+  if (host.gpus.empty()) std::printf("  none: %s\n", host.gpu_note.c_str());
+  for (const auto& gpu : host.gpus) {
+    std::printf("  %d  %s  %s  %s\n", gpu.index, gpu.name.c_str(), gpu.pci_bus_id.c_str(),
+                size_text(gpu.memory_bytes).c_str());
+  }
+}
+
+void print_settings(const std::vector<Setting>& settings) {
+  std::printf("\nSettings (RDMX_* environment variables)\n");
+  const std::size_t name_width = widest(settings, [](const auto& s) { return s.name; });
+  const std::size_t value_width = std::min<std::size_t>(widest(settings, [](const auto& s) { return s.value; }), 20);
+  for (const auto& s : settings) {
+    std::printf("  %-*s = %-*s  %-9s  %s\n", static_cast<int>(name_width), s.name.c_str(),
+                static_cast<int>(value_width), s.value.c_str(), s.from_env ? "(set)" : "(default)",
+                s.meaning.c_str());
+  }
+}
+
+void print_text(const Report& report) {
+  const HostTopology& host = report.host;
+  std::printf("rdmx info: host %s\n\n", host.hostname.c_str());
+  print_providers(report);
+  print_rdma(host);
+  print_interfaces(host);
+  print_cpus(host);
+  print_gpus(host);
+  print_settings(report.settings);
+}
+
+// ---------------------------------------------------------------------------
+// JSON: field names are the C++ ones (rdmx/info.hpp), documented in
+// docs/schemas/info.schema.json; ordered as the text report, not alphabetically.
+
+nlohmann::ordered_json caps_json(const DeviceCaps& caps) {
+  return {{"remote_peers", caps.remote_peers},
+          {"same_host_peers", caps.same_host_peers},
+          {"auto_progress", caps.auto_progress},
+          {"ordered_write_placement", caps.ordered_write_placement},
+          {"max_msg_size", caps.max_msg_size},
+          {"max_qp_wr", caps.max_qp_wr},
+          {"max_sge", caps.max_sge},
+          {"max_inline_data", caps.max_inline_data}};
+}
+
+nlohmann::ordered_json null_if_empty(const std::string& text) {
+  return text.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(text);
+}
+
+nlohmann::ordered_json to_json(const Report& report) {
+  const HostTopology& host = report.host;
+  nlohmann::ordered_json doc;
+  doc["schema"] = "rdmx.info/1";
+  doc["hostname"] = host.hostname;
+
+  auto& providers = doc["providers"] = nlohmann::ordered_json::array();
+  for (const auto& p : report.providers) {
+    providers.push_back({{"name", p.name},
+                         {"built", p.built},
+                         {"usable", p.usable},
+                         {"reason", p.reason},
+                         {"device", p.usable ? nlohmann::ordered_json(p.device) : nlohmann::ordered_json()},
+                         {"caps", p.usable ? caps_json(p.caps) : nlohmann::ordered_json()}});
+  }
+  doc["auto"] = {{"usable", report.chosen.usable},
+                 {"provider", null_if_empty(report.chosen.provider)},
+                 {"device", null_if_empty(report.chosen.device)},
+                 {"reason", report.chosen.reason}};
+
+  auto& rdma = doc["rdma_devices"] = nlohmann::ordered_json::array();
+  for (const auto& device : host.rdma_devices) {
+    nlohmann::ordered_json ports = nlohmann::ordered_json::array();
+    for (const auto& port : device.ports) {
+      nlohmann::ordered_json gids = nlohmann::ordered_json::array();
+      for (const auto& gid : port.gids) {
+        gids.push_back({{"index", gid.index}, {"gid", gid.gid}, {"type", gid.type}, {"netdev", gid.netdev}});
+      }
+      ports.push_back({{"number", port.number},
+                       {"state", port.state},
+                       {"link_layer", port.link_layer},
+                       {"rate", port.rate},
+                       {"lid", port.lid},
+                       {"gids", gids}});
+    }
+    rdma.push_back({{"name", device.name}, {"node_guid", device.node_guid}, {"ports", ports}});
+  }
+  doc["rdma_note"] = host.rdma_note;
+
+  auto& interfaces = doc["interfaces"] = nlohmann::ordered_json::array();
+  for (const auto& iface : host.interfaces) {
+    interfaces.push_back({{"name", iface.name},
+                          {"addresses", iface.addresses},
+                          {"up", iface.up},
+                          {"loopback", iface.loopback},
+                          {"mtu", iface.mtu},
+                          {"speed_mbps", iface.speed_mbps},
+                          {"numa_node", iface.numa_node}});
+  }
+
+  doc["cores"] = host.cores;
+  doc["logical_cpus"] = host.logical_cpus;
+  auto& nodes = doc["numa_nodes"] = nlohmann::ordered_json::array();
+  for (const auto& node : host.numa_nodes) {
+    nodes.push_back({{"index", node.index}, {"cpus", node.cpus}, {"memory_bytes", node.memory_bytes}});
+  }
+  doc["cpu_note"] = host.cpu_note;
+
+  auto& gpus = doc["gpus"] = nlohmann::ordered_json::array();
+  for (const auto& gpu : host.gpus) {
+    gpus.push_back({{"index", gpu.index},
+                    {"name", gpu.name},
+                    {"pci_bus_id", gpu.pci_bus_id},
+                    {"memory_bytes", gpu.memory_bytes}});
+  }
+  doc["gpu_note"] = host.gpu_note;
+
+  auto& settings = doc["settings"] = nlohmann::ordered_json::array();
+  for (const auto& s : report.settings) {
+    settings.push_back({{"name", s.name}, {"value", s.value}, {"from_env", s.from_env}, {"meaning", s.meaning}});
+  }
+  return doc;
+}
+
+void run_info(const InfoOptions& options) {
+  Report report;
+  report.host = discover_topology();
+  report.providers = probe_providers();
+  report.chosen = probe_auto();
+  report.settings = settings();
+  if (options.json) {
+    std::printf("%s\n", to_json(report).dump(2).c_str());
+  } else {
+    print_text(report);
+  }
+}
+
+}  // namespace
+
+void register_info(CLI::App& root) {
+  auto options = std::make_shared<InfoOptions>();
+  CLI::App* info = root.add_subcommand(
+      "info", "Providers and why each is or is not usable; RDMA devices, interfaces, CPUs/NUMA, GPUs; "
+              "settings in force");
+  info->add_flag("--json", options->json, "Print one JSON document (docs/schemas/info.schema.json)");
+  info->callback([options] { run_info(*options); });
+}
+
+}  // namespace rdmx::cli

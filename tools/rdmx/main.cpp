@@ -1,0 +1,37 @@
+// rdmx: the command-line tool. Subcommands live one per file (commands.hpp).
+#include <cstdio>
+#include <exception>
+
+#include "commands.hpp"
+#include "rdmx/error.hpp"
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  CLI::App app{"rdmx: RDMA-style communication and collectives. Run 'rdmx <command> --help' for a command's options.",
+               "rdmx"};
+  rdmx::cli::set_invocation(argc, argv);
+  app.require_subcommand(1);
+  app.fallthrough(false);
+  rdmx::cli::register_info(app);
+  rdmx::cli::register_run(app);
+  rdmx::cli::register_perf(app);
+  rdmx::cli::register_bench(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    // A usage problem: the message, then the usage of the (sub)command it concerns (help() follows the
+    // subcommands that were parsed).
+    std::fprintf(stderr, "rdmx: %s\n\n%s", e.what(), app.help().c_str());
+    return rdmx::cli::kExitUsage;
+  } catch (const rdmx::cli::ExitStatus& e) {
+    return e.status;
+  } catch (const rdmx::Error& e) {
+    std::fprintf(stderr, "rdmx: %s\n", e.what());
+    return e.code() == rdmx::ErrorCode::NotSupported ? rdmx::cli::kExitUnsupported : rdmx::cli::kExitError;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rdmx: unexpected error: %s\n", e.what());
+    return rdmx::cli::kExitError;
+  }
+  return 0;
+}
