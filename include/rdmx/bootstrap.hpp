@@ -95,6 +95,9 @@ struct LaunchInfo {
 // (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID). RDMX_* wins over the others.
 // Throws Config naming the variables that are missing or malformed.
 LaunchInfo detect_launch();
+// Whether any launcher's variables are set, i.e. detect_launch() would not
+// fail with "no launcher recognised" (tools start their own ranks otherwise).
+bool launcher_present();
 
 // A joined job: this process's place and the store every rank shares.
 struct Bootstrap {

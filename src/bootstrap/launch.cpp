@@ -171,6 +171,15 @@ constexpr const char* kStoreHint =
 
 }  // namespace
 
+bool launcher_present() {
+  for (const auto& candidate : launchers()) {
+    for (const char* trigger : candidate.triggers) {
+      if (core::env(trigger)) return true;
+    }
+  }
+  return false;
+}
+
 LaunchInfo detect_launch() {
   const LauncherVariables* launcher = nullptr;
   std::string trigger_seen;

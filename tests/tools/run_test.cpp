@@ -1,0 +1,85 @@
+// rdmx run: real local ranks, the environment they get, and what happens when one dies.
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "run_cli.hpp"
+
+namespace rdmx::test {
+namespace {
+
+TEST(RunCommand, StartsRanksWithTheirEnvironmentAndPrefixesOutput) {
+  const CliResult r = run_cli({"run", "-n", "3", "--", "sh", "-c",
+                               "echo rank=$RDMX_RANK size=$RDMX_WORLD_SIZE local=$RDMX_LOCAL_RANK "
+                               "store=${RDMX_STORE%%:*}; echo to-stderr >&2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::string n = std::to_string(rank);
+    EXPECT_NE(r.out.find("[" + n + "] rank=" + n + " size=3 local=" + n + " store=file"), std::string::npos) << r.out;
+    EXPECT_NE(r.err.find("[" + n + "] to-stderr"), std::string::npos) << r.err;
+  }
+}
+
+TEST(RunCommand, ProviderOptionSetsTheEnvironment) {
+  const CliResult r = run_cli({"run", "-n", "1", "--provider", "tcp", "--", "sh", "-c", "echo p=$RDMX_PROVIDER"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("[0] p=tcp"), std::string::npos) << r.out;
+}
+
+TEST(RunCommand, AFailedRankStopsTheOthersAndItsStatusIsTheJobs) {
+  const auto start = std::chrono::steady_clock::now();
+  const CliResult r = run_cli({"run", "-n", "3", "--", "sh", "-c",
+                               "if [ $RDMX_RANK = 1 ]; then echo last words of one; exit 7; fi; exec sleep 60"});
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+  EXPECT_NE(r.err.find("rank 1 (pid"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("exited with status 7"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("| last words of one"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("stopping the other ranks still running (0, 2)"), std::string::npos) << r.err;
+  // The sleeping ranks were stopped, not waited for.
+  EXPECT_LT(took, std::chrono::seconds(30));
+}
+
+TEST(RunCommand, ARankKilledByASignalIsNamed) {
+  const CliResult r = run_cli({"run", "-n", "2", "--", "sh", "-c",
+                               "if [ $RDMX_RANK = 0 ]; then kill -SEGV $$; fi; exec sleep 60"});
+  EXPECT_EQ(r.exit_code, 128 + 11) << r.err;
+  EXPECT_NE(r.err.find("rank 0"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("SIGSEGV"), std::string::npos) << r.err;
+}
+
+TEST(RunCommand, TimeLimitEndsAStuckJob) {
+  const CliResult r = run_cli({"run", "-n", "2", "--time-limit", "1", "--", "sleep", "60"});
+  EXPECT_EQ(r.exit_code, 124) << r.err;
+  EXPECT_NE(r.err.find("time limit of 1 s"), std::string::npos) << r.err;
+}
+
+TEST(RunCommand, RunsAnRdmxProgram) {
+  // Any rdmx program: here the perftest-style latency test between the two ranks.
+  const CliResult r = run_cli({"run", "-n", "2", "--provider", "tcp", "--", cli_path(), "perf", "p2p", "write_lat",
+                               "-n", "200", "--warmup", "10"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("[0]  #bytes #iterations"), std::string::npos) << r.out;
+}
+
+TEST(RunCommand, ArgumentErrorsGiveUsage) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"run"}, {"run", "--", "true"}, {"run", "-n", "0", "--", "true"}, {"run", "-n", "two", "--", "true"},
+           {"run", "-n", "2"}, {"run", "-n", "2", "--bogus", "--", "true"}}) {
+    const CliResult r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 2) << args.size() << " args: " << r.err;
+    EXPECT_NE(r.err.find("Usage: rdmx run"), std::string::npos) << r.err;
+  }
+}
+
+TEST(RunCommand, AMissingProgramIsOneClearError) {
+  const CliResult r = run_cli({"run", "-n", "2", "--", "/nonexistent/program"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("cannot run \"/nonexistent/program\""), std::string::npos) << r.err;
+  const CliResult p = run_cli({"run", "-n", "2", "--", "no-such-program-rdmx"});
+  EXPECT_EQ(p.exit_code, 1);
+  EXPECT_NE(p.err.find("not found in PATH"), std::string::npos) << p.err;
+}
+
+}  // namespace
+}  // namespace rdmx::test

@@ -1,0 +1,435 @@
+#include "local_job.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <thread>
+
+#include "rdmx/error.hpp"
+
+extern char** environ;
+
+namespace rdmx::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Set by the signal handler; the loop passes the signal on to the ranks.
+volatile sig_atomic_t g_forward_signal = 0;
+void remember_signal(int signo) { g_forward_signal = signo; }
+
+// Finds `name` in PATH before fork, so a missing program is reported once,
+// clearly, instead of by every rank.
+std::string resolve_program(const std::string& name) {
+  if (name.find('/') != std::string::npos) {
+    if (::access(name.c_str(), X_OK) != 0) {
+      throw Error(ErrorCode::NotFound, "cannot run \"" + name + "\": " + std::strerror(errno),
+                  {.op = "rdmx run", .hint = "give the path of an executable"});
+    }
+    return name;
+  }
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  std::size_t start = 0;
+  while (start <= dirs.size()) {
+    const std::size_t colon = std::min(dirs.find(':', start), dirs.size());
+    std::string dir = dirs.substr(start, colon - start);
+    if (dir.empty()) dir = ".";
+    const std::string candidate = dir + "/" + name;
+    struct stat st{};
+    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+    start = colon + 1;
+  }
+  throw Error(ErrorCode::NotFound, "command \"" + name + "\" not found in PATH",
+              {.op = "rdmx run", .hint = "give its path, e.g. ./build/examples/" + name});
+}
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const int signo = WTERMSIG(status);
+    const char* abbrev = sigabbrev_np(signo);
+    std::string text = "was killed by signal " + std::to_string(signo);
+    if (abbrev != nullptr) text += std::string(" (SIG") + abbrev + ")";
+    if (WCOREDUMP(status)) text += ", core dumped";
+    return text;
+  }
+  return "ended with wait status " + std::to_string(status);
+}
+
+int exit_code_of(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+struct Stream {
+  int fd = -1;
+  int rank = 0;
+  bool is_stderr = false;
+  std::string pending;  // bytes after the last newline
+};
+
+struct Rank {
+  pid_t pid = -1;
+  bool running = true;
+  int status = 0;
+  std::deque<std::string> tail;
+};
+
+class Job {
+ public:
+  explicit Job(const LocalJobOptions& options) : options_(options) {}
+
+  LocalJobResult run() {
+    if (options_.ranks < 1) {
+      throw Error(ErrorCode::InvalidArgument, "the number of ranks must be at least 1, got " +
+                                                  std::to_string(options_.ranks),
+                  {.op = options_.name});
+    }
+    if (options_.command.empty()) {
+      throw Error(ErrorCode::InvalidArgument, "no command to run", {.op = options_.name,
+                                                                    .hint = "rdmx run -n 2 -- ./my_program args"});
+    }
+    const std::string program = resolve_program(options_.command.front());
+    char store_template[] = "/tmp/rdmx-run.XXXXXX";
+    const char* store_dir = ::mkdtemp(store_template);
+    if (store_dir == nullptr) {
+      throw Error(ErrorCode::System, std::string("cannot create the job's store directory in /tmp: ") +
+                                         std::strerror(errno),
+                  {.op = options_.name});
+    }
+    store_dir_ = store_dir;
+    struct sigaction forward{};
+    forward.sa_handler = remember_signal;  // no SA_RESTART: poll() returns at once
+    struct sigaction old_int{}, old_term{}, old_pipe{};
+    ::sigaction(SIGINT, &forward, &old_int);
+    ::sigaction(SIGTERM, &forward, &old_term);
+    struct sigaction ignore{};
+    ignore.sa_handler = SIG_IGN;
+    ::sigaction(SIGPIPE, &ignore, &old_pipe);
+    g_forward_signal = 0;
+
+    LocalJobResult result;
+    try {
+      start_ranks(program);
+      result = watch();
+    } catch (...) {
+      stop_all(SIGKILL);
+      reap_all();
+      cleanup(old_int, old_term, old_pipe);
+      throw;
+    }
+    cleanup(old_int, old_term, old_pipe);
+    if (!result.failure.empty() && options_.output != OutputMode::Capture) report(result);
+    result.rank0_stdout = std::move(captured_);
+    return result;
+  }
+
+ private:
+  void cleanup(const struct sigaction& old_int, const struct sigaction& old_term, const struct sigaction& old_pipe) {
+    ::sigaction(SIGINT, &old_int, nullptr);
+    ::sigaction(SIGTERM, &old_term, nullptr);
+    ::sigaction(SIGPIPE, &old_pipe, nullptr);
+    for (auto& s : streams_) {
+      if (s.fd >= 0) ::close(s.fd);
+      s.fd = -1;
+    }
+    std::error_code ignored;
+    std::filesystem::remove_all(store_dir_, ignored);
+  }
+
+  // Everything a child needs is built before fork: the parent may have
+  // threads (an open device's engine), so the child only calls exec-safe code.
+  void start_ranks(const std::string& program) {
+    std::vector<std::string> argv_text = options_.command;
+    std::vector<char*> argv;
+    for (auto& a : argv_text) argv.push_back(a.data());
+    argv.push_back(nullptr);
+
+    ranks_.resize(static_cast<std::size_t>(options_.ranks));
+    started_ = Clock::now();
+    for (int r = 0; r < options_.ranks; ++r) {
+      std::map<std::string, std::string> env;
+      for (char** e = environ; *e != nullptr; ++e) {
+        const char* eq = std::strchr(*e, '=');
+        if (eq != nullptr) env[std::string(*e, static_cast<std::size_t>(eq - *e))] = eq + 1;
+      }
+      for (const auto& [key, value] : options_.env) env[key] = value;
+      env["RDMX_RANK"] = std::to_string(r);
+      env["RDMX_WORLD_SIZE"] = std::to_string(options_.ranks);
+      env["RDMX_LOCAL_RANK"] = std::to_string(r);
+      env["RDMX_LOCAL_WORLD_SIZE"] = std::to_string(options_.ranks);
+      env["RDMX_STORE"] = "file:" + store_dir_;
+      std::vector<std::string> env_text;
+      for (const auto& [key, value] : env) env_text.push_back(key + "=" + value);
+      std::vector<char*> envp;
+      for (auto& e : env_text) envp.push_back(e.data());
+      envp.push_back(nullptr);
+
+      int out_pipe[2];
+      int err_pipe[2];
+      if (::pipe2(out_pipe, O_CLOEXEC) != 0) throw Error(ErrorCode::System, std::string("pipe2: ") + std::strerror(errno));
+      if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
+        ::close(out_pipe[0]);
+        ::close(out_pipe[1]);
+        throw Error(ErrorCode::System, std::string("pipe2: ") + std::strerror(errno));
+      }
+      std::fflush(stdout);
+      std::fflush(stderr);
+      const pid_t pid = ::fork();
+      if (pid < 0) {
+        throw Error(ErrorCode::System, "fork for rank " + std::to_string(r) + ": " + std::strerror(errno),
+                    {.op = options_.name});
+      }
+      if (pid == 0) {
+        ::setpgid(0, group_);  // rank 0 leads the group; a signal to it reaches every rank's children too
+        // Ranks run outside the terminal's foreground group, where reading it would stop them.
+        if (const int null_fd = ::open("/dev/null", O_RDONLY); null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
+        ::dup2(out_pipe[1], STDOUT_FILENO);
+        ::dup2(err_pipe[1], STDERR_FILENO);
+        ::signal(SIGINT, SIG_DFL);
+        ::signal(SIGTERM, SIG_DFL);
+        ::signal(SIGPIPE, SIG_DFL);
+        ::execve(program.c_str(), argv.data(), envp.data());
+        const char* what = std::strerror(errno);
+        (void)!::write(STDERR_FILENO, "execve failed: ", 15);
+        (void)!::write(STDERR_FILENO, what, std::strlen(what));
+        (void)!::write(STDERR_FILENO, "\n", 1);
+        ::_exit(127);
+      }
+      ::setpgid(pid, group_);
+      if (group_ == 0) group_ = pid;
+      ::close(out_pipe[1]);
+      ::close(err_pipe[1]);
+      ranks_[static_cast<std::size_t>(r)].pid = pid;
+      streams_.push_back({out_pipe[0], r, false, {}});
+      streams_.push_back({err_pipe[0], r, true, {}});
+    }
+  }
+
+  void emit(Stream& s, std::string_view line) {
+    Rank& rank = ranks_[static_cast<std::size_t>(s.rank)];
+    rank.tail.emplace_back(line);
+    if (rank.tail.size() > options_.tail_lines) rank.tail.pop_front();
+    if (options_.output == OutputMode::Capture) {
+      if (s.rank == 0 && !s.is_stderr) {
+        captured_.append(line);
+        captured_.push_back('\n');
+      }
+      return;
+    }
+    if (options_.output == OutputMode::Rank0Plain && s.rank == 0 && !s.is_stderr) {
+      std::fwrite(line.data(), 1, line.size(), stdout);
+      std::fputc('\n', stdout);
+      std::fflush(stdout);
+      return;
+    }
+    std::FILE* sink = s.is_stderr || options_.output == OutputMode::Rank0Plain ? stderr : stdout;
+    std::fprintf(sink, "[%d] %.*s\n", s.rank, static_cast<int>(line.size()), line.data());
+    std::fflush(sink);
+  }
+
+  void drain(Stream& s) {
+    char buffer[16384];
+    const ssize_t n = ::read(s.fd, buffer, sizeof buffer);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+    if (n <= 0) {
+      if (!s.pending.empty()) emit(s, s.pending);
+      s.pending.clear();
+      ::close(s.fd);
+      s.fd = -1;
+      return;
+    }
+    s.pending.append(buffer, static_cast<std::size_t>(n));
+    std::size_t start = 0;
+    for (std::size_t nl; (nl = s.pending.find('\n', start)) != std::string::npos; start = nl + 1) {
+      emit(s, std::string_view(s.pending).substr(start, nl - start));
+    }
+    s.pending.erase(0, start);
+    // A rank that never ends its line still gets seen.
+    if (s.pending.size() > 65536) {
+      emit(s, s.pending);
+      s.pending.clear();
+    }
+  }
+
+  void stop_all(int signo) {
+    if (group_ > 0) ::kill(-group_, signo);
+    for (const auto& r : ranks_) {
+      if (r.running && r.pid > 0) ::kill(r.pid, signo);
+    }
+  }
+
+  void reap_all() {
+    for (auto& r : ranks_) {
+      if (r.running && r.pid > 0) {
+        ::waitpid(r.pid, &r.status, 0);
+        r.running = false;
+      }
+    }
+  }
+
+  // Collects exits; returns the first failure seen in this pass, or -1.
+  int collect_exits() {
+    int failed = -1;
+    for (std::size_t i = 0; i < ranks_.size(); ++i) {
+      Rank& r = ranks_[i];
+      if (!r.running) continue;
+      const pid_t got = ::waitpid(r.pid, &r.status, WNOHANG);
+      if (got != r.pid) continue;
+      r.running = false;
+      if ((!WIFEXITED(r.status) || WEXITSTATUS(r.status) != 0) && failed < 0) failed = static_cast<int>(i);
+    }
+    return failed;
+  }
+
+  std::string running_list() const {
+    std::string out;
+    for (std::size_t i = 0; i < ranks_.size(); ++i) {
+      if (ranks_[i].running) out += (out.empty() ? "" : ", ") + std::to_string(i);
+    }
+    return out;
+  }
+
+  LocalJobResult watch() {
+    LocalJobResult result;
+    bool stopping = false;
+    Clock::time_point kill_at{};
+    Clock::time_point drain_until{};
+    bool all_exited = false;
+    const bool limited = options_.time_limit.count() > 0;
+    const auto limit_at = started_ + options_.time_limit;
+    for (;;) {
+      std::vector<pollfd> fds;
+      std::vector<Stream*> owners;
+      for (auto& s : streams_) {
+        if (s.fd >= 0) {
+          fds.push_back({s.fd, POLLIN, 0});
+          owners.push_back(&s);
+        }
+      }
+      if (all_exited && (fds.empty() || Clock::now() > drain_until)) break;
+      const int ready = ::poll(fds.data(), fds.size(), 100);
+      if (ready > 0) {
+        for (std::size_t i = 0; i < fds.size(); ++i) {
+          if (fds[i].revents != 0) drain(*owners[i]);
+        }
+      }
+      if (const int signo = g_forward_signal; signo != 0) {
+        g_forward_signal = 0;
+        if (result.failure.empty()) {
+          result.failure = std::string("interrupted by SIG") + sigabbrev_np(signo) + "; passed on to every rank";
+          result.exit_code = 128 + signo;
+        }
+        stop_all(signo);
+        if (!stopping) {
+          stopping = true;
+          kill_at = Clock::now() + std::chrono::seconds(2);
+        }
+      }
+      if (!all_exited) {
+        const int failed = collect_exits();
+        if (failed >= 0 && result.failure.empty()) {
+          const Rank& r = ranks_[static_cast<std::size_t>(failed)];
+          const double after = std::chrono::duration<double>(Clock::now() - started_).count();
+          const std::string others = running_list();
+          char when[32];
+          std::snprintf(when, sizeof when, "%.1f", after);
+          result.failed_rank = failed;
+          result.exit_code = exit_code_of(r.status);
+          result.failure = "rank " + std::to_string(failed) + " (pid " + std::to_string(r.pid) + ") " +
+                           describe_status(r.status) + " after " + when + " s" +
+                           (others.empty() ? "" : "; stopping the other ranks still running (" + others + ")");
+        }
+        if (limited && !stopping && result.failure.empty() && Clock::now() > limit_at) {
+          result.exit_code = 124;
+          result.failure = "the job ran past its time limit of " + std::to_string(options_.time_limit.count()) +
+                           " s; stopping ranks " + running_list();
+        }
+        if (!result.failure.empty() && !stopping) {
+          stopping = true;
+          stop_all(SIGTERM);
+          kill_at = Clock::now() + std::chrono::seconds(2);
+        }
+        if (stopping && Clock::now() > kill_at) stop_all(SIGKILL);
+        if (running_list().empty()) {
+          all_exited = true;
+          // Grandchildren may hold the pipes open; their output gets a moment, not forever.
+          drain_until = Clock::now() + std::chrono::seconds(2);
+        }
+      }
+    }
+    result.seconds = std::chrono::duration<double>(Clock::now() - started_).count();
+    if (result.failed_rank >= 0) {
+      const auto& tail = ranks_[static_cast<std::size_t>(result.failed_rank)].tail;
+      result.failed_tail.assign(tail.begin(), tail.end());
+    }
+    return result;
+  }
+
+  void report(const LocalJobResult& result) const {
+    std::fprintf(stderr, "%s: %s\n", options_.name.c_str(), result.failure.c_str());
+    if (result.failed_rank < 0) return;
+    if (result.failed_tail.empty()) {
+      std::fprintf(stderr, "%s: rank %d printed nothing\n", options_.name.c_str(), result.failed_rank);
+      return;
+    }
+    std::fprintf(stderr, "%s: last %zu lines of rank %d:\n", options_.name.c_str(), result.failed_tail.size(),
+                 result.failed_rank);
+    for (const auto& line : result.failed_tail) std::fprintf(stderr, "  | %s\n", line.c_str());
+  }
+
+  const LocalJobOptions& options_;
+  std::string store_dir_;
+  std::vector<Rank> ranks_;
+  std::vector<Stream> streams_;
+  pid_t group_ = 0;
+  Clock::time_point started_{};
+  std::string captured_;
+};
+
+}  // namespace
+
+LocalJobResult run_local_job(const LocalJobOptions& options) { return Job(options).run(); }
+
+int default_local_ranks() {
+  const unsigned cores = std::thread::hardware_concurrency();
+  return static_cast<int>(std::clamp(cores == 0 ? 2u : cores, 2u, 4u));
+}
+
+}  // namespace rdmx::cli
+
+#include "commands.hpp"
+#include "rdmx/bootstrap.hpp"
+
+namespace rdmx::cli {
+
+bool run_self_as_local_ranks(int ranks, const std::string& name) {
+  if (launcher_present()) return false;
+  LocalJobOptions options;
+  options.ranks = ranks;
+  options.name = name;
+  options.output = OutputMode::Rank0Plain;
+  options.command.push_back(self_executable());
+  const auto& args = invocation_args();
+  options.command.insert(options.command.end(), args.begin(), args.end());
+  const LocalJobResult result = run_local_job(options);
+  if (result.exit_code != 0) throw ExitStatus{result.exit_code};
+  return true;
+}
+
+}  // namespace rdmx::cli
