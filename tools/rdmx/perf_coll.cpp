@@ -1,17 +1,6 @@
-// bench/coll/rdmx_coll_perf.cpp: rdmx's collectives, measured as nccl-tests
-// measures NCCL's, side by side with Open MPI (mpi_coll_perf.c) and Gloo
-// (gloo_coll_perf.py) in bench/run_coll.sh. Only the public API
-// (rdmx/comm.hpp) is used.
-//
-//   RDMX_RANK=r RDMX_WORLD_SIZE=n RDMX_STORE=file:/dir RDMX_PROVIDER=shm|tcp
-//     rdmx_coll_perf --op all_reduce|all_gather|reduce_scatter|broadcast|reduce|all_to_all|gather|scatter|barrier
-//                    [--sizes 4,4K,64K,1M,16M,64M] [--type fp32] [--redop sum|prod|min|max|avg]
-//                    [--root 0] [--iters N] [--warmup N] [--check 0|1] [--json PATH]
-//
-// (any launcher rdmx::from_env() knows works as well: torchrun, mpirun, srun.)
-//
-// The three benchmarks take the same flags, measure the same way and print the
-// same table, after nccl-tests:
+// rdmx perf coll: rdmx's collectives measured as nccl-tests measures NCCL's,
+// with nccl-tests' flags, columns and bus-bandwidth factors. Only the public
+// API (rdmx/comm.hpp) is used.
 //
 // - Size: bytes per rank as in nccl-tests: the buffer for all_reduce, broadcast
 //   and reduce; the receive buffer in total for all_gather and gather (each rank
@@ -21,36 +10,25 @@
 //   receive bytes.
 // - Bandwidth: algbw = size / time (GB = 1e9 bytes); busbw = algbw x factor,
 //   nccl-tests' factors: all_reduce 2(n-1)/n; all_gather, reduce_scatter,
-//   all_to_all, and also gather and scatter (nccl-tests' gather.cu and
-//   scatter.cu) (n-1)/n; broadcast and reduce 1.
+//   all_to_all, gather and scatter (n-1)/n; broadcast and reduce 1.
 // - Timing: a barrier, then `iters` back-to-back calls; each rank's time per
-//   call, averaged over the ranks (nccl-tests' default -a 1). Iterations:
-//   --iters, or per size from a calibration: 5 untimed calls, a barrier, 3 timed
-//   calls; iters = 0.2 s / (rank 0's time per call), at least 5, at most 10000,
-//   rank 0's choice broadcast. Warm-up: --warmup, or max(5, iters / 10) untimed
-//   calls before the timed ones of each row.
-// - Out-of-place and in-place rows, as nccl-tests. In place as rdmx/comm.hpp
-//   and nccl-tests define it: all_reduce, reduce and all_to_all pass the same
-//   buffer twice; reduce_scatter passes recv = send + rank * count (nccl-tests;
-//   MPI_IN_PLACE's "first block" form also works but costs a copy); all_gather
-//   and gather pass send = recv + rank * count; scatter
-//   passes recv = send + rank * count (the root's block stays where it is).
-//   broadcast is in place only and barrier has no buffer: their other column
-//   is n/a.
-// - Check (--check 1, after the timed calls of each row): inputs get small
-//   integers that depend on rank and index, outputs a sentinel, one call, then
-//   every output element is compared with the result computed here; #wrong is
-//   the number of wrong elements summed over the ranks. Reductions use
+//   call, averaged over the ranks (nccl-tests' default -a 1). Iterations: -n,
+//   or per size from a calibration: 5 untimed calls, a barrier, 3 timed calls;
+//   iters = 0.2 s / (rank 0's time per call), at least 5, at most 10000, rank
+//   0's choice broadcast. Warm-up: -w, or max(5, iters / 10) untimed calls
+//   before the timed ones of each row.
+// - Out-of-place and in-place rows, as nccl-tests. In place: all_reduce, reduce
+//   and all_to_all pass the same buffer twice; reduce_scatter passes recv =
+//   send + rank * count (nccl-tests); all_gather and gather pass send = recv +
+//   rank * count; scatter passes recv = send + rank * count. broadcast is in
+//   place only and barrier has no buffer: their other column is n/a.
+// - Check (-c 1, after the timed calls of each row): inputs get small integers
+//   that depend on rank and index, outputs a sentinel, one call, then every
+//   output element is compared with the result computed here; #wrong is the
+//   number of wrong elements summed over the ranks. Reductions use
 //   ((rank+1)*(i%7+1)) % 16 (prod: 1 + that % 2, so products stay exact), data
-//   movement (rank*17 + (i%101)*5 + 3) % 101: every result is exact in every type
-//   (avg, floating types only, is compared to within one rounding).
-// - Output (rank 0): the table on stdout; with --json PATH one JSON object per
-//   size and row appended to PATH: {"bench","transport","op","np","bytes",
-//   "count","type","redop","root","inplace","time_us","algbw_GBps",
-//   "busbw_GBps","wrong","iters"}. The transport is the providers the
-//   communicator reaches its peers with ("shm", "tcp", "shm+tcp").
-// - Exit status: 0; 1 an error; 2 a bad argument; 3 a combination the library
-//   does not support (rdmx::Error NotSupported); 4 wrong results.
+//   movement (rank*17 + (i%101)*5 + 3) % 101: every result is exact in every
+//   type (avg, floating types only, is compared to within one rounding).
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -67,26 +45,36 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "local_job.hpp"
+#include "perf_common.hpp"
 #include "rdmx/comm.hpp"
 #include "rdmx/error.hpp"
 
+namespace rdmx::cli {
 namespace {
+
+using nlohmann::json;
 
 constexpr double kTargetSeconds = 0.2;
 constexpr long kMinIters = 5;
 constexpr long kMaxIters = 10000;
 constexpr int kCalibrationWarmup = 5;
 constexpr int kCalibrationIters = 3;
-constexpr std::size_t kMaxBytes = std::size_t{1} << 32;
-
-enum ExitCode { kExitUsage = 2, kExitUnsupported = 3, kExitWrong = 4 };
 
 enum class Op { AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll, Gather, Scatter, Barrier };
 constexpr const char* kOpNames[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
                                     "all_to_all", "gather",     "scatter",        "barrier"};
+// nccl-tests' binary names without "_perf" (allreduce_perf is all_reduce_perf's old spelling elsewhere).
+constexpr const char* kOpAliases[] = {"allreduce", "allgather", "reducescatter", "bcast", "",
+                                      "alltoall",  "",          "",              ""};
 
+// nccl-tests' type names first; rdmx's names (DataType) are accepted too.
 constexpr const char* kTypeNames[] = {"int8", "uint8", "int32", "uint32", "int64",
-                                      "uint64", "fp16", "bf16", "fp32", "fp64"};
+                                      "uint64", "half", "bfloat16", "float", "double"};
+constexpr const char* kTypeAliases[] = {"", "", "int", "", "", "", "fp16", "bf16", "fp32", "fp64"};
 constexpr rdmx::DataType kTypes[] = {rdmx::DataType::Int8,    rdmx::DataType::Uint8,    rdmx::DataType::Int32,
                                      rdmx::DataType::Uint32,  rdmx::DataType::Int64,    rdmx::DataType::Uint64,
                                      rdmx::DataType::Float16, rdmx::DataType::BFloat16, rdmx::DataType::Float32,
@@ -99,6 +87,7 @@ constexpr rdmx::ReduceOp kRedops[] = {rdmx::ReduceOp::Sum, rdmx::ReduceOp::Prod,
                                       rdmx::ReduceOp::Max, rdmx::ReduceOp::Avg};
 enum RedopIndex { kSum, kProd, kMin, kMax, kAvg };
 
+// One sweep: a collective, a type and a reduction over the sizes.
 struct Options {
   Op op = Op::AllReduce;
   std::vector<std::size_t> sizes;
@@ -108,108 +97,63 @@ struct Options {
   long iters = 0;    // 0: per size, from a calibration
   long warmup = -1;  // -1: max(5, iters / 10)
   bool check = true;
-  std::string json_path;
 };
 
-// A bad command line: every rank sees the same one, so only rank 0 says it.
-struct UsageError {
-  std::string message;
+// What the command line asked for, before it is split into sweeps.
+struct Request {
+  std::vector<std::string> ops;
+  std::string min_bytes = "8";
+  std::string max_bytes = "64M";
+  double step_factor = 2;
+  std::string step_bytes;
+  std::string sizes;
+  long iters = 0;
+  long warmup = -1;
+  int check = 1;
+  std::string redop = "sum";
+  std::string type = "float";
+  int root = 0;
+  int np = 0;
+  std::string provider;
+  bool json = false;
+  std::string json_lines;
 };
-struct Unsupported {
-  std::string message;
-};
-
-const char* const kUsage =
-    "usage: rdmx_coll_perf --op all_reduce|all_gather|reduce_scatter|broadcast|reduce|all_to_all|gather|scatter|"
-    "barrier\n"
-    "         [--sizes 4,4K,64K,1M,16M,64M] [--type int8|uint8|int32|uint32|int64|uint64|fp16|bf16|fp32|fp64]\n"
-    "         [--redop sum|prod|min|max|avg] [--root 0] [--iters N] [--warmup N] [--check 0|1] [--json PATH]\n"
-    "  ranks from the environment (RDMX_RANK, RDMX_WORLD_SIZE, RDMX_STORE; torchrun, mpirun, srun);\n"
-    "  RDMX_PROVIDER=shm|tcp picks the transport\n";
-
-long parse_count(const std::string& text, const std::string& option) {
-  char* end = nullptr;
-  errno = 0;
-  const long value = std::strtol(text.c_str(), &end, 10);
-  if (errno != 0 || end == text.c_str() || *end != '\0' || value < 0) {
-    throw UsageError{option + " needs a non-negative number, not '" + text + "'"};
-  }
-  return value;
-}
-
-// "4", "64K", "16M", "1G": binary multiples.
-std::size_t parse_size(std::string text, const std::string& list) {
-  unsigned shift = 0;
-  if (!text.empty()) {
-    switch (text.back()) {
-      case 'K': case 'k': shift = 10; break;
-      case 'M': case 'm': shift = 20; break;
-      case 'G': case 'g': shift = 30; break;
-      default: break;
-    }
-  }
-  if (shift != 0) text.pop_back();
-  char* end = nullptr;
-  const unsigned long long value = text.empty() ? 0 : std::strtoull(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0') throw UsageError{"bad size in --sizes '" + list + "'"};
-  const unsigned long long bytes = value << shift;
-  if (bytes == 0 || bytes > kMaxBytes) throw UsageError{"size out of [1, 4G] in --sizes '" + list + "'"};
-  return static_cast<std::size_t>(bytes);
-}
-
-std::vector<std::size_t> parse_sizes(const std::string& list) {
-  std::vector<std::size_t> sizes;
-  std::size_t start = 0;
-  while (start <= list.size()) {
-    std::size_t comma = list.find(',', start);
-    if (comma == std::string::npos) comma = list.size();
-    sizes.push_back(parse_size(list.substr(start, comma - start), list));
-    start = comma + 1;
-  }
-  return sizes;
-}
 
 template <std::size_t N>
-int lookup(const char* const (&names)[N], const std::string& value, const std::string& option) {
+std::vector<int> lookup(const char* const (&names)[N], const char* const (&aliases)[N], const std::string& value,
+                        const std::string& option) {
+  std::vector<int> found;
   for (std::size_t i = 0; i < N; ++i) {
-    if (value == names[i]) return static_cast<int>(i);
-  }
-  if (option == "--type" && value == "float") return kFp32;
-  throw UsageError{"unknown " + option + " '" + value + "'"};
-}
-
-Options parse_options(int argc, char** argv) {
-  Options o;
-  o.sizes = parse_sizes("4,4K,64K,1M,16M,64M");
-  for (int i = 1; i < argc; i += 2) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") throw UsageError{};
-    if (i + 1 >= argc) throw UsageError{arg + " needs a value"};
-    const std::string value = argv[i + 1];
-    if (arg == "--op") {
-      o.op = static_cast<Op>(lookup(kOpNames, value, arg));
-    } else if (arg == "--sizes" || arg == "--size") {
-      o.sizes = parse_sizes(value);
-    } else if (arg == "--type") {
-      o.type = lookup(kTypeNames, value, arg);
-    } else if (arg == "--redop") {
-      o.redop = lookup(kRedopNames, value, arg);
-    } else if (arg == "--root") {
-      o.root = static_cast<int>(parse_count(value, arg));
-    } else if (arg == "--iters") {
-      o.iters = parse_count(value, arg);
-      if (o.iters < 1) throw UsageError{"--iters must be at least 1"};
-    } else if (arg == "--warmup") {
-      o.warmup = parse_count(value, arg);
-    } else if (arg == "--check") {
-      o.check = parse_count(value, arg) != 0;
-    } else if (arg == "--json") {
-      o.json_path = value;
-    } else {
-      throw UsageError{"unknown option '" + arg + "'"};
+    if (value == "all" || value == names[i] || (*aliases[i] != '\0' && value == aliases[i])) {
+      found.push_back(static_cast<int>(i));
     }
   }
-  return o;
+  if (found.empty()) {
+    std::string known;
+    for (const char* name : names) known += std::string(known.empty() ? "" : ", ") + name;
+    throw UsageError{option + ": unknown '" + value + "' (known: " + known + ", all)"};
+  }
+  return found;
+}
+
+std::vector<std::size_t> sweep_sizes(const Request& r) {
+  if (!r.sizes.empty()) return parse_size_list(r.sizes, "--sizes");
+  const std::size_t low = parse_size(r.min_bytes, "-b");
+  const std::size_t high = parse_size(r.max_bytes, "-e");
+  if (high < low) throw UsageError{"-e " + r.max_bytes + " is below -b " + r.min_bytes};
+  std::vector<std::size_t> sizes;
+  if (!r.step_bytes.empty()) {
+    const std::size_t step = parse_size(r.step_bytes, "-i");
+    if (step == 0) throw UsageError{"-i must be positive"};
+    for (std::size_t size = low; size <= high; size += step) sizes.push_back(size);
+  } else {
+    if (r.step_factor <= 1 && low != high) throw UsageError{"-f must be above 1 (or give -i STEPBYTES)"};
+    for (double size = static_cast<double>(low); size <= static_cast<double>(high); size *= r.step_factor) {
+      sizes.push_back(static_cast<std::size_t>(size));
+      if (low == high || size == 0) break;
+    }
+  }
+  return sizes;
 }
 
 // ---------------------------------------------------------------------------
@@ -383,7 +327,9 @@ class Bench {
  public:
   Bench(const Options& o, rdmx::Communicator& comm) : o_(o), comm_(comm), rank_(comm.rank()), n_(comm.size()) {}
 
-  int run();
+  // One sweep; rank 0 prints its table (unless `table` is false) and fills `run`. Returns #wrong.
+  long long run(JsonLines& lines, json& run, bool table);
+  std::string transport() const;
 
  private:
   struct Buffers {
@@ -398,7 +344,6 @@ class Bench {
   long long check_once(const Layout& l, bool inplace);
   double expected_reduction(std::size_t i) const;
   bool same(double got, double want) const;
-  std::string transport() const;
 
   const Options& o_;
   rdmx::Communicator& comm_;
@@ -606,7 +551,7 @@ struct FreeDeleter {
   void operator()(unsigned char* p) const noexcept { std::free(p); }
 };
 
-int Bench::run() {
+long long Bench::run(JsonLines& lines, json& run, bool table) {
   const Op op = o_.op;
   const std::size_t esize = kTypeSizes[o_.type];
   std::vector<std::size_t> sizes = o_.sizes;
@@ -631,21 +576,14 @@ int Bench::run() {
   b_.send = send_buffer.get();
   b_.recv = recv_buffer.get();
 
-  std::FILE* json = nullptr;
-  if (rank_ == 0 && !o_.json_path.empty()) {
-    json = std::fopen(o_.json_path.c_str(), "a");
-    if (json == nullptr) {
-      throw rdmx::Error(rdmx::ErrorCode::System,
-                        "cannot open --json file '" + o_.json_path + "': " + std::strerror(errno));
-    }
-  }
   const std::string transport_name = transport();
   const char* redop_col = is_reduction(op) ? kRedopNames[o_.redop] : "none";
   const int root_col = is_rooted(op) ? o_.root : -1;
   const char* op_name = kOpNames[static_cast<int>(op)];
   const char* type_name = kTypeNames[o_.type];
-  if (rank_ == 0) {
-    std::printf("# rdmx_coll_perf: %s, %d ranks, transport %s\n", op_name, n_, transport_name.c_str());
+  const bool print = table && rank_ == 0;
+  if (print) {
+    std::printf("# rdmx perf coll: %s, %d ranks, transport %s\n", op_name, n_, transport_name.c_str());
     if (o_.iters > 0) {
       std::printf("# iters %ld", o_.iters);
     } else {
@@ -657,22 +595,22 @@ int Bench::run() {
       std::printf(", warmup max(5, iters/10)");
     }
     std::printf(", check %d; time = per call, averaged over ranks; GB = 1e9 B\n#\n", o_.check ? 1 : 0);
-    std::printf("# %10s  %12s  %6s  %6s  %6s  %32s  %32s\n", "", "", "", "", "", "out-of-place", "in-place");
-    std::printf("# %10s  %12s  %6s  %6s  %6s  %8s  %7s  %7s  %6s  %8s  %7s  %7s  %6s  %7s\n", "size", "count",
-                "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong",
-                "iters");
-    std::printf("# %10s  %12s  %6s  %6s  %6s  %8s  %7s  %7s  %6s  %8s  %7s  %7s  %6s  %7s\n", "(B)", "(elements)",
-                "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", "");
+    std::printf("# %10s  %12s  %8s  %6s  %6s  %32s  %32s\n", "", "", "", "", "", "out-of-place", "in-place");
+    std::printf("# %10s  %12s  %8s  %6s  %6s  %8s  %7s  %7s  %6s  %8s  %7s  %7s  %6s\n", "size", "count", "type",
+                "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
+    std::printf("# %10s  %12s  %8s  %6s  %6s  %8s  %7s  %7s  %6s  %8s  %7s  %7s  %6s\n", "(B)", "(elements)", "", "",
+                "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
     std::fflush(stdout);
   }
 
   long long all_wrong = 0;
   double bw_sum = 0;
   int bw_count = 0;
+  json rows = json::array();
   for (std::size_t size : sizes) {
     const Layout l = layout_for(op, size, esize, n_);
     if (op != Op::Barrier && l.count == 0) {
-      if (rank_ == 0) std::printf("# %zu B: less than one %s per rank, skipped\n", size, type_name);
+      if (print) std::printf("# %zu B: less than one %s per rank, skipped\n", size, type_name);
       continue;
     }
     const bool first_mode = !has_mode(op, false);
@@ -701,76 +639,145 @@ int Bench::run() {
       std::snprintf(cell, sizeof cell, "  %8s  %7s  %7s  %6s", format_time(us).c_str(), format_bw(algbw).c_str(),
                     format_bw(busbw).c_str(), w.c_str());
       cells[mode] = cell;
-      if (json != nullptr) {
-        std::fprintf(json,
-                     "{\"bench\":\"rdmx\",\"transport\":\"%s\",\"op\":\"%s\",\"np\":%d,\"bytes\":%zu,\"count\":%zu,"
-                     "\"type\":\"%s\",\"redop\":\"%s\",\"root\":%d,\"inplace\":%s,\"time_us\":%.4f,"
-                     "\"algbw_GBps\":%.6f,\"busbw_GBps\":%.6f,\"wrong\":%s,\"iters\":%ld}\n",
-                     transport_name.c_str(), op_name, n_, l.bytes, l.count, type_name, redop_col, root_col,
-                     inplace ? "true" : "false", us, algbw, busbw, wrong >= 0 ? std::to_string(wrong).c_str() : "null",
-                     iters);
-        std::fflush(json);
-      }
+      json row = {{"bytes", l.bytes},     {"count", l.count},     {"type", type_name},   {"redop", redop_col},
+                  {"root", root_col},     {"inplace", inplace},   {"time_us", us},       {"algbw_GBps", algbw},
+                  {"busbw_GBps", busbw},  {"wrong", wrong},       {"iters", iters}};
+      json line = row;
+      line["bench"] = "rdmx";
+      line["transport"] = transport_name;
+      line["op"] = op_name;
+      line["np"] = n_;
+      lines.write(line);
+      rows.push_back(std::move(row));
     }
-    if (rank_ == 0) {
-      std::printf("  %10zu  %12zu  %6s  %6s  %6d%s%s  %7ld\n", l.bytes, l.count, type_name, redop_col, root_col,
-                  cells[0].c_str(), cells[1].c_str(), iters);
+    if (print) {
+      std::printf("  %10zu  %12zu  %8s  %6s  %6d%s%s\n", l.bytes, l.count, type_name, redop_col, root_col,
+                  cells[0].c_str(), cells[1].c_str());
       std::fflush(stdout);
     }
   }
-  if (rank_ == 0) {
+  const double avg_busbw = bw_count > 0 ? bw_sum / bw_count : 0.0;
+  if (print) {
     std::printf("# Out of bounds values : %lld %s\n", all_wrong,
                 o_.check ? (all_wrong == 0 ? "OK" : "FAILED") : "(not checked)");
-    std::printf("# Avg bus bandwidth    : %.4g\n#\n", bw_count > 0 ? bw_sum / bw_count : 0.0);
+    std::printf("# Avg bus bandwidth    : %.4g\n#\n", avg_busbw);
   }
-  if (json != nullptr) std::fclose(json);
+  run = {{"collective", op_name},      {"np", n_},
+         {"transport", transport_name}, {"type", type_name},
+         {"redop", redop_col},         {"root", root_col},
+         {"check", o_.check},          {"wrong", o_.check ? all_wrong : -1},
+         {"avg_busbw_GBps", avg_busbw}, {"results", std::move(rows)}};
   // Nobody leaves while a peer may still read from it.
   comm_.barrier();
-  return all_wrong > 0 ? kExitWrong : 0;
+  return all_wrong;
+}
+
+// Every (collective, type, reduction) the request names, as sweeps. Pairs the
+// library does not define (avg on integers, reductions on barrier) are left
+// out when "all" asked for them, and an error when named.
+std::vector<Options> plan(const Request& r) {
+  const std::vector<std::size_t> sizes = sweep_sizes(r);
+  std::vector<int> ops;
+  for (const auto& name : r.ops) {
+    for (int op : lookup(kOpNames, kOpAliases, name, "collective")) {
+      if (std::find(ops.begin(), ops.end(), op) == ops.end()) ops.push_back(op);
+    }
+  }
+  const std::vector<int> types = lookup(kTypeNames, kTypeAliases, r.type, "-d");
+  const char* const no_aliases[] = {"", "", "", "", ""};
+  const std::vector<int> redops = lookup(kRedopNames, no_aliases, r.redop, "-o");
+  std::vector<Options> sweeps;
+  for (int op : ops) {
+    for (int type : types) {
+      for (int redop : redops) {
+        Options o;
+        o.op = static_cast<Op>(op);
+        o.sizes = sizes;
+        o.type = type;
+        o.redop = redop;
+        o.root = r.root;
+        o.iters = r.iters;
+        o.warmup = r.warmup;
+        o.check = r.check != 0;
+        const bool reduction = is_reduction(o.op);
+        if (!reduction && redop != redops.front()) continue;  // the reduction does not apply: one sweep
+        if (o.op == Op::Barrier && type != types.front()) continue;
+        if (reduction && redop == kAvg && !is_floating_type(type)) {
+          if (r.redop == "all" || r.type == "all") continue;
+          throw UsageError{std::string("-o avg is for floating types (half, bfloat16, float, double), not ") +
+                           kTypeNames[type]};
+        }
+        sweeps.push_back(o);
+      }
+    }
+  }
+  return sweeps;
+}
+
+void run(const Request& r, const std::vector<Options>& sweeps) {
+  std::unique_ptr<rdmx::Communicator> comm = rdmx::Communicator::from_env();
+  if (r.root >= comm->size()) {
+    throw Error(ErrorCode::InvalidArgument,
+                "-r " + std::to_string(r.root) + " is not a rank of " + std::to_string(comm->size()),
+                {.op = "perf coll", .hint = "pick a root below the number of ranks"});
+  }
+  JsonLines lines(comm->rank() == 0 ? r.json_lines : std::string(), "--json-lines");
+  json document = {{"schema", "rdmx.perf.coll/1"}, {"np", comm->size()}, {"runs", json::array()}};
+  long long wrong = 0;
+  for (const Options& o : sweeps) {
+    Bench bench(o, *comm);
+    json one;
+    wrong += bench.run(lines, one, !r.json);
+    document["runs"].push_back(std::move(one));
+  }
+  if (comm->rank() == 0 && r.json) std::printf("%s\n", document.dump(2).c_str());
+  if (wrong > 0) {
+    if (comm->rank() == 0) std::fprintf(stderr, "rdmx perf coll: %lld wrong elements\n", wrong);
+    throw ExitStatus{kExitWrong};
+  }
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  Options options;
-  try {
-    options = parse_options(argc, argv);
-    if (is_reduction(options.op) && options.redop == kAvg && !is_floating_type(options.type)) {
-      throw Unsupported{std::string("avg is for floating types, not ") + kTypeNames[options.type]};
+void register_perf_coll(CLI::App& perf) {
+  auto* cmd = perf.add_subcommand(
+      "coll",
+      "nccl-tests-style sweeps of collectives: all_reduce, all_gather, reduce_scatter, broadcast, reduce, "
+      "all_to_all, gather, scatter, barrier (or all). Run under a launcher, or alone: it then starts --np local "
+      "ranks itself.");
+  auto r = std::make_shared<Request>();
+  cmd->add_option("collectives", r->ops, "collectives, comma-separated, or all")->required()->delimiter(',');
+  cmd->add_option("-b,--minbytes", r->min_bytes, "smallest size (default 8)");
+  cmd->add_option("-e,--maxbytes", r->max_bytes, "largest size (default 64M)");
+  cmd->add_option("-f,--stepfactor", r->step_factor, "multiply the size by this between steps (default 2)");
+  cmd->add_option("-i,--stepbytes", r->step_bytes, "add this to the size between steps (instead of -f)");
+  cmd->add_option("--sizes", r->sizes, "explicit sizes instead of -b/-e: 4,4K,1M or 4K..16M");
+  cmd->add_option("-n,--iters", r->iters, "timed iterations per size (default: 0.2 s worth, 5..10000)")
+      ->check(CLI::Range(1L, 100000000L));
+  cmd->add_option("-w,--warmup_iters", r->warmup, "untimed iterations per size (default max(5, iters/10))")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("-c,--check", r->check, "check results: 1 (default) or 0")->check(CLI::Range(0, 1));
+  cmd->add_option("-o,--op", r->redop, "reduction: sum, prod, min, max, avg, all (default sum)");
+  cmd->add_option("-d,--datatype", r->type,
+                  "int8, uint8, int32, uint32, int64, uint64, half, bfloat16, float, double, all (default float)");
+  cmd->add_option("-r,--root", r->root, "root rank of broadcast, reduce, gather, scatter (default 0)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--np", r->np, "local ranks to start when no launcher started this (default min(4, cores))")
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--provider", r->provider, "sets RDMX_PROVIDER: shm, tcp or auto");
+  cmd->add_flag("--json", r->json, "print one JSON document (docs/schemas/perf_coll.schema.json) instead of tables");
+  cmd->add_option("--json-lines", r->json_lines, "also append one JSON object per row to this file");
+  cmd->callback([r] {
+    std::vector<Options> sweeps;
+    try {
+      sweeps = plan(*r);  // every rank would find the same mistake; say it once, before any starts
+    } catch (const UsageError& e) {
+      throw CLI::ValidationError("perf coll", e.message);
     }
-  } catch (const UsageError& e) {
-    // Every rank parses the same command line; rank 0 (or a rank-less run) says it.
-    const char* rank_env = std::getenv("RDMX_RANK");
-    if (rank_env == nullptr || std::string_view(rank_env) == "0") {
-      if (e.message.empty()) {
-        std::fputs(kUsage, stdout);
-        return 0;
-      }
-      std::fprintf(stderr, "rdmx_coll_perf: %s\n%s", e.message.c_str(), kUsage);
-    }
-    return e.message.empty() ? 0 : kExitUsage;
-  } catch (const Unsupported& e) {
-    std::fprintf(stderr, "rdmx_coll_perf: unsupported: %s\n", e.message.c_str());
-    return kExitUnsupported;
-  }
-  int rank = -1;
-  try {
-    std::unique_ptr<rdmx::Communicator> comm = rdmx::Communicator::from_env();
-    rank = comm->rank();
-    if (options.root >= comm->size()) {
-      if (rank == 0) {
-        std::fprintf(stderr, "rdmx_coll_perf: --root %d is not a rank of %d\n", options.root, comm->size());
-      }
-      return kExitUsage;
-    }
-    Bench bench(options, *comm);
-    return bench.run();
-  } catch (const rdmx::Error& e) {
-    std::fprintf(stderr, "rdmx_coll_perf: rank %d: %s\n", rank, e.what());
-    return e.code() == rdmx::ErrorCode::NotSupported ? kExitUnsupported : 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "rdmx_coll_perf: rank %d: %s\n", rank, e.what());
-    return 1;
-  }
+    if (!r->provider.empty()) ::setenv("RDMX_PROVIDER", r->provider.c_str(), 1);
+    if (run_self_as_local_ranks(r->np > 0 ? r->np : default_local_ranks(), "rdmx perf coll")) return;
+    run(*r, sweeps);
+  });
 }
+
+}  // namespace rdmx::cli

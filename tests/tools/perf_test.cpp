@@ -1,0 +1,155 @@
+// rdmx perf p2p and perf coll: every test and collective on every provider,
+// their JSON against the documented schemas, and argument errors.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <set>
+
+#include "json_schema.hpp"
+#include "run_cli.hpp"
+
+namespace rdmx::test {
+namespace {
+
+using nlohmann::json;
+
+json parse_or_fail(const CliResult& r) {
+  try {
+    return json::parse(r.out);
+  } catch (const json::parse_error& e) {
+    ADD_FAILURE() << "no JSON document on stdout: " << e.what() << "\nstdout:\n" << r.out << "\nstderr:\n" << r.err;
+    return json::object();
+  }
+}
+
+void expect_valid(const json& doc, const std::string& schema) {
+  const auto problems = validate_json(doc, load_schema(schema));
+  for (const auto& p : problems) ADD_FAILURE() << schema << ": " << p;
+}
+
+class PerfOnProvider : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PerfOnProvider, P2pRunsEveryTestAndMatchesItsSchema) {
+  const CliResult r = run_cli({"perf", "p2p", "all", "--provider", GetParam(), "-s", "8,4K", "-n", "100", "--warmup",
+                               "10", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json doc = parse_or_fail(r);
+  expect_valid(doc, "perf_p2p.schema.json");
+  EXPECT_EQ(doc["provider"], GetParam());
+  std::set<std::string> tests;
+  for (const auto& run : doc["runs"]) {
+    tests.insert(run["test"]);
+    ASSERT_FALSE(run["results"].empty()) << run["test"];
+    for (const auto& row : run["results"]) {
+      if (run["latency"].get<bool>()) {
+        EXPECT_GT(row["t_typical_us"].get<double>(), 0) << run["test"];
+        EXPECT_LE(row["t_min_us"].get<double>(), row["t_typical_us"].get<double>());
+        EXPECT_LE(row["t_typical_us"].get<double>(), row["t_max_us"].get<double>());
+      } else {
+        EXPECT_GT(row["bw_avg_gb_s"].get<double>(), 0) << run["test"];
+        EXPECT_GE(row["bw_peak_mib_s"].get<double>() * 1.0001, row["bw_avg_mib_s"].get<double>());
+      }
+    }
+  }
+  EXPECT_EQ(tests, (std::set<std::string>{"write_lat", "write_bw", "read_lat", "read_bw", "send_lat", "send_bw",
+                                          "atomic_lat"}));
+}
+
+TEST_P(PerfOnProvider, P2pTableHasPerftestColumns) {
+  const CliResult r = run_cli({"perf", "p2p", "write_lat,write_bw", "--provider", GetParam(), "-n", "100"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% "
+                       "percentile[usec]   99.9% percentile[usec]"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("#bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("MB = 2^20 bytes"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("half the round trip"), std::string::npos) << r.out;
+}
+
+// `perf coll -c 1` reports 0 wrong on every collective.
+TEST_P(PerfOnProvider, CollCheckFindsNothingWrongInAnyCollective) {
+  const CliResult r = run_cli({"perf", "coll", "all", "--provider", GetParam(), "--np", "3", "-b", "1K", "-e", "64K",
+                               "-f", "8", "-n", "3", "-w", "1", "-c", "1", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json doc = parse_or_fail(r);
+  expect_valid(doc, "perf_coll.schema.json");
+  std::set<std::string> seen;
+  for (const auto& run : doc["runs"]) {
+    seen.insert(run["collective"]);
+    EXPECT_EQ(run["np"], 3);
+    EXPECT_EQ(run["transport"], GetParam());
+    EXPECT_EQ(run["wrong"], 0) << run["collective"];
+    for (const auto& row : run["results"]) EXPECT_EQ(row["wrong"], 0) << run["collective"] << " " << row["bytes"];
+  }
+  EXPECT_EQ(seen.size(), 9u);
+}
+
+TEST_P(PerfOnProvider, CollTableHasNcclTestsColumnsAndFooter) {
+  const CliResult r = run_cli({"perf", "coll", "all_reduce,broadcast", "--provider", GetParam(), "--np", "2", "-b",
+                               "8", "-e", "4K", "-f", "8", "-n", "3", "-w", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("size         count      type   redop    root      time    algbw    busbw  #wrong"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("# Out of bounds values : 0 OK"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("# Avg bus bandwidth    :"), std::string::npos) << r.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Providers, PerfOnProvider, ::testing::Values("shm", "tcp"),
+                         [](const auto& param_info) { return param_info.param; });
+
+TEST(PerfCommand, JsonLinesAreAppendedPerRow) {
+  char dir_template[] = "/tmp/rdmx-perf-test.XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string path = std::string(dir_template) + "/rows.jsonl";
+  const CliResult r = run_cli({"perf", "coll", "all_reduce", "--np", "2", "--sizes", "8,1K", "-n", "2", "-w", "0",
+                               "--json-lines", path});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream in(path);
+  int rows = 0;
+  for (std::string line; std::getline(in, line); ++rows) {
+    const json row = json::parse(line);
+    EXPECT_EQ(row["op"], "all_reduce");
+    EXPECT_EQ(row["np"], 2);
+  }
+  EXPECT_EQ(rows, 4);  // 2 sizes x out of place, in place
+  std::filesystem::remove_all(dir_template);
+}
+
+TEST(PerfCommand, ArgumentErrorsGiveUsage) {
+  const std::vector<std::vector<std::string>> cases = {
+      {"perf"},
+      {"perf", "p2p"},
+      {"perf", "p2p", "write_latt"},
+      {"perf", "p2p", "write_lat", "-s", "12Q"},
+      {"perf", "p2p", "write_bw", "-t", "0"},
+      {"perf", "p2p", "write_lat", "-n", "1"},
+      {"perf", "coll"},
+      {"perf", "coll", "allreduce_perf"},
+      {"perf", "coll", "all_reduce", "-d", "float128"},
+      {"perf", "coll", "all_reduce", "-o", "xor"},
+      {"perf", "coll", "all_reduce", "-d", "int32", "-o", "avg"},
+      {"perf", "coll", "all_reduce", "-b", "1M", "-e", "1K"},
+      {"perf", "coll", "all_reduce", "-c", "2"},
+  };
+  for (const auto& args : cases) {
+    const CliResult r = run_cli(args);
+    std::string joined;
+    for (const auto& a : args) joined += a + " ";
+    EXPECT_EQ(r.exit_code, 2) << joined << "\n" << r.err;
+    EXPECT_NE(r.err.find("Usage: rdmx perf"), std::string::npos) << joined << "\n" << r.err;
+  }
+}
+
+TEST(PerfCommand, RootOutsideTheRanksIsAClearError) {
+  const CliResult r = run_cli({"perf", "coll", "broadcast", "--np", "2", "-r", "5", "--sizes", "8"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("-r 5 is not a rank of 2"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace rdmx::test
