@@ -1,0 +1,66 @@
+// rdmx bench, the main job: a quick run end to end, its files and its summary.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "json_schema.hpp"
+#include "run_cli.hpp"
+
+namespace rdmx::test {
+namespace {
+
+using nlohmann::json;
+
+std::string slurp(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+TEST(BenchCommand, QuickRunWritesSummaryJsonAndReport) {
+  char dir_template[] = "/tmp/rdmx-bench-test.XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::filesystem::path dir = dir_template;
+  const CliResult r = run_cli({"bench", "--quick", "--np", "2", "--out", dir.string()}, {},
+                              std::chrono::seconds(240));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  // The summary: one line per usable provider, and why the others are not usable.
+  EXPECT_NE(r.out.find("best latency"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\nshm "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\ntcp "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("verbs     not usable: "), std::string::npos) << r.out;
+  // No progress bar when stderr is not a terminal.
+  EXPECT_EQ(r.err.find('\r'), std::string::npos) << r.err;
+
+  const json doc = json::parse(slurp(dir / "results.json"));
+  const auto problems = validate_json(doc, load_schema("bench.schema.json"));
+  for (const auto& p : problems) ADD_FAILURE() << p;
+  EXPECT_TRUE(doc["errors"].empty()) << doc["errors"].dump(2);
+  for (const auto& s : doc["summary"]) {
+    EXPECT_FALSE(s["best_latency_us"].is_null()) << s.dump();
+    EXPECT_FALSE(s["best_bw_gb_s"].is_null()) << s.dump();
+    EXPECT_FALSE(s["allreduce_busbw_GBps"].empty()) << s.dump();
+  }
+  for (const auto& run : doc["coll"]) {
+    for (const auto& row : run["results"]) EXPECT_EQ(row["wrong"], 0);
+  }
+  const std::string html = slurp(dir / "report.html");
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_NE(html.find("<svg"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(BenchCommand, ArgumentErrors) {
+  const CliResult few = run_cli({"bench", "--np", "1"});
+  EXPECT_EQ(few.exit_code, 2) << few.err;
+  EXPECT_NE(few.err.find("Usage: rdmx bench"), std::string::npos) << few.err;
+  const CliResult unknown = run_cli({"bench", "--providers", "carrier-pigeon", "--out", "/tmp/rdmx-bench-unused"});
+  EXPECT_EQ(unknown.exit_code, 1) << unknown.err;
+  EXPECT_NE(unknown.err.find("provider \"carrier-pigeon\" cannot run local ranks here"), std::string::npos)
+      << unknown.err;
+}
+
+}  // namespace
+}  // namespace rdmx::test

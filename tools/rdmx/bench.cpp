@@ -1,0 +1,361 @@
+// rdmx bench: the main job. On local ranks, for every provider that works
+// here: a short perftest-style sweep between two ranks and an nccl-tests-style
+// all_reduce sweep; then a summary a person reads in ten seconds, the full
+// results as JSON (docs/schemas/bench.schema.json) and an HTML report.
+//
+// Each step is `rdmx perf ...` run as a local job of this same executable, so
+// the bench measures exactly what those commands print, and a step that fails
+// is reported and skipped rather than ending the run.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "local_job.hpp"
+#include "rdmx/error.hpp"
+#include "rdmx/info.hpp"
+#include "report_html.hpp"
+
+namespace rdmx::cli {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+struct BenchOptions {
+  int np = 0;
+  bool quick = false;
+  std::string out_dir = "rdmx-bench";
+  std::vector<std::string> providers;  // empty: every usable one
+  int step_limit_s = 300;
+};
+
+// One `rdmx perf` invocation of the bench.
+struct Step {
+  std::string provider;
+  std::string kind;  // "p2p" or "coll"
+  std::string what;  // shown in the progress bar and in errors
+  int ranks = 2;
+  std::vector<std::string> args;  // after "rdmx"
+};
+
+std::vector<Step> plan_steps(const BenchOptions& o, const std::vector<std::string>& providers) {
+  const std::string lat_sizes = o.quick ? "2,64,4K" : "2,8,64,512,4K,32K,256K";
+  const std::string bw_sizes = o.quick ? "4K,64K,1M" : "1K,4K,16K,64K,256K,1M,4M";
+  const std::string volume = o.quick ? "32M" : "256M";
+  std::vector<Step> steps;
+  for (const auto& p : providers) {
+    steps.push_back({p, "p2p", p + ": p2p latency", 2,
+                     {"perf", "p2p", "write_lat,read_lat,send_lat,atomic_lat", "--provider", p, "-s", lat_sizes,
+                      "-n", o.quick ? "300" : "1000", "--json"}});
+    steps.push_back({p, "p2p", p + ": p2p bandwidth", 2,
+                     {"perf", "p2p", "write_bw,read_bw,send_bw", "--provider", p, "-s", bw_sizes, "--volume", volume,
+                      "--json"}});
+    std::vector<std::string> coll = {"perf", "coll", "all_reduce", "--provider", p, "--json", "-c", "1"};
+    if (o.quick) {
+      coll.insert(coll.end(), {"--sizes", "8,4K,64K,1M"});
+    } else {
+      coll.insert(coll.end(), {"--sizes", "8,64,512,4K,32K,256K,1M,4M,16M,64M"});
+    }
+    steps.push_back({p, "coll", p + ": all_reduce sweep (" + std::to_string(o.np) + " ranks)", o.np, coll});
+  }
+  return steps;
+}
+
+// A one-line bar on stderr, redrawn in place; only on a terminal.
+class ProgressBar {
+ public:
+  explicit ProgressBar(std::size_t total) : total_(total), enabled_(::isatty(STDERR_FILENO) != 0) {}
+  void show(std::size_t done, const std::string& what) const {
+    if (!enabled_) return;
+    constexpr int kWidth = 30;
+    const int filled = static_cast<int>(kWidth * done / std::max<std::size_t>(total_, 1));
+    std::fprintf(stderr, "\r\033[K[%.*s%.*s] %zu/%zu %s", filled, "##############################", kWidth - filled,
+                 "..............................", done, total_, what.c_str());
+    std::fflush(stderr);
+  }
+  void clear() const {
+    if (enabled_) std::fprintf(stderr, "\r\033[K");
+  }
+
+ private:
+  std::size_t total_;
+  bool enabled_;
+};
+
+std::string iso_time_utc(std::time_t t) {
+  char text[32];
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return text;
+}
+
+std::string human_bytes(std::uint64_t bytes) {
+  if (bytes >= (1u << 20) && bytes % (1u << 20) == 0) return std::to_string(bytes >> 20) + " MiB";
+  if (bytes >= 1024 && bytes % 1024 == 0) return std::to_string(bytes >> 10) + " KiB";
+  return std::to_string(bytes) + " B";
+}
+
+std::string fixed(double value, int digits) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.*f", digits, value);
+  return text;
+}
+
+// Best latency, best bandwidth and all_reduce busbw per size, per provider.
+// Bandwidth counts sizes from 1 MiB on (when the sweep has any): below that a
+// READ or WRITE of the same buffer over and over runs from the CPU caches on
+// shared memory, which says nothing about a fabric.
+constexpr std::uint64_t kMinBandwidthBytes = 1u << 20;
+
+json summarize(const json& doc, const std::vector<std::string>& providers) {
+  std::uint64_t largest = 0;
+  for (const auto& run : doc["p2p"]) {
+    for (const auto& row : run["results"]) {
+      if (row.contains("bw_avg_gb_s")) largest = std::max(largest, row["bytes"].get<std::uint64_t>());
+    }
+  }
+  const std::uint64_t min_bw_bytes = std::min(largest, kMinBandwidthBytes);
+  json summary = json::array();
+  for (const auto& p : providers) {
+    json entry = {{"provider", p},     {"best_latency_us", nullptr}, {"best_latency_test", ""},
+                  {"best_latency_bytes", 0}, {"best_bw_gb_s", nullptr}, {"best_bw_test", ""},
+                  {"best_bw_bytes", 0}, {"allreduce_busbw_GBps", json::array()}};
+    for (const auto& run : doc["p2p"]) {
+      if (run["provider"] != p) continue;
+      for (const auto& row : run["results"]) {
+        if (row.contains("t_typical_us")) {
+          const double t = row["t_typical_us"];
+          if (entry["best_latency_us"].is_null() || t < entry["best_latency_us"].get<double>()) {
+            entry["best_latency_us"] = t;
+            entry["best_latency_test"] = run["test"];
+            entry["best_latency_bytes"] = row["bytes"];
+          }
+        } else if (row.contains("bw_avg_gb_s") && row["bytes"].get<std::uint64_t>() >= min_bw_bytes) {
+          const double bw = row["bw_avg_gb_s"];
+          if (entry["best_bw_gb_s"].is_null() || bw > entry["best_bw_gb_s"].get<double>()) {
+            entry["best_bw_gb_s"] = bw;
+            entry["best_bw_test"] = run["test"];
+            entry["best_bw_bytes"] = row["bytes"];
+          }
+        }
+      }
+    }
+    for (const auto& run : doc["coll"]) {
+      if (run["provider"] != p || run["collective"] != "all_reduce") continue;
+      for (const auto& row : run["results"]) {
+        if (row["inplace"] == false) {
+          entry["allreduce_busbw_GBps"].push_back({{"bytes", row["bytes"]}, {"busbw_GBps", row["busbw_GBps"]}});
+        }
+      }
+    }
+    summary.push_back(std::move(entry));
+  }
+  return summary;
+}
+
+// The table a person reads in ten seconds.
+void print_summary(const json& doc) {
+  // A handful of all_reduce sizes; every size is in the JSON and the report.
+  const std::vector<std::uint64_t> shown = {8, 4096, 64u << 10, 1u << 20, 16u << 20, 64u << 20};
+  std::vector<std::uint64_t> columns;
+  for (std::uint64_t size : shown) {
+    for (const auto& s : doc["summary"]) {
+      bool has = false;
+      for (const auto& cell : s["allreduce_busbw_GBps"]) has = has || cell["bytes"] == size;
+      if (has) {
+        columns.push_back(size);
+        break;
+      }
+    }
+  }
+  std::printf("\n== rdmx bench: %d local ranks for all_reduce, 2 for p2p; %s\n", doc["ranks"].get<int>(),
+              doc["host"]["hostname"].get<std::string>().c_str());
+  std::printf("%-8s  %-26s  %-28s  all_reduce busbw GB/s (out of place)\n", "provider", "best latency (typical)",
+              "best bandwidth (>= 1 MiB)");
+  std::printf("%-8s  %-26s  %-28s ", "", "", "");
+  for (std::uint64_t size : columns) std::printf(" %9s", human_bytes(size).c_str());
+  std::printf("\n");
+  for (const auto& s : doc["summary"]) {
+    std::string latency = "n/a";
+    if (!s["best_latency_us"].is_null()) {
+      latency = fixed(s["best_latency_us"], 2) + " us (" + s["best_latency_test"].get<std::string>() + " " +
+                human_bytes(s["best_latency_bytes"]) + ")";
+    }
+    std::string bandwidth = "n/a";
+    if (!s["best_bw_gb_s"].is_null()) {
+      bandwidth = fixed(s["best_bw_gb_s"], 2) + " GB/s (" + s["best_bw_test"].get<std::string>() + " " +
+                  human_bytes(s["best_bw_bytes"]) + ")";
+    }
+    std::printf("%-8s  %-26s  %-28s ", s["provider"].get<std::string>().c_str(), latency.c_str(), bandwidth.c_str());
+    for (std::uint64_t size : columns) {
+      std::string cell = "-";
+      for (const auto& c : s["allreduce_busbw_GBps"]) {
+        if (c["bytes"] == size) cell = fixed(c["busbw_GBps"], 3);
+      }
+      std::printf(" %9s", cell.c_str());
+    }
+    std::printf("\n");
+  }
+  for (const auto& p : doc["providers"]) {
+    if (!p["usable"].get<bool>()) {
+      std::printf("%-8s  not usable: %s\n", p["name"].get<std::string>().c_str(), p["reason"].get<std::string>().c_str());
+    }
+  }
+  for (const auto& e : doc["errors"]) {
+    std::printf("FAILED    %s: %s\n", e["what"].get<std::string>().c_str(), e["message"].get<std::string>().c_str());
+  }
+  std::printf("GB = 1e9 bytes; latency: write/send half a round trip, read/atomic a full one (perftest).\n");
+}
+
+void write_file(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) {
+    throw Error(ErrorCode::System, "cannot write " + path.string(),
+                {.op = "rdmx bench", .hint = "pick a writable --out directory"});
+  }
+}
+
+int run_bench(const BenchOptions& o) {
+  const auto started_wall = std::time(nullptr);
+  const auto started = Clock::now();
+  const HostTopology host = discover_topology();
+  json doc = {{"schema", "rdmx.bench/1"},
+              {"rdmx_version", "0.1.0"},
+              {"started", iso_time_utc(started_wall)},
+              {"duration_s", 0.0},
+              {"host",
+               {{"hostname", host.hostname},
+                {"cores", host.cores},
+                {"logical_cpus", host.logical_cpus},
+                {"numa_nodes", host.numa_nodes.size()}}},
+              {"ranks", o.np},
+              {"quick", o.quick},
+              {"providers", json::array()},
+              {"p2p", json::array()},
+              {"coll", json::array()},
+              {"summary", json::array()},
+              {"errors", json::array()}};
+
+  std::vector<std::string> usable;
+  for (const ProviderStatus& p : probe_providers()) {
+    doc["providers"].push_back({{"name", p.name}, {"usable", p.usable}, {"reason", p.reason}, {"device", p.device}});
+    const bool wanted = o.providers.empty() ||
+                        std::find(o.providers.begin(), o.providers.end(), p.name) != o.providers.end();
+    if (p.usable && wanted && p.caps.same_host_peers) usable.push_back(p.name);
+  }
+  for (const auto& name : o.providers) {
+    if (std::find(usable.begin(), usable.end(), name) == usable.end()) {
+      throw Error(ErrorCode::NotFound, "provider \"" + name + "\" cannot run local ranks here",
+                  {.op = "rdmx bench", .hint = "rdmx info lists the providers and why each is or is not usable"});
+    }
+  }
+  std::fprintf(stderr, "rdmx bench: providers %s; %d local ranks for all_reduce; results in %s/\n",
+               [&] {
+                 std::string list;
+                 for (const auto& p : usable) list += (list.empty() ? "" : ", ") + p;
+                 return list.empty() ? std::string("(none usable)") : list;
+               }()
+                   .c_str(),
+               o.np, o.out_dir.c_str());
+
+  const std::vector<Step> steps = plan_steps(o, usable);
+  ProgressBar bar(steps.size());
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const Step& step = steps[i];
+    bar.show(i, step.what);
+    LocalJobOptions job;
+    job.ranks = step.ranks;
+    job.name = "rdmx bench";
+    job.output = OutputMode::Capture;
+    job.time_limit = std::chrono::seconds(o.step_limit_s);
+    job.command.push_back(self_executable());
+    job.command.insert(job.command.end(), step.args.begin(), step.args.end());
+    const LocalJobResult result = run_local_job(job);
+    json parsed;
+    std::string problem;
+    if (result.exit_code != 0) {
+      problem = result.failure;
+      for (const auto& line : result.failed_tail) problem += "\n  | " + line;
+    } else {
+      try {
+        parsed = json::parse(result.rank0_stdout);
+      } catch (const json::exception& e) {
+        problem = std::string("its JSON output does not parse: ") + e.what();
+      }
+    }
+    if (!problem.empty()) {
+      doc["errors"].push_back({{"provider", step.provider}, {"what", step.what}, {"message", problem}});
+      continue;
+    }
+    for (auto& run : parsed["runs"]) {
+      if (step.kind == "p2p") {
+        doc["p2p"].push_back({{"provider", step.provider}, {"test", run["test"]}, {"results", run["results"]}});
+      } else {
+        doc["coll"].push_back({{"provider", step.provider},
+                               {"collective", run["collective"]},
+                               {"np", run["np"]},
+                               {"type", run["type"]},
+                               {"redop", run["redop"]},
+                               {"results", run["results"]}});
+      }
+    }
+  }
+  bar.show(steps.size(), "writing the report");
+  doc["summary"] = summarize(doc, usable);
+  doc["duration_s"] = std::chrono::duration<double>(Clock::now() - started).count();
+
+  std::filesystem::create_directories(o.out_dir);
+  const std::filesystem::path json_path = std::filesystem::path(o.out_dir) / "results.json";
+  const std::filesystem::path html_path = std::filesystem::path(o.out_dir) / "report.html";
+  write_file(json_path, doc.dump(2) + "\n");
+  write_file(html_path, render_html_report(doc));
+  bar.clear();
+  print_summary(doc);
+  std::printf("Full results: %s\nReport: %s (open it in a browser; it needs no network)\nTook %.0f s.\n",
+              json_path.c_str(), html_path.c_str(), doc["duration_s"].get<double>());
+  if (usable.empty()) {
+    std::fprintf(stderr, "rdmx bench: no provider can run local ranks here (rdmx info says why)\n");
+    return kExitError;
+  }
+  return doc["errors"].empty() ? kExitOk : kExitError;
+}
+
+}  // namespace
+
+void register_bench(CLI::App& root) {
+  auto* cmd = root.add_subcommand(
+      "bench",
+      "The main job: on local ranks, probe the providers, run a short p2p sweep and an all_reduce sweep on each, "
+      "print a summary, and write results.json and report.html (self-contained) to --out.");
+  auto o = std::make_shared<BenchOptions>();
+  cmd->add_option("--np", o->np, "local ranks for all_reduce (default min(4, cores))")->check(CLI::Range(2, 64));
+  cmd->add_flag("--quick", o->quick, "fewer sizes and iterations (about a quarter of the time)");
+  cmd->add_option("--out", o->out_dir, "directory for results.json and report.html (default ./rdmx-bench)");
+  cmd->add_option("--providers", o->providers, "only these providers, comma-separated (default: every usable one)")
+      ->delimiter(',');
+  cmd->add_option("--step-time-limit", o->step_limit_s, "seconds one step may take before it is stopped (default 300)")
+      ->check(CLI::Range(1, 3600));
+  cmd->callback([o] {
+    if (o->np == 0) o->np = default_local_ranks();
+    // Local ranks reach each other over loopback unless told otherwise.
+    ::setenv("RDMX_SOCKET_IFNAME", "lo", 0);
+    const int status = run_bench(*o);
+    if (status != 0) throw ExitStatus{status};
+  });
+}
+
+}  // namespace rdmx::cli

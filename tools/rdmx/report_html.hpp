@@ -1,0 +1,15 @@
+// The HTML report of `rdmx bench`: one self-contained page (inline CSS and
+// SVG, no script, nothing fetched) rendered from the bench results document
+// described by docs/schemas/bench.schema.json.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace rdmx::cli {
+
+// The whole page. Missing or mistyped fields render as blanks or notes rather
+// than throwing, so a partly failed bench still gets its report.
+std::string render_html_report(const nlohmann::json& bench);
+
+}  // namespace rdmx::cli
