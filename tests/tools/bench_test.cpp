@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -50,6 +51,26 @@ TEST(BenchCommand, QuickRunWritesSummaryJsonAndReport) {
   EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
   EXPECT_NE(html.find("<svg"), std::string::npos);
   std::filesystem::remove_all(dir);
+}
+
+// On a terminal the bench draws a progress bar on stderr: script(1) gives it one.
+TEST(BenchCommand, ProgressBarOnlyOnATerminal) {
+  if (::access("/usr/bin/script", X_OK) != 0) GTEST_SKIP() << "script(1) (util-linux) is not installed";
+  char dir_template[] = "/tmp/rdmx-bench-pty.XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string command = std::string("timeout 120 /usr/bin/script -qec '") + cli_path() +
+                              " bench --quick --providers tcp --out " + dir_template + "' /dev/null";
+  std::FILE* pipe = ::popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string terminal;
+  char buffer[4096];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) terminal.append(buffer, n);
+  const int status = ::pclose(pipe);
+  EXPECT_EQ(status, 0) << terminal;
+  EXPECT_NE(terminal.find("\r\033[K[##########....................] 1/3 tcp: p2p bandwidth"), std::string::npos)
+      << terminal;
+  EXPECT_NE(terminal.find("best latency"), std::string::npos) << terminal;
+  std::filesystem::remove_all(dir_template);
 }
 
 TEST(BenchCommand, ArgumentErrors) {
