@@ -161,28 +161,36 @@ class RingConsumer {
   }
   std::uint32_t next_stamp_value() const { return static_cast<std::uint32_t>(head_ + 1); }
 
-  // The next record (PAD included), or nullptr when none is published.
-  const Record* peek() const {
-    auto* r = reinterpret_cast<const Record*>(data_ + (head_ % slots_) * kSlot);
-    if (r->stamp.load(std::memory_order_acquire) != static_cast<std::uint32_t>(head_ + 1)) return nullptr;
+  // The next record (PAD included), or nullptr when none is published; with
+  // `offset`, the record that many slots past the next one (the slots in
+  // between must hold published records, whose sizes lead to it).
+  const Record* peek(std::uint64_t offset = 0) const {
+    const std::uint64_t at = head_ + offset;
+    auto* r = reinterpret_cast<const Record*>(data_ + (at % slots_) * kSlot);
+    if (r->stamp.load(std::memory_order_acquire) != static_cast<std::uint32_t>(at + 1)) return nullptr;
     return r;
   }
+  // Slots consumed so far (the head's absolute position).
+  std::uint64_t position() const { return head_; }
   // Releases the record returned by peek() (`slots` as validated by
   // well_formed()); the producer sees it at flush().
   void pop(std::uint16_t slots) { head_ += slots; }
   // Slots consumed since the last flush().
   std::uint64_t unflushed() const { return head_ - flushed_; }
-  // Slots left before the end of the ring, from the head.
-  std::uint32_t slots_to_end() const { return static_cast<std::uint32_t>(slots_ - head_ % slots_); }
+  // Slots left before the end of the ring, from the head (plus `offset`).
+  std::uint32_t slots_to_end(std::uint64_t offset = 0) const {
+    return static_cast<std::uint32_t>(slots_ - (head_ + offset) % slots_);
+  }
   void flush() {
     if (flushed_ != head_) control_->head.store(head_, std::memory_order_release);
     flushed_ = head_;
   }
   // The payload of a record: `length` bytes from its data field on (contiguous).
   static const std::uint8_t* payload(const Record* r) { return r->data; }
-  // A record is well formed when its slot count fits the ring and covers its payload.
-  bool well_formed(std::uint16_t slots, std::size_t payload_bytes) const {
-    return slots >= 1 && slots <= slots_to_end() && slots_for(payload_bytes) <= slots;
+  // A record (at the head, or `offset` slots past it) is well formed when its
+  // slot count fits the ring and covers its payload.
+  bool well_formed(std::uint16_t slots, std::size_t payload_bytes, std::uint64_t offset = 0) const {
+    return slots >= 1 && slots <= slots_to_end(offset) && slots_for(payload_bytes) <= slots;
   }
 
  private:

@@ -52,6 +52,10 @@ bool is_request(RecordType t) {
 
 bool needs_response(Opcode op) { return op == Opcode::RdmaRead || core::is_atomic(op); }
 
+bool consumes_receive(Opcode op) {
+  return op == Opcode::Send || op == Opcode::SendWithImm || op == Opcode::RdmaWriteWithImm;
+}
+
 int peer_pid_of(int socket) {
   ucred cred{};
   socklen_t len = sizeof(cred);
@@ -282,6 +286,7 @@ void ShmQp::post_send(const SendWr& wr) {
   e.msn = next_msn_++;
   e.response_done = false;
   e.rnr_seen = false;
+  e.ack_requested = false;
   ++sq_count_;
   if (s == QpState::Error) {
     // As in IB: work posted to a QP in ERROR completes with WR_FLUSH_ERR.
@@ -681,6 +686,13 @@ bool ShmQp::on_timer_locked(core::Clock::time_point now) {
       return false;
     }
   }
+  // A SEND whose RNR clock runs may have got its receive since: the
+  // responder then publishes `executed` at once, and this SEND completes
+  // rather than fails.
+  if (rnr_outstanding_ > 0) {
+    complete_acknowledged_locked();
+    if (state() == QpState::Error) return false;
+  }
   // Only the oldest unacknowledged SEND can be held for want of a receive.
   for (std::size_t i = 0; i < sq_sent_; ++i) {
     SendEntry& e = sq_[(sq_head_ + i) % sq_.size()];
@@ -699,8 +711,14 @@ bool ShmQp::on_timer_locked(core::Clock::time_point now) {
 
 bool ShmQp::has_input_locked() const {
   if (!in_.attached() || state() == QpState::Error) return false;
-  if (in_.peek() != nullptr && !(rnr_nak_sent_ && rq_count_ == 0)) return true;
-  if (sq_sent_ > 0 && (ack_requests_outstanding_ > 0 || sq_count_ * 2 >= sq_.size())) {
+  if (rnr_nak_sent_ && rq_count_ == 0) {
+    // The request at the head waits for a receive: what arrives behind it counts.
+    const std::uint64_t head = in_.position();
+    if (in_.peek(skimmed_to_ > head ? skimmed_to_ - head : 0) != nullptr) return true;
+  } else if (in_.peek() != nullptr) {
+    return true;
+  }
+  if (sq_sent_ > 0 && ack_wanted_locked()) {
     std::uint32_t executed = out_control_->executed.load(std::memory_order_acquire);
     if (msn_before(sq_[sq_head_].msn, executed)) return true;
   }
@@ -755,8 +773,11 @@ std::size_t ShmQp::poll_locked() {
     } else if (is_request(type)) {
       step = execute_request_locked(r, slots);
       if (step == Step::Done) published = true;
+      if (step == Step::Stall) skim_locked(slots);
+    } else if (in_.position() < skimmed_to_) {
+      step = Step::Done;  // handled by skim_locked() while a request ahead of it waited
     } else {
-      step = handle_response_locked(r, slots);
+      step = handle_response_locked(r, slots, 0);
     }
     if (step != Step::Done) break;
     in_.pop(slots);
@@ -768,6 +789,36 @@ std::size_t ShmQp::poll_locked() {
   pump_locked();
   if (published) wake_peer_locked();
   return did;
+}
+
+void ShmQp::skim_locked(std::uint16_t held_slots) {
+  // The two directions of a QP are independent, as on InfiniBand: a SEND of
+  // the peer that waits for our receive must not hold up the answers to our
+  // READs and atomics, or NAKs, behind it in the ring. They are handled
+  // here, in ring order, and popped later with the request ahead of them;
+  // requests wait their turn.
+  const std::uint64_t head = in_.position();
+  std::uint64_t offset = std::max<std::uint64_t>(held_slots, skimmed_to_ > head ? skimmed_to_ - head : 0);
+  skimmed_to_ = head + offset;
+  for (int budget = kRecordBudget; budget > 0 && state() != QpState::Error; --budget) {
+    const Record* r = in_.peek(offset);
+    if (r == nullptr) return;
+    const RecordType type = r->type;
+    const std::uint16_t slots = r->slots;
+    if (type == RecordType::Pad) {
+      if (slots != in_.slots_to_end(offset)) {
+        protocol_error_locked("PAD record of " + std::to_string(slots) + " slots does not end at the ring's end");
+        return;
+      }
+    } else if (!in_.well_formed(slots, 0, offset)) {
+      protocol_error_locked("record of " + std::to_string(slots) + " slots does not fit the ring");
+      return;
+    } else if (!is_request(type) && handle_response_locked(r, slots, offset) != Step::Done) {
+      return;
+    }
+    offset += slots;
+    skimmed_to_ = head + offset;
+  }
 }
 
 void ShmQp::publish_acks_locked(bool force) {
@@ -859,11 +910,24 @@ ShmQp::SendEntry* ShmQp::entry_for_msn_locked(std::uint32_t msn) {
   return nullptr;
 }
 
+bool ShmQp::ack_wanted_locked() const {
+  return ack_requests_outstanding_ > 0 || rnr_outstanding_ > 0 || sq_count_ * 2 >= sq_.size();
+}
+
+void ShmQp::retire_head_locked() {
+  const SendEntry& e = sq_[sq_head_];
+  if (e.ack_requested) --ack_requests_outstanding_;
+  if (e.rnr_seen) --rnr_outstanding_;
+  sq_head_ = (sq_head_ + 1) % sq_.size();
+  --sq_count_;
+  --sq_sent_;
+}
+
 void ShmQp::complete_acknowledged_locked() {
   if (out_control_ == nullptr || sq_sent_ == 0) return;
-  // The shared word is read only when a completion or free slots wait for
-  // it; READ and atomic answers acknowledge by themselves.
-  if (ack_requests_outstanding_ > 0 || sq_count_ * 2 >= sq_.size()) {
+  // The shared word is read only when a completion, free slots or an RNR
+  // clock wait for it; READ and atomic answers acknowledge by themselves.
+  if (ack_wanted_locked()) {
     const std::uint32_t executed = out_control_->executed.load(std::memory_order_acquire);
     if (msn_before(acked_msn_, executed)) acked_msn_ = executed;
   }
@@ -871,15 +935,12 @@ void ShmQp::complete_acknowledged_locked() {
     SendEntry& e = sq_[sq_head_];
     if (!msn_before(e.msn, acked_msn_)) break;
     if (needs_response(e.opcode) && !e.response_done) break;
-    if (e.ack_requested) --ack_requests_outstanding_;
     if (e.signaled && !push_send_completion_locked(e, WcStatus::Success)) return;
-    sq_head_ = (sq_head_ + 1) % sq_.size();
-    --sq_count_;
-    --sq_sent_;
+    retire_head_locked();
   }
 }
 
-ShmQp::Step ShmQp::handle_response_locked(const Record* r, std::uint16_t slots) {
+ShmQp::Step ShmQp::handle_response_locked(const Record* r, std::uint16_t slots, std::uint64_t offset) {
   const RecordType type = r->type;
   const std::uint32_t msn = r->msn;
   const std::uint8_t flags = r->flags;
@@ -894,7 +955,9 @@ ShmQp::Step ShmQp::handle_response_locked(const Record* r, std::uint16_t slots) 
     case RecordType::ReadResponse: {
       if (e == nullptr || e->opcode != Opcode::RdmaRead || e->response_done) return bad("unexpected READ response");
       if ((flags & kCrossMemory) == 0) {
-        if (length != e->total || !in_.well_formed(slots, length)) return bad("READ response of the wrong size");
+        if (length != e->total || !in_.well_formed(slots, length, offset)) {
+          return bad("READ response of the wrong size");
+        }
         const std::uint8_t* from = RingConsumer::payload(r);
         for (std::uint32_t i = 0; i < e->num_sge; ++i) {
           const Sge& s = e->sges[i];
@@ -928,13 +991,26 @@ ShmQp::Step ShmQp::handle_response_locked(const Record* r, std::uint16_t slots) 
       if (msn_before(acked_msn_, msn + 1)) acked_msn_ = msn + 1;
       return Step::Done;
     }
-    case RecordType::RnrNak:
-      if (e == nullptr) return bad("RNR NAK for no outstanding request");
-      if (!e->rnr_seen) {
-        e->rnr_seen = true;
-        e->first_rnr = core::Clock::now();
+    case RecordType::RnrNak: {
+      // The responder sends this when it starts holding a SEND for want of a
+      // receive, and publishes `executed` (a shared word, not a record) when
+      // a receive lets the SEND run. So the notice can arrive after the news
+      // that the SEND was executed, even after the SEND completed here: it is
+      // stale then, not a protocol error.
+      if (e == nullptr) {
+        if (msn_before(msn, acked_msn_)) return Step::Done;
+        return bad("RNR NAK for no outstanding request");
       }
+      if (!consumes_receive(e->opcode)) return bad("RNR NAK for a request that consumes no receive");
+      if (e->rnr_seen) return Step::Done;
+      const std::uint32_t executed = out_control_->executed.load(std::memory_order_acquire);
+      if (msn_before(acked_msn_, executed)) acked_msn_ = executed;
+      if (msn_before(msn, acked_msn_)) return Step::Done;  // executed already; completes with its ACK
+      e->rnr_seen = true;
+      e->first_rnr = core::Clock::now();
+      ++rnr_outstanding_;
       return Step::Done;
+    }
     case RecordType::Nak: {
       if (e == nullptr) return bad("NAK for no outstanding request");
       if (arg0 > static_cast<std::uint64_t>(WcStatus::GeneralErr)) return bad("NAK with an unknown status");
@@ -943,9 +1019,7 @@ ShmQp::Step ShmQp::handle_response_locked(const Record* r, std::uint16_t slots) 
         SendEntry& done = sq_[sq_head_];
         if (needs_response(done.opcode) && !done.response_done) break;
         if (done.signaled) push_send_completion_locked(done, WcStatus::Success);
-        sq_head_ = (sq_head_ + 1) % sq_.size();
-        --sq_count_;
-        --sq_sent_;
+        retire_head_locked();
       }
       const auto status = static_cast<WcStatus>(arg0);
       fail_locked(describe_peer() + " refused request msn " + std::to_string(msn) + " (" + to_string(e->opcode) +
@@ -1029,7 +1103,9 @@ ShmQp::Step ShmQp::execute_request_locked(const Record* r, std::uint16_t slots) 
       offer_region_locked(r->rkey, v);
     }
   }
-  if ((flags & kAckRequest) != 0) ack_now_ = true;
+  // A SEND held for want of a receive has an RNR clock running at the
+  // requester: say at once that it ran, so the clock stops.
+  if ((flags & kAckRequest) != 0 || rnr_nak_sent_) ack_now_ = true;
   rnr_nak_sent_ = false;
   ++expected_msn_;
   return Step::Done;
@@ -1327,6 +1403,7 @@ void ShmQp::fail_locked(const std::string& reason, WcStatus status, std::optiona
   }
   sq_sent_ = 0;
   ack_requests_outstanding_ = 0;
+  rnr_outstanding_ = 0;
   while (rq_count_ > 0) {
     push_recv_completion_locked(rq_[rq_head_], WcStatus::WrFlushErr, WcOpcode::Recv, 0, false, 0);
     rq_head_ = (rq_head_ + 1) % rq_.size();

@@ -9,8 +9,9 @@
 // between the two processes' buffers, answers READ and atomics in its own
 // outbound ring, and publishes how far it has executed (the cumulative ACK).
 // A SEND without a receive stays in the ring (RNR) until one is posted or the
-// requester's RNR timer expires; a refused request is NAKed and, as in IB,
-// both QPs go to ERROR.
+// requester's RNR timer expires; only the requests behind it wait, answers to
+// our own requests behind it are handled meanwhile. A refused request is
+// NAKed and, as in IB, both QPs go to ERROR.
 #pragma once
 
 #include <sys/uio.h>
@@ -120,8 +121,18 @@ class ShmQp final : public QueuePair {
   void pump_locked();
   bool put_request_locked(SendEntry& e);
   void complete_acknowledged_locked();
+  // Whether `executed` must be read now: a completion, free send-queue slots
+  // or a running RNR clock wait for it.
+  bool ack_wanted_locked() const;
+  // Removes the entry at the head of the send queue (completed or failed).
+  void retire_head_locked();
   SendEntry* entry_for_msn_locked(std::uint32_t msn);
-  Step handle_response_locked(const Record* r, std::uint16_t slots);
+  // `offset`: where the record lies, in slots past the inbound ring's head.
+  Step handle_response_locked(const Record* r, std::uint16_t slots, std::uint64_t offset);
+  // The request at the inbound ring's head cannot run yet (no receive, or no
+  // room for its answer): handles the answers to our own requests queued
+  // behind it, which do not wait for it.
+  void skim_locked(std::uint16_t held_slots);
   // Responder.
   Step execute_request_locked(const Record* r, std::uint16_t slots);
   Step deliver_locked(const Record* r, const RecvEntry* recv, std::uint64_t target_addr, bool to_recv);
@@ -200,6 +211,10 @@ class ShmQp final : public QueuePair {
   std::uint32_t next_msn_ = 0;
   std::uint32_t acked_msn_ = 0;  // every request before this is known executed
   std::uint32_t ack_requests_outstanding_ = 0;
+  // Sent entries whose RNR clock runs (rnr_seen): while there are any, every
+  // pass reads `executed`, so a SEND that got its receive completes (and its
+  // clock stops) as soon as the responder says so.
+  std::uint32_t rnr_outstanding_ = 0;
 
   // Responder.
   std::vector<RecvEntry> rq_;
@@ -217,6 +232,9 @@ class ShmQp final : public QueuePair {
   std::vector<PeerRegion> peer_regions_;   // the peer's regions we mapped
   std::vector<std::uint32_t> offered_;     // our rkeys whose memory we offered the peer
   bool rnr_nak_sent_ = false;  // for the request at the ring's head
+  // Inbound ring position up to which skim_locked() has handled the answers
+  // (requests there still wait their turn).
+  std::uint64_t skimmed_to_ = 0;
 };
 
 }  // namespace rdmx::shm
