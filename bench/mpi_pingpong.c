@@ -1,10 +1,11 @@
-/* bench/mpi_pingpong.c: the Open MPI peer of rdmx_perf in bench/run_shm.sh.
+/* bench/mpi_pingpong.c: the Open MPI peer of `rdmx perf p2p` in bench/run_shm.sh
+ * and bench/peers/run.sh.
  *
  *   mpirun -n 2 mpi_pingpong pingpong|stream [--size 8..64M|8,4K,1M] [--iters N] [--warmup N]
  *                            [--window N] [--bytes N] [--json PATH]
  *
  * pingpong: rank 0 MPI_Sends a message of each size to rank 1, which sends it
- * back (MPI_Recv then MPI_Send). As in ib_write_lat and rdmx_perf, the time
+ * back (MPI_Recv then MPI_Send). As in ib_write_lat and rdmx's write_lat, the time
  * stamps are taken once per exchange, consecutive ones are a round trip apart,
  * and the one-way latency is half of that: p50 (perftest's t_typical), average,
  * minimum, p99.
@@ -13,7 +14,7 @@
  * rank 0 waits for it before the next one (osu_bw's scheme). Bandwidth is the
  * bytes of all the windows over the time from the first send to the last ack,
  * in GB/s (1e9 bytes/s) and perftest's MB/s (2^20 bytes/s). As in osu_bw and
- * rdmx_perf's write_bw, every message of a window uses the same buffer on each
+ * rdmx's write_bw, every message of a window uses the same buffer on each
  * side, so a big size costs memory once, not once per slot. The window (64)
  * shrinks for big sizes to keep at most 256 MiB in flight (4 at 64 MiB).
  *
@@ -90,7 +91,7 @@ static long parse_count(const char *text, const char *option) {
   return value;
 }
 
-/* "8", "64K", "16M", "1G": binary multiples, as rdmx_perf and perftest. */
+/* "8", "64K", "16M", "1G": binary multiples, as rdmx perf and perftest. */
 static size_t parse_size(const char *text, size_t length) {
   char buffer[32];
   if (length == 0 || length >= sizeof buffer) die("bad size in --size '%s'", text);

@@ -2,14 +2,17 @@
 # bench/run_coll.sh <build dir>: rdmx's collectives against Open MPI and Gloo,
 # all ranks on this host, side by side in one markdown table per operation and
 # rank count (`make bench-coll` runs it):
-#   rdmx shm   build/bench/rdmx_coll_perf, RDMX_PROVIDER=shm
+#   rdmx shm   BUILD/tools/rdmx perf coll --provider shm (rdmx starts the ranks)
 #   mpi vader  bench/coll/mpi_coll_perf.c under mpirun --mca pml ob1 --mca btl self,vader
-#   rdmx tcp   rdmx_coll_perf, RDMX_PROVIDER=tcp over loopback
+#   rdmx tcp   rdmx perf coll --provider tcp over loopback
 #   mpi tcp    mpi_coll_perf under --mca btl self,tcp --mca btl_tcp_if_include lo
 #   gloo       bench/coll/gloo_coll_perf.py, torch.distributed "gloo" (TCP, loopback)
-# The three programs take the same flags, measure the same way (nccl-tests'
-# sizes, algbw and busbw; a barrier, then back-to-back calls, time per call
-# averaged over the ranks) and check every result; see their headers.
+# The three measure the same way (nccl-tests' sizes, algbw and busbw; a
+# barrier, then back-to-back calls, time per call averaged over the ranks) and
+# check every result; see the header of mpi_coll_perf.c. The two peers take
+# the flags of the old rdmx_coll_perf (--op, --type, --redop, ...); `rdmx perf
+# coll` takes nccl-tests' (the collective first, -d, -o, -r, -c, -n, -w) and
+# writes the same JSON objects with --json-lines.
 #
 # Runs, for each rank count: all_reduce fp32 sum at every size, all_gather and
 # broadcast at 1M and 64M; each program in turn, one after the other. The
@@ -18,8 +21,8 @@
 # busbw (GB/s, 1e9) of each, the ratios rdmx shm / best shm peer and rdmx tcp
 # / gloo as speed-ups (peer time / rdmx time: > 1 means rdmx is faster), and
 # the #wrong of every run. A run that fails shows "failed (rc N)" and the
-# script goes on; rdmx's columns say "skipped" when BUILD/bench/rdmx_coll_perf
-# is not built or cannot run a 4-byte all_reduce (a probe before the runs).
+# script goes on; rdmx's columns say "skipped" when BUILD/tools/rdmx is not
+# built or cannot run a 4-byte all_reduce (a probe before the runs).
 #
 # Knobs: RDMX_BENCH_NP (rank counts, default "2 4"), RDMX_BENCH_SIZES
 # (all_reduce sizes, default 4,4K,64K,1M,16M,64M), RDMX_BENCH_BIG_SIZES
@@ -30,9 +33,12 @@
 # smoke test of the harness, not a measurement), RDMX_BENCH_TIMEOUT (seconds
 # one process may run, default 300), RDMX_BENCH_JSON (where all JSON lines go,
 # default BUILD/bench/coll-<date>.jsonl; each line carries "config" and
-# "round" besides the program's fields), RDMX_BENCH_PYTHON (the interpreter
-# that runs Gloo, default /usr/bin/python3). RDMX_* (e.g. RDMX_SPIN_US), OMPI_MCA_*
-# and GLOO_* variables in the environment reach the programs as usual.
+# "round" besides the program's fields), RDMX_BENCH_STATUS (a directory that
+# gets, as the runs go, "status": one line "config op np round rc" per run,
+# and "skipped": one line "config reason..." per configuration left out;
+# bench/peers/run.sh reads them), RDMX_BENCH_PYTHON (the interpreter that runs
+# Gloo, default /usr/bin/python3). RDMX_* (e.g. RDMX_SPIN_US), OMPI_MCA_* and
+# GLOO_* variables in the environment reach the programs as usual.
 #
 # Exit status: 0, or 1 when a run failed or returned wrong results (rdmx runs
 # skipped after a failed probe do not count), 2 on a bad invocation.
@@ -44,7 +50,7 @@ if [[ $# -ne 1 ]]; then
 fi
 build=$1
 here=$(cd "$(dirname "$0")" && pwd)
-rdmx_bin=$build/bench/rdmx_coll_perf
+rdmx_bin=$build/tools/rdmx
 mpi_src=$here/coll/mpi_coll_perf.c
 gloo_src=$here/coll/gloo_coll_perf.py
 # Debian's python3-torch is importable only by the system interpreter;
@@ -62,9 +68,12 @@ stamp=$(date +%Y%m%d-%H%M%S)
 json_out=${RDMX_BENCH_JSON:-$build/bench/coll-$stamp.jsonl}
 configs=(rdmx-shm mpi-vader rdmx-tcp mpi-tcp gloo)
 cores=$(nproc)
+# The peers' flags, and the same in `rdmx perf coll`'s spelling.
 common_args=(--type fp32 --redop sum --root 0 --check 1)
+rdmx_args=(-d float -o sum -r 0 -c 1)
 if [[ $quick == 1 ]]; then
   common_args+=(--iters 5 --warmup 1)
+  rdmx_args+=(-n 5 -w 1)
 fi
 
 for tool in timeout "$py"; do
@@ -78,13 +87,18 @@ if ! [[ $rounds =~ ^[1-9][0-9]*$ ]]; then
   exit 2
 fi
 
+# shellcheck source=bench/common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 bench_workdir rdmx-bench-coll
 
 mkdir -p "$(dirname "$json_out")"
 : >"$json_out"
-status_file=$work/status  # one line per run: config op np round rc
+status_dir=${RDMX_BENCH_STATUS:-$work}
+mkdir -p "$status_dir"
+status_file=$status_dir/status  # one line per run: config op np round rc
+skipped_list=$status_dir/skipped  # one line per configuration left out: config reason
 : >"$status_file"
+: >"$skipped_list"
 errors=0
 
 # Prints a command as it could be typed again (words quoted only where the shell needs it).
@@ -193,14 +207,20 @@ collect() {
   esac
 }
 
+# run_rdmx NAME PROVIDER NP ARGS...: `rdmx perf coll ARGS --np NP`, which
+# starts the NP local ranks itself (and stops them all when one fails).
 run_rdmx() {
-  local name=$1 provider=$2 np=$3 store
+  local name=$1 provider=$2 np=$3
   shift 3
-  store=$(mktemp -d "$work/store.XXXXXX")
-  local assignments=(RDMX_WORLD_SIZE="$np" RDMX_STORE="file:$store" RDMX_PROVIDER="$provider" RDMX_SOCKET_IFNAME=lo)
-  echo "+ ${assignments[*]} RDMX_RANK={0..$((np - 1))} timeout $limit $(show "$rdmx_bin" "$@" | cut -c3-)"
-  run_ranks "$name" "$np" RDMX_RANK "${assignments[@]}" -- "$rdmx_bin" "$@"
-  rm -rf "$store"
+  local cmd=(env RDMX_SOCKET_IFNAME=lo timeout --kill-after=5 "$limit" "$rdmx_bin" perf coll "$@" --np "$np"
+             --provider "$provider")
+  show "${cmd[@]}"
+  run_rc=0
+  "${cmd[@]}" >"$work/$name.log" 2>&1 </dev/null &
+  local pid=$!
+  bench_pids=("$pid")
+  wait "$pid" || run_rc=$?
+  bench_pids=()
 }
 
 run_gloo() {
@@ -246,14 +266,14 @@ echo "run_coll: load average $(cut -d' ' -f1-3 /proc/loadavg) (other work on the
 declare -A skip=()
 if [[ -x $rdmx_bin ]]; then
   for provider in shm tcp; do
-    echo "== probe: rdmx_coll_perf over $provider, 2 ranks, a 4-byte all_reduce"
+    echo "== probe: rdmx perf coll over $provider, 2 ranks, a 4-byte all_reduce"
     saved_limit=$limit
     limit=60
-    run_rdmx "probe-$provider" "$provider" 2 --op all_reduce --sizes 4 --iters 5 --warmup 1
+    run_rdmx "probe-$provider" "$provider" 2 all_reduce --sizes 4 -n 5 -w 1
     limit=$saved_limit
     if ((run_rc != 0)); then
       cat "$work/probe-$provider.log" >&2
-      echo "run_coll: rdmx_coll_perf over $provider does not run (exit $run_rc): its columns are skipped" >&2
+      echo "run_coll: rdmx perf coll over $provider does not run (exit $run_rc): its columns are skipped" >&2
       skip[rdmx-$provider]="skipped (probe exit $run_rc)"
     fi
   done
@@ -284,6 +304,10 @@ else
   skip[gloo]="skipped (no torch)"
 fi
 
+for config in "${!skip[@]}"; do
+  echo "$config ${skip[$config]}" >>"$skipped_list"
+done
+
 # --- the runs ----------------------------------------------------------------
 for ((round = 1; round <= rounds; round++)); do
   echo "== round $round of $rounds"
@@ -295,10 +319,11 @@ for ((round = 1; round <= rounds; round++)); do
         [[ -z ${skip[$config]:-} ]] || continue
         name="$config.$op.np$np.r$round"
         args=(--op "$op" --sizes "$op_sizes" "${common_args[@]}" --json "$work/$name.part")
+        rdmx_run_args=("$op" --sizes "$op_sizes" "${rdmx_args[@]}" --json-lines "$work/$name.part")
         echo "== $config: $op, $np ranks"
         case $config in
-          rdmx-shm) run_rdmx "$name" shm "$np" "${args[@]}" ;;
-          rdmx-tcp) run_rdmx "$name" tcp "$np" "${args[@]}" ;;
+          rdmx-shm) run_rdmx "$name" shm "$np" "${rdmx_run_args[@]}" ;;
+          rdmx-tcp) run_rdmx "$name" tcp "$np" "${rdmx_run_args[@]}" ;;
           mpi-vader) run_mpi "$name" vader "$np" "${args[@]}" ;;
           mpi-tcp) run_mpi "$name" tcp "$np" "${args[@]}" ;;
           gloo) run_gloo "$name" "$np" "${args[@]}" ;;
@@ -311,11 +336,6 @@ done
 echo "run_coll: load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # --- the tables ----------------------------------------------------------------
-skipped_list=$work/skipped
-: >"$skipped_list"
-for config in "${!skip[@]}"; do
-  echo "$config ${skip[$config]}" >>"$skipped_list"
-done
 "$py" - "$json_out" "$status_file" "$skipped_list" "$rounds" "${nps[*]}" "${ops[*]}" "$quick" <<'EOF'
 import json, sys
 json_path, status_path, skipped_path, rounds, nps, ops, quick = sys.argv[1:]

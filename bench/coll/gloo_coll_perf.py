@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""bench/coll/gloo_coll_perf.py: the Gloo peer of rdmx_coll_perf (bench/run_coll.sh).
+"""bench/coll/gloo_coll_perf.py: the Gloo peer of `rdmx perf coll` (bench/run_coll.sh).
 
     RANK=r WORLD_SIZE=n MASTER_ADDR=127.0.0.1 MASTER_PORT=p GLOO_SOCKET_IFNAME=lo \\
       /usr/bin/python3 gloo_coll_perf.py --op all_reduce|all_gather|reduce_scatter|broadcast|reduce|
@@ -11,8 +11,9 @@ torch.distributed with backend "gloo" (init_method env://), one thread per
 process (torch.set_num_threads(1)), CPU tensors. Debian's python3-torch imports
 only with /usr/bin/python3.
 
-The three collective benchmarks (rdmx_coll_perf.cpp, mpi_coll_perf.c, this
-file) take the same flags, measure the same way and print the same table,
+The three collective benchmarks (`rdmx perf coll`, mpi_coll_perf.c, this
+file) measure the same way and print the same table (the two peers take the
+same flags; `rdmx perf coll` spells them as nccl-tests does),
 after nccl-tests; see the header of mpi_coll_perf.c for the details: size per
 rank and count, algbw = size / time (GB = 1e9), busbw factors, the timing
 (barrier, `iters` back-to-back calls, per-call time averaged over the ranks),

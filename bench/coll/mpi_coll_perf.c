@@ -1,13 +1,16 @@
-/* bench/coll/mpi_coll_perf.c: the Open MPI peer of rdmx_coll_perf (bench/run_coll.sh).
+/* bench/coll/mpi_coll_perf.c: the Open MPI peer of `rdmx perf coll` (bench/run_coll.sh).
  *
  *   mpirun -np N mpi_coll_perf --op all_reduce|all_gather|reduce_scatter|broadcast|reduce|all_to_all|
  *                                   gather|scatter|barrier
  *                              [--sizes 4,4K,64K,1M,16M,64M] [--type fp32] [--redop sum|prod|min|max|avg]
  *                              [--root 0] [--iters N] [--warmup N] [--check 0|1] [--json PATH]
  *
- * The three collective benchmarks (bench/coll/rdmx_coll_perf.cpp, this file,
- * bench/coll/gloo_coll_perf.py) take the same flags, measure the same way and
- * print the same table, after nccl-tests:
+ * The three collective benchmarks (`rdmx perf coll`, tools/rdmx/perf_coll.cpp,
+ * which began as bench/coll/rdmx_coll_perf.cpp; this file;
+ * bench/coll/gloo_coll_perf.py) measure the same way and print the same
+ * table, after nccl-tests. The two peers take the flags above (those of the
+ * old rdmx_coll_perf); `rdmx perf coll` spells them as nccl-tests does
+ * (`all_reduce -d float -o sum -r 0 -c 1 -n N -w N --sizes ...`):
  *
  * - Size: bytes per rank as in nccl-tests: the buffer for all_reduce, broadcast
  *   and reduce; the receive buffer in total for all_gather and gather (each rank
