@@ -4,7 +4,7 @@ COLL_JOBS ?= 2
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all deps build run test test-coll-full bench bench-shm bench-coll clean
+.PHONY: all deps build run example test test-coll-full bench bench-shm bench-coll bench-peers clean
 
 all: build
 
@@ -19,9 +19,17 @@ build: deps $(BUILD)/build.ninja
 	@echo "== build"
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The main job (for now): two local ranks over tcp do an RDMA WRITE and READ.
+# The main job: `rdmx bench` on local ranks probes the providers, runs a short
+# p2p and all_reduce sweep on each, prints a summary and writes results.json
+# and report.html (docs/TOOLS.md).
+REPORT ?= $(BUILD)/bench-report
 run: build
-	@echo "== run: 2 local ranks over tcp (examples/write_read.cpp)"
+	@echo "== run: rdmx bench on local ranks (summary below; full results and the HTML report in $(REPORT)/)"
+	$(BUILD)/tools/rdmx bench --out $(REPORT)
+
+# The example of the README: two local ranks WRITE and READ 64 MiB (examples/write_read.cpp).
+example: build
+	@echo "== example: 2 local ranks (examples/write_read.cpp)"
 	bash scripts/run_example.sh $(BUILD)/examples/rdmx_write_read
 
 test: build
@@ -47,6 +55,11 @@ bench-shm: build
 bench-coll: build
 	@bash scripts/deps.sh --bench
 	bash bench/run_coll.sh $(BUILD)
+
+# rdmx beside every peer in one run (p2p shm and tcp, all_reduce), a table with
+# ratios printed and written into docs/PERFORMANCE.md (~2-3 minutes; PEERS_FLAGS=--quick: ~1).
+bench-peers: build
+	bash bench/peers/run.sh $(BUILD) $(PEERS_FLAGS)
 
 clean:
 	rm -rf $(BUILD)
