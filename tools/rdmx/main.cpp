@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
   } catch (const rdmx::cli::ExitStatus& e) {
     return e.status;
   } catch (const rdmx::Error& e) {
-    std::fprintf(stderr, "rdmx: %s\n", e.what());
+    std::fprintf(stderr, "%s\n", e.what());  // what() begins "rdmx <kind>:"
     return e.code() == rdmx::ErrorCode::NotSupported ? rdmx::cli::kExitUnsupported : rdmx::cli::kExitError;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rdmx: unexpected error: %s\n", e.what());

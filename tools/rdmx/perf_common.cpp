@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "rdmx/error.hpp"
+#include "rdmx/verbs.hpp"
 
 namespace rdmx::cli {
 
@@ -50,6 +51,20 @@ std::vector<std::size_t> parse_size_list(const std::string& text, const std::str
     start = comma + 1;
   }
   return sizes;
+}
+
+CLI::Validator provider_names() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        std::string known = "auto";
+        for (const auto& name : available_providers()) {
+          if (value == name) return {};
+          known += ", " + name;
+        }
+        if (value == "auto") return {};
+        return "unknown provider \"" + value + "\" (built: " + known + "; rdmx info says which work here)";
+      },
+      "PROVIDER");
 }
 
 JsonLines::JsonLines(const std::string& path, const char* option) {

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdio>
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -19,6 +20,10 @@ std::size_t parse_size(const std::string& text, const std::string& option);
 // A comma list of sizes, or a doubling range LO..HI.
 std::vector<std::size_t> parse_size_list(const std::string& text, const std::string& option);
 std::vector<std::size_t> powers_of_two(std::size_t low, std::size_t high);
+
+// --provider's check: a provider built into the library, or "auto"; anything
+// else is a usage error before any rank starts.
+CLI::Validator provider_names();
 
 // Appends one JSON object per line to a file; does nothing without a path.
 class JsonLines {

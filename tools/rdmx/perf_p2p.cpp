@@ -660,6 +660,7 @@ void run(Options options) {
       line["mode"] = t->name;
       line["provider"] = s.device->provider();
       line["progress"] = s.options.drive_progress;
+      if (!t->latency) line["window"] = s.options.window;  // the field bench/*.sh have always read
       lines.write(line);
       rows.push_back(std::move(row));
     }
@@ -704,7 +705,8 @@ void register_perf_p2p(CLI::App& perf) {
       ->check(CLI::Range(1, 4096));
   cmd->add_option("-A,--atomic", o->atomic, "atomic_lat: fetch_add or cmp_swap")
       ->check(CLI::IsMember({"fetch_add", "cmp_swap"}));
-  cmd->add_option("--provider", o->provider, "shm, tcp or auto (default: RDMX_PROVIDER, else auto)");
+  cmd->add_option("--provider", o->provider, "shm, tcp or auto (default: RDMX_PROVIDER, else auto)")
+      ->check(provider_names());
   cmd->add_flag("--json", o->json, "print one JSON document (docs/schemas/perf_p2p.schema.json) instead of the table");
   cmd->add_option("--json-lines", o->json_lines, "also append one JSON object per row to this file");
   cmd->add_flag("!--no-progress", o->drive_progress, "do not call Device::progress() while spinning");

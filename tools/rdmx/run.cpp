@@ -5,6 +5,7 @@
 
 #include "commands.hpp"
 #include "local_job.hpp"
+#include "perf_common.hpp"
 
 namespace rdmx::cli {
 
@@ -23,7 +24,8 @@ void register_run(CLI::App& root) {
   };
   auto args = std::make_shared<Args>();
   cmd->add_option("-n,--np", args->ranks, "number of local ranks")->required()->check(CLI::Range(1, 1024));
-  cmd->add_option("--provider", args->provider, "sets RDMX_PROVIDER for every rank (shm, tcp, auto)");
+  cmd->add_option("--provider", args->provider, "sets RDMX_PROVIDER for every rank (shm, tcp, auto)")
+      ->check(provider_names());
   cmd->add_option("--time-limit", args->time_limit, "stop the job after this many seconds (0: no limit; exit 124)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--tail", args->tail, "lines of a failed rank's output to repeat in the report")
