@@ -128,6 +128,8 @@ TEST(PerfCommand, ArgumentErrorsGiveUsage) {
       {"perf", "p2p", "write_lat", "-s", "12Q"},
       {"perf", "p2p", "write_bw", "-t", "0"},
       {"perf", "p2p", "write_lat", "-n", "1"},
+      {"perf", "p2p", "write_lat", "--provider", "carrier-pigeon"},
+      {"perf", "coll", "all_reduce", "--provider", "verbs"},
       {"perf", "coll"},
       {"perf", "coll", "allreduce_perf"},
       {"perf", "coll", "all_reduce", "-d", "float128"},

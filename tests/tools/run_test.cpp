@@ -65,7 +65,8 @@ TEST(RunCommand, RunsAnRdmxProgram) {
 TEST(RunCommand, ArgumentErrorsGiveUsage) {
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
            {"run"}, {"run", "--", "true"}, {"run", "-n", "0", "--", "true"}, {"run", "-n", "two", "--", "true"},
-           {"run", "-n", "2"}, {"run", "-n", "2", "--bogus", "--", "true"}}) {
+           {"run", "-n", "2"}, {"run", "-n", "2", "--bogus", "--", "true"},
+           {"run", "-n", "2", "--provider", "carrier-pigeon", "--", "true"}}) {
     const CliResult r = run_cli(args);
     EXPECT_EQ(r.exit_code, 2) << args.size() << " args: " << r.err;
     EXPECT_NE(r.err.find("Usage: rdmx run"), std::string::npos) << r.err;
