@@ -216,7 +216,9 @@ void print_summary(const json& doc) {
   for (const auto& e : doc["errors"]) {
     std::printf("FAILED    %s: %s\n", e["what"].get<std::string>().c_str(), e["message"].get<std::string>().c_str());
   }
-  std::printf("GB = 1e9 bytes; latency: write/send half a round trip, read/atomic a full one (perftest).\n");
+  std::printf("GB = 1e9 bytes; latency: write/send half a round trip, read/atomic a full one (perftest).\n"
+              "All ranks are on this host: tcp runs over loopback, and same-host bandwidth is a CPU copy rate\n"
+              "(faster while a message fits in the caches). Across hosts the network sets the pace.\n");
 }
 
 void write_file(const std::filesystem::path& path, const std::string& text) {
