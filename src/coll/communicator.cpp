@@ -15,6 +15,7 @@
 #include "coll/links.hpp"
 #include "coll/reduce.hpp"
 #include "coll/selection.hpp"
+#include "coll/settings.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
 #include "core/wait.hpp"
@@ -85,11 +86,10 @@ std::size_t online_cpus() {
 
 LinksConfig links_config() {
   LinksConfig c;
-  const std::size_t buffsize = core::env_size("RDMX_COLL_BUFFSIZE", 4 * 1024 * 1024);
-  const std::size_t slots = core::env_size("RDMX_COLL_SLOTS", 16);
-  c.slots = static_cast<std::uint32_t>(std::clamp<std::size_t>(slots, 1, 1 << 16));
-  c.chunk = buffsize / std::max<std::size_t>(slots, 1) / 64 * 64;
-  c.stage_limit = core::env_size("RDMX_COLL_STAGE_LIMIT", 16 * 1024);
+  const CollSettings settings = coll_settings();
+  c.slots = static_cast<std::uint32_t>(std::clamp<std::size_t>(settings.slots, 1, 1 << 16));
+  c.chunk = settings.buffsize / std::max<std::size_t>(settings.slots, 1) / 64 * 64;
+  c.stage_limit = settings.stage_limit;
   return c;
 }
 
@@ -456,7 +456,7 @@ class CommImpl final : public Communicator {
   // must agree. Off by default: on shm a WRITE into another process's heap
   // is copied by that process (through its rings), which measured slower
   // than the buffers; over tcp it saves the receiver's copy (docs/COLLECTIVES.md).
-  const std::size_t direct_min_ = core::env_size("RDMX_COLL_DIRECT_MIN", 0);
+  const std::size_t direct_min_ = coll_settings().direct_min;
   std::uint64_t seq_ = 0;
   std::uint64_t splits_ = 0;
 

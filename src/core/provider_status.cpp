@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "coll/reduce.hpp"
+#include "coll/settings.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
 #include "providers/shm/copy.hpp"
@@ -153,9 +154,7 @@ std::chrono::milliseconds default_timeout() { return core::timeout(); }
 std::vector<Setting> settings() {
   const std::string spin_text = core::env("RDMX_SPIN_US").value_or("");
   const bool spin_valid = spin_text.empty() || (spin_text.find_first_not_of("0123456789") == std::string::npos);
-  // Where a reader keeps its default private (RDMX_SHM_SPLIT_THRESHOLD and
-  // RDMX_SHM_COPY_THREADS in src/providers/shm/copy.cpp, RDMX_COLL_* in
-  // src/coll/communicator.cpp), the default is repeated here: keep them equal.
+  const coll::CollSettings coll_values = coll::coll_settings();
   std::vector<Setting> list = {
       debug_setting(),
       text_setting("RDMX_DEBUG_FILE", "stderr", "log to this file instead of stderr (%h: host name, %p: pid)"),
@@ -178,22 +177,22 @@ std::vector<Setting> settings() {
                    "shm: largest message copied through the rings (at most 64K)"),
       size_setting("RDMX_SHM_NT_THRESHOLD", shm::nt_threshold(),
                    "shm: direct copies at least this large use non-temporal stores"),
-      size_setting("RDMX_SHM_SPLIT_THRESHOLD", core::env_size("RDMX_SHM_SPLIT_THRESHOLD", 512u << 10),
+      size_setting("RDMX_SHM_SPLIT_THRESHOLD", shm::split_threshold(),
                    "shm: direct copies at least this large are split over two threads"),
-      size_setting("RDMX_SHM_COPY_THREADS", core::env_size("RDMX_SHM_COPY_THREADS", 1),
+      size_setting("RDMX_SHM_COPY_THREADS", shm::copy_threads(),
                    "shm: 0 disables the copy helper thread"),
       text_setting("RDMX_IB_HCA", "auto", "RDMA devices (and ports) to use; read by the verbs provider (issue 6)"),
       text_setting("RDMX_IB_GID_INDEX", "auto", "RoCE GID table index to use; read by the verbs provider (issue 6)"),
       text_setting("RDMX_ALGO", "auto",
                    "force collective algorithms: ring, or per operation all_reduce:rd,broadcast:tree (auto: by "
                    "size and rank count)"),
-      size_setting("RDMX_COLL_BUFFSIZE", core::env_size("RDMX_COLL_BUFFSIZE", 4u << 20),
+      size_setting("RDMX_COLL_BUFFSIZE", coll_values.buffsize,
                    "collectives: inbox bytes per peer (every rank must agree)"),
-      size_setting("RDMX_COLL_SLOTS", core::env_size("RDMX_COLL_SLOTS", 16),
+      size_setting("RDMX_COLL_SLOTS", coll_values.slots,
                    "collectives: inbox slots per peer (every rank must agree)"),
-      size_setting("RDMX_COLL_STAGE_LIMIT", core::env_size("RDMX_COLL_STAGE_LIMIT", 16u << 10),
+      size_setting("RDMX_COLL_STAGE_LIMIT", coll_values.stage_limit,
                    "collectives: payloads up to this size are copied, larger ones written in place"),
-      size_setting("RDMX_COLL_DIRECT_MIN", core::env_size("RDMX_COLL_DIRECT_MIN", 0),
+      size_setting("RDMX_COLL_DIRECT_MIN", coll_values.direct_min,
                    "collectives: transfers from this size on go straight into the receiver's buffer (0: off)"),
       make("RDMX_REDUCE_ISA", coll::reduce_isa(),
            "cap the reduction kernels at scalar, avx2 or avx512 (default: the best this CPU has)"),

@@ -65,9 +65,10 @@ void copy_large(void* dst, const void* src, std::size_t n) {
 
 namespace rdmx::shm {
 
-ParallelCopy::ParallelCopy()
-    : threshold_(core::env_size("RDMX_SHM_SPLIT_THRESHOLD", 512u << 10)),
-      enabled_(core::env_size("RDMX_SHM_COPY_THREADS", 1) > 0) {}
+std::size_t split_threshold() { return core::env_size("RDMX_SHM_SPLIT_THRESHOLD", 512u << 10); }
+std::size_t copy_threads() { return core::env_size("RDMX_SHM_COPY_THREADS", 1); }
+
+ParallelCopy::ParallelCopy() : threshold_(split_threshold()), enabled_(copy_threads() > 0) {}
 
 ParallelCopy::~ParallelCopy() {
   stopping_.store(true);

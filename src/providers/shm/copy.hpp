@@ -9,6 +9,9 @@
 namespace rdmx::shm {
 
 std::size_t nt_threshold();
+// RDMX_SHM_SPLIT_THRESHOLD (default 512K) and RDMX_SHM_COPY_THREADS (default 1): see ParallelCopy.
+std::size_t split_threshold();
+std::size_t copy_threads();
 void copy_large(void* dst, const void* src, std::size_t n);
 
 }  // namespace rdmx::shm
