@@ -16,6 +16,8 @@
 #include <filesystem>
 #include <thread>
 
+#include "commands.hpp"
+#include "rdmx/bootstrap.hpp"
 #include "rdmx/error.hpp"
 
 extern char** environ;
@@ -160,20 +162,23 @@ class Job {
     for (auto& a : argv_text) argv.push_back(a.data());
     argv.push_back(nullptr);
 
+    // This process's environment and the job's additions, once; each rank adds its place.
+    std::map<std::string, std::string> job_env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const char* eq = std::strchr(*e, '=');
+      if (eq != nullptr) job_env[std::string(*e, static_cast<std::size_t>(eq - *e))] = eq + 1;
+    }
+    for (const auto& [key, value] : options_.env) job_env[key] = value;
+    job_env["RDMX_WORLD_SIZE"] = std::to_string(options_.ranks);
+    job_env["RDMX_LOCAL_WORLD_SIZE"] = std::to_string(options_.ranks);
+    job_env["RDMX_STORE"] = "file:" + store_dir_;
+
     ranks_.resize(static_cast<std::size_t>(options_.ranks));
     started_ = Clock::now();
     for (int r = 0; r < options_.ranks; ++r) {
-      std::map<std::string, std::string> env;
-      for (char** e = environ; *e != nullptr; ++e) {
-        const char* eq = std::strchr(*e, '=');
-        if (eq != nullptr) env[std::string(*e, static_cast<std::size_t>(eq - *e))] = eq + 1;
-      }
-      for (const auto& [key, value] : options_.env) env[key] = value;
+      std::map<std::string, std::string> env = job_env;
       env["RDMX_RANK"] = std::to_string(r);
-      env["RDMX_WORLD_SIZE"] = std::to_string(options_.ranks);
       env["RDMX_LOCAL_RANK"] = std::to_string(r);
-      env["RDMX_LOCAL_WORLD_SIZE"] = std::to_string(options_.ranks);
-      env["RDMX_STORE"] = "file:" + store_dir_;
       std::vector<std::string> env_text;
       for (const auto& [key, value] : env) env_text.push_back(key + "=" + value);
       std::vector<char*> envp;
@@ -412,9 +417,6 @@ int default_local_ranks() {
 }
 
 }  // namespace rdmx::cli
-
-#include "commands.hpp"
-#include "rdmx/bootstrap.hpp"
 
 namespace rdmx::cli {
 

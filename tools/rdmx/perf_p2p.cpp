@@ -81,7 +81,8 @@ struct Options {
   bool drive_progress = true;  // call Device::progress() while spinning
   bool allocate = true;        // buffers from allocate_memory (as ucx_perftest maps with ucp_mem_map); --heap: registered heap
   double timeout_s = 0;
-  std::string volume;          // bandwidth: bytes to move per size (default 1G)
+  std::string volume_text;     // --volume as given
+  std::size_t volume = std::size_t{1} << 30;  // bandwidth: bytes to move per size when -n is not given
 };
 
 // perftest's defaults: 2 bytes and 1000 iterations for latency, 64 KiB for bandwidth.
@@ -534,8 +535,7 @@ void receive_sends(Session& s, std::size_t size, std::uint64_t count) {
 
 json run_bandwidth(Session& s, const TestInfo& t, std::size_t size) {
   constexpr double kMiB = 1024.0 * 1024.0;
-  const std::size_t volume = s.options.volume.empty() ? std::size_t{1} << 30 : parse_size(s.options.volume, "--volume");
-  const std::uint64_t iters = s.options.iters != 0 ? s.options.iters : default_bw_iters(size, volume);
+  const std::uint64_t iters = s.options.iters != 0 ? s.options.iters : default_bw_iters(size, s.options.volume);
   const auto warmup = static_cast<std::uint64_t>(s.options.warmup >= 0 ? s.options.warmup : s.options.window);
   std::memset(s.receive_area(), 0, size);
   for (std::size_t i = 0; i < size; ++i) s.send_area()[i] = pattern_byte(i);
@@ -696,7 +696,7 @@ void register_perf_p2p(CLI::App& perf) {
                   "(bandwidth), as perftest");
   cmd->add_option("-n,--iters", o->iters, "iterations per size (default: 1000 latency; about 1 GiB, 64..5000, bandwidth)")
       ->check(CLI::Range(std::uint64_t{2}, std::uint64_t{100000000}));
-  cmd->add_option("--volume", o->volume, "bandwidth: bytes to move per size when -n is not given (default 1G)");
+  cmd->add_option("--volume", o->volume_text, "bandwidth: bytes to move per size when -n is not given (default 1G)");
   cmd->add_option("--warmup", o->warmup, "untimed iterations before each size (default: 100 latency; -t bandwidth)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("-t,--tx-depth", o->window, "bandwidth: operations outstanding (perftest --tx-depth)")
@@ -725,7 +725,8 @@ void register_perf_p2p(CLI::App& perf) {
     // Sizes are checked here, before any rank starts, so a typo is one usage error.
     try {
       for (const TestInfo* t : o->tests) sizes_for(*o, *t);
-      if (!o->volume.empty() && parse_size(o->volume, "--volume") == 0) throw UsageError{"--volume must be positive"};
+      if (!o->volume_text.empty()) o->volume = parse_size(o->volume_text, "--volume");
+      if (o->volume == 0) throw UsageError{"--volume must be positive"};
     } catch (const UsageError& e) {
       throw CLI::ValidationError("--size", e.message);
     }
