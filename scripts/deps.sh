@@ -5,13 +5,16 @@
 #   scripts/deps.sh --bench    also the peers the benchmarks compare with:
 #                              sockperf and iperf3 (bench/run_tcp.sh), UCX's
 #                              ucx_perftest and Open MPI (bench/run_shm.sh)
+#   scripts/deps.sh --verbs-vm what scripts/rxe-vm.sh needs to boot the
+#                              soft-RoCE guest (qemu, busybox, rdma-core, perftest)
 set -euo pipefail
 
 packages=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev iproute2
-          libcli11-dev nlohmann-json3-dev libhwloc-dev)
-if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(sockperf iperf3 python3 ucx-utils openmpi-bin libopenmpi-dev python3-torch)
-fi
+          libcli11-dev nlohmann-json3-dev libhwloc-dev libibverbs-dev ibverbs-providers)
+case "${1:-}" in
+  --bench) packages+=(sockperf iperf3 python3 ucx-utils openmpi-bin libopenmpi-dev python3-torch) ;;
+  --verbs-vm) packages+=(qemu-system-x86 busybox-static cpio kmod iproute2 rdma-core ibverbs-utils perftest) ;;
+esac
 
 missing=()
 for p in "${packages[@]}"; do
