@@ -21,6 +21,7 @@
 #   RXE_VM_TIMEOUT  wall-clock bound in seconds (default 600)
 #   RXE_VM_MTU      MTU of the guest's netdev (default 4500: rxe's active MTU 4096)
 #   RXE_VM_CPUS     guest CPUs (default: this machine's cores, at most 4)
+#   RXE_VM_MEMORY   guest memory (default 6G: the conformance suite moves 1 GiB messages)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -29,6 +30,7 @@ cache=${RXE_VM_CACHE:-$repo/build/rxe-vm}
 limit=${RXE_VM_TIMEOUT:-600}
 mtu=${RXE_VM_MTU:-4500}
 cpus=${RXE_VM_CPUS:-$(nproc)}
+memory=${RXE_VM_MEMORY:-6G}
 ((cpus > 4)) && cpus=4
 log() { echo "rxe-vm: $*" >&2; }
 
@@ -115,7 +117,7 @@ accel="tcg,thread=multi"
 start=$(date +%s.%N)
 set +e
 timeout --kill-after=5 "$limit" qemu-system-x86_64 -nodefaults -no-user-config -no-reboot -display none \
-  -accel "$accel" -cpu max -m 2G -smp "$cpus" \
+  -accel "$accel" -cpu max -m "$memory" -smp "$cpus" \
   -kernel "$kroot/boot/vmlinuz-$kver" -initrd "$initrd" \
   -append "console=ttyS1 quiet panic=-1 rxe_stage2=$here/rxe-vm-guest.sh rxe_share=/run/rxe-share" \
   -chardev stdio,id=out,signal=off -serial chardev:out -serial "file:$share/console.log" \

@@ -52,7 +52,12 @@ std::size_t CompletionRing::take_locked(std::span<WorkCompletion> out) {
 
 std::size_t CompletionRing::poll(std::span<WorkCompletion> out) {
   throw_if_overflowed();
-  if (count_.load(std::memory_order_acquire) == 0 && hooks_.progress) hooks_.progress();
+  if (count_.load(std::memory_order_acquire) == 0 && hooks_.progress) {
+    hooks_.progress();
+    // Progress run from here may have overflowed the ring (providers that
+    // move completions only when asked): report it now, not on the next call.
+    throw_if_overflowed();
+  }
   if (count_.load(std::memory_order_acquire) == 0 || out.empty()) {
     throw_if_overflowed();
     return 0;
@@ -69,6 +74,7 @@ std::size_t CompletionRing::wait(std::span<WorkCompletion> out, std::chrono::mil
   WaitHooks hooks;
   if (hooks_.progress) hooks.progress = [this] { hooks_.progress(); };
   if (hooks_.idle) hooks.before_block = hooks_.idle;
+  if (hooks_.awake) hooks.after_block = hooks_.awake;
   auto result = wait_until(
       [&] {
         if (overflowed() || count_.load(std::memory_order_acquire) == 0) return overflowed();

@@ -37,9 +37,24 @@ std::uint32_t MemoryRegistry::fresh_key_locked() {
 }
 
 MemoryRegistry::Keys MemoryRegistry::add(const void* domain, void* addr, std::size_t length, Access access,
-                                         const SharedRegion* shared) {
+                                         const SharedRegion* shared, const Keys* given) {
   std::unique_lock lock(mutex_);
   Keys keys{};
+  if (given != nullptr) {
+    // Hardware keys are unique among the device's live regions.
+    // A region without remote rights may have rkey 0 (rxe): it is not looked
+    // up remotely, and several can share it.
+    if (by_lkey_.contains(given->lkey) || (given->rkey != 0 && by_rkey_.contains(given->rkey))) {
+      throw Error(ErrorCode::System, "the RDMA device returned a key that is already registered",
+                  {.op = "register_memory", .sizes = "lkey=" + std::to_string(given->lkey),
+                   .hint = "a driver bug; report it with RDMX_DEBUG=TRACE output"});
+    }
+    auto it = by_lkey_.emplace(given->lkey, Entry{domain, reinterpret_cast<std::uint64_t>(addr), length, access,
+                                                  given->lkey, given->rkey, shared})
+                  .first;
+    if (given->rkey != 0) by_rkey_.emplace(given->rkey, &it->second);
+    return *given;
+  }
   keys.lkey = fresh_key_locked();
   auto it =
       by_lkey_.emplace(keys.lkey, Entry{domain, reinterpret_cast<std::uint64_t>(addr), length, access, keys.lkey, 0, shared})
@@ -55,7 +70,7 @@ void MemoryRegistry::remove(std::uint32_t lkey) {
     std::unique_lock lock(mutex_);
     auto it = by_lkey_.find(lkey);
     if (it == by_lkey_.end()) return;
-    by_rkey_.erase(it->second.rkey);
+    if (auto r = by_rkey_.find(it->second.rkey); r != by_rkey_.end() && r->second == &it->second) by_rkey_.erase(r);
     by_lkey_.erase(it);
     generation_.fetch_add(1, std::memory_order_acq_rel);
   }
@@ -113,12 +128,17 @@ namespace {
 class RegisteredRegion final : public MemoryRegion {
  public:
   RegisteredRegion(MemoryRegistry& registry, void* addr, std::size_t length, MemoryRegistry::Keys keys,
-                   Access access)
-      : MemoryRegion(addr, length, keys.lkey, keys.rkey, access), registry_(registry) {}
-  ~RegisteredRegion() override { registry_.remove(lkey()); }
+                   Access access, std::unique_ptr<RegionBinder::Binding> binding)
+      : MemoryRegion(addr, length, keys.lkey, keys.rkey, access), registry_(registry), binding_(std::move(binding)) {}
+  // Out of the registry first (software providers stop), then out of the hardware.
+  ~RegisteredRegion() override {
+    registry_.remove(lkey());
+    binding_.reset();
+  }
 
  private:
   MemoryRegistry& registry_;
+  std::unique_ptr<RegionBinder::Binding> binding_;
 };
 }  // namespace
 
@@ -135,10 +155,14 @@ void check_rights(Access access, const char* sizes) {
 class AllocatedRegion final : public MemoryRegion {
  public:
   AllocatedRegion(MemoryRegistry& registry, void* addr, std::size_t length, MemoryRegistry::Keys keys, Access access,
-                  std::unique_ptr<SharedRegion> shared)
-      : MemoryRegion(addr, length, keys.lkey, keys.rkey, access), registry_(registry), shared_(std::move(shared)) {}
+                  std::unique_ptr<SharedRegion> shared, std::unique_ptr<RegionBinder::Binding> binding)
+      : MemoryRegion(addr, length, keys.lkey, keys.rkey, access),
+        registry_(registry),
+        shared_(std::move(shared)),
+        binding_(std::move(binding)) {}
   ~AllocatedRegion() override {
     registry_.remove(lkey());
+    binding_.reset();
     auto* base = static_cast<char*>(addr());
     auto* state = reinterpret_cast<SharedRegionState*>(base + shared_->state_offset);
     state->live.store(0, std::memory_order_relaxed);
@@ -163,6 +187,7 @@ class AllocatedRegion final : public MemoryRegion {
  private:
   MemoryRegistry& registry_;
   std::unique_ptr<SharedRegion> shared_;
+  std::unique_ptr<RegionBinder::Binding> binding_;
 };
 }  // namespace
 
@@ -187,9 +212,18 @@ std::unique_ptr<MemoryRegion> RegistryProtectionDomain::allocate_memory(std::siz
   }
   auto* state = new (static_cast<char*>(base) + shared->state_offset) SharedRegionState{};
   state->live.store(1, std::memory_order_release);
-  auto keys = registry_.add(this, base, length, access, shared.get());
+  std::unique_ptr<RegionBinder::Binding> binding;
+  MemoryRegistry::Keys keys{};
+  try {
+    keys = add_region(base, length, access, shared.get(), &binding);
+  } catch (...) {
+    ::munmap(base, shared->map_length);
+    ::close(shared->memfd);
+    throw;
+  }
   RDMX_TRACE("allocated %s lkey=0x%x rkey=0x%x access=%s", sizes, keys.lkey, keys.rkey, to_string(access).c_str());
-  return std::make_unique<AllocatedRegion>(registry_, base, length, keys, access, std::move(shared));
+  return std::make_unique<AllocatedRegion>(registry_, base, length, keys, access, std::move(shared),
+                                           std::move(binding));
 }
 
 std::unique_ptr<MemoryRegion> RegistryProtectionDomain::register_memory(void* addr, std::size_t length,
@@ -205,9 +239,19 @@ std::unique_ptr<MemoryRegion> RegistryProtectionDomain::register_memory(void* ad
     throw Error(ErrorCode::InvalidArgument, "region wraps around the address space",
                 {.op = "register_memory", .sizes = sizes, .hint = "check the length"});
   }
-  auto keys = registry_.add(this, addr, length, access);
+  std::unique_ptr<RegionBinder::Binding> binding;
+  auto keys = add_region(addr, length, access, nullptr, &binding);
   RDMX_TRACE("registered %s lkey=0x%x rkey=0x%x access=%s", sizes, keys.lkey, keys.rkey, to_string(access).c_str());
-  return std::make_unique<RegisteredRegion>(registry_, addr, length, keys, access);
+  return std::make_unique<RegisteredRegion>(registry_, addr, length, keys, access, std::move(binding));
+}
+
+MemoryRegistry::Keys RegistryProtectionDomain::add_region(void* addr, std::size_t length, Access access,
+                                                          const SharedRegion* shared,
+                                                          std::unique_ptr<RegionBinder::Binding>* binding) {
+  if (bound_ == nullptr) return registry_.add(this, addr, length, access, shared);
+  *binding = registry_.binder()->bind(*bound_, addr, length, access);
+  const MemoryRegistry::Keys keys{(*binding)->lkey(), (*binding)->rkey()};
+  return registry_.add(this, addr, length, access, shared, &keys);
 }
 
 }  // namespace rdmx::core

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/device_lock.hpp"
+#include "core/region_binder.hpp"
 #include "rdmx/verbs.hpp"
 
 namespace rdmx::core {
@@ -55,8 +56,15 @@ class MemoryRegistry {
     std::uint32_t lkey;
     std::uint32_t rkey;
   };
-  // `domain` identifies the protection domain (any stable pointer).
-  Keys add(const void* domain, void* addr, std::size_t length, Access access, const SharedRegion* shared = nullptr);
+  // `domain` identifies the protection domain (any stable pointer). `given`:
+  // keys chosen by hardware (see RegionBinder); otherwise fresh random ones.
+  Keys add(const void* domain, void* addr, std::size_t length, Access access, const SharedRegion* shared = nullptr,
+           const Keys* given = nullptr);
+
+  // Installed once, before any protection domain exists, by a provider whose
+  // hardware must see every region (core/region_binder.hpp).
+  void set_binder(std::shared_ptr<RegionBinder> binder) { binder_ = std::move(binder); }
+  RegionBinder* binder() const { return binder_.get(); }
   void remove(std::uint32_t lkey);
 
   // Runs fn(char* ptr) with ptr = addr if `key` (an rkey when remote, else an
@@ -122,6 +130,7 @@ class MemoryRegistry {
   std::atomic<std::uint64_t> generation_{0};
   std::mutex access_locks_mutex_;
   std::vector<DeviceLock*> access_locks_;
+  std::shared_ptr<RegionBinder> binder_;
 };
 
 // A one-entry cache of a key's region, valid while the registry's generation
@@ -162,13 +171,21 @@ class CachedKey {
 // ordinary process memory.
 class RegistryProtectionDomain final : public ProtectionDomain {
  public:
-  explicit RegistryProtectionDomain(MemoryRegistry& registry) : registry_(registry) {}
+  explicit RegistryProtectionDomain(MemoryRegistry& registry)
+      : registry_(registry), bound_(registry.binder() ? registry.binder()->open_domain() : nullptr) {}
   std::unique_ptr<MemoryRegion> register_memory(void* addr, std::size_t length, Access access) override;
   std::unique_ptr<MemoryRegion> allocate_memory(std::size_t length, Access access) override;
   MemoryRegistry& registry() const { return registry_; }
+  // The hardware's side of this PD when the registry has a binder, else null.
+  RegionBinder::Domain* bound() const { return bound_.get(); }
 
  private:
+  // Registers with the registry (and the binder's hardware first, when there is one).
+  MemoryRegistry::Keys add_region(void* addr, std::size_t length, Access access, const SharedRegion* shared,
+                                  std::unique_ptr<RegionBinder::Binding>* binding);
+
   MemoryRegistry& registry_;
+  std::unique_ptr<RegionBinder::Domain> bound_;
 };
 
 }  // namespace rdmx::core

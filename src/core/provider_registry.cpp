@@ -8,6 +8,9 @@
 #include "providers/shm/address.hpp"
 #include "providers/shm/shm_factory.hpp"
 #include "providers/tcp/tcp_factory.hpp"
+#if RDMX_HAVE_VERBS
+#include "providers/verbs/verbs_factory.hpp"
+#endif
 #include "rdmx/verbs.hpp"
 
 namespace rdmx {
@@ -19,19 +22,30 @@ struct ProviderEntry {
   std::function<std::shared_ptr<Device>(const std::string& why, core::DeviceResources resources)> open;
   // For auto selection: whether a QP address is this provider's, and whether it can reach it.
   std::function<bool(const QpAddress&)> owns;
-  std::function<bool(const QpAddress&, std::string*)> reaches;
+  std::function<bool(const Device&, const QpAddress&, std::string*)> reaches;
+  // Auto selection goes on without a provider that cannot open here (no
+  // hardware), saying why; the others must open.
+  bool optional = false;
 };
 
 // In auto selection's order: the first that reaches a peer carries its QPs.
-// verbs joins in front of tcp when it exists.
 const std::vector<ProviderEntry>& providers() {
   static const std::vector<ProviderEntry> kProviders = {
       {"shm", [](const std::string& why, core::DeviceResources r) { return shm::open_shm_device(why, std::move(r)); },
        [](const QpAddress& a) { return shm::ShmAddress::is_shm(a); },
-       [](const QpAddress& a, std::string* why) { return shm::reachable(shm::ShmAddress::decode(a), why); }},
+       [](const Device&, const QpAddress& a, std::string* why) {
+         return shm::reachable(shm::ShmAddress::decode(a), why);
+       }},
+#if RDMX_HAVE_VERBS
+      {"verbs",
+       [](const std::string& why, core::DeviceResources r) { return verbs::open_verbs_device(why, std::move(r)); },
+       [](const QpAddress& a) { return verbs::is_verbs_address(a); },
+       [](const Device& d, const QpAddress& a, std::string* why) { return verbs::reaches(d, a, why); },
+       /*optional=*/true},
+#endif
       {"tcp", [](const std::string& why, core::DeviceResources r) { return tcp::open_tcp_device(why, std::move(r)); },
        [](const QpAddress& a) { return tcp::is_tcp_address(a); },
-       [](const QpAddress&, std::string* why) {
+       [](const Device&, const QpAddress&, std::string* why) {
          *why = "tcp reaches processes on any host";
          return true;
        }},
@@ -48,12 +62,25 @@ std::string provider_list() {
 std::shared_ptr<Device> open_auto() {
   core::DeviceResources resources;
   std::vector<autosel::Candidate> candidates;
+  std::string skipped;
   for (const auto& p : providers()) {
-    candidates.push_back({p.name, p.open("auto candidate", resources), p.reaches, p.owns});
+    std::shared_ptr<Device> device;
+    try {
+      device = p.open("auto candidate", resources);
+    } catch (const Error& e) {
+      if (!p.optional) throw;
+      // Said, not hidden: `rdmx info` and INFO logs show why it is left out.
+      skipped += std::string("; ") + p.name + " left out: " + e.message();
+      RDMX_INFO("auto: %s left out: %s", p.name, e.what());
+      continue;
+    }
+    Device* raw = device.get();
+    auto reaches = [raw, fn = p.reaches](const QpAddress& a, std::string* why) { return fn(*raw, a, why); };
+    candidates.push_back({p.name, std::move(device), reaches, p.owns});
   }
   return autosel::open_auto_device(std::move(candidates), resources,
                                    "auto: the first provider that reaches each peer (order: " + provider_list() +
-                                       "); RDMX_PROVIDER=<name> forces one");
+                                       "); RDMX_PROVIDER=<name> forces one" + skipped);
 }
 }  // namespace
 

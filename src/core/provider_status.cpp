@@ -46,7 +46,7 @@ ProviderStatus probe_built(const std::string& name) {
 
 ProviderStatus verbs_status() {
   ProviderStatus status{.name = "verbs"};
-  status.reason = "not built: the verbs provider arrives with issue 6";
+  status.reason = "not built: libibverbs (libibverbs-dev) was not found when rdmx was configured";
   const topo::RdmaScan rdma = topo::scan_rdma_devices();
   if (rdma.devices.empty()) {
     status.reason += "; and " + rdma.note;
@@ -159,8 +159,8 @@ std::vector<Setting> settings() {
       debug_setting(),
       text_setting("RDMX_DEBUG_FILE", "stderr", "log to this file instead of stderr (%h: host name, %p: pid)"),
       text_setting("RDMX_PROVIDER", "auto",
-                   "the provider open_device(\"auto\") opens (shm, tcp); auto picks per peer: shm on this host, "
-                   "tcp otherwise"),
+                   "the provider open_device(\"auto\") opens (shm, verbs, tcp); auto picks per peer: shm on this "
+                   "host, else verbs where both sides have an RDMA port, else tcp"),
       duration_setting("RDMX_TIMEOUT", core::timeout(),
                        "bound on every blocking wait (store, CQ wait, connection): 30, 2.5s or 500ms"),
       duration_setting("RDMX_RNR_TIMEOUT", core::rnr_timeout(),
@@ -181,8 +181,11 @@ std::vector<Setting> settings() {
                    "shm: direct copies at least this large are split over two threads"),
       size_setting("RDMX_SHM_COPY_THREADS", shm::copy_threads(),
                    "shm: 0 disables the copy helper thread"),
-      text_setting("RDMX_IB_HCA", "auto", "RDMA devices (and ports) to use; read by the verbs provider (issue 6)"),
-      text_setting("RDMX_IB_GID_INDEX", "auto", "RoCE GID table index to use; read by the verbs provider (issue 6)"),
+      text_setting("RDMX_IB_HCA", "auto",
+                   "verbs: devices[:port] to use, as NCCL_IB_HCA (prefixes; = exact names; ^ excludes); auto: the "
+                   "first device with an active port"),
+      text_setting("RDMX_IB_GID_INDEX", "auto",
+                   "verbs: RoCE GID table index; auto: RoCE v2 with an IPv4 address, else RoCE v2, else v1"),
       text_setting("RDMX_ALGO", "auto",
                    "force collective algorithms: ring, or per operation all_reduce:rd,broadcast:tree (auto: by "
                    "size and rank count)"),

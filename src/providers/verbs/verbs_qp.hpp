@@ -1,0 +1,121 @@
+// A reliable-connected QP on an RDMA device. The hardware does the work
+// (transfers, key checks, retries, RNR, ordering); this class translates
+// rdmx work requests and completions, and keeps what the hardware does not:
+//   - rdmx QP numbers and wr_ids (hardware wr_ids are sequence numbers, so a
+//     completion finds its request, and unsignaled ones retire in order);
+//   - selective signalling: the hardware is asked for a completion at least
+//     every half queue, so unsignaled work frees its slots; those
+//     completions are not shown;
+//   - inline sends for small payloads whose key the registry confirms (the
+//     hardware does not check the lkey of inline data, IB semantics do);
+//   - work posted in ERROR completes with WR_FLUSH_ERR after the work the
+//     hardware is still flushing, in posting order.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/completion_queue.hpp"
+#include "core/memory_registry.hpp"
+#include "providers/verbs/address.hpp"
+#include "rdmx/verbs.hpp"
+
+namespace rdmx::verbs {
+
+class VerbsDevice;
+
+class VerbsQp final : public QueuePair {
+ public:
+  VerbsQp(VerbsDevice& device, core::RegistryProtectionDomain& pd, core::CompletionRing& send_cq,
+          core::CompletionRing& recv_cq, const QpCaps& caps);
+  ~VerbsQp() override;
+
+  std::uint32_t qp_num() const noexcept override { return qpn_; }
+  QpState state() const noexcept override { return state_.load(std::memory_order_acquire); }
+  QpCaps caps() const noexcept override { return caps_; }
+  std::string provider() const override { return "verbs"; }
+  std::string error_reason() const override;
+  QpAddress local_address() const override;
+  void init() override;
+  void connect(const QpAddress& remote, const ConnectOptions& options) override;
+  void set_error(const std::string& reason) override;
+  void post_send(const SendWr& wr) override;
+  void post_recv(const RecvWr& wr) override;
+
+  // ---- device side, under the device's lock ----
+  // Asks the hardware for an event at the next completion.
+  void arm();
+  // Moves hardware completions into the rdmx CQs; returns how many.
+  std::size_t drain();
+
+  // The largest inline payload `device` accepts (0: none), from a throwaway QP.
+  static std::uint32_t probe_inline_limit(VerbsDevice& device);
+
+ private:
+  struct SendSlot {
+    std::uint64_t wr_id = 0;
+    std::uint64_t last_seq = 0;  // the last hardware WR of this rdmx WR (split RDMA: several)
+    std::uint32_t bytes = 0;
+    WcOpcode opcode = WcOpcode::Send;
+    bool signaled = true;        // show a successful completion (the last piece of a signaled WR)
+    bool bad_lkey = false;       // the registry refused a local key at post time
+  };
+  struct RecvSlot {
+    std::uint64_t wr_id = 0;
+    bool bad_lkey = false;
+  };
+  static ErrorContext context_of(const void* qp, const std::string& op);
+  ErrorContext context(const std::string& op) const;
+  void modify(ibv_qp_attr& attr, int mask, const char* step, const std::string& peer);
+  void enter_error(const std::string& reason);  // records why; state ERROR
+  void handle(const ibv_wc& wc);
+  void release_held_flushes();
+  bool inline_ok(const SendWr& wr, std::uint64_t bytes, bool lkeys_ok);
+  // Whether every non-empty SGE's lkey covers it in this QP's PD (as the
+  // hardware will decide; used to report IB's status where a driver differs).
+  bool lkeys_valid(std::span<const Sge> sges);
+  WcStatus normalized(WcStatus status, bool recv, bool bad_lkey, WcOpcode opcode) const;
+
+  VerbsDevice& device_;
+  core::RegistryProtectionDomain& pd_;
+  core::CompletionRing& send_cq_;
+  core::CompletionRing& recv_cq_;
+  QpCaps caps_;
+  std::uint32_t qpn_;
+  std::uint32_t psn_;
+  std::uint32_t signal_interval_;
+  ibv_cq* cq_ = nullptr;
+  ibv_qp* qp_ = nullptr;
+
+  std::atomic<QpState> state_{QpState::Reset};
+  mutable std::mutex control_mutex_;  // state changes, error reason, peer
+  std::string error_reason_;
+  std::string peer_;        // for errors: "rank 3 (GID ... QP 0x12)"
+  int peer_rank_ = -1;
+
+  std::mutex send_mutex_;
+  std::vector<SendSlot> send_slots_;
+  std::atomic<std::uint64_t> send_next_{0};  // sequence of the next send
+  std::atomic<std::uint64_t> send_done_{0};  // every send before it has completed
+  std::uint32_t since_signal_ = 0;
+  std::uint64_t suppress_through_ = 0;  // drain: later pieces of a split WR that already failed (seq + 1)
+  core::CachedKey key_cache_;  // send side; the receive side checks through the registry
+  bool rxe_quirks_ = false;    // see normalized()
+  std::uint64_t chunk_limit_;  // the port's largest message: longer RDMA WRITE/READ go in pieces
+
+  std::mutex recv_mutex_;
+  std::vector<RecvSlot> recv_slots_;
+  std::atomic<std::uint64_t> recv_next_{0};
+  std::atomic<std::uint64_t> recv_done_{0};
+
+  std::mutex held_mutex_;  // work posted in ERROR, waiting for the hardware's flushes
+  std::vector<WorkCompletion> held_sends_;
+  std::vector<WorkCompletion> held_recvs_;
+};
+
+}  // namespace rdmx::verbs
