@@ -38,6 +38,9 @@ ProviderStatus probe_built(const std::string& name) {
     // every probe and says nothing; what follows is the provider's own account.
     const std::string asked = "requested by the caller; ";
     if (status.reason.rfind(asked, 0) == 0) status.reason.erase(0, asked.size());
+  } catch (const Error& e) {
+    status.reason = e.message();
+    if (!e.context().hint.empty()) status.reason += " (" + e.context().hint + ")";
   } catch (const std::exception& e) {
     status.reason = e.what();
   }

@@ -129,7 +129,7 @@ TEST(PerfCommand, ArgumentErrorsGiveUsage) {
       {"perf", "p2p", "write_bw", "-t", "0"},
       {"perf", "p2p", "write_lat", "-n", "1"},
       {"perf", "p2p", "write_lat", "--provider", "carrier-pigeon"},
-      {"perf", "coll", "all_reduce", "--provider", "verbs"},
+      {"perf", "coll", "all_reduce", "--provider", "infiniband"},
       {"perf", "coll"},
       {"perf", "coll", "allreduce_perf"},
       {"perf", "coll", "all_reduce", "-d", "float128"},
@@ -145,6 +145,19 @@ TEST(PerfCommand, ArgumentErrorsGiveUsage) {
     EXPECT_EQ(r.exit_code, 2) << joined << "\n" << r.err;
     EXPECT_NE(r.err.find("Usage: rdmx perf"), std::string::npos) << joined << "\n" << r.err;
   }
+}
+
+// RDMX_PROVIDER=verbs (here through --provider) on a host without an RDMA
+// device: every rank fails with the reason and what to do, and the job stops.
+TEST(PerfCommand, VerbsWithoutADeviceFailsClearly) {
+  if (std::filesystem::exists("/sys/class/infiniband") && !std::filesystem::is_empty("/sys/class/infiniband")) {
+    GTEST_SKIP() << "this host has an RDMA device";
+  }
+  const CliResult r = run_cli({"perf", "p2p", "write_lat", "--provider", "verbs"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("no RDMA device"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("RDMX_PROVIDER=tcp"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("Segmentation"), std::string::npos) << r.err;
 }
 
 TEST(PerfCommand, RootOutsideTheRanksIsAClearError) {
