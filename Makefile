@@ -4,7 +4,7 @@ COLL_JOBS ?= 2
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all deps build run example test test-coll-full bench bench-shm bench-coll bench-peers clean
+.PHONY: all deps build run example test test-coll-full bench bench-shm bench-coll bench-peers bench-verbs clean
 
 all: build
 
@@ -33,7 +33,7 @@ example: build
 	bash scripts/run_example.sh $(BUILD)/examples/rdmx_write_read
 
 test: build
-	@echo "== test (ctest; needs root for the network-namespace cases)"
+	@echo "== test (ctest; needs root for the network-namespace cases; the verbs cases boot a soft-RoCE guest)"
 	cd $(BUILD) && ctest --output-on-failure -j 2 --timeout 300
 
 # The collectives' full correctness matrix: every size up to 64 MiB and every
@@ -60,6 +60,11 @@ bench-coll: build
 # ratios printed and written into docs/PERFORMANCE.md (~2-3 minutes; PEERS_FLAGS=--quick: ~1).
 bench-peers: build
 	bash bench/peers/run.sh $(BUILD) $(PEERS_FLAGS)
+
+# The verbs provider against perftest (ib_write_bw, ib_write_lat) on soft-RoCE
+# in the qemu guest of scripts/rxe-vm.sh; writes the table into docs/PERFORMANCE.md.
+bench-verbs: build
+	bash bench/run_verbs.sh $(BUILD) --update-doc
 
 clean:
 	rm -rf $(BUILD)

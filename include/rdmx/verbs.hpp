@@ -275,6 +275,12 @@ struct DeviceCaps {
   // byte, and what HCAs writing in address order give in practice; IB does
   // not promise it, so a provider claims it only where it enforces it).
   bool ordered_write_placement = false;
+  // Registration pins the pages a region had when registered (an RDMA NIC
+  // does): if the application frees the memory and gets new memory at the
+  // same address, an old registration still points at the old pages. A
+  // caller that keeps registrations of memory it does not own (a cache)
+  // must drop them when that memory may have changed.
+  bool registration_pins_memory = false;
   std::uint64_t max_msg_size = 0;   // bytes per work request
   std::uint32_t max_qp_wr = 0;
   std::uint32_t max_sge = 0;

@@ -155,6 +155,7 @@ std::uint64_t Links::salt_from(int sender) const { return salts_from_[static_cas
 Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, const std::string& tag,
              const LinksConfig& config, std::chrono::milliseconds timeout)
     : device_(std::move(device)), rank_(rank), size_(size), config_(config), timeout_(timeout) {
+  pins_registrations_ = device_->caps().registration_pins_memory;
   if (config_.chunk < kLine || config_.chunk % kLine != 0 || config_.slots < 2) {
     throw Error(ErrorCode::Config,
                 "collective buffers: chunk " + std::to_string(config_.chunk) + " bytes x " +
@@ -331,9 +332,9 @@ std::uint32_t Links::rkey_for(void* addr, std::size_t bytes) {
 }
 
 // Nothing is in flight between operations, so evicting the least recently
-// used registration is safe. (A provider whose registration pins pages must
-// keep its own cache coherent with unmapped memory; tcp and shm only record
-// the range.)
+// used registration is safe. Where registration pins pages (verbs), the
+// cache lasts one operation only (enter() empties it): tcp and shm only
+// record the range, so their registrations stay valid across a free().
 MemoryRegion& Links::register_cached(void* addr, std::size_t bytes, Access access) {
   constexpr std::size_t kCached = 16;
   if (user_mrs_.size() >= kCached) user_mrs_.pop_back();
@@ -422,6 +423,9 @@ void Links::drain(core::Clock::time_point deadline) {
 
 // ---------------------------------------------------------------------------
 void Links::enter(const OpDesc& desc) noexcept {
+  // The user may have freed a buffer since the last operation and got new
+  // memory at its address: registrations that pin pages cannot be kept.
+  if (pins_registrations_) user_mrs_.clear();
   if (desc.p2p()) return;
   Progress& p = control_->progress;
   p.count = desc.count;

@@ -204,6 +204,7 @@ class Links {
   std::string abort_reason_;
   std::uint64_t outstanding_signaled_ = 0;
   std::vector<std::unique_ptr<MemoryRegion>> user_mrs_;  // most recently used first
+  bool pins_registrations_ = false;  // DeviceCaps::registration_pins_memory
   std::unique_ptr<MemoryRegion> scratch_mr_;
   std::chrono::milliseconds timeout_;
 };

@@ -764,7 +764,7 @@ void register_perf_coll(CLI::App& perf) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--np", r->np, "local ranks to start when no launcher started this (default min(4, cores))")
       ->check(CLI::Range(1, 256));
-  cmd->add_option("--provider", r->provider, "sets RDMX_PROVIDER: shm, tcp or auto")->check(provider_names());
+  cmd->add_option("--provider", r->provider, "sets RDMX_PROVIDER: shm, verbs, tcp or auto")->check(provider_names());
   cmd->add_flag("--json", r->json, "print one JSON document (docs/schemas/perf_coll.schema.json) instead of tables");
   cmd->add_option("--json-lines", r->json_lines, "also append one JSON object per row to this file");
   cmd->callback([r] {

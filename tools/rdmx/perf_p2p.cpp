@@ -705,7 +705,7 @@ void register_perf_p2p(CLI::App& perf) {
       ->check(CLI::Range(1, 4096));
   cmd->add_option("-A,--atomic", o->atomic, "atomic_lat: fetch_add or cmp_swap")
       ->check(CLI::IsMember({"fetch_add", "cmp_swap"}));
-  cmd->add_option("--provider", o->provider, "shm, tcp or auto (default: RDMX_PROVIDER, else auto)")
+  cmd->add_option("--provider", o->provider, "shm, verbs, tcp or auto (default: RDMX_PROVIDER, else auto)")
       ->check(provider_names());
   cmd->add_flag("--json", o->json, "print one JSON document (docs/schemas/perf_p2p.schema.json) instead of the table");
   cmd->add_option("--json-lines", o->json_lines, "also append one JSON object per row to this file");

@@ -123,6 +123,7 @@ class AutoDevice final : public Device, public core::EngineHandoff {
       caps.same_host_peers = caps.same_host_peers || d.same_host_peers;
       caps.auto_progress = caps.auto_progress && d.auto_progress;
       caps.ordered_write_placement = caps.ordered_write_placement && d.ordered_write_placement;
+      caps.registration_pins_memory = caps.registration_pins_memory || d.registration_pins_memory;
       caps.max_msg_size = std::min(caps.max_msg_size, d.max_msg_size);
       caps.max_qp_wr = std::min(caps.max_qp_wr, d.max_qp_wr);
       caps.max_sge = std::min(caps.max_sge, d.max_sge);

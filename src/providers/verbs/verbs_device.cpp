@@ -261,6 +261,7 @@ VerbsDevice::VerbsDevice(ContextHandle context, PortChoice port, std::string why
   // HCAs write in address order in practice, but nothing enforces it for
   // every device: not claimed (see DeviceCaps).
   caps_.ordered_write_placement = false;
+  caps_.registration_pins_memory = true;
   ibv_port_attr pattr{};
   ibv_query_port(context_.get(), static_cast<std::uint8_t>(port_.port), &pattr);
   // IB's largest message; RDMA longer than the port's own limit (8 MiB on

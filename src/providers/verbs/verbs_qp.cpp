@@ -278,9 +278,22 @@ void VerbsQp::connect(const QpAddress& remote, const ConnectOptions& options) {
   rts.sq_psn = psn_;
   rts.max_rd_atomic =
       static_cast<std::uint8_t>(std::max(1, std::min<int>(peer.rd_atomic, device_.attr().max_qp_init_rd_atom)));
-  modify(rts,
-         IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC,
-         "RTS", peer_);
+  const int rts_mask =
+      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
+  if (ibv_modify_qp(qp_, &rts, rts_mask) != 0) {
+    // In RTR the QP already receives: a request of the peer's that failed
+    // here (too long for the receive, a bad key) moves it to ERROR first.
+    // That is a later state, not a failed connect.
+    ibv_qp_attr now{};
+    ibv_qp_init_attr init{};
+    if (ibv_query_qp(qp_, &now, IBV_QP_STATE, &init) == 0 && now.qp_state == IBV_QPS_ERR) {
+      error_reason_ = "moved to ERROR while connecting: a request from " + peer_ +
+                      " failed here (its receive completion says how)";
+      state_.store(QpState::Error, std::memory_order_release);
+      return;
+    }
+    modify(rts, rts_mask, "RTS", peer_);  // throws with the device's reason
+  }
   state_.store(QpState::Rts, std::memory_order_release);
   RDMX_INFO("verbs qp %u (hw 0x%x) connected to %s: path MTU %d, ack timeout code %u, RNR timer code %u",
             qpn_, qp_->qp_num, peer_.c_str(), 128 << mtu, rts.timeout, rtr.min_rnr_timer);
