@@ -13,8 +13,8 @@ mount -t devtmpfs dev /dev
 mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts
 mount -t tmpfs tmpfs /dev/shm
+# /tmp stays the host's (through the overlay): a build tree under /tmp must stay visible.
 mount -t tmpfs tmpfs /run
-mount -t tmpfs tmpfs /tmp
 mkdir -p "$share"
 mount -t 9p -o trans=virtio,version=9p2000.L,cache=none share "$share"
 stty -F "$out" raw -echo 2>/dev/null

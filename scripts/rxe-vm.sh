@@ -82,7 +82,7 @@ for m in $(cat /mod/order); do insmod "/mod/$m" || echo "initramfs: insmod $m fa
 fail() { echo "initramfs: $*" >/dev/ttyS0; echo o >/proc/sysrq-trigger; sleep 10; }
 mkdir -p /lower /rw
 mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=512000 hostroot /lower || fail "mounting the host's / over 9p failed"
-mount -t tmpfs -o size=1g tmpfs /rw
+mount -t tmpfs -o size=2g tmpfs /rw
 mkdir -p /rw/upper /rw/work
 mount -t overlay overlay -o lowerdir=/lower,upperdir=/rw/upper,workdir=/rw/work /newroot || fail "overlay mount failed"
 stage2=$(sed -n 's/.*rxe_stage2=\([^ ]*\).*/\1/p' /proc/cmdline)

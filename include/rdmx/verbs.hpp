@@ -260,6 +260,11 @@ class QueuePair {
   // problems complete with an error status instead, as in IB.
   virtual void post_send(const SendWr& wr) = 0;
   virtual void post_recv(const RecvWr& wr) = 0;
+  // Posts `wrs` in order, as one list (ibv_post_send with a chained list): a
+  // provider over hardware rings the doorbell once for the lot. Same checks
+  // and completions as posting each; if one throws, those before it are
+  // posted, it and those after are not, and the error names its index.
+  virtual void post_send_batch(std::span<const SendWr> wrs);
 };
 
 // ---------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "core/config.hpp"
+#include "core/work_request.hpp"
 #include "rdmx/verbs.hpp"
 
 namespace rdmx {
@@ -137,5 +138,23 @@ QpAddress QpAddress::from_hex(std::string_view hex) {
 }
 
 std::size_t CompletionQueue::wait(std::span<WorkCompletion> out) { return wait(out, core::timeout()); }
+
+void QueuePair::post_send_batch(std::span<const SendWr> wrs) {
+  for (std::size_t i = 0; i < wrs.size(); ++i) {
+    try {
+      post_send(wrs[i]);
+    } catch (const Error& e) {
+      throw core::batch_error(e, i, wrs.size(), wrs[i].wr_id);
+    }
+  }
+}
+
+Error core::batch_error(const Error& e, std::size_t index, std::size_t count, std::uint64_t wr_id) {
+  return Error(e.code(),
+               "work request " + std::to_string(index) + " of " + std::to_string(count) + " (wr_id " +
+                   std::to_string(wr_id) + "): " + e.message() + "; the " + std::to_string(index) +
+                   " before it were posted",
+               e.context());
+}
 
 }  // namespace rdmx

@@ -31,6 +31,9 @@ using ContextFn = ErrorContext (*)(const void* qp, const std::string& op);
 // byte count.
 std::uint64_t validate_send_wr(const SendWr& wr, const QpCaps& caps, std::uint64_t max_message, ContextFn context,
                                const void* qp);
+// The error post_send_batch() throws for the `index`th of `count` work requests.
+Error batch_error(const Error& e, std::size_t index, std::size_t count, std::uint64_t wr_id);
+
 // Throws InvalidArgument when a receive has too many SGEs; returns its capacity.
 std::uint64_t validate_recv_wr(const RecvWr& wr, const QpCaps& caps, ContextFn context, const void* qp);
 

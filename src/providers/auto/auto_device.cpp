@@ -70,6 +70,11 @@ class AutoQp final : public QueuePair {
     }
     q->post_send(wr);
   }
+  void post_send_batch(std::span<const SendWr> wrs) override {
+    QueuePair* q = chosen();
+    if (q == nullptr) return QueuePair::post_send_batch(wrs);  // throws InvalidState for the first
+    q->post_send_batch(wrs);
+  }
   void post_recv(const RecvWr& wr) override;
 
  private:

@@ -336,12 +336,59 @@ bool VerbsQp::inline_ok(const SendWr& wr, std::uint64_t bytes, bool lkeys_ok) {
   return lkeys_ok && bytes > 0 && bytes <= device_.inline_limit() && core::carries_payload(wr.opcode);
 }
 
-void VerbsQp::post_send(const SendWr& wr) {
+// Hardware work requests waiting for one doorbell: pieces of several rdmx
+// work requests, chained.
+struct VerbsQp::Doorbell {
+  static constexpr std::size_t kMax = 16;
+  ibv_send_wr chain[kMax];
+  ibv_sge sges[kMax][32];
+  std::size_t count = 0;
+};
+
+void VerbsQp::post_send(const SendWr& wr) { post_list(std::span(&wr, 1), false); }
+
+void VerbsQp::post_send_batch(std::span<const SendWr> wrs) { post_list(wrs, true); }
+
+void VerbsQp::post_list(std::span<const SendWr> wrs, bool batch) {
+  std::lock_guard lock(send_mutex_);
+  Doorbell db;
+  for (std::size_t i = 0; i < wrs.size(); ++i) {
+    try {
+      append(wrs[i], db);
+    } catch (const Error& e) {
+      ring(db, wrs[i].opcode);
+      if (batch) throw core::batch_error(e, i, wrs.size(), wrs[i].wr_id);
+      throw;
+    }
+  }
+  ring(db, wrs.empty() ? Opcode::Send : wrs.back().opcode);
+}
+
+void VerbsQp::ring(Doorbell& db, Opcode opcode) {
+  if (db.count == 0) return;
+  for (std::size_t k = 0; k + 1 < db.count; ++k) db.chain[k].next = &db.chain[k + 1];
+  db.chain[db.count - 1].next = nullptr;
+  const std::uint64_t first = send_next_.load(std::memory_order_relaxed);
+  ibv_send_wr* bad = nullptr;
+  const int err = ibv_post_send(qp_, db.chain, &bad);
+  const std::uint64_t posted = err == 0 ? db.count : static_cast<std::uint64_t>(bad - db.chain);
+  send_next_.store(first + posted, std::memory_order_release);
+  db.count = 0;
+  if (err != 0) {
+    ErrorContext c = context(std::string("post_send ") + to_string(opcode));
+    c.sizes = "posted " + std::to_string(posted) + " of the list";
+    c.hint = "the device refused the work request; ibv_devinfo -v shows its limits";
+    throw Error(err == ENOMEM ? ErrorCode::QueueFull : ErrorCode::System, "ibv_post_send failed: " + errno_text(err),
+                c);
+  }
+}
+
+void VerbsQp::append(const SendWr& wr, Doorbell& db) {
   const std::uint64_t bytes =
       core::validate_send_wr(wr, caps_, device_.caps().max_msg_size, &VerbsQp::context_of, this);
-  std::lock_guard lock(send_mutex_);
   const QpState s = state();
   if (s == QpState::Error) {
+    ring(db, wr.opcode);  // what came before goes first, so its flushes do
     WorkCompletion wc;
     wc.wr_id = wr.wr_id;
     wc.status = WcStatus::WrFlushErr;
@@ -362,7 +409,7 @@ void VerbsQp::post_send(const SendWr& wr) {
   const bool splittable =
       wr.opcode == Opcode::RdmaWrite || wr.opcode == Opcode::RdmaWriteWithImm || wr.opcode == Opcode::RdmaRead;
   const std::uint64_t pieces = splittable && bytes > chunk_limit_ ? (bytes + chunk_limit_ - 1) / chunk_limit_ : 1;
-  const std::uint64_t first = send_next_.load(std::memory_order_relaxed);
+  const std::uint64_t first = send_next_.load(std::memory_order_relaxed) + db.count;
   auto free_slots = [&] { return caps_.max_send_wr - (first - send_done_.load(std::memory_order_acquire)); };
   if (free_slots() < pieces) {
     device_.progress();  // completions not yet drained may free slots
@@ -379,71 +426,53 @@ void VerbsQp::post_send(const SendWr& wr) {
   const bool lkeys_ok = lkeys_valid(wr.sg_list);
   const std::uint64_t last = first + pieces - 1;
   const WcOpcode wc_opcode = core::completion_opcode(wr.opcode);
-
-  ibv_send_wr chain[8];
-  ibv_sge sges[8][32];
   std::size_t sge_index = 0;      // where the next piece starts in wr.sg_list
   std::uint64_t sge_offset = 0;   // ... and how far into that SGE
   std::uint64_t remote_offset = 0;
-  std::uint64_t seq = first;
-  while (seq <= last) {
-    // Up to 8 pieces per doorbell.
-    const std::size_t batch = static_cast<std::size_t>(std::min<std::uint64_t>(8, last - seq + 1));
-    for (std::size_t k = 0; k < batch; ++k, ++seq) {
-      ibv_send_wr& w = chain[k];
-      w = ibv_send_wr{};
-      const bool is_last = seq == last;
-      std::uint64_t want = pieces == 1 ? bytes : std::min<std::uint64_t>(chunk_limit_, bytes - remote_offset);
-      int n = 0;
-      while (want > 0 && sge_index < wr.sg_list.size()) {
-        const Sge& g = wr.sg_list[sge_index];
-        const std::uint64_t take = std::min<std::uint64_t>(want, g.length - sge_offset);
-        if (take > 0) {
-          sges[k][n++] = ibv_sge{g.addr + sge_offset, static_cast<std::uint32_t>(take), g.lkey};
-        }
-        want -= take;
-        sge_offset += take;
-        if (sge_offset == g.length) {
-          ++sge_index;
-          sge_offset = 0;
-        }
+  for (std::uint64_t seq = first; seq <= last; ++seq) {
+    if (db.count == Doorbell::kMax) ring(db, wr.opcode);
+    ibv_send_wr& w = db.chain[db.count];
+    ibv_sge* sges = db.sges[db.count];
+    w = ibv_send_wr{};
+    const bool is_last = seq == last;
+    const std::uint64_t piece = pieces == 1 ? bytes : std::min<std::uint64_t>(chunk_limit_, bytes - remote_offset);
+    std::uint64_t want = piece;
+    int n = 0;
+    while (want > 0 && sge_index < wr.sg_list.size()) {
+      const Sge& g = wr.sg_list[sge_index];
+      const std::uint64_t take = std::min<std::uint64_t>(want, g.length - sge_offset);
+      if (take > 0) sges[n++] = ibv_sge{g.addr + sge_offset, static_cast<std::uint32_t>(take), g.lkey};
+      want -= take;
+      sge_offset += take;
+      if (sge_offset == g.length) {
+        ++sge_index;
+        sge_offset = 0;
       }
-      w.wr_id = seq;
-      w.sg_list = n > 0 ? sges[k] : nullptr;  // empty SGEs left out: some HCAs read length 0 as 2 GiB
-      w.num_sge = n;
-      w.opcode = wr_opcode(wr.opcode);
-      if (wr.opcode == Opcode::RdmaWriteWithImm && !is_last) w.opcode = IBV_WR_RDMA_WRITE;
-      const bool shown = is_last && wr.signaled;
-      const bool hw_signaled = shown || since_signal_ + 1 >= signal_interval_;
-      since_signal_ = hw_signaled ? 0 : since_signal_ + 1;
-      w.send_flags = hw_signaled ? IBV_SEND_SIGNALED : 0;
-      if (pieces == 1 && inline_ok(wr, bytes, lkeys_ok)) w.send_flags |= IBV_SEND_INLINE;
-      if (w.opcode == IBV_WR_SEND_WITH_IMM || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) w.imm_data = htonl(wr.imm_data);
-      if (splittable) {
-        w.wr.rdma.remote_addr = wr.remote_addr + remote_offset;
-        w.wr.rdma.rkey = wr.rkey;
-      } else if (core::is_atomic(wr.opcode)) {
-        w.wr.atomic.remote_addr = wr.remote_addr;
-        w.wr.atomic.rkey = wr.rkey;
-        w.wr.atomic.compare_add = wr.compare_add;
-        w.wr.atomic.swap = wr.swap;
-      }
-      remote_offset += pieces == 1 ? bytes : std::min<std::uint64_t>(chunk_limit_, bytes - remote_offset);
-      w.next = k + 1 < batch ? &chain[k + 1] : nullptr;
-      send_slots_[seq % send_slots_.size()] = {wr.wr_id, last, static_cast<std::uint32_t>(bytes), wc_opcode, shown,
-                                               !lkeys_ok};
     }
-    ibv_send_wr* bad = nullptr;
-    if (int err = ibv_post_send(qp_, chain, &bad); err != 0) {
-      const std::uint64_t posted = seq - batch + static_cast<std::uint64_t>(bad - chain);
-      send_next_.store(posted, std::memory_order_release);
-      ErrorContext c = context(std::string("post_send ") + to_string(wr.opcode));
-      c.sizes = "bytes=" + std::to_string(bytes) + " sges=" + std::to_string(wr.sg_list.size());
-      c.hint = "the device refused the work request; ibv_devinfo -v shows its limits";
-      throw Error(err == ENOMEM ? ErrorCode::QueueFull : ErrorCode::System, "ibv_post_send failed: " + errno_text(err),
-                  c);
+    w.wr_id = seq;
+    w.sg_list = n > 0 ? sges : nullptr;  // empty SGEs left out: some HCAs read length 0 as 2 GiB
+    w.num_sge = n;
+    w.opcode = wr_opcode(wr.opcode);
+    if (wr.opcode == Opcode::RdmaWriteWithImm && !is_last) w.opcode = IBV_WR_RDMA_WRITE;
+    const bool shown = is_last && wr.signaled;
+    const bool hw_signaled = shown || since_signal_ + 1 >= signal_interval_;
+    since_signal_ = hw_signaled ? 0 : since_signal_ + 1;
+    w.send_flags = hw_signaled ? IBV_SEND_SIGNALED : 0;
+    if (pieces == 1 && inline_ok(wr, bytes, lkeys_ok)) w.send_flags |= IBV_SEND_INLINE;
+    if (w.opcode == IBV_WR_SEND_WITH_IMM || w.opcode == IBV_WR_RDMA_WRITE_WITH_IMM) w.imm_data = htonl(wr.imm_data);
+    if (splittable) {
+      w.wr.rdma.remote_addr = wr.remote_addr + remote_offset;
+      w.wr.rdma.rkey = wr.rkey;
+    } else if (core::is_atomic(wr.opcode)) {
+      w.wr.atomic.remote_addr = wr.remote_addr;
+      w.wr.atomic.rkey = wr.rkey;
+      w.wr.atomic.compare_add = wr.compare_add;
+      w.wr.atomic.swap = wr.swap;
     }
-    send_next_.store(seq, std::memory_order_release);
+    remote_offset += piece;
+    send_slots_[seq % send_slots_.size()] = {wr.wr_id, last, static_cast<std::uint32_t>(bytes), wc_opcode, shown,
+                                             !lkeys_ok};
+    ++db.count;
   }
 }
 

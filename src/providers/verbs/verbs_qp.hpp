@@ -45,6 +45,8 @@ class VerbsQp final : public QueuePair {
   void connect(const QpAddress& remote, const ConnectOptions& options) override;
   void set_error(const std::string& reason) override;
   void post_send(const SendWr& wr) override;
+  // One doorbell for the whole list (up to 16 hardware WRs per ibv_post_send).
+  void post_send_batch(std::span<const SendWr> wrs) override;
   void post_recv(const RecvWr& wr) override;
 
   // ---- device side, under the device's lock ----
@@ -69,6 +71,11 @@ class VerbsQp final : public QueuePair {
     std::uint64_t wr_id = 0;
     bool bad_lkey = false;
   };
+  struct Doorbell;
+  void post_list(std::span<const SendWr> wrs, bool batch);
+  // Adds `wr`'s hardware WRs to `db` (ringing it when full); posting lock held.
+  void append(const SendWr& wr, Doorbell& db);
+  void ring(Doorbell& db, Opcode opcode);
   static ErrorContext context_of(const void* qp, const std::string& op);
   ErrorContext context(const std::string& op) const;
   void modify(ibv_qp_attr& attr, int mask, const char* step, const std::string& peer);
