@@ -74,7 +74,6 @@ std::size_t CompletionRing::wait(std::span<WorkCompletion> out, std::chrono::mil
   WaitHooks hooks;
   if (hooks_.progress) hooks.progress = [this] { hooks_.progress(); };
   if (hooks_.idle) hooks.before_block = hooks_.idle;
-  if (hooks_.awake) hooks.after_block = hooks_.awake;
   auto result = wait_until(
       [&] {
         if (overflowed() || count_.load(std::memory_order_acquire) == 0) return overflowed();

@@ -19,7 +19,6 @@ class CompletionRing final : public CompletionQueue {
   struct Hooks {
     std::function<std::size_t()> progress;  // drives the owning device from the caller
     std::function<void()> idle;             // the caller is about to sleep
-    std::function<void()> awake;            // ... and its wait ended (after idle only)
   };
   CompletionRing(std::size_t depth, Hooks hooks);
 

@@ -37,8 +37,6 @@ class EngineHandoff {
  public:
   virtual ~EngineHandoff() = default;
   virtual void application_idle() = 0;
-  // That thread woke up (its wait ended); pairs with application_idle().
-  virtual void application_awake() {}
 };
 
 }  // namespace rdmx::core

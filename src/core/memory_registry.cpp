@@ -49,19 +49,17 @@ MemoryRegistry::Keys MemoryRegistry::add(const void* domain, void* addr, std::si
                   {.op = "register_memory", .sizes = "lkey=" + std::to_string(given->lkey),
                    .hint = "a driver bug; report it with RDMX_DEBUG=TRACE output"});
     }
-    auto it = by_lkey_.emplace(given->lkey, Entry{domain, reinterpret_cast<std::uint64_t>(addr), length, access,
-                                                  given->lkey, given->rkey, shared})
-                  .first;
-    if (given->rkey != 0) by_rkey_.emplace(given->rkey, &it->second);
-    return *given;
+    keys = *given;
+  } else {
+    keys.lkey = fresh_key_locked();
+    do {
+      keys.rkey = fresh_key_locked();  // never 0
+    } while (keys.rkey == keys.lkey);
   }
-  keys.lkey = fresh_key_locked();
-  auto it =
-      by_lkey_.emplace(keys.lkey, Entry{domain, reinterpret_cast<std::uint64_t>(addr), length, access, keys.lkey, 0, shared})
-          .first;
-  keys.rkey = fresh_key_locked();
-  it->second.rkey = keys.rkey;
-  by_rkey_.emplace(keys.rkey, &it->second);
+  auto it = by_lkey_.emplace(keys.lkey, Entry{domain, reinterpret_cast<std::uint64_t>(addr), length, access,
+                                              keys.lkey, keys.rkey, shared})
+                .first;
+  if (keys.rkey != 0) by_rkey_.emplace(keys.rkey, &it->second);
   return keys;
 }
 

@@ -79,12 +79,6 @@ WaitResult wait_until(const std::function<bool()>& ready, WaitWord* word, Clock:
     cpu_relax();
   }
   if (hooks.before_block) hooks.before_block();
-  struct AfterBlock {
-    const std::function<void()>& fn;
-    ~AfterBlock() {
-      if (fn) fn();
-    }
-  } after_block{hooks.after_block};
   // Block phase: sleep until notified, re-check, bounded by the deadline.
   // Without a word to be woken through (a peer's WRITE landing in shared
   // memory wakes nobody), sleep in slices of an eighth of the time waited so

@@ -31,12 +31,10 @@ enum class WaitResult { Ready, Timeout, Aborted };
 
 // Hooks a waiter may give: `progress` is called while spinning (drives a
 // provider from the waiting thread); `before_block` is called once before the
-// first sleep (e.g. to hand progress to a background engine); `after_block`
-// when a wait that called before_block returns, however it ends.
+// first sleep (e.g. to hand progress to a background engine).
 struct WaitHooks {
   std::function<void()> progress;
   std::function<void()> before_block;
-  std::function<void()> after_block;
 };
 
 // Returns Ready as soon as ready() is true. `word` may be null, in which case

@@ -170,11 +170,6 @@ class AutoDevice final : public Device, public core::EngineHandoff {
       if (auto* handoff = dynamic_cast<core::EngineHandoff*>(c.device.get())) handoff->application_idle();
     }
   }
-  void application_awake() override {
-    for (auto& c : candidates_) {
-      if (auto* handoff = dynamic_cast<core::EngineHandoff*>(c.device.get())) handoff->application_awake();
-    }
-  }
 
   std::vector<Candidate> candidates_;
   core::DeviceResources resources_;

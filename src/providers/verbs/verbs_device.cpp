@@ -22,8 +22,6 @@
 namespace rdmx::verbs {
 namespace {
 
-std::string errno_text(int err) { return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")"; }
-
 const char* port_state_name(ibv_port_state state) { return ibv_port_state_str(state); }
 
 std::vector<GidEntry> read_gid_table(ibv_context* context, int port, int table_len) {
@@ -58,6 +56,7 @@ std::string list_devices(ibv_device** list, int n) {
 
 struct Opened {
   ContextHandle context;
+  ibv_device_attr attr;
   PortChoice port;
 };
 
@@ -123,6 +122,7 @@ Opened open_first_usable() {
       choice.active_mtu = pattr.active_mtu;
       choice.link_layer = pattr.link_layer == IBV_LINK_LAYER_ETHERNET ? LinkLayer::Ethernet : LinkLayer::InfiniBand;
       choice.lid = pattr.lid;
+      choice.max_msg_size = pattr.max_msg_sz;
       const auto table = read_gid_table(raw, port, pattr.gid_tbl_len);
       if (choice.link_layer == LinkLayer::Ethernet || forced_gid) {
         try {
@@ -143,7 +143,7 @@ Opened open_first_usable() {
         }
         choice.why = "InfiniBand LID " + std::to_string(pattr.lid);
       }
-      return {context, choice};
+      return {context, attr, choice};
     }
   }
   if (gid_error && filter.empty() == false) throw *gid_error;
@@ -155,6 +155,8 @@ Opened open_first_usable() {
 }
 
 }  // namespace
+
+std::string errno_text(int err) { return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")"; }
 
 int access_flags(Access access) {
   int flags = 0;
@@ -239,12 +241,9 @@ std::unique_ptr<core::RegionBinder::Binding> VerbsBinder::bind(Domain& domain, v
 // ---------------------------------------------------------------------------
 // Device
 
-VerbsDevice::VerbsDevice(ContextHandle context, PortChoice port, std::string why, core::DeviceResources resources)
-    : context_(std::move(context)), port_(std::move(port)), resources_(std::move(resources)) {
-  if (ibv_query_device(context_.get(), &attr_) != 0) {
-    throw Error(ErrorCode::System, "ibv_query_device failed on " + port_.device + ": " + errno_text(errno),
-                {.op = "open_device verbs"});
-  }
+VerbsDevice::VerbsDevice(ContextHandle context, const ibv_device_attr& attr, PortChoice port, std::string why,
+                         core::DeviceResources resources)
+    : context_(std::move(context)), port_(std::move(port)), resources_(std::move(resources)), attr_(attr) {
   name_ = "verbs:" + port_.device + ":" + std::to_string(port_.port);
   if (port_.link_layer == LinkLayer::Ethernet) {
     name_ += "/" + gid_to_string(port_.gid);
@@ -262,11 +261,8 @@ VerbsDevice::VerbsDevice(ContextHandle context, PortChoice port, std::string why
   // every device: not claimed (see DeviceCaps).
   caps_.ordered_write_placement = false;
   caps_.registration_pins_memory = true;
-  ibv_port_attr pattr{};
-  ibv_query_port(context_.get(), static_cast<std::uint8_t>(port_.port), &pattr);
   // IB's largest message; RDMA longer than the port's own limit (8 MiB on
   // rxe, 1 GiB on ConnectX) is split into several work requests.
-  port_max_message_ = pattr.max_msg_sz;
   caps_.max_msg_size = 1ull << 31;
   caps_.max_qp_wr = static_cast<std::uint32_t>(std::min(attr_.max_qp_wr / 2, 16384));
   caps_.max_sge = static_cast<std::uint32_t>(std::min({attr_.max_sge, attr_.max_sge_rd > 0 ? attr_.max_sge_rd : attr_.max_sge, 32}));
@@ -387,7 +383,7 @@ void VerbsDevice::engine_main() {
 
 std::shared_ptr<Device> open_verbs_device(const std::string& why, core::DeviceResources resources) {
   Opened opened = open_first_usable();
-  auto device = std::make_shared<VerbsDevice>(opened.context, opened.port, why, std::move(resources));
+  auto device = std::make_shared<VerbsDevice>(opened.context, opened.attr, opened.port, why, std::move(resources));
   return device;
 }
 

@@ -15,6 +15,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -43,15 +44,21 @@ struct PortChoice {
   GidType gid_type = GidType::Ib;
   std::uint16_t lid = 0;
   ibv_mtu active_mtu = IBV_MTU_1024;
+  std::uint64_t max_msg_size = 0;  // the port's largest message
   std::string why;
 };
+
+// "No such device (errno 19)": libibverbs calls report errno.
+std::string errno_text(int err);
 
 // The opened device context, shared by the device and the regions it registered.
 using ContextHandle = std::shared_ptr<ibv_context>;
 
 class VerbsDevice final : public Device, public core::EngineHandoff {
  public:
-  VerbsDevice(ContextHandle context, PortChoice port, std::string why, core::DeviceResources resources);
+  // `attr`: the device's attributes, as read when the port was chosen.
+  VerbsDevice(ContextHandle context, const ibv_device_attr& attr, PortChoice port, std::string why,
+              core::DeviceResources resources);
   ~VerbsDevice() override;
 
   std::string provider() const override { return "verbs"; }
@@ -71,8 +78,12 @@ class VerbsDevice final : public Device, public core::EngineHandoff {
   ibv_comp_channel* channel() const { return channel_; }
   const PortChoice& port() const { return port_; }
   const ibv_device_attr& attr() const { return attr_; }
+  // READ/atomic requests a QP answers at once, as the address advertises it.
+  std::uint8_t responder_resources() const {
+    return static_cast<std::uint8_t>(std::min(attr_.max_qp_rd_atom, 255));
+  }
   std::uint32_t inline_limit() const { return inline_limit_; }
-  std::uint64_t port_max_message() const { return port_max_message_; }
+  std::uint64_t port_max_message() const { return port_.max_msg_size; }
   std::uint32_t next_qpn() { return resources_.next_qpn(); }
   core::MemoryRegistry& registry() { return *resources_.registry; }
   void add_qp(VerbsQp* qp);
@@ -90,7 +101,6 @@ class VerbsDevice final : public Device, public core::EngineHandoff {
   ibv_device_attr attr_{};
   DeviceCaps caps_;
   std::uint32_t inline_limit_ = 0;
-  std::uint64_t port_max_message_ = 0;
 
   ibv_comp_channel* channel_ = nullptr;
   int wake_fd_ = -1;

@@ -19,8 +19,6 @@ namespace {
 
 constexpr std::uint64_t kRecvBit = 1ull << 63;
 
-std::string errno_text(int err) { return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")"; }
-
 ibv_wr_opcode wr_opcode(Opcode op) {
   switch (op) {
     case Opcode::Send: return IBV_WR_SEND;
@@ -188,7 +186,7 @@ QpAddress VerbsQp::local_address() const {
   a.link_layer = port.link_layer;
   a.mtu = static_cast<std::uint8_t>(port.active_mtu);
   a.port = static_cast<std::uint8_t>(port.port);
-  a.rd_atomic = static_cast<std::uint8_t>(std::min(device_.attr().max_qp_rd_atom, 255));
+  a.rd_atomic = device_.responder_resources();
   a.gid_type = static_cast<std::uint8_t>(port.gid_type);
   a.lid = port.lid;
   a.gid = port.gid;
@@ -253,7 +251,7 @@ void VerbsQp::connect(const QpAddress& remote, const ConnectOptions& options) {
   rtr.path_mtu = mtu;
   rtr.dest_qp_num = peer.hw_qpn;
   rtr.rq_psn = peer.psn;
-  rtr.max_dest_rd_atomic = static_cast<std::uint8_t>(std::min(device_.attr().max_qp_rd_atom, 255));
+  rtr.max_dest_rd_atomic = device_.responder_resources();
   rtr.min_rnr_timer = rnr_timer_code(rnr);
   rtr.ah_attr.port_num = static_cast<std::uint8_t>(port.port);
   rtr.ah_attr.dlid = peer.lid;
@@ -319,11 +317,10 @@ void VerbsQp::set_error(const std::string& reason) {
   release_held_flushes();
 }
 
-bool VerbsQp::lkeys_valid(std::span<const Sge> sges) {
+bool VerbsQp::lkeys_valid(std::span<const Sge> sges, Access need, core::CachedKey& cache) {
   for (const Sge& g : sges) {
     if (g.length == 0) continue;
-    if (key_cache_.check(device_.registry(), false, &pd_, g.lkey, g.addr, g.length, Access::None) !=
-        core::AccessCheck::Ok) {
+    if (cache.check(device_.registry(), false, &pd_, g.lkey, g.addr, g.length, need) != core::AccessCheck::Ok) {
       return false;
     }
   }
@@ -389,17 +386,7 @@ void VerbsQp::append(const SendWr& wr, Doorbell& db) {
   const QpState s = state();
   if (s == QpState::Error) {
     ring(db, wr.opcode);  // what came before goes first, so its flushes do
-    WorkCompletion wc;
-    wc.wr_id = wr.wr_id;
-    wc.status = WcStatus::WrFlushErr;
-    wc.opcode = core::completion_opcode(wr.opcode);
-    wc.qp_num = qpn_;
-    {
-      std::lock_guard held(held_mutex_);
-      held_sends_.push_back(wc);
-    }
-    release_held_flushes();
-    return;
+    return hold_flush(wr.wr_id, core::completion_opcode(wr.opcode));
   }
   if (s != QpState::Rts) {
     throw Error(ErrorCode::InvalidState, std::string("post_send needs RTS, the QP is in ") + to_string(s),
@@ -423,7 +410,7 @@ void VerbsQp::append(const SendWr& wr, Doorbell& db) {
       throw Error(ErrorCode::QueueFull, "send queue full", c);
     }
   }
-  const bool lkeys_ok = lkeys_valid(wr.sg_list);
+  const bool lkeys_ok = lkeys_valid(wr.sg_list, Access::None, send_key_cache_);
   const std::uint64_t last = first + pieces - 1;
   const WcOpcode wc_opcode = core::completion_opcode(wr.opcode);
   std::size_t sge_index = 0;      // where the next piece starts in wr.sg_list
@@ -484,19 +471,7 @@ void VerbsQp::post_recv(const RecvWr& wr) {
     throw Error(ErrorCode::InvalidState, "post_recv needs INIT or later, the QP is in RESET",
                 {.op = "post_recv", .hint = "call init() or connect() first"});
   }
-  if (s == QpState::Error) {
-    WorkCompletion wc;
-    wc.wr_id = wr.wr_id;
-    wc.status = WcStatus::WrFlushErr;
-    wc.opcode = WcOpcode::Recv;
-    wc.qp_num = qpn_;
-    {
-      std::lock_guard held(held_mutex_);
-      held_recvs_.push_back(wc);
-    }
-    release_held_flushes();
-    return;
-  }
+  if (s == QpState::Error) return hold_flush(wr.wr_id, WcOpcode::Recv);
   std::uint64_t seq = recv_next_.load(std::memory_order_relaxed);
   if (seq - recv_done_.load(std::memory_order_acquire) >= caps_.max_recv_wr) {
     ErrorContext c = context("post_recv");
@@ -514,17 +489,7 @@ void VerbsQp::post_recv(const RecvWr& wr) {
   w.wr_id = seq | kRecvBit;
   w.sg_list = n > 0 ? sges : nullptr;
   w.num_sge = n;
-  bool lkeys_ok = true;
-  {
-    auto lock_registry = device_.registry().read_lock();
-    for (const Sge& g : wr.sg_list) {
-      if (g.length != 0 && device_.registry().check_locked(false, &pd_, g.lkey, g.addr, g.length, Access::LocalWrite) !=
-                               core::AccessCheck::Ok) {
-        lkeys_ok = false;
-      }
-    }
-  }
-  recv_slots_[seq % recv_slots_.size()] = {wr.wr_id, !lkeys_ok};
+  recv_slots_[seq % recv_slots_.size()] = {wr.wr_id, !lkeys_valid(wr.sg_list, Access::LocalWrite, recv_key_cache_)};
   ibv_recv_wr* bad = nullptr;
   if (int err = ibv_post_recv(qp_, &w, &bad); err != 0) {
     ErrorContext c = context("post_recv");
@@ -591,8 +556,8 @@ void VerbsQp::handle(const ibv_wc& hw) {
     send_done_.store(seq + 1, std::memory_order_release);
     return;
   }
-  if (!ok) suppress_through_ = slot.last_seq + 1;
   if (!ok) {
+    suppress_through_ = slot.last_seq + 1;
     std::string why = std::string(to_string(slot.opcode)) + " (wr_id " + std::to_string(slot.wr_id) +
                       ") completed with " + to_string(wc.status) + " (vendor error " + core::hex(hw.vendor_err) + ")";
     if (wc.status == WcStatus::RetryExcErr) {
@@ -620,7 +585,7 @@ void VerbsQp::handle(const ibv_wc& hw) {
 //    says LOC_LEN_ERR and REM_INV_REQ_ERR. A receive whose keys were valid
 //    fails that way only for its length, so the receiver's is exact; the
 //    sender's REM_OP_ERR on rxe can also mean the receive's key was bad,
-//    which rxe reports the same way: documented in docs/PROVIDERS.md.
+//    which rxe reports the same way: documented in docs/VERBS_PROVIDER.md.
 WcStatus VerbsQp::normalized(WcStatus status, bool recv, bool bad_lkey, WcOpcode opcode) const {
   if (status == WcStatus::Success || status == WcStatus::WrFlushErr) return status;
   if (bad_lkey && (status == WcStatus::LocQpOpErr || status == WcStatus::LocProtErr ||
@@ -630,6 +595,19 @@ WcStatus VerbsQp::normalized(WcStatus status, bool recv, bool bad_lkey, WcOpcode
   if (rxe_quirks_ && recv && status == WcStatus::LocQpOpErr) return WcStatus::LocLenErr;
   if (rxe_quirks_ && !recv && status == WcStatus::RemOpErr && opcode == WcOpcode::Send) return WcStatus::RemInvReqErr;
   return status;
+}
+
+void VerbsQp::hold_flush(std::uint64_t wr_id, WcOpcode opcode) {
+  WorkCompletion wc;
+  wc.wr_id = wr_id;
+  wc.status = WcStatus::WrFlushErr;
+  wc.opcode = opcode;
+  wc.qp_num = qpn_;
+  {
+    std::lock_guard held(held_mutex_);
+    (opcode == WcOpcode::Recv ? held_recvs_ : held_sends_).push_back(wc);
+  }
+  release_held_flushes();
 }
 
 void VerbsQp::release_held_flushes() {

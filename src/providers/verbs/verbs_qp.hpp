@@ -85,7 +85,10 @@ class VerbsQp final : public QueuePair {
   bool inline_ok(const SendWr& wr, std::uint64_t bytes, bool lkeys_ok);
   // Whether every non-empty SGE's lkey covers it in this QP's PD (as the
   // hardware will decide; used to report IB's status where a driver differs).
-  bool lkeys_valid(std::span<const Sge> sges);
+  bool lkeys_valid(std::span<const Sge> sges, Access need, core::CachedKey& cache);
+  // Work posted in ERROR: a WR_FLUSH_ERR completion, released after the
+  // hardware's flushes of earlier work (release_held_flushes).
+  void hold_flush(std::uint64_t wr_id, WcOpcode opcode);
   WcStatus normalized(WcStatus status, bool recv, bool bad_lkey, WcOpcode opcode) const;
 
   VerbsDevice& device_;
@@ -111,12 +114,13 @@ class VerbsQp final : public QueuePair {
   std::atomic<std::uint64_t> send_done_{0};  // every send before it has completed
   std::uint32_t since_signal_ = 0;
   std::uint64_t suppress_through_ = 0;  // drain: later pieces of a split WR that already failed (seq + 1)
-  core::CachedKey key_cache_;  // send side; the receive side checks through the registry
+  core::CachedKey send_key_cache_;  // under send_mutex_
   bool rxe_quirks_ = false;    // see normalized()
   std::uint64_t chunk_limit_;  // the port's largest message: longer RDMA WRITE/READ go in pieces
 
   std::mutex recv_mutex_;
   std::vector<RecvSlot> recv_slots_;
+  core::CachedKey recv_key_cache_;  // under recv_mutex_
   std::atomic<std::uint64_t> recv_next_{0};
   std::atomic<std::uint64_t> recv_done_{0};
 
