@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The verbs provider's tests on real kernel verbs: boots the soft-RoCE guest
 # (scripts/rxe-vm.sh) and runs inside it, against rxe0:
-#   1. tests/verbs (device, GID and RDMX_IB_HCA handling);
+#   1. tests/verbs (device, GID and RDMX_IB_HCA handling, collectives whose
+#      buffers change pages), and the unmap watch of the registration cache;
 #   2. the provider conformance suite on verbs, and auto's cases about keys
 #      and regions (whose regions then get the device's keys while shm
 #      carries the same-host peers);
@@ -32,11 +33,14 @@ step() {
   fi
 }
 ibv_devices
-step "device tests" env RDMX_TIMEOUT=10 "$build/tests/rdmx_verbs_tests" --gtest_brief=1
+step "device tests, collectives over verbs" env RDMX_TIMEOUT=10 "$build/tests/rdmx_verbs_tests" --gtest_brief=1
+# The registration cache's unmap watch on the kernel verbs runs under.
+step "unmap watch" "$build/tests/rdmx_core_tests" --gtest_brief=1 --gtest_filter='UnmapWatch*'
 # auto: the cases about keys and regions, which then go through the NIC's
 # registration while shm carries the peers (the rest of auto is shm's, run on the host).
 auto_keys='*.Rdma*/Auto_Local:*.Atomic*/Auto_Local:*.Write*/Auto_Local:*.Read*/Auto_Local'
 auto_keys+=':*.Deregistration*/Auto_Local:*.AllocatedMemory*/Auto_Local:*.SameBuffer*/Auto_Local:*.Batch*/Auto_Local'
+auto_keys+=':*.RegistrationCache*/Auto_Local'
 step "conformance on verbs, and auto's key cases" env RDMX_TIMEOUT=10 "$build/tests/rdmx_conformance_tests" \
   --gtest_brief=1 --gtest_filter="*/Verbs_Local:$auto_keys:-*1GiB*"
 step "conformance, 1 GiB messages on verbs" env RDMX_TIMEOUT=30 "$build/tests/rdmx_conformance_tests" --gtest_brief=1 \

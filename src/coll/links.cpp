@@ -155,7 +155,6 @@ std::uint64_t Links::salt_from(int sender) const { return salts_from_[static_cas
 Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, const std::string& tag,
              const LinksConfig& config, std::chrono::milliseconds timeout)
     : device_(std::move(device)), rank_(rank), size_(size), config_(config), timeout_(timeout) {
-  pins_registrations_ = device_->caps().registration_pins_memory;
   if (config_.chunk < kLine || config_.chunk % kLine != 0 || config_.slots < 2) {
     throw Error(ErrorCode::Config,
                 "collective buffers: chunk " + std::to_string(config_.chunk) + " bytes x " +
@@ -166,6 +165,7 @@ Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, c
   }
   layout_ = std::make_unique<Layout>(static_cast<std::size_t>(size), config_);
   pd_ = device_->alloc_pd();
+  user_mrs_ = std::make_unique<RegistrationCache>(*pd_, device_->caps());
   // Completions: signaled WRITEs (one in kSignalEvery, guards of in-place
   // sends) and diagnostic READs. The receive CQ only exists because a QP needs one.
   const std::size_t cq_depth = std::max<std::size_t>(1024, static_cast<std::size_t>(size) * 256);
@@ -298,48 +298,22 @@ void Links::poll_send_cq() {
   }
 }
 
-namespace {
-MemoryRegion* find_covering(std::vector<std::unique_ptr<MemoryRegion>>& mrs, std::uintptr_t a, std::size_t bytes,
-                            Access need) {
-  for (std::size_t i = 0; i < mrs.size(); ++i) {
-    const auto base = reinterpret_cast<std::uintptr_t>(mrs[i]->addr());
-    if (a >= base && a + bytes <= base + mrs[i]->length() && (need == Access::None || has(mrs[i]->access(), need))) {
-      if (i != 0) std::rotate(mrs.begin(), mrs.begin() + static_cast<std::ptrdiff_t>(i), mrs.begin() + static_cast<std::ptrdiff_t>(i) + 1);
-      return mrs[0].get();
-    }
-  }
-  return nullptr;
-}
-}  // namespace
-
 std::uint32_t Links::lkey_for(const void* addr, std::size_t bytes) {
   const auto a = reinterpret_cast<std::uintptr_t>(addr);
   if (scratch_mr_) {
     const auto base = reinterpret_cast<std::uintptr_t>(scratch_mr_->addr());
     if (a >= base && a + bytes <= base + scratch_mr_->length()) return scratch_mr_->lkey();
   }
-  if (MemoryRegion* mr = find_covering(user_mrs_, a, bytes, Access::None)) return mr->lkey();
-  return register_cached(const_cast<void*>(addr), bytes, Access::LocalWrite).lkey();
+  return user_mrs_->get(const_cast<void*>(addr), bytes, Access::LocalWrite).lkey();
 }
 
 // Receive buffers a peer writes into directly are registered with remote
 // write access while they stay in the cache: peers of one communicator are
-// trusted, as with NCCL's user-buffer registration.
+// trusted, as with NCCL's user-buffer registration. Peers learn the rkey
+// within the operation that uses it, and nothing is in flight between
+// operations, so the cache may drop a registration at any get().
 std::uint32_t Links::rkey_for(void* addr, std::size_t bytes) {
-  const auto a = reinterpret_cast<std::uintptr_t>(addr);
-  if (MemoryRegion* mr = find_covering(user_mrs_, a, bytes, Access::RemoteWrite)) return mr->rkey();
-  return register_cached(addr, bytes, Access::LocalWrite | Access::RemoteWrite).rkey();
-}
-
-// Nothing is in flight between operations, so evicting the least recently
-// used registration is safe. Where registration pins pages (verbs), the
-// cache lasts one operation only (enter() empties it): tcp and shm only
-// record the range, so their registrations stay valid across a free().
-MemoryRegion& Links::register_cached(void* addr, std::size_t bytes, Access access) {
-  constexpr std::size_t kCached = 16;
-  if (user_mrs_.size() >= kCached) user_mrs_.pop_back();
-  user_mrs_.insert(user_mrs_.begin(), pd_->register_memory(addr, bytes, access));
-  return *user_mrs_.front();
+  return user_mrs_->get(addr, bytes, Access::LocalWrite | Access::RemoteWrite).rkey();
 }
 
 void* Links::scratch(std::size_t bytes) {
@@ -424,8 +398,9 @@ void Links::drain(core::Clock::time_point deadline) {
 // ---------------------------------------------------------------------------
 void Links::enter(const OpDesc& desc) noexcept {
   // The user may have freed a buffer since the last operation and got new
-  // memory at its address: registrations that pin pages cannot be kept.
-  if (pins_registrations_) user_mrs_.clear();
+  // memory at its address: pinning registrations of memory the cache
+  // cannot watch for unmapping are not kept.
+  user_mrs_->forget_unwatched();
   if (desc.p2p()) return;
   Progress& p = control_->progress;
   p.count = desc.count;

@@ -37,6 +37,7 @@
 #include "coll/op_desc.hpp"
 #include "core/wait.hpp"
 #include "rdmx/bootstrap.hpp"
+#include "rdmx/registration_cache.hpp"
 #include "rdmx/verbs.hpp"
 
 namespace rdmx::coll {
@@ -149,8 +150,8 @@ class Links {
   // Scratch memory, registered, at least `bytes` long; valid until the next call.
   void* scratch(std::size_t bytes);
 
-  // Registers user memory through a small cache (registration on the tcp
-  // and shm providers only records the range, so keeping it is harmless).
+  // Registers user memory through a RegistrationCache: kept between
+  // operations (on verbs, while the memory stays mapped).
   std::uint32_t lkey_for(const void* addr, std::size_t bytes);
   // The same, registered for peers' RDMA WRITEs as well: returns the rkey.
   std::uint32_t rkey_for(void* addr, std::size_t bytes);
@@ -164,7 +165,6 @@ class Links {
   friend class RunState;
 
   void post(int peer, const SendWr& wr);
-  MemoryRegion& register_cached(void* addr, std::size_t bytes, Access access);
   void write_to_peer(int p, const void* local, std::uint32_t length, std::size_t remote_offset);
   bool live(int p) const;  // another rank whose QP is connected and not in ERROR
   // How many of this rank's messages peer p has consumed (written by p).
@@ -203,8 +203,7 @@ class Links {
   std::atomic<bool> aborted_{false};
   std::string abort_reason_;
   std::uint64_t outstanding_signaled_ = 0;
-  std::vector<std::unique_ptr<MemoryRegion>> user_mrs_;  // most recently used first
-  bool pins_registrations_ = false;  // DeviceCaps::registration_pins_memory
+  std::unique_ptr<RegistrationCache> user_mrs_;  // user buffers given to collectives
   std::unique_ptr<MemoryRegion> scratch_mr_;
   std::chrono::milliseconds timeout_;
 };

@@ -1,6 +1,7 @@
 // rdmx info: the real binary's report and JSON, and the sysfs reading behind
 // its RDMA section (on a tree built here, since test hosts rarely have RDMA).
 #include <gtest/gtest.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -53,6 +54,27 @@ TEST(InfoCommand, PrintsEverySectionAndWhyEachProviderIsUsableOrNot) {
   EXPECT_TRUE(has_line(r.out, R"(^  cuda +not usable +not built: \S.*$)")) << r.out;
   EXPECT_TRUE(has_line(r.out, R"(^  auto +opens +auto\[)")) << r.out;
   EXPECT_TRUE(has_line(r.out, R"(^  RDMX_TIMEOUT += \S+ +\((set|default)\) +\S)")) << r.out;
+}
+
+// Whether collectives keep pinning registrations between operations depends
+// on seeing unmaps; where the host refuses userfaultfd (as Docker's default
+// seccomp profile does), info says so and what to do.
+TEST(InfoCommand, SaysWhetherRegistrationsAreKeptAndWhyNot) {
+  const CliResult r = run_cli({"info"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has_line(r.out, R"(^Registration cache)")) << r.out;
+  const json doc = info_json();
+  if (doc["registration_cache"]["unmap_detection"].get<bool>()) {
+    EXPECT_TRUE(has_line(r.out, R"(^  kept between operations; unmaps seen through userfaultfd events)")) << r.out;
+  }
+  const CliResult refused = run_cli({"info", "--json"}, {}, std::chrono::seconds(120), SYS_userfaultfd);
+  ASSERT_EQ(refused.exit_code, 0) << refused.err;
+  const json cache = json::parse(refused.out)["registration_cache"];
+  EXPECT_FALSE(cache["unmap_detection"].get<bool>()) << cache.dump();
+  EXPECT_NE(cache["how"].get<std::string>().find("seccomp"), std::string::npos) << cache.dump();
+  const CliResult text = run_cli({"info"}, {}, std::chrono::seconds(120), SYS_userfaultfd);
+  EXPECT_TRUE(has_line(text.out, R"(^  pinning registrations last one operation; unmap watching off: userfaultfd\(2\) failed)"))
+      << text.out;
 }
 
 TEST(InfoCommand, JsonFollowsTheSchemaAndNamesEveryProvider) {

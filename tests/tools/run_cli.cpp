@@ -10,6 +10,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "support/deny_syscall.hpp"
+
 extern char** environ;
 
 namespace rdmx::test {
@@ -18,7 +20,7 @@ const char* cli_path() { return RDMX_CLI_PATH; }
 std::string source_path(const std::string& relative) { return std::string(RDMX_SOURCE_DIR) + "/" + relative; }
 
 CliResult run_cli(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
-                  std::chrono::seconds limit) {
+                  std::chrono::seconds limit, long denied_syscall) {
   int out_pipe[2];
   int err_pipe[2];
   if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
@@ -51,6 +53,7 @@ CliResult run_cli(const std::vector<std::string>& args, const std::map<std::stri
     ::dup2(out_pipe[1], 1);
     ::dup2(err_pipe[1], 2);
     ::setpgid(0, 0);  // its own group, so a timeout kills the ranks it started too
+    if (denied_syscall >= 0 && !deny_syscall(denied_syscall)) ::_exit(126);
     ::execve(argv[0], argv.data(), envp.data());
     std::fprintf(stderr, "execve %s: %s\n", argv[0], std::strerror(errno));
     ::_exit(127);

@@ -16,8 +16,9 @@ struct CliResult {
 
 // Runs `rdmx args...` with `env` added to (or, with an empty value, removed
 // from) this process's environment. Killed (SIGKILL, exit 137) past `limit`.
+// A `denied_syscall` (>= 0) fails with EPERM in the child (support/deny_syscall.hpp).
 CliResult run_cli(const std::vector<std::string>& args, const std::map<std::string, std::string>& env = {},
-                  std::chrono::seconds limit = std::chrono::seconds(120));
+                  std::chrono::seconds limit = std::chrono::seconds(120), long denied_syscall = -1);
 
 // The path of the rdmx binary under test, and of the source tree (docs/schemas).
 const char* cli_path();

@@ -9,6 +9,7 @@
 
 #include "commands.hpp"
 #include "rdmx/info.hpp"
+#include "rdmx/registration_cache.hpp"
 #include "rdmx/verbs.hpp"
 
 namespace rdmx::cli {
@@ -46,6 +47,7 @@ struct Report {
   std::vector<ProviderStatus> providers;
   AutoChoice chosen;
   std::vector<Setting> settings;
+  UnmapDetection registration_cache;
 };
 
 // ---------------------------------------------------------------------------
@@ -93,6 +95,7 @@ std::string caps_text(const DeviceCaps& caps) {
   if (caps.same_host_peers) flags.emplace_back("same-host peers");
   if (caps.auto_progress) flags.emplace_back("auto progress");
   if (caps.ordered_write_placement) flags.emplace_back("ordered write placement");
+  if (caps.registration_pins_memory) flags.emplace_back("registration pins memory");
   return join(flags, ", ") + "; max message " + size_text(caps.max_msg_size) + ", " + std::to_string(caps.max_qp_wr) +
          " WRs per QP, " + std::to_string(caps.max_sge) + " SGEs, " + std::to_string(caps.max_inline_data) +
          " B inline";
@@ -123,6 +126,13 @@ void print_providers(const Report& report) {
   } else {
     std::printf("  %-*s  fails       %s\n", static_cast<int>(width), "auto", report.chosen.reason.c_str());
   }
+  // Where registration pins memory, collectives keep user-buffer
+  // registrations between operations only where unmaps can be seen.
+  std::printf("\nRegistration cache (user buffers of collectives, RegistrationCache)\n");
+  const std::string line = report.registration_cache.available
+                               ? "kept between operations; unmaps seen through " + report.registration_cache.how
+                               : "pinning registrations last one operation; unmap watching " + report.registration_cache.how;
+  std::printf("  %s\n", line.c_str());
 }
 
 void print_rdma(const HostTopology& host) {
@@ -209,6 +219,7 @@ nlohmann::ordered_json caps_json(const DeviceCaps& caps) {
           {"same_host_peers", caps.same_host_peers},
           {"auto_progress", caps.auto_progress},
           {"ordered_write_placement", caps.ordered_write_placement},
+          {"registration_pins_memory", caps.registration_pins_memory},
           {"max_msg_size", caps.max_msg_size},
           {"max_qp_wr", caps.max_qp_wr},
           {"max_sge", caps.max_sge},
@@ -238,6 +249,9 @@ nlohmann::ordered_json to_json(const Report& report) {
                  {"provider", null_if_empty(report.chosen.provider)},
                  {"device", null_if_empty(report.chosen.device)},
                  {"reason", report.chosen.reason}};
+
+  doc["registration_cache"] = {{"unmap_detection", report.registration_cache.available},
+                                {"how", report.registration_cache.how}};
 
   auto& rdma = doc["rdma_devices"] = nlohmann::ordered_json::array();
   for (const auto& device : host.rdma_devices) {
@@ -299,6 +313,7 @@ void run_info(const InfoOptions& options) {
   report.providers = probe_providers();
   report.chosen = probe_auto();
   report.settings = settings();
+  report.registration_cache = unmap_detection();
   if (options.json) {
     std::printf("%s\n", to_json(report).dump(2).c_str());
   } else {
