@@ -60,6 +60,17 @@ std::chrono::milliseconds rnr_timeout() {
   return value;
 }
 
+bool registration_cache_enabled() {
+  static const bool value = [] {
+    auto text = env("RDMX_REGISTRATION_CACHE");
+    if (!text || *text == "1") return true;
+    if (*text == "0") return false;
+    log(LogLevel::Warn, "ignoring RDMX_REGISTRATION_CACHE=\"%s\": expected 0 or 1; using 1", text->c_str());
+    return true;
+  }();
+  return value;
+}
+
 std::chrono::microseconds spin_budget() {
   static const auto value = [] {
     auto text = env("RDMX_SPIN_US");

@@ -17,6 +17,10 @@ std::chrono::milliseconds timeout();
 std::chrono::milliseconds rnr_timeout();
 // RDMX_SPIN_US: how long a waiter busy-polls before it blocks. Default 200 us.
 std::chrono::microseconds spin_budget();
+// RDMX_REGISTRATION_CACHE: 1 (default) keeps page-pinning registrations of
+// user buffers between operations while unmaps can be seen; 0 registers
+// them for each operation (to rule the cache out when chasing a problem).
+bool registration_cache_enabled();
 
 // Parses a duration as above; nullopt when malformed.
 std::optional<std::chrono::milliseconds> parse_duration(const std::string& text);

@@ -158,6 +158,8 @@ std::vector<Setting> settings() {
   const std::string spin_text = core::env("RDMX_SPIN_US").value_or("");
   const bool spin_valid = spin_text.empty() || (spin_text.find_first_not_of("0123456789") == std::string::npos);
   const coll::CollSettings coll_values = coll::coll_settings();
+  const auto cache_text = core::env("RDMX_REGISTRATION_CACHE");
+  const bool cache_valid = !cache_text || *cache_text == "0" || *cache_text == "1";
   std::vector<Setting> list = {
       debug_setting(),
       text_setting("RDMX_DEBUG_FILE", "stderr", "log to this file instead of stderr (%h: host name, %p: pid)"),
@@ -184,6 +186,10 @@ std::vector<Setting> settings() {
                    "shm: direct copies at least this large are split over two threads"),
       size_setting("RDMX_SHM_COPY_THREADS", shm::copy_threads(),
                    "shm: 0 disables the copy helper thread"),
+      make("RDMX_REGISTRATION_CACHE", core::registration_cache_enabled() ? "1" : "0",
+           "1: collectives keep registrations of user buffers between operations (on verbs while unmaps are "
+           "seen: rdmx info's registration cache line); 0: register them for each operation",
+           cache_valid),
       text_setting("RDMX_IB_HCA", "auto",
                    "verbs: devices[:port] to use, as NCCL_IB_HCA (prefixes; = exact names; ^ excludes); auto: the "
                    "first device with an active port"),

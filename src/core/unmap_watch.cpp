@@ -15,6 +15,7 @@
 #include <new>
 #include <thread>
 
+#include "core/config.hpp"
 #include "core/log.hpp"
 
 namespace rdmx::core {
@@ -81,6 +82,11 @@ class UnmapWatcher {
     (void)::ioctl(fd_, UFFDIO_UNREGISTER, &range);
   }
 
+  // The kernel lets munmap return only once its event was read, and the
+  // reader reads and marks under mu_: taking mu_ after such a call returned
+  // therefore waits for its marks. No system call needed.
+  void sync() { std::lock_guard lock(mu_); }
+
   void drain() {
     std::lock_guard lock(mu_);
     if (fd_ >= 0) drain_locked();
@@ -88,6 +94,10 @@ class UnmapWatcher {
 
  private:
   void open_fd() {
+    if (!registration_cache_enabled()) {
+      how_ = "off: RDMX_REGISTRATION_CACHE=0";
+      return;
+    }
     int fd = static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK));
     const char* mode = "";
     if (fd < 0 && errno == EPERM) {
@@ -218,34 +228,46 @@ class UnmapWatcher {
 
 namespace {
 std::mutex g_create_mu;
-UnmapWatcher* g_watcher = nullptr;
+std::atomic<UnmapWatcher*> g_watcher{nullptr};
+// getpid() is a system call on every use; this is kept current instead
+// (fork() runs the child handler below).
+std::atomic<int> g_pid{static_cast<int>(::getpid())};
+
+const bool g_atfork_registered = [] {
+  // A child must not wait on a lock some parent thread held at fork().
+  pthread_atfork(nullptr, nullptr, [] {
+    new (&g_create_mu) std::mutex;
+    g_pid.store(static_cast<int>(::getpid()), std::memory_order_relaxed);
+  });
+  return true;
+}();
+
+int current_pid() { return g_pid.load(std::memory_order_relaxed); }
 
 UnmapWatcher& watcher() {
-  static const bool registered = [] {
-    // A child must not wait on a lock some parent thread held at fork().
-    pthread_atfork(nullptr, nullptr, [] { new (&g_create_mu) std::mutex; });
-    return true;
-  }();
-  (void)registered;
+  UnmapWatcher* w = g_watcher.load(std::memory_order_acquire);
+  if (w != nullptr && w->pid() == current_pid()) return *w;
   std::lock_guard lock(g_create_mu);
-  if (g_watcher == nullptr || g_watcher->pid() != static_cast<int>(::getpid())) {
-    g_watcher = new UnmapWatcher();  // the parent's copy stays behind in a child, unused
+  w = g_watcher.load(std::memory_order_relaxed);
+  if (w == nullptr || w->pid() != current_pid()) {
+    w = new UnmapWatcher();  // the parent's copy stays behind in a child, unused
+    g_watcher.store(w, std::memory_order_release);
   }
-  return *g_watcher;
+  return *w;
 }
 }  // namespace
 
 UnmapWatch::~UnmapWatch() {
   // In a forked child the watcher and its lock are the parent's copies.
-  if (pid_ == static_cast<int>(::getpid())) owner_->forget(this);
+  if (pid_ == current_pid()) owner_->forget(this);
 }
 
 bool UnmapWatch::unmapped() const {
-  if (pid_ != static_cast<int>(::getpid())) return true;
+  if (pid_ != current_pid()) return true;
   return unmapped_.load(std::memory_order_acquire);
 }
 
-void read_unmap_events() { watcher().drain(); }
+void read_unmap_events() { watcher().sync(); }
 
 WatchResult watch_unmapping(const void* addr, std::size_t length) { return watcher().watch(addr, length); }
 

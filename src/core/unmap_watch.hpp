@@ -9,9 +9,9 @@
 // write-protect mode, with nothing ever write-protected, reports
 // UFFD_EVENT_UNMAP/REMOVE/REMAP for the watched pages and never takes their
 // page faults. The kernel holds munmap/madvise/mremap until the event is
-// read, and every read (by the reader thread or by read_unmap_events()) happens under
-// one lock together with marking the watches, so a caller that checks
-// unmapped() after such a call returned sees it.
+// read, and the reader thread reads and marks the watches under one lock,
+// so a caller that takes that lock (read_unmap_events) after such a call
+// returned sees its mark.
 #pragma once
 
 #include <atomic>
@@ -56,9 +56,8 @@ struct WatchResult {
 // Starts watching the pages that hold [addr, addr + length).
 WatchResult watch_unmapping(const void* addr, std::size_t length);
 
-// Reads the events the kernel has queued and marks the watches they touch.
 // After it returns, every munmap/mremap/madvise that had returned before it
-// was called shows in unmapped().
+// was called shows in unmapped(). Costs an uncontended lock, no system call.
 void read_unmap_events();
 
 // Whether this process can watch at all; `how` names the mechanism, or says
