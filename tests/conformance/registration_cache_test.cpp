@@ -5,9 +5,6 @@
 // stale registration would put it in the old pages, unseen).
 #include <sys/mman.h>
 
-#include <cerrno>
-#include <cstring>
-
 #include "conformance/conformance.hpp"
 #include "rdmx/registration_cache.hpp"
 
@@ -18,14 +15,6 @@ constexpr int kTarget = 0;
 constexpr int kInitiator = 1;
 constexpr std::size_t kLen = 256 * 1024;
 
-char* map_zeroed(void* at) {
-  const int fixed = at != nullptr ? MAP_FIXED_NOREPLACE : 0;
-  void* p = ::mmap(at, kLen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | fixed, -1, 0);
-  CHECK(p != MAP_FAILED) << "mmap: " << std::strerror(errno);
-  CHECK(at == nullptr || p == at) << "mapping again at " << at << " gave " << p;
-  return static_cast<char*>(p);
-}
-
 TEST_P(Conformance, RegistrationCacheReusesAndFollowsUnmap) {
   ASSERT_TRUE(run(2, [](RankEnv& env) {
     Node node(env);
@@ -34,7 +23,7 @@ TEST_P(Conformance, RegistrationCacheReusesAndFollowsUnmap) {
       const bool watched = caps.registration_pins_memory && unmap_detection().available;
       RegistrationCache cache(*node.pd, caps);
       const Access rights = Access::LocalWrite | Access::RemoteWrite;
-      char* buf = map_zeroed(nullptr);
+      char* buf = map_anonymous(kLen);
 
       MemoryRegion& first = cache.get(buf, kLen, rights);
       MemoryRegion& again = cache.get(buf, kLen, rights);
@@ -52,7 +41,7 @@ TEST_P(Conformance, RegistrationCacheReusesAndFollowsUnmap) {
 
       // The application frees the buffer and gets new memory at its address.
       CHECK_EQ(::munmap(buf, kLen), 0);
-      char* same = map_zeroed(buf);
+      char* same = map_anonymous(kLen, buf);
       cache.forget_unwatched();  // what a collective does as it starts
       MemoryRegion& now = cache.get(same, kLen, rights);
       const auto s = cache.stats();

@@ -49,6 +49,14 @@ std::uint8_t pattern_byte(std::uint64_t seed, std::uint64_t pos) {
   return static_cast<std::uint8_t>(pattern_word(seed, pos / 8) >> (8 * (pos % 8)));
 }
 
+char* map_anonymous(std::size_t bytes, void* at) {
+  const int fixed = at != nullptr ? MAP_FIXED_NOREPLACE : 0;
+  void* p = ::mmap(at, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | fixed, -1, 0);
+  CHECK(p != MAP_FAILED) << "mmap of " << bytes << " bytes: " << std::strerror(errno);
+  CHECK(at == nullptr || p == at) << "mapping again at " << at << " gave " << p;
+  return static_cast<char*>(p);
+}
+
 void fill_pattern(void* dst, std::size_t len, std::uint64_t seed, std::uint64_t pos) {
   auto* out = static_cast<std::uint8_t*>(dst);
   std::size_t k = 0;

@@ -43,6 +43,10 @@ class Buffer {
 // 64-bit word derived from (seed, pos/8). Filling and checking run at memory
 // speed, so whole GiB regions can be verified.
 void fill_pattern(void* dst, std::size_t len, std::uint64_t seed, std::uint64_t pos = 0);
+
+// Fresh zeroed anonymous memory of its own mapping; with `at`, exactly there
+// (MAP_FIXED_NOREPLACE: new pages at an address just unmapped), else the rank fails.
+char* map_anonymous(std::size_t bytes, void* at = nullptr);
 std::uint8_t pattern_byte(std::uint64_t seed, std::uint64_t pos);
 // Offset of the first byte of [p, p+len) that differs from the stream, or nullopt.
 std::optional<std::size_t> find_pattern_mismatch(const void* p, std::size_t len, std::uint64_t seed,

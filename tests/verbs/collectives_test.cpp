@@ -25,14 +25,6 @@ bool has_rdma_device() { return !topo::scan_rdma_devices().devices.empty(); }
 constexpr std::size_t kCount = 1 << 18;  // 1 MiB of floats: past the staging limit, so registered
 constexpr std::size_t kBytes = kCount * sizeof(float);
 
-float* map_at(void* at) {
-  const int fixed = at != nullptr ? MAP_FIXED_NOREPLACE : 0;
-  void* p = ::mmap(at, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | fixed, -1, 0);
-  CHECK(p != MAP_FAILED) << "mmap: " << std::strerror(errno);
-  CHECK(at == nullptr || p == at) << "mapping again at " << at << " gave " << p;
-  return static_cast<float*>(p);
-}
-
 void all_reduce_and_check(Communicator& comm, float* buf, float base, const char* what) {
   const int n = comm.size();
   for (std::size_t i = 0; i < kCount; ++i) buf[i] = base * static_cast<float>(comm.rank() + 1) + static_cast<float>(i % 7);
@@ -50,7 +42,7 @@ void pages_change_between_operations(RankEnv& env, const char* tag) {
   co.provider = "verbs";
   co.tag = tag;
   auto comm = Communicator::create(env.store_ptr(), env.rank(), env.world_size(), co);
-  float* buf = map_at(nullptr);
+  auto* buf = reinterpret_cast<float*>(map_anonymous(kBytes));
   all_reduce_and_check(*comm, buf, 1.0f, "first use");
   all_reduce_and_check(*comm, buf, 2.0f, "same buffer again");
   // Pages dropped and faulted back in as new zero pages (what free() of a
@@ -59,7 +51,7 @@ void pages_change_between_operations(RankEnv& env, const char* tag) {
   all_reduce_and_check(*comm, buf, 3.0f, "after MADV_DONTNEED");
   // Unmapped, and new memory mapped at the same address.
   CHECK_EQ(::munmap(buf, kBytes), 0);
-  buf = map_at(buf);
+  buf = reinterpret_cast<float*>(map_anonymous(kBytes, buf));
   all_reduce_and_check(*comm, buf, 4.0f, "after munmap and mmap at the same address");
   ::munmap(buf, kBytes);
 }
