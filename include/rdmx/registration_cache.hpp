@@ -24,6 +24,7 @@
 
 namespace rdmx {
 
+// Not thread-safe: one user at a time (a communicator keeps one of its own).
 class RegistrationCache {
  public:
   // `caps` are the PD's device's (DeviceCaps::registration_pins_memory

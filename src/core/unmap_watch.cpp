@@ -13,6 +13,7 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <system_error>
 #include <thread>
 
 #include "core/config.hpp"
@@ -35,7 +36,14 @@ class UnmapWatcher {
     page_ = page > 0 ? static_cast<std::uintptr_t>(page) : 4096;
     open_fd();
     if (fd_ < 0) return;
-    std::thread([this] { read_events_forever(); }).detach();
+    try {
+      std::thread([this] { read_events_forever(); }).detach();
+    } catch (const std::system_error& e) {
+      ::close(fd_);
+      fd_ = -1;
+      how_ = std::string("off: could not start the thread that reads unmap events: ") + e.what();
+      return;
+    }
     RDMX_INFO("registration cache: %s", how_.c_str());
   }
 
