@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The verbs provider's tests on real kernel verbs: boots the soft-RoCE guest
 # (scripts/rxe-vm.sh) and runs inside it, against rxe0:
-#   1. tests/verbs (device, GID and RDMX_IB_HCA handling, collectives whose
-#      buffers change pages), and the unmap watch of the registration cache;
+#   1. tests/verbs (device, GID and RDMX_IB_HCA handling, ports of mixed MTUs,
+#      collectives whose buffers change pages), and the unmap watch of the
+#      registration cache;
 #   2. the provider conformance suite on verbs, and auto's cases about keys
 #      and regions (whose regions then get the device's keys while shm
 #      carries the same-host peers);
@@ -33,7 +34,9 @@ step() {
   fi
 }
 ibv_devices
-step "device tests, collectives over verbs" env RDMX_TIMEOUT=10 "$build/tests/rdmx_verbs_tests" --gtest_brief=1
+# RDMX_TEST_MAY_CHANGE_MTU: the mixed-MTU case may lower eth0's MTU (restored after).
+step "device tests, collectives over verbs" env RDMX_TIMEOUT=10 RDMX_TEST_MAY_CHANGE_MTU=1 \
+  "$build/tests/rdmx_verbs_tests" --gtest_brief=1
 # The registration cache's unmap watch on the kernel verbs runs under.
 step "unmap watch" "$build/tests/rdmx_core_tests" --gtest_brief=1 --gtest_filter='UnmapWatch*'
 # auto: the cases about keys and regions, which then go through the NIC's
