@@ -58,7 +58,7 @@ class RegistrationCache {
 
  private:
   struct Entry;
-  std::size_t drop_stale();
+  void drop_stale();  // registrations whose memory was unmapped
 
   ProtectionDomain& pd_;
   bool pins_;

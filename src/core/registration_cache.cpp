@@ -10,8 +10,7 @@ namespace rdmx {
 
 struct RegistrationCache::Entry {
   std::unique_ptr<MemoryRegion> mr;
-  std::unique_ptr<core::UnmapWatch> watch;  // pinning devices only
-  bool unwatched = false;                   // pins memory nobody watches
+  std::unique_ptr<core::UnmapWatch> watch;  // pinning devices; null where the memory cannot be watched
 
   bool covers(std::uintptr_t a, std::size_t bytes, Access need) const {
     const auto base = reinterpret_cast<std::uintptr_t>(mr->addr());
@@ -26,15 +25,13 @@ RegistrationCache::RegistrationCache(ProtectionDomain& pd, const DeviceCaps& cap
 
 RegistrationCache::~RegistrationCache() = default;
 
-std::size_t RegistrationCache::drop_stale() {
-  if (!pins_) return 0;
+void RegistrationCache::drop_stale() {
+  if (!pins_) return;
   core::read_unmap_events();
   const auto stale = std::remove_if(entries_.begin(), entries_.end(),
                                     [](const auto& e) { return e->watch && e->watch->unmapped(); });
-  const auto n = static_cast<std::size_t>(entries_.end() - stale);
+  stats_.unmapped += static_cast<std::uint64_t>(entries_.end() - stale);
   entries_.erase(stale, entries_.end());
-  stats_.unmapped += n;
-  return n;
 }
 
 MemoryRegion& RegistrationCache::get(void* addr, std::size_t length, Access access) {
@@ -51,8 +48,7 @@ MemoryRegion& RegistrationCache::get(void* addr, std::size_t length, Access acce
     // Watch before registering: a change after this point cannot be missed.
     core::WatchResult w = core::watch_unmapping(addr, length);
     entry->watch = std::move(w.watch);
-    entry->unwatched = entry->watch == nullptr;
-    if (entry->unwatched) {
+    if (!entry->watch) {
       RDMX_TRACE("registration cache: %p +%zu cannot be watched for unmapping (%s): kept until forget_unwatched()",
                  addr, length, w.why_not.c_str());
     }
@@ -70,7 +66,7 @@ MemoryRegion& RegistrationCache::get(void* addr, std::size_t length, Access acce
 void RegistrationCache::forget_unwatched() {
   if (!pins_) return;
   drop_stale();
-  const auto gone = std::remove_if(entries_.begin(), entries_.end(), [](const auto& e) { return e->unwatched; });
+  const auto gone = std::remove_if(entries_.begin(), entries_.end(), [](const auto& e) { return !e->watch; });
   stats_.unwatched += static_cast<std::uint64_t>(entries_.end() - gone);
   entries_.erase(gone, entries_.end());
 }

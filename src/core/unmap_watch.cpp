@@ -21,10 +21,6 @@
 
 namespace rdmx::core {
 
-namespace {
-std::string errno_name(int err) { return std::strerror(err); }
-}  // namespace
-
 // One per process (a forked child makes its own: its pages are not watched
 // by the parent's userfaultfd, and the parent's reader thread is not there).
 // Never destroyed: the kernel may hold a munmap until the reader thread reads
@@ -68,7 +64,7 @@ class UnmapWatcher {
     }
     // Allocating under the lock is safe (malloc never unmaps); freeing is
     // not (a trim could madvise watched pages and wait for this lock).
-    std::unique_ptr<UnmapWatch> w(new UnmapWatch(this, start, end, pid_));
+    std::unique_ptr<UnmapWatch> w(new UnmapWatch(this, start, end));
     w->next_ = head_;
     if (head_ != nullptr) head_->prev_ = w.get();
     head_ = w.get();
@@ -116,7 +112,7 @@ class UnmapWatcher {
     }
     if (fd < 0) {
       const int err = errno;
-      how_ = "off: userfaultfd(2) failed: " + errno_name(err) +
+      how_ = std::string("off: userfaultfd(2) failed: ") + std::strerror(err) +
              (err == ENOSYS ? " (kernel built without CONFIG_USERFAULTFD)"
                             : " (a seccomp profile, e.g. Docker's default, may refuse it; "
                               "allow the userfaultfd syscall to keep registrations between operations)");
@@ -126,7 +122,8 @@ class UnmapWatcher {
     api.api = UFFD_API;
     api.features = UFFD_FEATURE_EVENT_UNMAP | UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_REMAP;
     if (::ioctl(fd, UFFDIO_API, &api) != 0) {
-      how_ = "off: this kernel's userfaultfd lacks unmap events (" + errno_name(errno) + "); needs Linux 4.11 or later";
+      how_ = std::string("off: this kernel's userfaultfd lacks unmap events (") + std::strerror(errno) +
+             "); needs Linux 4.11 or later";
       ::close(fd);
       return;
     }
@@ -143,7 +140,7 @@ class UnmapWatcher {
       case ENOMEM:
         return "not all mapped";
       default:
-        return "UFFDIO_REGISTER failed: " + errno_name(err);
+        return std::string("UFFDIO_REGISTER failed: ") + std::strerror(err);
     }
   }
 
@@ -160,7 +157,7 @@ class UnmapWatcher {
       if (n < 0 || (pfd.revents & (POLLERR | POLLNVAL)) != 0) {
         RDMX_WARN("registration cache: stopped watching unmaps: poll on the userfaultfd failed (%s); "
                   "registrations that pin pages now last one operation",
-                  n < 0 ? errno_name(errno).c_str() : "POLLERR");
+                  n < 0 ? std::strerror(errno) : "POLLERR");
         give_up();
         return;
       }
@@ -267,11 +264,11 @@ UnmapWatcher& watcher() {
 
 UnmapWatch::~UnmapWatch() {
   // In a forked child the watcher and its lock are the parent's copies.
-  if (pid_ == current_pid()) owner_->forget(this);
+  if (owner_->pid() == current_pid()) owner_->forget(this);
 }
 
 bool UnmapWatch::unmapped() const {
-  if (pid_ != current_pid()) return true;
+  if (owner_->pid() != current_pid()) return true;
   return unmapped_.load(std::memory_order_acquire);
 }
 
