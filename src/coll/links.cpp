@@ -6,135 +6,13 @@
 #include <cstring>
 #include <sstream>
 
+#include "coll/links_layout.hpp"
 #include "coll/reduce.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
 
 namespace rdmx::coll {
-namespace {
-
-constexpr std::size_t kHeader = 48;
-constexpr std::size_t kLine = 64;
-constexpr std::size_t kNoticeText = 240;
-constexpr std::uint32_t kSignalEvery = 64;  // one signaled WR in this many, so send queues recycle
-
-// wr_id of signaled WRs: kind in the top byte, peer below.
-enum WrKind : std::uint64_t { kRecycle = 1, kDiag = 3 };
-std::uint64_t make_wr_id(WrKind kind, int peer) { return (std::uint64_t{kind} << 56) | static_cast<std::uint32_t>(peer); }
-WrKind wr_kind(std::uint64_t id) { return static_cast<WrKind>(id >> 56); }
-int wr_peer(std::uint64_t id) { return static_cast<int>(id & 0xffffffffu); }
-
-struct WireHeader {
-  std::uint64_t msg;  // message number on this directed pair, from 1
-  std::uint64_t seq;
-  std::uint64_t count;
-  std::uint64_t offset;  // of the payload within its transfer
-  std::uint32_t len;
-  std::int32_t root;
-  std::uint16_t transfer;  // index of the transfer among this pair's transfers in the operation
-  std::uint8_t op, type, redop, algo;
-  std::uint16_t flags;
-};
-static_assert(sizeof(WireHeader) == kHeader);
-// The receiver returns credit as soon as it consumed this message: the
-// sender's operation waits for it before releasing the user memory the
-// message was written from in place.
-constexpr std::uint16_t kCreditNow = 1;
-// The payload was written straight into the receiver's buffer (SendOp::rtr).
-constexpr std::uint16_t kDirect = 2;
-// A ready-to-receive message: its payload is an Announcement.
-constexpr std::uint16_t kAnnounce = 4;
-
-struct Announcement {
-  std::uint64_t addr;
-  std::uint64_t length;
-  std::uint32_t rkey;
-  std::uint32_t pad;
-};
-
-struct alignas(kLine) Word {
-  std::atomic<std::uint64_t> value;
-  char pad[kLine - sizeof(std::atomic<std::uint64_t>)];
-};
-
-struct Progress {
-  std::uint64_t entered;  // sequence number of the last collective entered
-  std::uint64_t left;     // ... and of the last one finished
-  std::uint64_t count;    // the entered collective's arguments, for mismatch reports
-  std::int32_t root;
-  std::uint8_t op, type, redop, algo;
-  char pad[kLine - 32];
-};
-static_assert(sizeof(Progress) == kLine);
-
-struct Notice {
-  std::uint32_t valid;
-  std::uint32_t code;  // ErrorCode
-  std::uint64_t seq;   // the collective it happened in; 0: it applies to every operation
-  char text[kNoticeText];
-};
-static_assert(sizeof(Notice) == 256);
-
-std::size_t align_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
-
-// Where a message's trailer (its flag, when the device places WRITEs in
-// order) sits: after header and payload, 8-byte aligned.
-std::size_t trailer_offset(std::size_t len) { return align_up(kHeader + len, 8); }
-
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string out;
-  for (std::size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
-  return out;
-}
-
-}  // namespace
-
-// Per-rank control block at the start of the region; every field the peers
-// touch remotely has its own cache line.
-struct Links::Control {
-  Word abort_flag;     // nonzero: some peer left a notice
-  Word abort_source;   // source word of this rank's abort-flag WRITEs
-  Progress progress;   // read by peers diagnosing a timeout
-  Notice my_notice;    // source of this rank's notices
-  // followed by per-rank arrays, see Layout
-};
-
-// Offsets inside every rank's region (identical on all ranks).
-struct Layout {
-  std::size_t slot_bytes, slots, n;
-  std::size_t credit, consumed, notices, diag, goodbye, inbox_flags, staging_flags, inbox, staging, total;
-  Layout(std::size_t n_, const LinksConfig& c)
-      : slot_bytes(align_up(trailer_offset(c.chunk) + 8, kLine)), slots(c.slots), n(n_) {
-    std::size_t off = align_up(sizeof(Links::Control), 4096);
-    credit = off;        off += n * kLine;
-    consumed = off;      off += n * kLine;
-    notices = off;       off += n * sizeof(Notice);
-    diag = off;          off += n * kLine;
-    goodbye = off;       off += n * kLine;
-    inbox_flags = off;   off += n * slots * kLine;
-    staging_flags = off; off += n * slots * kLine;
-    off = align_up(off, 4096);
-    inbox = off;         off += n * slots * slot_bytes;
-    staging = off;       off += n * slots * slot_bytes;
-    total = align_up(off, 4096);
-  }
-  std::size_t inbox_slot(int src, std::uint64_t slot) const { return inbox + (static_cast<std::size_t>(src) * slots + slot) * slot_bytes; }
-  std::size_t staging_slot(int dst, std::uint64_t slot) const { return staging + (static_cast<std::size_t>(dst) * slots + slot) * slot_bytes; }
-  std::size_t inbox_flag(int src, std::uint64_t slot) const { return inbox_flags + (static_cast<std::size_t>(src) * slots + slot) * kLine; }
-  std::size_t staging_flag(int dst, std::uint64_t slot) const { return staging_flags + (static_cast<std::size_t>(dst) * slots + slot) * kLine; }
-};
-
-struct Links::Peer {
-  std::unique_ptr<QueuePair> qp;
-  std::uint64_t remote_base = 0;
-  std::uint32_t rkey = 0;
-  std::uint64_t sent = 0;      // messages posted to this peer
-  std::uint64_t consumed = 0;  // messages from this peer consumed here
-  std::uint64_t credited = 0;  // `consumed` as last returned to the peer
-  std::uint32_t unsignaled = 0;
-  std::uint64_t salt = 0;      // flags of messages to this peer are their number ^ salt
-  std::string failure;         // why a WR towards this peer failed
-};
+using namespace wire;
 
 namespace {
 // Message flags carry the number xor a per-pair value, so that payload bytes
@@ -223,20 +101,30 @@ Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, c
 // Teardown says goodbye: every rank tells its peers it is leaving, lets its
 // WRITEs land, and waits (briefly) for their goodbyes, so that no rank
 // closes its QPs while a peer still has traffic in flight to it (which the
-// peer would report as a lost connection).
+// peer would report as a lost connection). The goodbye is each rank's last
+// WRITE to a peer and is signaled, so once a rank has every goodbye, its
+// peers send it nothing more. After a failure the wait is short and skips
+// the peers that failed or stopped answering: they will never say goodbye.
 Links::~Links() {
-  const auto deadline = core::Clock::now() + std::min(timeout_, std::chrono::milliseconds(5000));
+  const bool failed = aborted();
+  const auto now = core::Clock::now();
+  const auto deadline = now + std::min(timeout_, failed ? std::chrono::milliseconds(2000) : std::chrono::milliseconds(5000));
+  std::vector<char> expected(static_cast<std::size_t>(size_), 0), skip(static_cast<std::size_t>(size_), 0);
+  for (int p = 0; p < size_; ++p) {
+    expected[static_cast<std::size_t>(p)] = live(p) && !(failed && unresponsive(p, now));
+    skip[static_cast<std::size_t>(p)] = !expected[static_cast<std::size_t>(p)];
+  }
   try {
     auto* source = reinterpret_cast<Word*>(base_ + layout_->goodbye + static_cast<std::size_t>(rank_) * kLine);
     source->value.store(1, std::memory_order_relaxed);
     for (int p = 0; p < size_; ++p) {
-      if (live(p)) write_to_peer(p, source, 8, layout_->goodbye + static_cast<std::size_t>(rank_) * kLine);
+      if (live(p)) write_to_peer(p, source, 8, layout_->goodbye + static_cast<std::size_t>(rank_) * kLine, true);
     }
-    drain(deadline);
+    drain(deadline, &skip);
     core::wait_until(
         [&] {
           for (int p = 0; p < size_; ++p) {
-            if (!live(p)) continue;
+            if (!expected[static_cast<std::size_t>(p)] || !live(p)) continue;
             auto* word = reinterpret_cast<const Word*>(base_ + layout_->goodbye + static_cast<std::size_t>(p) * kLine);
             if (word->value.load(std::memory_order_acquire) == 0) return false;
           }
@@ -274,7 +162,7 @@ void Links::post(int peer_index, const SendWr& wr) {
 }
 
 void Links::poll_send_cq() {
-  if (outstanding_signaled_ == 0) return;
+  if (outstanding_signaled_ == 0 && reads_outstanding_ == 0) return;
   WorkCompletion wcs[32];
   for (;;) {
     const std::size_t n = send_cq_->poll(wcs);
@@ -282,9 +170,17 @@ void Links::poll_send_cq() {
       const WorkCompletion& wc = wcs[i];
       const WrKind kind = wr_kind(wc.wr_id);
       const int p = wr_peer(wc.wr_id);
-      if (kind == kRecycle || kind == kDiag) {
-        if (outstanding_signaled_ > 0) --outstanding_signaled_;
-        if (kind == kDiag && p >= 0 && p < size_) diag_done_[static_cast<std::size_t>(p)] = wc.status == WcStatus::Success ? 1 : 2;
+      if (kind == kRecycle && outstanding_signaled_ > 0) {
+        --outstanding_signaled_;
+        if (p >= 0 && p < size_ && peers_[static_cast<std::size_t>(p)].signaled_out > 0) {
+          --peers_[static_cast<std::size_t>(p)].signaled_out;
+        }
+      }
+      if (kind == kDiag && p >= 0 && p < size_) {
+        Peer& peer = peers_[static_cast<std::size_t>(p)];
+        if (peer.reading && reads_outstanding_ > 0) --reads_outstanding_;
+        peer.reading = false;
+        peer.fresh = wc.status == WcStatus::Success;
       }
       if (wc.status != WcStatus::Success && p >= 0 && p < size_) {
         Peer& peer = peers_[static_cast<std::size_t>(p)];
@@ -336,7 +232,7 @@ const std::atomic<std::uint64_t>& Links::credit_word(int p) const {
 
 // WRITEs `length` bytes of this rank's region at `local` into peer p's region
 // at `remote_offset`, signaled once in kSignalEvery so the send queue recycles.
-void Links::write_to_peer(int p, const void* local, std::uint32_t length, std::size_t remote_offset) {
+void Links::write_to_peer(int p, const void* local, std::uint32_t length, std::size_t remote_offset, bool signal) {
   Peer& peer = peers_[static_cast<std::size_t>(p)];
   Sge sge{reinterpret_cast<std::uint64_t>(local), length, region_->lkey()};
   SendWr wr;
@@ -344,11 +240,12 @@ void Links::write_to_peer(int p, const void* local, std::uint32_t length, std::s
   wr.sg_list = {&sge, 1};
   wr.remote_addr = peer.remote_base + remote_offset;
   wr.rkey = peer.rkey;
-  wr.signaled = ++peer.unsignaled >= kSignalEvery;
+  wr.signaled = ++peer.unsignaled >= kSignalEvery || signal;
   if (wr.signaled) {
     peer.unsignaled = 0;
     wr.wr_id = make_wr_id(kRecycle, p);
     ++outstanding_signaled_;
+    ++peer.signaled_out;
   }
   post(p, wr);
 }
@@ -363,7 +260,7 @@ void Links::return_credit(Peer& peer, bool force) {
   write_to_peer(p, src, 8, layout_->credit + static_cast<std::size_t>(rank_) * kLine);
 }
 
-void Links::drain(core::Clock::time_point deadline) {
+void Links::drain(core::Clock::time_point deadline, const std::vector<char>* skip) {
   // One signaled zero-length WRITE per peer that was sent anything: WRs
   // complete in order, so its completion covers everything before it.
   for (int p = 0; p < size_; ++p) {
@@ -376,16 +273,23 @@ void Links::drain(core::Clock::time_point deadline) {
     wr.wr_id = make_wr_id(kRecycle, p);
     peer.unsignaled = 0;
     ++outstanding_signaled_;
+    ++peer.signaled_out;
     try {
       post(p, wr);
     } catch (const Error&) {
       --outstanding_signaled_;
+      --peer.signaled_out;
     }
   }
   auto r = core::wait_until(
       [&] {
         poll_send_cq();
-        return outstanding_signaled_ == 0;
+        for (int p = 0; p < size_; ++p) {
+          if (peers_[static_cast<std::size_t>(p)].signaled_out != 0 && (skip == nullptr || !(*skip)[static_cast<std::size_t>(p)])) {
+            return false;
+          }
+        }
+        return true;
       },
       nullptr, deadline, {.progress = [this] { device_->progress(); }});
   if (r != core::WaitResult::Ready) {
@@ -396,27 +300,6 @@ void Links::drain(core::Clock::time_point deadline) {
 }
 
 // ---------------------------------------------------------------------------
-void Links::enter(const OpDesc& desc) noexcept {
-  // The user may have freed a buffer since the last operation and got new
-  // memory at its address: pinning registrations of memory the cache
-  // cannot watch for unmapping are not kept.
-  user_mrs_->forget_unwatched();
-  if (desc.p2p()) return;
-  Progress& p = control_->progress;
-  p.count = desc.count;
-  p.root = desc.root;
-  p.op = static_cast<std::uint8_t>(desc.op);
-  p.type = static_cast<std::uint8_t>(desc.type);
-  p.redop = static_cast<std::uint8_t>(desc.redop);
-  p.algo = static_cast<std::uint8_t>(desc.algo);
-  std::atomic_ref<std::uint64_t>(p.entered).store(desc.seq, std::memory_order_release);
-}
-
-void Links::leave(const OpDesc& desc) noexcept {
-  if (desc.p2p()) return;
-  std::atomic_ref<std::uint64_t>(control_->progress.left).store(desc.seq, std::memory_order_release);
-}
-
 void Links::notify_peers(ErrorCode code, const std::string& text, std::uint64_t seq) {
   Notice& notice = control_->my_notice;
   notice.code = static_cast<std::uint32_t>(code);
@@ -485,116 +368,6 @@ void Links::fail_peer(const OpDesc& desc, int peer, const std::string& why) {
                .hint = code == ErrorCode::Protocol
                            ? "every rank must call the same collectives in the same order with the same arguments"
                            : "the peer process died, aborted or destroyed its communicator; see its own log"});
-}
-
-// ---------------------------------------------------------------------------
-// Reading every peer's progress word (one RDMA READ each, served without the
-// peer's help) turns "timed out" into "these ranks never arrived".
-std::string Links::progress_report(const OpDesc& desc) {
-  diag_done_.assign(static_cast<std::size_t>(size_), 0);
-  for (int p = 0; p < size_; ++p) {
-    Peer& peer = peers_[static_cast<std::size_t>(p)];
-    if (p == rank_) continue;
-    if (!live(p)) {
-      diag_done_[static_cast<std::size_t>(p)] = 2;
-      continue;
-    }
-    Sge sge{reinterpret_cast<std::uint64_t>(base_ + layout_->diag + static_cast<std::size_t>(p) * kLine), sizeof(Progress),
-            region_->lkey()};
-    SendWr wr;
-    wr.opcode = Opcode::RdmaRead;
-    wr.sg_list = {&sge, 1};
-    wr.remote_addr = peer.remote_base + offsetof(Control, progress);
-    wr.rkey = peer.rkey;
-    wr.wr_id = make_wr_id(kDiag, p);
-    try {
-      ++outstanding_signaled_;
-      post(p, wr);
-    } catch (const Error&) {
-      --outstanding_signaled_;
-      diag_done_[static_cast<std::size_t>(p)] = 2;
-    }
-  }
-  const auto deadline = core::Clock::now() + std::chrono::seconds(2);
-  while (core::Clock::now() < deadline) {
-    device_->progress();
-    poll_send_cq();
-    bool all = true;
-    for (int p = 0; p < size_; ++p) all = all && (p == rank_ || diag_done_[static_cast<std::size_t>(p)] != 0);
-    if (all) break;
-    sched_yield();
-  }
-  std::vector<int> absent, inside, finished, unreachable;
-  std::vector<std::string> mismatches;
-  std::uint64_t last_absent = 0;
-  for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
-    if (diag_done_[static_cast<std::size_t>(p)] != 1) {
-      unreachable.push_back(p);
-      continue;
-    }
-    const auto* prog = reinterpret_cast<const Progress*>(base_ + layout_->diag + static_cast<std::size_t>(p) * kLine);
-    if (prog->entered == desc.seq && !desc.p2p() &&
-        (prog->op != static_cast<std::uint8_t>(desc.op) || prog->type != static_cast<std::uint8_t>(desc.type) ||
-         prog->count != desc.count || prog->root != desc.root || prog->algo != static_cast<std::uint8_t>(desc.algo) ||
-         prog->redop != static_cast<std::uint8_t>(desc.redop))) {
-      OpDesc theirs;
-      theirs.seq = prog->entered;
-      theirs.op = static_cast<CollOp>(prog->op);
-      theirs.type = static_cast<DataType>(prog->type);
-      theirs.redop = static_cast<ReduceOp>(prog->redop);
-      theirs.algo = static_cast<Algo>(prog->algo);
-      theirs.root = prog->root;
-      theirs.count = prog->count;
-      mismatches.push_back("rank " + std::to_string(p) + " called " + describe(theirs));
-    }
-    if (prog->entered < desc.seq) {
-      absent.push_back(p);
-      last_absent = std::max(last_absent, prog->entered);
-    } else if (prog->left < desc.seq) {
-      inside.push_back(p);
-    } else {
-      finished.push_back(p);
-    }
-  }
-  std::string out;
-  auto add = [&](const std::string& s) { out += (out.empty() ? "" : "; ") + s; };
-  if (desc.p2p()) {
-    return "";
-  }
-  if (!mismatches.empty()) {
-    std::string text = "mismatched calls: rank " + std::to_string(rank_) + " called " + describe(desc);
-    for (const auto& m : mismatches) text += " but " + m;
-    notify_peers(ErrorCode::Protocol, text, desc.seq);
-    aborted_.store(true);
-    abort_reason_ = text;
-    throw Error(ErrorCode::Protocol, text,
-                {.op = describe(desc), .rank = rank_,
-                 .hint = "every rank must call the same collectives in the same order with the same type, count, "
-                         "operation and root"});
-  }
-  if (!absent.empty()) {
-    add("rank" + std::string(absent.size() > 1 ? "s " : " ") + rank_list(absent) + (absent.size() > 1 ? " have" : " has") +
-        " not called it (the latest collective they entered is #" + std::to_string(last_absent) + ")");
-  }
-  if (!inside.empty()) add("rank" + std::string(inside.size() > 1 ? "s " : " ") + rank_list(inside) + " in it");
-  if (!finished.empty()) add("finished: rank" + std::string(finished.size() > 1 ? "s " : " ") + rank_list(finished));
-  if (!unreachable.empty()) {
-    add("no answer from rank" + std::string(unreachable.size() > 1 ? "s " : " ") + rank_list(unreachable));
-  }
-  return out;
-}
-
-void Links::fail_timeout(const OpDesc& desc, const std::string& waiting_for) {
-  const std::string report = progress_report(desc);
-  aborted_.store(true);
-  abort_reason_ = describe(desc) + " timed out";
-  throw Error(ErrorCode::Timeout,
-              describe(desc) + " timed out after " + std::to_string(timeout_.count()) + " ms on rank " +
-                  std::to_string(rank_) + ", " + waiting_for + (report.empty() ? "" : ". Missing: " + report),
-              {.op = describe(desc), .rank = rank_,
-               .hint = "every rank must call the same collectives in the same order; a rank listed as not having "
-                       "called it is stuck elsewhere or dead. RDMX_TIMEOUT sets the bound"});
 }
 
 void Links::fail_mismatch(const OpDesc& mine, int peer, const void* header_ptr, const char* what) {
@@ -716,7 +489,10 @@ class Links::RunState {
   // peer that finished and destroyed its communicator is not a failure).
   void check_failures() {
     if (l_.outstanding_signaled_ != 0) l_.poll_send_cq();
-    if ((++checks_ & 63) == 0) check_unexpected();
+    if ((++checks_ & 63) == 0) {
+      check_unexpected();
+      l_.watch_peers(desc_);
+    }
     for (int p : active_) {
       if (!pending(p)) continue;
       Peer& peer = l_.peers_[static_cast<std::size_t>(p)];
@@ -737,10 +513,18 @@ class Links::RunState {
 
   // A message of this very operation from a peer this rank expects nothing
   // (more) from means the ranks run different algorithms or roots: both
-  // sides would otherwise wait for each other until the timeout.
+  // sides would otherwise wait for each other until the timeout. So does a
+  // message of another length than the one expected, whose trailer the
+  // receiver does not poll (the watch's READs would find it later).
   void check_unexpected() {
-    if (desc_.p2p()) return;
     const Layout& lay = *l_.layout_;
+    if (l_.ordered_) {
+      for (int p : active_) {
+        const auto pi = static_cast<std::size_t>(p);
+        if (recv_pos_[pi] < l_.recv_queues_[pi].size()) check_length(p, s_.recvs[l_.recv_queues_[pi][recv_pos_[pi]]]);
+      }
+    }
+    if (desc_.p2p()) return;
     for (int p = 0; p < l_.size_; ++p) {
       const auto pi = static_cast<std::size_t>(p);
       if (p == l_.rank_ || recv_pos_[pi] < l_.recv_queues_[pi].size()) continue;
@@ -758,6 +542,26 @@ class Links::RunState {
         l_.fail_mismatch(desc_, p, h, detail.c_str());
       }
     }
+  }
+
+  // The next message from p has landed whole at the length its header
+  // gives, which is not the length `op` expects: validate() says why.
+  void check_length(int p, const RecvOp& op) {
+    const Layout& lay = *l_.layout_;
+    const Peer& peer = l_.peers_[static_cast<std::size_t>(p)];
+    const std::uint64_t m = peer.consumed + 1;
+    const std::uint64_t slot = (m - 1) % lay.slots;
+    const auto* h = reinterpret_cast<const WireHeader*>(l_.base_ + lay.inbox_slot(p, slot));
+    if (std::atomic_ref<const std::uint64_t>(h->msg).load(std::memory_order_relaxed) != m) return;
+    const std::size_t expected =
+        op.announcement ? sizeof(Announcement) : std::min(l_.config_.chunk, op.bytes - op.done);
+    const std::size_t polled = op.direct ? 0 : expected;
+    const std::uint16_t flags = std::atomic_ref<const std::uint16_t>(h->flags).load(std::memory_order_relaxed);
+    const std::size_t theirs = (flags & kDirect) != 0 ? 0 : std::min<std::size_t>(
+        std::atomic_ref<const std::uint32_t>(h->len).load(std::memory_order_relaxed), l_.config_.chunk);
+    if (theirs == polled || !arrived(p, slot, m, theirs)) return;
+    const auto index = static_cast<std::size_t>(&op - s_.recvs.data());
+    validate(p, *h, m, op, recv_state_[index], expected);
   }
 
   bool pending(int p) const {
@@ -927,6 +731,7 @@ class Links::RunState {
         peer.unsignaled = 0;
         wr.wr_id = make_wr_id(kRecycle, p);
         ++l_.outstanding_signaled_;
+        ++peer.signaled_out;
       }
       l_.post(p, wr);
       peer.sent = m;
@@ -1073,7 +878,46 @@ class Links::RunState {
 };
 
 void Links::run(Schedule& schedule, const OpDesc& desc, const Combine& combine, std::chrono::milliseconds timeout) {
+  try {
+    run_schedule(schedule, desc, combine, timeout);
+  } catch (...) {
+    settle();
+    throw;
+  }
+}
+
+// A failed run may leave WRITEs posted, some reading the user's buffers in
+// place, and the notice telling the peers why queued behind them. Before
+// the error reaches the caller (who may free those buffers), they land, or
+// the QPs that still carry them are failed (flushed); peers that stopped
+// answering are not waited for.
+void Links::settle() noexcept {
+  try {
+    const auto now = core::Clock::now();
+    std::vector<char> skip(static_cast<std::size_t>(size_), 0);
+    for (int p = 0; p < size_; ++p) skip[static_cast<std::size_t>(p)] = !live(p) || unresponsive(p, now);
+    try {
+      drain(now + std::min(timeout_, std::chrono::milliseconds(2000)), &skip);
+    } catch (const Error& e) {
+      RDMX_INFO("rank %d: after a failed collective: %s", rank_, e.what());
+    }
+    poll_send_cq();
+    for (int p = 0; p < size_; ++p) {
+      Peer& peer = peers_[static_cast<std::size_t>(p)];
+      if (live(p) && peer.signaled_out != 0) {
+        peer.qp->set_error("the collective failed (" + abort_reason_ + ") with WRITEs still in flight to rank " +
+                           std::to_string(p));
+      }
+    }
+  } catch (const std::exception& e) {
+    RDMX_INFO("rank %d: settling after a failed collective: %s", rank_, e.what());
+  }
+}
+
+void Links::run_schedule(Schedule& schedule, const OpDesc& desc, const Combine& combine,
+                         std::chrono::milliseconds timeout) {
   RunState state(*this, schedule, desc, combine);
+  start_watch();
   // Small operations are often done after a few passes: try those before
   // reading the clock for the deadline.
   const bool yield = config_.yield_when_waiting;

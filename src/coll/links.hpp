@@ -140,7 +140,8 @@ class Links {
 
   // Waits until every WRITE this rank posted has completed (before its
   // buffers are reused or the QPs destroyed). Bounded by `deadline`.
-  void drain(core::Clock::time_point deadline);
+  // `skip`: per peer, nonzero for peers not to wait for (they stopped answering).
+  void drain(core::Clock::time_point deadline, const std::vector<char>* skip = nullptr);
 
   // Makes every current and later run() fail with `reason` and tells the peers.
   void abort(const std::string& reason);
@@ -164,8 +165,11 @@ class Links {
   class RunState;
   friend class RunState;
 
+  void run_schedule(Schedule& schedule, const OpDesc& desc, const Combine& combine, std::chrono::milliseconds timeout);
+  void settle() noexcept;
   void post(int peer, const SendWr& wr);
-  void write_to_peer(int p, const void* local, std::uint32_t length, std::size_t remote_offset);
+  // `signal`: this WRITE's completion is wanted (drain() then covers it).
+  void write_to_peer(int p, const void* local, std::uint32_t length, std::size_t remote_offset, bool signal = false);
   bool live(int p) const;  // another rank whose QP is connected and not in ERROR
   // How many of this rank's messages peer p has consumed (written by p).
   const std::atomic<std::uint64_t>& credit_word(int p) const;
@@ -173,12 +177,24 @@ class Links {
   void return_credit(Peer& peer, bool force);
   [[noreturn]] void fail_mismatch(const OpDesc& mine, int peer, const void* header, const char* what);
   [[noreturn]] void fail_timeout(const OpDesc& desc, const std::string& waiting_for);
+  [[noreturn]] void report_mismatch(const OpDesc& desc, const std::vector<int>& peers);
   [[noreturn]] void fail_peer(const OpDesc& desc, int peer, const std::string& why);
   [[noreturn]] void fail_aborted(const OpDesc& desc);
   void notify_peers(ErrorCode code, const std::string& text, std::uint64_t seq);
   // Notices from peers about collectives up to `up_to` (0-sequence notices always count); empty when none.
   std::string collect_notices(ErrorCode* code, std::uint64_t up_to) const;
   std::string progress_report(const OpDesc& desc);
+
+  // The watch over a waiting run (links_watch.cpp): start_watch() when a run
+  // begins; watch_peers() from its wait loop reads the peers' progress
+  // while it is stalled and throws when a peer runs another call of it.
+  void start_watch() noexcept;
+  void watch_peers(const OpDesc& desc);
+  void read_progress();
+  void look_at_copies(const OpDesc& desc, core::Clock::time_point now);
+  // Peer p failed, does not answer READs, or sits in a collective without
+  // making progress: nobody should wait for it.
+  bool unresponsive(int p, core::Clock::time_point now) const;
 
   std::shared_ptr<Device> device_;
   int rank_;
@@ -193,7 +209,8 @@ class Links {
   std::vector<Peer> peers_;
   Control* control_ = nullptr;
   std::vector<std::uint64_t> credit_wait_;  // per peer: the credit this run must see before it ends
-  std::vector<int> diag_done_;  // per peer: 0 pending, 1 read, 2 failed
+  core::Clock::time_point watch_started_{}, next_look_{}, next_beat_{};
+  std::uint64_t reads_outstanding_ = 0;  // READs of peers' progress in flight
   std::vector<std::vector<std::uint32_t>> send_queues_, recv_queues_;  // reused by run()
   std::unique_ptr<RunScratch> run_scratch_;
   bool ordered_ = false;                 // DeviceCaps::ordered_write_placement: one WRITE per message
@@ -202,7 +219,7 @@ class Links {
   std::vector<std::uint64_t> p2p_send_seq_, p2p_recv_seq_;
   std::atomic<bool> aborted_{false};
   std::string abort_reason_;
-  std::uint64_t outstanding_signaled_ = 0;
+  std::uint64_t outstanding_signaled_ = 0;  // signaled WRITEs in flight
   std::unique_ptr<RegistrationCache> user_mrs_;  // user buffers given to collectives
   std::unique_ptr<MemoryRegion> scratch_mr_;
   std::chrono::milliseconds timeout_;

@@ -1,6 +1,11 @@
 // What goes wrong, and what every rank is told: mismatched calls, a rank
 // that never arrives, a dead rank, abort, and bad arguments.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <csignal>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -152,6 +157,150 @@ TEST_P(CollErrors, DeadRankFailsTheOthersQuickly) {
         CHECK_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << text;
       },
       std::chrono::milliseconds(120'000), {2}));
+}
+
+// Ranks whose calls differ so that they run different algorithms or roots
+// wait for messages that never come: the watch's READs of the peers'
+// progress find the mismatch long before the timeout, on every rank.
+TEST_P(CollErrors, MismatchesAreFoundWithinASecondWhateverTheAlgorithms) {
+  struct Variant {
+    const char* name;
+    std::function<void(Communicator&, int, std::vector<float>&)> call;
+  };
+  const std::size_t big = std::size_t{1} << 20;  // ring all_reduce; small counts take rd
+  const std::vector<Variant> variants = {
+      {"count rd vs ring",
+       [big](Communicator& c, int r, std::vector<float>& b) {
+         c.all_reduce(b.data(), b.data(), r == 1 ? 1000 : big, DataType::Float32, ReduceOp::Sum);
+       }},
+      {"broadcast roots",
+       [](Communicator& c, int r, std::vector<float>& b) { c.broadcast(b.data(), 4096, DataType::Float32, r == 2 ? 3 : 0); }},
+      {"reduce roots",
+       [big](Communicator& c, int r, std::vector<float>& b) {
+         c.reduce(b.data(), b.data(), big / 4, DataType::Float32, ReduceOp::Sum, r == 0 ? 1 : 2);
+       }},
+      {"all_reduce vs all_gather",
+       [](Communicator& c, int r, std::vector<float>& b) {
+         if (r == 3) {
+           c.all_gather(b.data(), b.data() + 65536, 65536, DataType::Float32);
+         } else {
+           c.all_reduce(b.data(), b.data(), 65536 * 4, DataType::Float32, ReduceOp::Sum);
+         }
+       }},
+      {"barrier vs broadcast",
+       [](Communicator& c, int r, std::vector<float>& b) {
+         if (r == 1) {
+           c.barrier();
+         } else {
+           c.broadcast(b.data(), 100000, DataType::Float32, 0);
+         }
+       }},
+  };
+  for (const auto& v : variants) {
+    ASSERT_TRUE(run_coll_ranks({GetParam(), 4}, [&](RankEnv& env) {
+      CommOptions options;
+      options.provider = env.provider();
+      options.tag = std::string("quick-") + v.name;
+      options.timeout = std::chrono::milliseconds(20'000);
+      auto comm = Communicator::create(env.store_ptr(), env.rank(), env.world_size(), options);
+      std::vector<float> buf(big * 2, 1.0f);
+      comm->barrier();
+      const auto start = std::chrono::steady_clock::now();
+      // A rank whose own part agreed with its peers' (rank 1 receives the
+      // broadcast of root 0 from rank 0) may finish the mismatched call; it
+      // then learns of the mismatch in its next one.
+      const std::string text = expect_error(
+          ErrorCode::Protocol,
+          [&] {
+            v.call(*comm, env.rank(), buf);
+            comm->barrier();
+          },
+          v.name);
+      const auto took = std::chrono::steady_clock::now() - start;
+      CHECK(contains(text, "mismatched calls")) << v.name << ": " << text;
+      CHECK_LT(took, std::chrono::seconds(5)) << v.name << ": found only after "
+                                              << std::chrono::duration<double>(took).count() << " s: " << text;
+    })) << v.name;
+  }
+}
+
+// A rank killed after a collective, while the others wait in the next one
+// for data that only some of them expect from it: every survivor gets
+// PeerFailure naming it, whichever provider noticed the death first.
+TEST_P(CollErrors, DeadRankBetweenCollectivesFailsEverySurvivorQuickly) {
+  ASSERT_TRUE(run_coll_ranks(
+      {GetParam(), 4},
+      [](RankEnv& env) {
+        CommOptions options;
+        options.provider = env.provider();
+        options.tag = "dead4";
+        options.timeout = std::chrono::milliseconds(20'000);
+        auto comm = Communicator::create(env.store_ptr(), env.rank(), env.world_size(), options);
+        std::vector<float> buf(std::size_t{1} << 18, 1.0f);
+        comm->all_reduce(buf.data(), buf.data(), buf.size(), DataType::Float32, ReduceOp::Sum);
+        env.barrier("before");
+        if (env.rank() == 2) env.kill_self();
+        const auto start = std::chrono::steady_clock::now();
+        const std::string text = expect_error(
+            ErrorCode::PeerFailure,
+            [&] { comm->all_reduce(buf.data(), buf.data(), buf.size(), DataType::Float32, ReduceOp::Sum); },
+            "all_reduce after rank 2 died");
+        const auto took = std::chrono::steady_clock::now() - start;
+        CHECK(contains(text, "rank 2")) << text;
+        CHECK_LT(took, std::chrono::seconds(5)) << std::chrono::duration<double>(took).count() << " s: " << text;
+      },
+      std::chrono::milliseconds(120'000), {2}));
+}
+
+// A rank stopped (SIGSTOP) after a collective: the others fail soon after
+// their timeout, name that rank alone as missing, and tear down without
+// waiting for its goodbye.
+TEST_P(CollErrors, StoppedRankIsNamedAloneAndTheOthersFailSoonAfterTheTimeout) {
+  ASSERT_TRUE(run_coll_ranks(
+      {GetParam(), 4},
+      [](RankEnv& env) {
+        CommOptions options;
+        options.provider = env.provider();
+        options.tag = "stopped";
+        options.timeout = std::chrono::milliseconds(2000);
+        auto comm = Communicator::create(env.store_ptr(), env.rank(), env.world_size(), options);
+        std::vector<float> buf(std::size_t{1} << 16, 1.0f);
+        comm->all_reduce(buf.data(), buf.data(), buf.size(), DataType::Float32, ReduceOp::Sum);
+        env.store().set("stopped/pid/" + std::to_string(env.rank()), std::to_string(::getpid()));
+        env.barrier("before");
+        if (env.rank() == 3) {
+          ::raise(SIGSTOP);
+          env.kill_self();  // not reached: rank 0 kills it while it is stopped
+        }
+        const auto start = std::chrono::steady_clock::now();
+        const std::string text = expect_error(
+            ErrorCode::Timeout,
+            [&] { comm->all_reduce(buf.data(), buf.data(), buf.size(), DataType::Float32, ReduceOp::Sum); },
+            "all_reduce with rank 3 stopped");
+        const auto failed = std::chrono::steady_clock::now() - start;
+        const std::size_t missing = text.find("Missing: ");
+        const std::size_t not_missing = text.find("Not missing");
+        CHECK(missing != std::string::npos) << text;
+        const std::string named = text.substr(missing, not_missing == std::string::npos ? std::string::npos
+                                                                                       : not_missing - missing);
+        CHECK(contains(named, "rank 3")) << text;
+        for (int r = 0; r < 3; ++r) {
+          CHECK(!contains(named, "rank " + std::to_string(r)) && !contains(named, ", " + std::to_string(r)))
+              << "rank " << r << " is waiting, not missing: " << text;
+        }
+        CHECK_LT(failed, std::chrono::milliseconds(3500)) << std::chrono::duration<double>(failed).count() << " s";
+        const auto teardown = std::chrono::steady_clock::now();
+        comm.reset();
+        const auto took = std::chrono::steady_clock::now() - teardown;
+        CHECK_LT(took, std::chrono::milliseconds(1500)) << "teardown " << std::chrono::duration<double>(took).count()
+                                                        << " s";
+        env.store().set("stopped/failed/" + std::to_string(env.rank()), std::string_view("1"));
+        if (env.rank() == 0) {
+          env.store().wait({"stopped/failed/0", "stopped/failed/1", "stopped/failed/2"}, std::chrono::milliseconds(30'000));
+          ::kill(std::stoi(env.store().get_string("stopped/pid/3")), SIGKILL);
+        }
+      },
+      std::chrono::milliseconds(120'000), {3}));
 }
 
 // abort() fails the pending operation at once and tells the peer.
