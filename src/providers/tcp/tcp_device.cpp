@@ -90,6 +90,7 @@ TcpDevice::~TcpDevice() {
   parking_.wake();
   if (engine_.joinable()) engine_.join();
   for (auto& [fd, pending] : pending_) ::close(fd);
+  for (auto& [fd, until] : lingering_) ::close(fd);
   ::close(listen_fd_);
   ::close(wake_fd_);
   ::close(epoll_fd_);
@@ -184,6 +185,9 @@ std::size_t TcpDevice::pass_locked(bool check_timers) {
         break;
       case Watch::Qp:
         if (auto it = qps_.find(id); it != qps_.end() && it->second->on_events(events[i].events)) ++did;
+        break;
+      case Watch::Linger:
+        read_lingering_locked(static_cast<int>(id));
         break;
       case Watch::Wake: {
         std::uint64_t value;
@@ -292,7 +296,41 @@ int TcpDevice::claim_pending_locked(std::uint32_t qpn, std::uint32_t remote_qpn,
   return -1;
 }
 
+void TcpDevice::linger_locked(int fd) {
+  constexpr auto kLinger = std::chrono::seconds(2);
+  epoll_event event{};
+  event.events = EPOLLIN | EPOLLRDHUP;
+  event.data.u64 = watch_tag(Watch::Linger, static_cast<std::uint32_t>(fd));
+  if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &event) != 0) {
+    ::close(fd);
+    return;
+  }
+  lingering_[fd] = core::Clock::now() + kLinger;
+}
+
+void TcpDevice::read_lingering_locked(int fd) {
+  static thread_local char sink[16 * 1024];
+  for (int i = 0; i < 64; ++i) {
+    const ssize_t n = ::recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
+    if (n > 0) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    break;  // end of file or error: the peer is done
+  }
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  ::close(fd);
+  lingering_.erase(fd);
+}
+
 void TcpDevice::run_timers_locked(core::Clock::time_point now) {
+  for (auto it = lingering_.begin(); it != lingering_.end();) {
+    auto next = std::next(it);
+    if (now >= it->second) {
+      epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->first, nullptr);
+      ::close(it->first);
+      lingering_.erase(it);
+    }
+    it = next;
+  }
   bool busy = false;
   for (auto& [qpn, qp] : qps_) {
     if (qp->on_timer(now)) busy = true;

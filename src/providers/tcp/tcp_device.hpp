@@ -31,7 +31,7 @@ namespace rdmx::tcp {
 class TcpQp;
 
 // epoll tags: kind in the high 32 bits, id (fd or qpn) in the low ones.
-enum class Watch : std::uint32_t { Listener = 1, Pending = 2, Qp = 3, Wake = 4 };
+enum class Watch : std::uint32_t { Listener = 1, Pending = 2, Qp = 3, Wake = 4, Linger = 5 };
 inline std::uint64_t watch_tag(Watch kind, std::uint32_t id) {
   return (static_cast<std::uint64_t>(kind) << 32) | id;
 }
@@ -63,6 +63,11 @@ class TcpDevice final : public Device, public core::EngineHandoff {
   void remove_qp_locked(TcpQp* qp);
   // Hands over a parked accepted connection whose HELLO named this QP and peer.
   int claim_pending_locked(std::uint32_t qpn, std::uint32_t remote_qpn, std::uint64_t remote_nonce);
+  // Takes over the socket of a destroyed QP that said goodbye and shut down
+  // its side: reads and drops what still arrives until the peer closes too
+  // (closing with unread bytes would reset the connection under the peer's
+  // last reads), at most kLinger.
+  void linger_locked(int fd);
   // The caller is about to sleep: let the background engine take over now.
   void application_idle() override { parking_.application_idle(); }
   // An application thread is working the device (posting): the background
@@ -90,6 +95,7 @@ class TcpDevice final : public Device, public core::EngineHandoff {
   void accept_all_locked();
   void read_hello_locked(int fd);
   void drop_pending_locked(int fd, const char* why);
+  void read_lingering_locked(int fd);
   void run_timers_locked(core::Clock::time_point now);
   void engine_main();
 
@@ -106,6 +112,7 @@ class TcpDevice final : public Device, public core::EngineHandoff {
   std::mutex engine_mutex_;
   std::unordered_map<std::uint32_t, TcpQp*> qps_;
   std::unordered_map<int, PendingConnection> pending_;
+  std::unordered_map<int, core::Clock::time_point> lingering_;  // fd -> when to close it anyway
   core::Clock::time_point next_timer_scan_{};
   std::atomic<bool> timers_busy_{false};  // read by the engine thread before it blocks, outside the lock
 

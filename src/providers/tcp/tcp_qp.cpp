@@ -156,7 +156,38 @@ TcpQp::~TcpQp() {
   std::lock_guard engine(device_.engine_mutex());
   device_.remove_qp_locked(this);
   std::lock_guard lock(mutex_);
+  say_goodbye_locked();
   close_socket_locked();
+}
+
+void TcpQp::say_goodbye_locked() {
+  // Only between frames: a frame cut short is a broken connection anyway.
+  if (!live_locked() || !established_ || state() == QpState::Error || tx_.active) return;
+  Header bye;
+  bye.type = FrameType::Bye;
+  finish_header_locked(bye);
+  std::uint8_t frame[wire::kHeaderSize];
+  wire::encode(bye, frame);
+  std::size_t sent = 0;
+  const auto until = core::Clock::now() + std::chrono::milliseconds(100);
+  while (sent < sizeof(frame)) {
+    const ssize_t n = ::send(fd_, frame + sent, sizeof(frame) - sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    const auto now = core::Clock::now();
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK) || now >= until) return;  // the peer sees a plain close
+    pollfd pfd{fd_, POLLOUT, 0};
+    ::poll(&pfd, 1, static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(until - now).count()) + 1);
+  }
+  ::shutdown(fd_, SHUT_WR);
+  epoll_ctl(device_.epoll_fd(), EPOLL_CTL_DEL, fd_, nullptr);
+  device_.linger_locked(fd_);
+  fd_ = -1;
+  established_ = false;
+  RDMX_INFO("tcp qp %u: destroyed; told %s", qpn_, peer_text_.c_str());
 }
 
 std::string TcpQp::error_reason() const {
@@ -845,7 +876,9 @@ bool TcpQp::fill_read_ahead_locked() {
       return true;
     }
     if (n == 0) {
-      fail_locked("connection closed by " + peer_text_ + " (peer process exited, was killed, or destroyed its QP)",
+      fail_locked(peer_said_bye_ ? "connection closed by " + peer_text_ + ": it destroyed its QP"
+                                 : "connection closed by " + peer_text_ +
+                                       " without a goodbye (its process exited, was killed, or its QP failed)",
                   WcStatus::RetryExcErr);
       return false;
     }
@@ -1117,6 +1150,9 @@ bool TcpQp::handle_request_locked(const Header& h) {
 
 bool TcpQp::handle_response_locked(const Header& h) {
   switch (h.type) {
+    case FrameType::Bye:
+      peer_said_bye_ = true;
+      return true;
     case FrameType::Ack:
       if (!(h.flags & wire::kAckValid)) {
         protocol_error_locked("ACK without an acknowledged MSN");
@@ -1449,7 +1485,9 @@ void TcpQp::fail_locked(const std::string& reason, WcStatus status, std::optiona
   if (state() == QpState::Error) return;
   state_.store(QpState::Error, std::memory_order_release);
   error_reason_ = reason;
-  const bool quiet = sq_count_ == 0 && rq_count_ == 0 && reason.rfind("connection closed", 0) == 0;
+  // A peer that destroyed its QP in order while this one waits for nothing
+  // is the normal end of a job; any other loss is worth a warning.
+  const bool quiet = sq_count_ == 0 && rq_count_ == 0 && peer_said_bye_;
   if (quiet) {
     RDMX_INFO("tcp qp %u -> ERROR: %s", qpn_, reason.c_str());
   } else {

@@ -171,6 +171,9 @@ class TcpQp final : public QueuePair {
   void begin_drain_locked();
   void drain_locked();
   void close_socket_locked();
+  // Destruction in order: a BYE (carrying the final acknowledgement) and a
+  // shut-down write side, the socket left to the device to linger on.
+  void say_goodbye_locked();
   // Errors.
   // Moves to ERROR: the WR with `failing_msn` (default: the oldest) completes
   // with `status`, every other outstanding WR and receive with WR_FLUSH_ERR.
@@ -206,6 +209,7 @@ class TcpQp final : public QueuePair {
   bool want_write_ = false;
   bool tx_blocked_ = false;  // the last send hit EAGAIN: wait for EPOLLOUT
   bool draining_ = false;    // ERROR: NAK sent, reading until the peer closes
+  bool peer_said_bye_ = false;  // the peer destroyed its QP in order: its end of file is no crash
   bool write_shut_ = false;
   core::Clock::time_point drain_deadline_{};
   core::Clock::time_point connect_deadline_{};

@@ -15,6 +15,7 @@ const char* to_string(FrameType type) {
     case FrameType::AtomicResp: return "ATOMIC_RESP";
     case FrameType::Ack: return "ACK";
     case FrameType::Nak: return "NAK";
+    case FrameType::Bye: return "BYE";
   }
   return "UNKNOWN";
 }
@@ -51,6 +52,7 @@ const char* validate(const Header& h) {
     case FrameType::ReadResp:
     case FrameType::AtomicResp:
     case FrameType::Ack:
+    case FrameType::Bye:
       return nullptr;
   }
   return "unknown frame type";

@@ -30,6 +30,7 @@ enum class FrameType : std::uint8_t {
   Ack = 9,          // cumulative acknowledgement (ack_msn)
   Nak = 10,         // negative acknowledgement of request `msn`
   CmpSwapReq = 11,  // atomic compare-and-swap request
+  Bye = 12,         // the sender destroys its QP in order: what it acknowledged is all it will
 };
 
 enum Flags : std::uint16_t {
