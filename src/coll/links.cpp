@@ -858,10 +858,6 @@ class Links::RunState {
     }
   }
 
-  static bool needs_redop(CollOp op) {
-    return op == CollOp::AllReduce || op == CollOp::ReduceScatter || op == CollOp::Reduce;
-  }
-
   Links& l_;
   Schedule& s_;
   const OpDesc& desc_;

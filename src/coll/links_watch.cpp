@@ -33,8 +33,6 @@ constexpr auto kStill = std::chrono::milliseconds(1000);
 // adds little to RDMX_TIMEOUT.
 constexpr auto kLastLook = std::chrono::milliseconds(300);
 
-bool needs_redop(CollOp op) { return op == CollOp::AllReduce || op == CollOp::ReduceScatter || op == CollOp::Reduce; }
-
 OpDesc desc_of(const Progress& p) {
   OpDesc d;
   d.seq = p.entered;

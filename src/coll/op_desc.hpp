@@ -24,6 +24,11 @@ struct OpDesc {
   bool p2p() const noexcept { return op == CollOp::Send || op == CollOp::Recv || op == CollOp::SendRecv; }
 };
 
+// Operations whose reduction is part of the call (and so must match).
+inline bool needs_redop(CollOp op) noexcept {
+  return op == CollOp::AllReduce || op == CollOp::ReduceScatter || op == CollOp::Reduce;
+}
+
 // "all_reduce #5 (fp32 x 1024, sum, ring)", "broadcast #2 (int8 x 7, root 1, tree)", "send #3 (fp32 x 4)".
 std::string describe(const OpDesc& desc);
 
