@@ -4,7 +4,7 @@ COLL_JOBS ?= 2
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all deps build run example test test-coll-full bench bench-shm bench-coll bench-peers bench-verbs clean
+.PHONY: all deps build build-cli build-examples run example test test-coll-full bench bench-shm bench-coll bench-peers bench-verbs clean
 
 all: build
 
@@ -19,18 +19,36 @@ build: deps $(BUILD)/build.ninja
 	@echo "== build"
 	cmake --build $(BUILD) -j $(JOBS)
 
+# Only what `rdmx bench` runs: the rdmx command and the library under it (bench
+# starts each step as `rdmx perf ...` of itself). Not the test suites: on two
+# cores those take most of a full build's time.
+build-cli: deps $(BUILD)/build.ninja
+	@echo "== build (the rdmx command; make test builds everything)"
+	cmake --build $(BUILD) -j $(JOBS) --target rdmx_cli
+
+EXAMPLES = rdmx_write_read rdmx_all_reduce
+build-examples: deps $(BUILD)/build.ninja
+	@echo "== build (the rdmx command and the examples)"
+	cmake --build $(BUILD) -j $(JOBS) --target rdmx_cli $(EXAMPLES)
+
 # The main job: `rdmx bench` on local ranks probes the providers, runs a short
 # p2p and all_reduce sweep on each, prints a summary and writes results.json
 # and report.html (docs/TOOLS.md).
 REPORT ?= $(BUILD)/bench-report
-run: build
+run: build-cli
 	@echo "== run: rdmx bench on local ranks (summary below; full results and the HTML report in $(REPORT)/)"
 	$(BUILD)/tools/rdmx bench --out $(REPORT)
 
-# The example of the README: two local ranks WRITE and READ 64 MiB (examples/write_read.cpp).
-example: build
+# The examples of the README: two local ranks WRITE and READ 64 MiB
+# (examples/write_read.cpp), then four sum a vector with all_reduce
+# (examples/all_reduce.cpp), both bounded by RDMX_EXAMPLE_TIMEOUT seconds.
+RDMX_EXAMPLE_TIMEOUT ?= 120
+example: build-examples
 	@echo "== example: 2 local ranks (examples/write_read.cpp)"
 	bash scripts/run_example.sh $(BUILD)/examples/rdmx_write_read
+	@echo "== example: 4 local ranks (examples/all_reduce.cpp)"
+	RDMX_TIMEOUT=$${RDMX_TIMEOUT:-30} $(BUILD)/tools/rdmx run -n 4 --time-limit $(RDMX_EXAMPLE_TIMEOUT) -- \
+	    $(BUILD)/examples/rdmx_all_reduce
 
 test: build
 	@echo "== test (ctest; needs root for the network-namespace cases; the verbs cases boot a soft-RoCE guest)"

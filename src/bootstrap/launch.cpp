@@ -1,4 +1,5 @@
 // Launcher detection (detect_launch) and joining a job (from_env).
+#include <cerrno>  // program_invocation_name
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -165,6 +166,12 @@ std::string recognised_launchers_text() {
   return out;
 }
 
+// How this program was started (argv[0]), for a hint that can be pasted back.
+std::string program_name() {
+  const char* name = program_invocation_name;
+  return name != nullptr && *name != '\0' ? name : "./my_program";
+}
+
 constexpr const char* kStoreHint =
     "export RDMX_STORE=host:port (rank 0 serves it when host is one of its addresses), RDMX_STORE=file:/shared/dir, "
     "or MASTER_ADDR and MASTER_PORT";
@@ -195,10 +202,12 @@ LaunchInfo detect_launch() {
   }
   if (launcher == nullptr) {
     throw Error(ErrorCode::Config,
-                "no launcher recognised: none of " + recognised_launchers_text() + " is set",
+                "no launcher recognised: none of " + recognised_launchers_text() +
+                    " is set, so this process does not know its rank (was it started on its own?)",
                 ErrorContext{.op = "detect_launch",
-                             .hint = "run under torchrun, mpirun or srun, or export RDMX_RANK, RDMX_WORLD_SIZE and "
-                                     "RDMX_STORE=host:port (or file:/shared/dir)"});
+                             .hint = "start N ranks of it with rdmx run -n N -- CMD (e.g. rdmx run -n 2 -- " +
+                                     program_name() + "), or under torchrun, mpirun or srun; or export RDMX_RANK, "
+                                     "RDMX_WORLD_SIZE and RDMX_STORE=host:port (or file:/shared/dir)"});
   }
 
   LaunchInfo info;

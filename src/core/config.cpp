@@ -2,10 +2,12 @@
 
 #include <atomic>
 #include <cerrno>
-#include <cstdlib>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include "core/log.hpp"
+#include "rdmx/error.hpp"
 
 namespace rdmx::core {
 namespace {
@@ -15,16 +17,49 @@ std::atomic<int> g_rank{-1};
 // from ~1.7 to ~3-5 GB/s when this rose from 50 to 200 us.
 constexpr int kDefaultSpinUs = 200;
 
-std::chrono::milliseconds duration_from_env(const char* name, std::chrono::milliseconds fallback) {
+// A duration as written, in milliseconds, kept as a double so that "1e17"
+// stays a number to report rather than overflowing; nullopt when the text is
+// not a duration at all.
+std::optional<double> parse_milliseconds(const std::string& text) {
+  char* end = nullptr;
+  const double number = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || !std::isfinite(number)) return std::nullopt;
+  const std::string unit(end);
+  if (unit.empty() || unit == "s") return number * 1000.0;
+  if (unit == "ms") return number;
+  return std::nullopt;
+}
+
+std::string format_ms(std::chrono::milliseconds ms) {
+  if (ms.count() % 1000 == 0) return std::to_string(ms.count() / 1000) + "s";
+  return std::to_string(ms.count()) + "ms";
+}
+
+std::string format_seconds(double ms) {
+  char text[48];
+  std::snprintf(text, sizeof text, "%g s", ms / 1000.0);
+  return text;
+}
+
+// The value of a duration setting; see config.hpp for why a bad one throws.
+std::chrono::milliseconds duration_from_env(const char* name, std::chrono::milliseconds fallback,
+                                            std::chrono::milliseconds min) {
   auto text = env(name);
   if (!text) return fallback;
-  auto parsed = parse_duration(*text);
-  if (!parsed) {
-    log(LogLevel::Warn, "ignoring %s=\"%s\": expected seconds (\"30\", \"2.5s\") or \"500ms\"; using %lld ms",
-        name, text->c_str(), static_cast<long long>(fallback.count()));
-    return fallback;
+  const std::string accepted = "accepted: seconds (\"30\", \"2.5s\") or milliseconds (\"500ms\") from " +
+                               format_ms(min) + " to 30 days (" + format_ms(kMaxDuration) + ")";
+  const ErrorContext context{.op = "read settings",
+                             .hint = std::string("fix or unset ") + name + " (default " + format_ms(fallback) + ")"};
+  const auto ms = parse_milliseconds(*text);
+  if (!ms) {
+    throw Error(ErrorCode::Config, std::string(name) + "=\"" + *text + "\" is not a duration; " + accepted, context);
   }
-  return *parsed;
+  if (*ms < static_cast<double>(min.count()) || *ms > static_cast<double>(kMaxDuration.count())) {
+    throw Error(ErrorCode::Config,
+                std::string(name) + "=\"" + *text + "\" is out of range (" + format_seconds(*ms) + "); " + accepted,
+                context);
+  }
+  return std::chrono::milliseconds(std::llround(*ms));
 }
 }  // namespace
 
@@ -35,28 +70,28 @@ std::optional<std::string> env(const char* name) {
 }
 
 std::optional<std::chrono::milliseconds> parse_duration(const std::string& text) {
-  char* end = nullptr;
-  double number = std::strtod(text.c_str(), &end);
-  if (end == text.c_str() || !std::isfinite(number) || number < 0) return std::nullopt;
-  std::string unit(end);
-  double ms;
-  if (unit.empty() || unit == "s") {
-    ms = number * 1000.0;
-  } else if (unit == "ms") {
-    ms = number;
-  } else {
-    return std::nullopt;
-  }
-  return std::chrono::milliseconds(static_cast<long long>(std::llround(ms)));
+  const auto ms = parse_milliseconds(text);
+  if (!ms || *ms < 0 || *ms > static_cast<double>(kMaxDuration.count())) return std::nullopt;
+  return std::chrono::milliseconds(std::llround(*ms));
 }
 
+std::chrono::milliseconds read_timeout() {
+  return duration_from_env("RDMX_TIMEOUT", std::chrono::seconds(60), std::chrono::milliseconds(1));
+}
+
+std::chrono::milliseconds read_rnr_timeout() {
+  return duration_from_env("RDMX_RNR_TIMEOUT", std::chrono::seconds(1), std::chrono::milliseconds(0));
+}
+
+// A static whose initialiser throws is initialised again on the next call, so
+// a bad value fails every call, never just the first.
 std::chrono::milliseconds timeout() {
-  static const auto value = duration_from_env("RDMX_TIMEOUT", std::chrono::seconds(60));
+  static const auto value = read_timeout();
   return value;
 }
 
 std::chrono::milliseconds rnr_timeout() {
-  static const auto value = duration_from_env("RDMX_RNR_TIMEOUT", std::chrono::seconds(1));
+  static const auto value = read_rnr_timeout();
   return value;
 }
 
@@ -71,18 +106,25 @@ bool registration_cache_enabled() {
   return value;
 }
 
+std::chrono::microseconds read_spin_budget() {
+  auto text = env("RDMX_SPIN_US");
+  if (!text) return std::chrono::microseconds(kDefaultSpinUs);
+  char* end = nullptr;
+  errno = 0;
+  const long long us = std::strtoll(text->c_str(), &end, 10);
+  const bool number = end != text->c_str() && *end == '\0';
+  if (!number || errno == ERANGE || us < 0 || us > kMaxSpin.count()) {
+    throw Error(ErrorCode::Config,
+                "RDMX_SPIN_US=\"" + *text + "\" is " + (number ? "out of range" : "not a number of microseconds") +
+                    "; accepted: whole microseconds from 0 to " + std::to_string(kMaxSpin.count()) + " (1 s)",
+                {.op = "read settings",
+                 .hint = "fix or unset RDMX_SPIN_US (default " + std::to_string(kDefaultSpinUs) + ")"});
+  }
+  return std::chrono::microseconds(us);
+}
+
 std::chrono::microseconds spin_budget() {
-  static const auto value = [] {
-    auto text = env("RDMX_SPIN_US");
-    if (!text) return std::chrono::microseconds(kDefaultSpinUs);
-    char* end = nullptr;
-    long us = std::strtol(text->c_str(), &end, 10);
-    if (*end != '\0' || us < 0) {
-      log(LogLevel::Warn, "ignoring RDMX_SPIN_US=\"%s\": expected microseconds; using %d", text->c_str(), kDefaultSpinUs);
-      return std::chrono::microseconds(kDefaultSpinUs);
-    }
-    return std::chrono::microseconds(us);
-  }();
+  static const auto value = read_spin_budget();
   return value;
 }
 

@@ -5,12 +5,13 @@
 namespace rdmx {
 namespace {
 
+// "rdmx: <message> [<kind>, op=..., rank=...] hint: ...". The message leads,
+// so a line reads as a sentence ("rdmx: no RDMA device: ..."); the kind stays
+// in the brackets for whoever greps logs for "timeout" or "peer failure".
 std::string render(ErrorCode code, const std::string& message, const ErrorContext& c) {
-  std::string out = "rdmx ";
-  out += to_string(code);
-  out += ": ";
+  std::string out = "rdmx: ";
   out += message;
-  std::string where;
+  std::string where = to_string(code);
   auto add = [&where](const std::string& item) {
     if (!where.empty()) where += ", ";
     where += item;
@@ -20,7 +21,7 @@ std::string render(ErrorCode code, const std::string& message, const ErrorContex
   if (c.peer_rank >= 0) add("peer=" + std::to_string(c.peer_rank));
   if (!c.peer_addr.empty()) add("peer_addr=" + c.peer_addr);
   if (!c.sizes.empty()) add(c.sizes);
-  if (!where.empty()) out += " [" + where + "]";
+  out += " [" + where + "]";
   if (!c.hint.empty()) out += " hint: " + c.hint;
   return out;
 }

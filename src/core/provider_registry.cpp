@@ -91,6 +91,11 @@ std::vector<std::string> available_providers() {
 }
 
 std::shared_ptr<Device> open_device(std::string_view requested) {
+  // Engine and copy threads read these settings; a bad value must fail here,
+  // on the caller's thread, as an Error naming the variable.
+  core::timeout();
+  core::rnr_timeout();
+  core::spin_budget();
   std::string name(requested);
   std::string why;
   if (name.empty() || name == "auto") {

@@ -120,9 +120,21 @@ Setting text_setting(const char* name, const std::string& fallback, std::string 
   return make(name, core::env(name).value_or(fallback), std::move(meaning));
 }
 
-Setting duration_setting(const char* name, std::chrono::milliseconds in_force, std::string meaning) {
-  auto text = core::env(name);
-  return make(name, format_duration(in_force), std::move(meaning), !text || core::parse_duration(*text));
+// The library refuses a bad duration (core/config.hpp) rather than ignoring
+// it, so the report shows the value as refused and the library's reason.
+template <typename Read, typename Format>
+Setting refusable_setting(const char* name, Read read, Format format, std::string meaning) {
+  try {
+    return make(name, format(read()), std::move(meaning));
+  } catch (const Error& e) {
+    Setting s{.name = name, .value = core::env(name).value_or("") + " (refused)", .from_env = true};
+    s.meaning = "refused: " + e.message() + " (" + e.context().hint + ")";
+    return s;
+  }
+}
+
+Setting duration_setting(const char* name, std::chrono::milliseconds (*read)(), std::string meaning) {
+  return refusable_setting(name, read, format_duration, std::move(meaning));
 }
 
 Setting size_setting(const char* name, std::size_t in_force, std::string meaning) {
@@ -155,8 +167,6 @@ std::vector<ProviderStatus> probe_providers() {
 std::chrono::milliseconds default_timeout() { return core::timeout(); }
 
 std::vector<Setting> settings() {
-  const std::string spin_text = core::env("RDMX_SPIN_US").value_or("");
-  const bool spin_valid = spin_text.empty() || (spin_text.find_first_not_of("0123456789") == std::string::npos);
   const coll::CollSettings coll_values = coll::coll_settings();
   const auto cache_text = core::env("RDMX_REGISTRATION_CACHE");
   const bool cache_valid = !cache_text || *cache_text == "0" || *cache_text == "1";
@@ -166,12 +176,14 @@ std::vector<Setting> settings() {
       text_setting("RDMX_PROVIDER", "auto",
                    "the provider open_device(\"auto\") opens (shm, verbs, tcp); auto picks per peer: shm on this "
                    "host, else verbs where both sides have an RDMA port, else tcp"),
-      duration_setting("RDMX_TIMEOUT", core::timeout(),
-                       "bound on every blocking wait (store, CQ wait, connection): 30, 2.5s or 500ms"),
-      duration_setting("RDMX_RNR_TIMEOUT", core::rnr_timeout(),
+      duration_setting("RDMX_TIMEOUT", core::read_timeout,
+                       "bound on every blocking wait (store, CQ wait, connection): 30, 2.5s or 500ms; at most 30 "
+                       "days"),
+      duration_setting("RDMX_RNR_TIMEOUT", core::read_rnr_timeout,
                        "how long a SEND waits for the peer to post a receive before RNR_RETRY_EXC_ERR"),
-      make("RDMX_SPIN_US", std::to_string(core::spin_budget().count()),
-           "how long a waiter busy-polls before it sleeps, in microseconds", spin_valid),
+      refusable_setting("RDMX_SPIN_US", core::read_spin_budget,
+                        [](std::chrono::microseconds us) { return std::to_string(us.count()); },
+                        "how long a waiter busy-polls before it sleeps, in microseconds (at most 1000000)"),
       text_setting("RDMX_SOCKET_IFNAME", "auto",
                    "tcp: interfaces to use (name prefixes, ^ excludes, = exact); auto: the first up that is "
                    "neither loopback nor docker*, else loopback"),

@@ -210,6 +210,15 @@ TEST(DetectLaunch, NoLauncherNamesWhatItLookedFor) {
   EXPECT_TRUE(contains(what, "hint:")) << what;
 }
 
+// A program started on its own is the first thing a new user tries: the
+// error says how to start it as a job instead.
+TEST(DetectLaunch, NoLauncherSuggestsRdmxRun) {
+  std::string what = config_error({});
+  EXPECT_TRUE(contains(what, "rdmx run -n N -- CMD")) << what;
+  EXPECT_TRUE(contains(what, "rdmx run -n 2 -- ")) << what;
+  EXPECT_TRUE(contains(what, "was it started on its own?")) << what;
+}
+
 TEST(DetectLaunch, MissingWorldSizeIsNamed) {
   std::string what = config_error({{"RDMX_RANK", "0"}, {"RDMX_STORE", "h:1"}});
   EXPECT_TRUE(contains(what, "launcher rdmx recognised")) << what;

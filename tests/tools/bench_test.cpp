@@ -8,6 +8,7 @@
 #include <iterator>
 
 #include "json_schema.hpp"
+#include "rdmx/version.hpp"
 #include "run_cli.hpp"
 
 namespace rdmx::test {
@@ -34,10 +35,13 @@ TEST(BenchCommand, QuickRunWritesSummaryJsonAndReport) {
   EXPECT_NE(r.out.find("verbs     not usable: "), std::string::npos) << r.out;
   // No progress bar when stderr is not a terminal.
   EXPECT_EQ(r.err.find('\r'), std::string::npos) << r.err;
+  // The caveat the report carries too (report_html_test), wrapped for the terminal.
+  EXPECT_NE(r.out.find("All ranks are on this host: tcp runs over loopback"), std::string::npos) << r.out;
 
   const json doc = json::parse(slurp(dir / "results.json"));
   const auto problems = validate_json(doc, load_schema("bench.schema.json"));
   for (const auto& p : problems) ADD_FAILURE() << p;
+  EXPECT_EQ(doc["rdmx_version"], rdmx::version());
   EXPECT_TRUE(doc["errors"].empty()) << doc["errors"].dump(2);
   for (const auto& s : doc["summary"]) {
     EXPECT_FALSE(s["best_latency_us"].is_null()) << s.dump();

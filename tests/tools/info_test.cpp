@@ -157,11 +157,27 @@ TEST(InfoCommand, SettingsListEveryVariableTheLibraryReads) {
   EXPECT_TRUE(missing.empty()) << ::testing::PrintToString(missing);
 }
 
-TEST(InfoCommand, AMalformedSettingShowsTheDefaultInForce) {
+// The library refuses a duration it cannot honour; info still reports, and says why.
+TEST(InfoCommand, AMalformedDurationIsShownRefused) {
   const json doc = info_json({{"RDMX_TIMEOUT", "soon"}});
   const json* timeout = find_named(doc["settings"], "RDMX_TIMEOUT");
   ASSERT_NE(timeout, nullptr);
-  EXPECT_EQ((*timeout)["value"], "60s (ignored \"soon\": malformed)");
+  EXPECT_EQ((*timeout)["value"], "soon (refused)");
+  const std::string meaning = (*timeout)["meaning"];
+  EXPECT_NE(meaning.find("RDMX_TIMEOUT=\"soon\" is not a duration"), std::string::npos) << meaning;
+  EXPECT_NE(meaning.find("30 days"), std::string::npos) << meaning;
+  // Opening a device would fail the same way, so the providers say so too.
+  const json* shm = find_named(doc["providers"], "shm");
+  ASSERT_NE(shm, nullptr);
+  EXPECT_NE((*shm)["reason"].get<std::string>().find("RDMX_TIMEOUT"), std::string::npos) << shm->dump();
+}
+
+TEST(InfoCommand, AMalformedSizeShowsTheDefaultInForce) {
+  const json doc = info_json({{"RDMX_SHM_EAGER_LIMIT", "lots"}});
+  const json* limit = find_named(doc["settings"], "RDMX_SHM_EAGER_LIMIT");
+  ASSERT_NE(limit, nullptr);
+  EXPECT_NE((*limit)["value"].get<std::string>().find("(ignored \"lots\": malformed)"), std::string::npos)
+      << limit->dump();
 }
 
 // A sysfs tree shaped like a RoCE device's, with the quirks the reader must

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -23,6 +26,12 @@ json parse_or_fail(const CliResult& r) {
   }
 }
 
+std::size_t count(const std::string& haystack, const std::string& needle) {
+  std::size_t n = 0;
+  for (auto at = haystack.find(needle); at != std::string::npos; at = haystack.find(needle, at + needle.size())) ++n;
+  return n;
+}
+
 void expect_valid(const json& doc, const std::string& schema) {
   const auto problems = validate_json(doc, load_schema(schema));
   for (const auto& p : problems) ADD_FAILURE() << schema << ": " << p;
@@ -37,6 +46,7 @@ TEST_P(PerfOnProvider, P2pRunsEveryTestAndMatchesItsSchema) {
   const json doc = parse_or_fail(r);
   expect_valid(doc, "perf_p2p.schema.json");
   EXPECT_EQ(doc["provider"], GetParam());
+  EXPECT_EQ(doc["transport"], GetParam());
   std::set<std::string> tests;
   for (const auto& run : doc["runs"]) {
     tests.insert(run["test"]);
@@ -99,6 +109,41 @@ TEST_P(PerfOnProvider, CollTableHasNcclTestsColumnsAndFooter) {
   EXPECT_NE(r.out.find("# Avg bus bandwidth    :"), std::string::npos) << r.out;
 }
 
+// The banner says which transport ran, as perf coll's does: under auto, the
+// provider chosen for the peer (two ranks on one host: shm).
+TEST_P(PerfOnProvider, P2pBannerNamesTheTransport) {
+  const CliResult r = run_cli({"perf", "p2p", "write_lat", "--provider", GetParam(), "-n", "100"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(" Transport       : " + GetParam() + "\n"), std::string::npos) << r.out;
+  const CliResult a = run_cli({"perf", "p2p", "write_lat", "--provider", "auto", "-n", "100"});
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_NE(a.out.find(" Provider        : auto\n"), std::string::npos) << a.out;
+  EXPECT_NE(a.out.find(" Transport       : shm\n"), std::string::npos) << a.out;
+}
+
+// A timeout bounds silence, not a whole benchmark: a bandwidth run that lasts
+// several times RDMX_TIMEOUT passes, on the passive side too (write_bw's rank 1
+// waits for the closing WRITE_WITH_IMM; read_bw's only serves). Iterations are
+// scaled from what a run achieved until one lasts at least 1.5 s (aiming at
+// 3 s), since a host's speed, and what else runs on it, are not known here.
+TEST_P(PerfOnProvider, BandwidthRunsLongerThanTheTimeoutPass) {
+  constexpr double kBytes = 4.0 * (1 << 20);
+  for (const std::string test : {"write_bw", "read_bw"}) {
+    long iters = 100;
+    double seconds = 0;
+    for (int attempt = 0; attempt < 4 && seconds < 1.5; ++attempt) {
+      const CliResult r = run_cli({"perf", "p2p", test, "--provider", GetParam(), "-s", "4M", "-n",
+                                   std::to_string(iters), "--warmup", "10", "--json"},
+                                  {{"RDMX_TIMEOUT", "1s"}}, std::chrono::seconds(60));
+      ASSERT_EQ(r.exit_code, 0) << test << " with RDMX_TIMEOUT=1s, " << iters << " iterations:\n" << r.err;
+      const double gb_s = parse_or_fail(r)["runs"][0]["results"][0]["bw_avg_gb_s"].get<double>();
+      seconds = static_cast<double>(iters) * kBytes / (gb_s * 1e9);
+      iters = static_cast<long>(std::clamp(static_cast<double>(iters) * 3.0 / seconds, 100.0, 5e7));
+    }
+    EXPECT_GT(seconds, 1.5) << test << ": no timed run outlasted RDMX_TIMEOUT=1s, so nothing was shown";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Providers, PerfOnProvider, ::testing::Values("shm", "tcp"),
                          [](const auto& param_info) { return param_info.param; });
 
@@ -158,6 +203,63 @@ TEST(PerfCommand, VerbsWithoutADeviceFailsClearly) {
   EXPECT_NE(r.err.find("no RDMA device"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("RDMX_PROVIDER=tcp"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("Segmentation"), std::string::npos) << r.err;
+  // It reads as a sentence, and once: not per rank, not again in the launcher's report.
+  EXPECT_EQ(r.err.find("rdmx not found"), std::string::npos) << r.err;
+  EXPECT_EQ(count(r.err, "no RDMA device"), 1u) << r.err;
+  EXPECT_NE(r.err.find("] rdmx: no RDMA device: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rdmx perf p2p: rank "), std::string::npos) << r.err;
+  // The same under rdmx run, whose ranks each run perf p2p as a launched rank.
+  const CliResult run = run_cli({"run", "-n", "2", "--", cli_path(), "perf", "p2p", "write_lat"},
+                                {{"RDMX_PROVIDER", "verbs"}});
+  EXPECT_EQ(run.exit_code, 1) << run.err;
+  EXPECT_EQ(count(run.err, "no RDMA device"), 1u) << run.err;
+  EXPECT_EQ(run.err.find("rdmx not found"), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("rdmx run: rank "), std::string::npos) << run.err;
+}
+
+// 256 ranks of barrier once ran into the OOM killer: what the host's memory
+// cannot hold is refused up front, with the numbers, before any rank starts.
+TEST(PerfCommand, MoreRanksThanMemoryHoldsAreRefused) {
+  const auto start = std::chrono::steady_clock::now();
+  const CliResult r = run_cli({"perf", "coll", "barrier", "--np", "4096"}, {}, std::chrono::seconds(30));
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("--np 4096: 4096 local ranks need about"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("available (MemAvailable in /proc/meminfo)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("RDMX_COLL_BUFFSIZE=4 MiB for each of the 4096 ranks (32 GiB per rank)"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("hint: use fewer ranks"), std::string::npos) << r.err;
+  // No rank started: nothing prefixed "[N]", and no launcher report.
+  EXPECT_EQ(r.err.find("[0]"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("rdmx perf coll: rank"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  EXPECT_LT(took, std::chrono::seconds(5));
+  // A smaller buffer size is part of the estimate.
+  const CliResult small = run_cli({"perf", "coll", "barrier", "--np", "4096"}, {{"RDMX_COLL_BUFFSIZE", "64K"}});
+  EXPECT_EQ(small.exit_code, 1) << small.err;
+  EXPECT_NE(small.err.find("RDMX_COLL_BUFFSIZE=64 KiB for each of the 4096 ranks (512 MiB per rank)"),
+            std::string::npos)
+      << small.err;
+}
+
+// nccl-tests runs whole elements; a size that is not one is rounded down, and said so.
+TEST(PerfCommand, ARoundedSizeIsNamed) {
+  const CliResult r = run_cli({"perf", "coll", "all_reduce", "--np", "2", "-b", "7", "-e", "7", "-n", "3", "-w", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("rdmx perf coll: note: all_reduce of 7 B runs as 4 B: whole float elements (4 B each), so a "
+                       "multiple of 4 B"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.out.find("\n           4             1     float"), std::string::npos) << r.out;
+  const CliResult g =
+      run_cli({"perf", "coll", "all_gather", "--np", "2", "--sizes", "100,96", "-n", "3", "-w", "1", "--json"});
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  EXPECT_NE(g.err.find("all_gather of 100 B runs as 96 B: whole float elements (4 B each), the same number per rank, "
+                       "so a multiple of 8 B with 2 ranks"),
+            std::string::npos)
+      << g.err;
+  EXPECT_EQ(count(g.err, "note:"), 1u) << "96 B is exact: no note for it\n" << g.err;
+  parse_or_fail(g);  // the note stays off stdout
 }
 
 TEST(PerfCommand, RootOutsideTheRanksIsAClearError) {

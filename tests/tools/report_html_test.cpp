@@ -9,7 +9,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <regex>
+#include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "json_schema.hpp"
 #include "report_html.hpp"
@@ -98,8 +103,12 @@ json sample_bench() {
        {{"name", "verbs"}, {"usable", false}, {"reason", "not built: libibverbs not found"}, {"device", ""}}});
   for (const auto& [provider, lat, bw] : {std::tuple{"shm", 0.25, 9.0}, std::tuple{"tcp", 14.0, 2.0}}) {
     doc["p2p"].push_back({{"provider", provider}, {"test", "write_lat"}, {"results", latency_rows(lat)}});
+    doc["p2p"].push_back({{"provider", provider}, {"test", "read_lat"}, {"results", latency_rows(lat * 0.8)}});
     doc["p2p"].push_back({{"provider", provider}, {"test", "send_lat"}, {"results", latency_rows(lat * 1.5)}});
+    doc["p2p"].push_back({{"provider", provider}, {"test", "atomic_lat"}, {"results", latency_rows(lat * 2)}});
     doc["p2p"].push_back({{"provider", provider}, {"test", "write_bw"}, {"results", bandwidth_rows(bw)}});
+    doc["p2p"].push_back({{"provider", provider}, {"test", "read_bw"}, {"results", bandwidth_rows(bw * 0.7)}});
+    doc["p2p"].push_back({{"provider", provider}, {"test", "send_bw"}, {"results", bandwidth_rows(bw * 0.5)}});
     doc["coll"].push_back({{"provider", provider},
                            {"collective", "all_reduce"},
                            {"np", 2},
@@ -268,6 +277,103 @@ TEST(ReportHtml, MalformedDocumentsDoNotThrow) {
   const std::string page = render_html_report(doc);
   EXPECT_EQ(count(page, "nan"), 0u);
   EXPECT_EQ(count(page, "inf"), 0u);
+}
+
+// The terminal summary's caveat (bench.cpp prints kSameHostCaveat too).
+TEST(ReportHtml, CarriesTheSameHostCaveat) {
+  const std::string page = render_html_report(sample_bench());
+  EXPECT_NE(page.find(cli::kSameHostCaveat), std::string::npos);
+  EXPECT_NE(page.find("tcp runs over loopback"), std::string::npos);
+  EXPECT_NE(page.find("same-host bandwidth is a CPU copy rate"), std::string::npos);
+  EXPECT_NE(render_html_report(empty_bench()).find(cli::kSameHostCaveat), std::string::npos);
+}
+
+// shm's read_lat below its write_lat looks like a bug; the page says why it is not.
+TEST(ReportHtml, ExplainsWhyShmReadLatencyCanBeatWrite) {
+  const std::string page = render_html_report(sample_bench());
+  const auto at = page.find("Why shm's read_lat can sit below its write_lat");
+  ASSERT_NE(at, std::string::npos);
+  const std::string why = page.substr(at, page.find("</p>", at) - at);
+  EXPECT_NE(why.find("one copy that the reader makes itself"), std::string::npos) << why;
+  EXPECT_NE(why.find("half a ping-pong"), std::string::npos) << why;
+  // Only where there is something to explain.
+  json doc = sample_bench();
+  json kept = json::array();
+  for (const auto& entry : doc["p2p"]) {
+    if (!(entry["provider"] == "shm" && entry["test"] == "read_lat")) kept.push_back(entry);
+  }
+  doc["p2p"] = kept;
+  EXPECT_EQ(render_html_report(doc).find("Why shm's read_lat"), std::string::npos);
+}
+
+// Every drawn line as (plot index, label, colour, dash pattern), from the
+// series groups: <g><title>label</title><polyline ... stroke="c" [stroke-dasharray="d"] ...
+struct DrawnLine {
+  int plot;
+  std::string label, colour, dash;
+};
+
+std::vector<DrawnLine> drawn_lines(const std::string& page) {
+  std::vector<DrawnLine> lines;
+  int plot = -1;
+  const std::regex line_re(R"re(<g><title>([^<]*)</title><polyline fill="none" stroke-width="2" stroke="([^"]*)"(?: stroke-dasharray="([^"]*)")? points=)re");
+  for (std::size_t at = page.find("<svg"); at != std::string::npos; at = page.find("<svg", at + 1)) {
+    ++plot;
+    const std::string svg = page.substr(at, page.find("</svg>", at) - at);
+    for (std::sregex_iterator it(svg.begin(), svg.end(), line_re), end; it != end; ++it) {
+      lines.push_back({plot, (*it)[1].str(), (*it)[2].str(), (*it)[3].str()});
+    }
+  }
+  return lines;
+}
+
+// The provider is the label's first word; the test the rest ("write_lat", "out of place").
+std::pair<std::string, std::string> provider_and_test(const std::string& label) {
+  const auto cut = label.find_first_of(" ,");
+  std::string test = label.substr(cut + 1);
+  if (!test.empty() && test.front() == ' ') test.erase(0, 1);
+  return {label.substr(0, cut), test};
+}
+
+TEST(ReportHtml, OneColourPerProviderAndOneLineStylePerTestInEveryPlot) {
+  const std::string page = render_html_report(sample_bench());
+  const auto lines = drawn_lines(page);
+  ASSERT_EQ(lines.size(), 2u * 4 + 2u * 3 + 2u * 2 * 2) << "latency, bandwidth, all_reduce time and busbw";
+  std::map<std::string, std::set<std::string>> colours_of_provider, dashes_of_test;
+  std::map<std::string, std::set<std::string>> providers_of_colour;
+  for (const auto& l : lines) {
+    const auto [provider, test] = provider_and_test(l.label);
+    colours_of_provider[provider].insert(l.colour);
+    providers_of_colour[l.colour].insert(provider);
+    // write_lat and write_bw are one operation, drawn alike.
+    dashes_of_test[test.substr(0, test.find('_'))].insert(l.dash);
+  }
+  EXPECT_EQ(colours_of_provider.size(), 2u);
+  for (const auto& [provider, colours] : colours_of_provider) {
+    EXPECT_EQ(colours.size(), 1u) << provider << " is drawn in " << ::testing::PrintToString(colours);
+  }
+  for (const auto& [colour, providers] : providers_of_colour) {
+    EXPECT_EQ(providers.size(), 1u) << colour << " is used for " << ::testing::PrintToString(providers);
+  }
+  for (const auto& [test, dashes] : dashes_of_test) {
+    EXPECT_EQ(dashes.size(), 1u) << test << " is drawn as " << ::testing::PrintToString(dashes);
+  }
+  // Within a plot, different tests look different, and the legend draws them the same way.
+  for (int plot = 0; plot < 4; ++plot) {
+    std::map<std::string, std::string> test_of_dash;
+    for (const auto& l : lines) {
+      if (l.plot != plot) continue;
+      const std::string test = provider_and_test(l.label).second;
+      const auto [it, fresh] = test_of_dash.emplace(l.dash, test);
+      EXPECT_TRUE(fresh || it->second == test) << "plot " << plot << ": " << test << " and " << it->second
+                                              << " share the dash pattern '" << l.dash << "'";
+    }
+  }
+  const std::string legend = legends(page);
+  EXPECT_NE(legend.find("stroke-dasharray=\"9 4\""), std::string::npos);  // read, and in place
+  EXPECT_NE(legend.find("stroke-dasharray=\"2 3\""), std::string::npos);  // send
+  EXPECT_NE(page.find("one line style per test: write: solid line, circles; read: dashed, squares"),
+            std::string::npos);
 }
 
 TEST(SvgPlot, FormatsSizesInBinaryUnits) {

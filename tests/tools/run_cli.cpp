@@ -17,10 +17,18 @@ extern char** environ;
 namespace rdmx::test {
 
 const char* cli_path() { return RDMX_CLI_PATH; }
+std::string example_path(const std::string& name) { return std::string(RDMX_EXAMPLES_DIR) + "/" + name; }
 std::string source_path(const std::string& relative) { return std::string(RDMX_SOURCE_DIR) + "/" + relative; }
 
 CliResult run_cli(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
                   std::chrono::seconds limit, long denied_syscall) {
+  std::vector<std::string> argv{cli_path()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_program(argv, env, limit, denied_syscall);
+}
+
+CliResult run_program(const std::vector<std::string>& argv_text, const std::map<std::string, std::string>& env,
+                      std::chrono::seconds limit, long denied_syscall) {
   int out_pipe[2];
   int err_pipe[2];
   if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
@@ -41,10 +49,9 @@ CliResult run_cli(const std::vector<std::string>& args, const std::map<std::stri
   std::vector<char*> envp;
   for (auto& e : env_text) envp.push_back(e.data());
   envp.push_back(nullptr);
-  std::vector<std::string> argv_text{cli_path()};
-  argv_text.insert(argv_text.end(), args.begin(), args.end());
+  std::vector<std::string> argv_copy = argv_text;
   std::vector<char*> argv;
-  for (auto& a : argv_text) argv.push_back(a.data());
+  for (auto& a : argv_copy) argv.push_back(a.data());
   argv.push_back(nullptr);
 
   const pid_t pid = ::fork();

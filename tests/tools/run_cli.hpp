@@ -20,8 +20,14 @@ struct CliResult {
 CliResult run_cli(const std::vector<std::string>& args, const std::map<std::string, std::string>& env = {},
                   std::chrono::seconds limit = std::chrono::seconds(120), long denied_syscall = -1);
 
-// The path of the rdmx binary under test, and of the source tree (docs/schemas).
+// Runs any program the same way: argv[0] is its path.
+CliResult run_program(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {},
+                      std::chrono::seconds limit = std::chrono::seconds(120), long denied_syscall = -1);
+
+// The path of the rdmx binary under test, of an example built beside it
+// ("rdmx_all_reduce"), and of the source tree (docs/schemas).
 const char* cli_path();
+std::string example_path(const std::string& name);
 std::string source_path(const std::string& relative);
 
 }  // namespace rdmx::test

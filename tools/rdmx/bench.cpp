@@ -24,6 +24,7 @@
 #include "local_job.hpp"
 #include "rdmx/error.hpp"
 #include "rdmx/info.hpp"
+#include "rdmx/version.hpp"
 #include "report_html.hpp"
 
 namespace rdmx::cli {
@@ -165,6 +166,24 @@ json summarize(const json& doc, const std::vector<std::string>& providers) {
   return summary;
 }
 
+// `text` in lines of at most `width` columns, each ending in a newline.
+std::string wrap(const std::string& text, std::size_t width) {
+  std::string out, line;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find(' ', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string word = text.substr(start, end - start);
+    if (!line.empty() && line.size() + 1 + word.size() > width) {
+      out += line + "\n";
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + word;
+    start = end + 1;
+  }
+  return line.empty() ? out : out + line + "\n";
+}
+
 // The table a person reads in ten seconds.
 void print_summary(const json& doc) {
   // A handful of all_reduce sizes; every size is in the JSON and the report.
@@ -216,9 +235,8 @@ void print_summary(const json& doc) {
   for (const auto& e : doc["errors"]) {
     std::printf("FAILED    %s: %s\n", e["what"].get<std::string>().c_str(), e["message"].get<std::string>().c_str());
   }
-  std::printf("GB = 1e9 bytes; latency: write/send half a round trip, read/atomic a full one (perftest).\n"
-              "All ranks are on this host: tcp runs over loopback, and same-host bandwidth is a CPU copy rate\n"
-              "(faster while a message fits in the caches). Across hosts the network sets the pace.\n");
+  std::printf("GB = 1e9 bytes; latency: write/send half a round trip, read/atomic a full one (perftest).\n%s",
+              wrap(kSameHostCaveat, 100).c_str());
 }
 
 void write_file(const std::filesystem::path& path, const std::string& text) {
@@ -236,7 +254,7 @@ int run_bench(const BenchOptions& o) {
   const auto started = Clock::now();
   const HostTopology host = discover_topology();
   json doc = {{"schema", "rdmx.bench/1"},
-              {"rdmx_version", "0.1.0"},
+              {"rdmx_version", rdmx::version()},
               {"started", iso_time_utc(started_wall)},
               {"duration_s", 0.0},
               {"host",

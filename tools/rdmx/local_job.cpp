@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -85,12 +86,70 @@ struct Stream {
   std::string pending;  // bytes after the last newline
 };
 
+struct TailLine {
+  std::string text;
+  bool on_stderr = false;  // already on our stderr, as itself or as another rank's identical line
+};
+
 struct Rank {
   pid_t pid = -1;
   bool running = true;
   int status = 0;
-  std::deque<std::string> tail;
+  std::deque<TailLine> tail;
+  std::string last_stderr_key;  // its last stderr line, normalised: how it failed, for "the same way"
+  std::size_t held_back = 0;    // error lines not printed: another rank had printed the same
 };
+
+// A line as it reads with this rank's own number taken out ("rank=1", "rank 1"),
+// so N ranks failing with one error give one key.
+std::string normalise(std::string_view line, int rank) {
+  const std::string r = std::to_string(rank);
+  std::string out;
+  out.reserve(line.size());
+  for (std::size_t i = 0; i < line.size();) {
+    bool replaced = false;
+    for (const std::string_view prefix : {std::string_view("rank="), std::string_view("rank ")}) {
+      const std::size_t end = i + prefix.size() + r.size();
+      if (line.substr(i, prefix.size()) == prefix && line.substr(i + prefix.size(), r.size()) == r &&
+          (end == line.size() || std::isdigit(static_cast<unsigned char>(line[end])) == 0)) {
+        out.append(prefix).append("#");
+        i = end;
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) out.push_back(line[i++]);
+  }
+  return out;
+}
+
+// Beyond this many distinct lines a chatty job's stderr is passed on without
+// looking for repeats, so memory stays bounded.
+constexpr std::size_t kMaxRememberedLines = 10000;
+
+// An rdmx::Error as a program prints it: "...rdmx: <message> [<kind>, ...".
+// Only these are shown once for all ranks; any other line is the program's
+// own and every rank's copy is shown.
+bool is_rdmx_error(std::string_view line) {
+  static constexpr std::string_view kKinds[] = {"invalid argument", "invalid state", "not supported",
+                                                "not found",        "timeout",       "peer failure",
+                                                "protocol error",   "queue full",    "system error",
+                                                "configuration error"};
+  const std::size_t start = line.find("rdmx: ");
+  if (start == std::string_view::npos) return false;
+  for (std::size_t open = line.find(" [", start); open != std::string_view::npos; open = line.find(" [", open + 2)) {
+    for (const std::string_view kind : kKinds) {
+      if (line.substr(open + 2, kind.size()) == kind) return true;
+    }
+  }
+  return false;
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
+}
 
 class Job {
  public:
@@ -137,6 +196,7 @@ class Job {
     }
     cleanup(old_int, old_term, old_pipe);
     if (!result.failure.empty() && options_.output != OutputMode::Capture) report(result);
+    if (options_.output != OutputMode::Capture) report_held_back();
     result.rank0_stdout = std::move(captured_);
     return result;
   }
@@ -226,11 +286,24 @@ class Job {
     }
   }
 
+  void keep_in_tail(Rank& rank, std::string_view line, bool on_stderr) {
+    rank.tail.push_back({std::string(line), on_stderr});
+    if (rank.tail.size() > options_.tail_lines) rank.tail.pop_front();
+  }
+
+  // Whether another rank already put this error line (up to its rank number)
+  // on stderr: N ranks that fail alike print one error, not N.
+  bool repeats_another_rank(int rank, const std::string& key) {
+    if (const auto it = first_printer_.find(key); it != first_printer_.end()) return it->second != rank;
+    if (first_printer_.size() < kMaxRememberedLines) first_printer_.emplace(key, rank);
+    return false;
+  }
+
   void emit(Stream& s, std::string_view line) {
     Rank& rank = ranks_[static_cast<std::size_t>(s.rank)];
-    rank.tail.emplace_back(line);
-    if (rank.tail.size() > options_.tail_lines) rank.tail.pop_front();
+    if (s.is_stderr) rank.last_stderr_key = normalise(line, s.rank);
     if (options_.output == OutputMode::Capture) {
+      keep_in_tail(rank, line, false);
       if (s.rank == 0 && !s.is_stderr) {
         captured_.append(line);
         captured_.push_back('\n');
@@ -238,12 +311,19 @@ class Job {
       return;
     }
     if (options_.output == OutputMode::Rank0Plain && s.rank == 0 && !s.is_stderr) {
+      keep_in_tail(rank, line, false);
       std::fwrite(line.data(), 1, line.size(), stdout);
       std::fputc('\n', stdout);
       std::fflush(stdout);
       return;
     }
-    std::FILE* sink = s.is_stderr || options_.output == OutputMode::Rank0Plain ? stderr : stdout;
+    const bool to_stderr = s.is_stderr || options_.output == OutputMode::Rank0Plain;
+    keep_in_tail(rank, line, to_stderr);
+    if (to_stderr && is_rdmx_error(line) && repeats_another_rank(s.rank, normalise(line, s.rank))) {
+      ++rank.held_back;
+      return;
+    }
+    std::FILE* sink = to_stderr ? stderr : stdout;
     std::fprintf(sink, "[%d] %.*s\n", s.rank, static_cast<int>(line.size()), line.data());
     std::fflush(sink);
   }
@@ -380,22 +460,79 @@ class Job {
     }
     result.seconds = std::chrono::duration<double>(Clock::now() - started_).count();
     if (result.failed_rank >= 0) {
-      const auto& tail = ranks_[static_cast<std::size_t>(result.failed_rank)].tail;
-      result.failed_tail.assign(tail.begin(), tail.end());
+      for (const auto& line : ranks_[static_cast<std::size_t>(result.failed_rank)].tail) {
+        result.failed_tail.push_back(line.text);
+      }
+      result.failure += other_failures(result.failed_rank);
     }
     return result;
   }
 
+  // The ranks that failed besides the first, told apart from those this job
+  // stopped: "; 2 other ranks failed the same way (0, 3)" when they exited with
+  // the same status after the same last stderr line, else each named.
+  std::string other_failures(int first) const {
+    const Rank& f = ranks_[static_cast<std::size_t>(first)];
+    std::vector<int> same;
+    std::string different;
+    for (std::size_t i = 0; i < ranks_.size(); ++i) {
+      const Rank& r = ranks_[i];
+      if (static_cast<int>(i) == first || r.running) continue;
+      const bool exited_badly = WIFEXITED(r.status) && WEXITSTATUS(r.status) != 0;
+      const bool stopped_by_us = WIFSIGNALED(r.status) && (WTERMSIG(r.status) == SIGTERM || WTERMSIG(r.status) == SIGKILL);
+      if (!exited_badly && (!WIFSIGNALED(r.status) || stopped_by_us)) continue;
+      if (r.status == f.status && r.last_stderr_key == f.last_stderr_key) {
+        same.push_back(static_cast<int>(i));
+      } else {
+        different += "; rank " + std::to_string(i) + " also failed: it " + describe_status(r.status);
+      }
+    }
+    std::string out;
+    if (same.size() == 1) out = "; 1 other rank failed the same way (rank " + rank_list(same) + ")";
+    if (same.size() > 1) {
+      out = "; " + std::to_string(same.size()) + " other ranks failed the same way (ranks " + rank_list(same) + ")";
+    }
+    return out + different;
+  }
+
+  // After the job: which rank failed and how, and its last lines, except
+  // those already on stderr (its error is printed once, where it came out).
   void report(const LocalJobResult& result) const {
     std::fprintf(stderr, "%s: %s\n", options_.name.c_str(), result.failure.c_str());
     if (result.failed_rank < 0) return;
-    if (result.failed_tail.empty()) {
+    const Rank& failed = ranks_[static_cast<std::size_t>(result.failed_rank)];
+    if (failed.tail.empty()) {
       std::fprintf(stderr, "%s: rank %d printed nothing\n", options_.name.c_str(), result.failed_rank);
       return;
     }
-    std::fprintf(stderr, "%s: last %zu lines of rank %d:\n", options_.name.c_str(), result.failed_tail.size(),
-                 result.failed_rank);
-    for (const auto& line : result.failed_tail) std::fprintf(stderr, "  | %s\n", line.c_str());
+    std::vector<const std::string*> recap;
+    for (const auto& line : failed.tail) {
+      if (!line.on_stderr) recap.push_back(&line.text);
+    }
+    if (recap.empty()) return;
+    if (recap.size() == 1) {
+      std::fprintf(stderr, "%s: the last line of rank %d on stdout:\n", options_.name.c_str(), result.failed_rank);
+    } else {
+      std::fprintf(stderr, "%s: the last %zu lines of rank %d on stdout:\n", options_.name.c_str(), recap.size(),
+                   result.failed_rank);
+    }
+    for (const std::string* line : recap) std::fprintf(stderr, "  | %s\n", line->c_str());
+  }
+
+  // Lines held back as repeats, counted once at the end so nothing vanishes silently.
+  void report_held_back() const {
+    std::vector<int> from;
+    std::size_t lines = 0;
+    for (std::size_t i = 0; i < ranks_.size(); ++i) {
+      if (ranks_[i].held_back == 0) continue;
+      from.push_back(static_cast<int>(i));
+      lines += ranks_[i].held_back;
+    }
+    if (lines == 0) return;
+    std::fprintf(stderr, "%s: %zu error line%s of rank%s %s %s not shown again: another rank had printed the same "
+                 "(rank numbers aside)\n",
+                 options_.name.c_str(), lines, lines == 1 ? "" : "s", from.size() == 1 ? "" : "s",
+                 rank_list(from).c_str(), lines == 1 ? "was" : "were");
   }
 
   const LocalJobOptions& options_;
@@ -405,6 +542,7 @@ class Job {
   pid_t group_ = 0;
   Clock::time_point started_{};
   std::string captured_;
+  std::map<std::string, int> first_printer_;  // normalised stderr line -> the rank that printed it
 };
 
 }  // namespace

@@ -4,12 +4,15 @@
 
 #include "commands.hpp"
 #include "rdmx/error.hpp"
+#include "rdmx/version.hpp"
 
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   CLI::App app{"rdmx: RDMA-style communication and collectives. Run 'rdmx <command> --help' for a command's options.",
                "rdmx"};
   rdmx::cli::set_invocation(argc, argv);
+  // The library's version, the one bench reports carry (RDMX_VERSION_STRING is the headers').
+  app.set_version_flag("--version", std::string("rdmx ") + rdmx::version(), "print the version and exit");
   app.require_subcommand(1);
   app.fallthrough(false);
   rdmx::cli::register_info(app);
@@ -19,7 +22,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
     // A usage problem: the message, then the usage of the (sub)command it concerns (help() follows the
     // subcommands that were parsed).
     std::fprintf(stderr, "rdmx: %s\n\n%s", e.what(), app.help().c_str());
@@ -27,7 +30,7 @@ int main(int argc, char** argv) {
   } catch (const rdmx::cli::ExitStatus& e) {
     return e.status;
   } catch (const rdmx::Error& e) {
-    std::fprintf(stderr, "%s\n", e.what());  // what() begins "rdmx <kind>:"
+    std::fprintf(stderr, "%s\n", e.what());  // what() begins "rdmx: "
     return e.code() == rdmx::ErrorCode::NotSupported ? rdmx::cli::kExitUnsupported : rdmx::cli::kExitError;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rdmx: unexpected error: %s\n", e.what());

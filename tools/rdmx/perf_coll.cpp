@@ -15,8 +15,11 @@
 //   call, averaged over the ranks (nccl-tests' default -a 1). Iterations: -n,
 //   or per size from a calibration: 5 untimed calls, a barrier, 3 timed calls;
 //   iters = 0.2 s / (rank 0's time per call), at least 5, at most 10000, rank
-//   0's choice broadcast. Warm-up: -w, or max(5, iters / 10) untimed calls
-//   before the timed ones of each row.
+//   0's choice broadcast. Warm-up: before the sweep, as nccl-tests, -w calls
+//   (default 5) at the largest and the smallest size, the largest run until
+//   64 MiB per rank have moved (at most 200 calls); then before each row -w,
+//   or max(5, iters / 10), untimed calls. The sweep's very first call is
+//   timed and printed as "First call" beside its row's steady state.
 // - Out-of-place and in-place rows, as nccl-tests. In place: all_reduce, reduce
 //   and all_to_all pass the same buffer twice; reduce_scatter passes recv =
 //   send + rank * count (nccl-tests); all_gather and gather pass send = recv +
@@ -47,6 +50,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "coll_memory.hpp"
 #include "commands.hpp"
 #include "local_job.hpp"
 #include "perf_common.hpp"
@@ -62,6 +66,13 @@ constexpr double kTargetSeconds = 0.2;
 constexpr long kMinIters = 5;
 constexpr long kMaxIters = 10000;
 constexpr int kCalibrationWarmup = 5;
+// Before a sweep, as nccl-tests: -w calls (default 5) at the largest and the
+// smallest size, and at the largest at least enough calls to move this much
+// per rank (at most kMaxSweepWarmup calls), so that the collectives' rings
+// have been cycled through before any row is timed.
+constexpr long kSweepWarmupCalls = 5;
+constexpr double kSweepWarmupBytes = 64.0 * (1 << 20);
+constexpr long kMaxSweepWarmup = 200;
 constexpr int kCalibrationIters = 3;
 
 enum class Op { AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll, Gather, Scatter, Barrier };
@@ -207,6 +218,17 @@ Layout layout_for(Op op, std::size_t bytes, std::size_t esize, int n) {
   return l;
 }
 
+// Why layout_for() rounds a size down: whole elements, and for the
+// operations that split the buffer, the same number of them per rank.
+std::string rounding_reason(Op op, std::size_t esize, int n, const char* type) {
+  const bool split = op == Op::AllGather || op == Op::Gather || op == Op::ReduceScatter || op == Op::Scatter ||
+                     op == Op::AllToAll;
+  std::string why = std::string("whole ") + type + " elements (" + std::to_string(esize) + " B each)";
+  if (!split) return why + ", so a multiple of " + std::to_string(esize) + " B";
+  return why + ", the same number per rank, so a multiple of " + std::to_string(esize * static_cast<std::size_t>(n)) +
+         " B with " + std::to_string(n) + " ranks";
+}
+
 double bus_factor(Op op, int n) {
   switch (op) {
     case Op::AllReduce: return 2.0 * (n - 1) / n;
@@ -341,6 +363,7 @@ class Bench {
   void run_once(const Layout& l, bool inplace);
   double time_calls(const Layout& l, bool inplace, long iters);
   long iterations_for(const Layout& l, bool inplace);
+  double warm_up_sweep(const std::vector<std::size_t>& sizes, std::size_t esize);
   long long check_once(const Layout& l, bool inplace);
   double expected_reduction(std::size_t i) const;
   bool same(double got, double want) const;
@@ -413,6 +436,30 @@ long Bench::iterations_for(const Layout& l, bool inplace) {
   }
   comm_.broadcast(&iters, 1, rdmx::DataType::Int64, 0);
   return static_cast<long>(iters);
+}
+
+// Returns the time of this communicator's first call of the operation (the
+// largest size, the first mode the operation has), averaged over the ranks.
+double Bench::warm_up_sweep(const std::vector<std::size_t>& sizes, std::size_t esize) {
+  const Layout large = layout_for(o_.op, *std::max_element(sizes.begin(), sizes.end()), esize, n_);
+  const Layout small = layout_for(o_.op, *std::min_element(sizes.begin(), sizes.end()), esize, n_);
+  const bool inplace = !has_mode(o_.op, false);
+  const long calls = o_.warmup >= 0 ? o_.warmup : kSweepWarmupCalls;
+  const long large_calls =
+      large.bytes == 0 ? calls
+                       : std::max(calls, std::min(kMaxSweepWarmup, static_cast<long>(std::ceil(
+                                                                       kSweepWarmupBytes / static_cast<double>(large.bytes)))));
+  comm_.barrier();
+  const double start = now_s();
+  run_once(large, inplace);
+  const double mine = now_s() - start;
+  for (long i = 1; i < large_calls; ++i) run_once(large, inplace);
+  if (small.count > 0 || o_.op == Op::Barrier) {
+    for (long i = 0; i < calls; ++i) run_once(small, inplace);
+  }
+  double sum = 0;
+  comm_.all_reduce(&mine, &sum, 1, rdmx::DataType::Float64, rdmx::ReduceOp::Sum);
+  return sum / n_;
 }
 
 double Bench::expected_reduction(std::size_t i) const {
@@ -607,11 +654,20 @@ long long Bench::run(JsonLines& lines, json& run, bool table) {
   double bw_sum = 0;
   int bw_count = 0;
   json rows = json::array();
+  const double first_call_us = warm_up_sweep(sizes, esize) * 1e6;
+  const std::size_t largest = *std::max_element(sizes.begin(), sizes.end());
+  double largest_steady_us = 0;
   for (std::size_t size : sizes) {
     const Layout l = layout_for(op, size, esize, n_);
     if (op != Op::Barrier && l.count == 0) {
       if (print) std::printf("# %zu B: less than one %s per rank, skipped\n", size, type_name);
       continue;
+    }
+    if (op != Op::Barrier && l.bytes != size && rank_ == 0) {
+      // As nccl-tests, a size the operation cannot move exactly is rounded down; the size column shows
+      // what ran, and stderr says why it differs from what was asked (stdout may be --json).
+      std::fprintf(stderr, "rdmx perf coll: note: %s of %zu B runs as %zu B: %s\n", op_name, size, l.bytes,
+                   rounding_reason(op, esize, n_, type_name).c_str());
     }
     const bool first_mode = !has_mode(op, false);
     const long iters = iterations_for(l, first_mode);
@@ -630,6 +686,7 @@ long long Bench::run(JsonLines& lines, json& run, bool table) {
       const long long wrong = o_.check ? check_once(l, inplace) : -1;
       if (wrong > 0) all_wrong += wrong;
       const double us = seconds * 1e6;
+      if (size == largest && inplace == !has_mode(op, false)) largest_steady_us = us;
       const double algbw = seconds > 0 ? static_cast<double>(l.bytes) / 1e9 / seconds : 0;
       const double busbw = algbw * bus_factor(op, n_);
       bw_sum += busbw;
@@ -660,13 +717,17 @@ long long Bench::run(JsonLines& lines, json& run, bool table) {
   if (print) {
     std::printf("# Out of bounds values : %lld %s\n", all_wrong,
                 o_.check ? (all_wrong == 0 ? "OK" : "FAILED") : "(not checked)");
-    std::printf("# Avg bus bandwidth    : %.4g\n#\n", avg_busbw);
+    std::printf("# Avg bus bandwidth    : %.4g\n", avg_busbw);
+    std::printf("# First call           : %s us (%zu B, %s, before the sweep's warm-up; %s us per call in its row)\n#\n",
+                format_time(first_call_us).c_str(), layout_for(op, largest, esize, n_).bytes,
+                has_mode(op, false) ? "out-of-place" : "in-place", format_time(largest_steady_us).c_str());
   }
   run = {{"collective", op_name},      {"np", n_},
          {"transport", transport_name}, {"type", type_name},
          {"redop", redop_col},         {"root", root_col},
          {"check", o_.check},          {"wrong", o_.check ? all_wrong : -1},
-         {"avg_busbw_GBps", avg_busbw}, {"results", std::move(rows)}};
+         {"avg_busbw_GBps", avg_busbw}, {"first_call_us", first_call_us},
+         {"first_call_steady_us", largest_steady_us}, {"results", std::move(rows)}};
   // Nobody leaves while a peer may still read from it.
   comm_.barrier();
   return all_wrong;
@@ -712,6 +773,21 @@ std::vector<Options> plan(const Request& r) {
     }
   }
   return sweeps;
+}
+
+// Bytes of test buffers one rank allocates for the sweeps (Bench::run).
+std::size_t test_buffer_bytes(const std::vector<Options>& sweeps, int n) {
+  std::size_t most = 0;
+  for (const Options& o : sweeps) {
+    std::size_t send = 0, recv = 0;
+    for (std::size_t size : o.sizes) {
+      const Layout l = layout_for(o.op, size, kTypeSizes[o.type], n);
+      send = std::max(send, l.send_elems);
+      recv = std::max({recv, l.send_elems, l.recv_elems});
+    }
+    most = std::max(most, (send + recv) * kTypeSizes[o.type]);
+  }
+  return most;
 }
 
 void run(const Request& r, const std::vector<Options>& sweeps) {
@@ -762,8 +838,10 @@ void register_perf_coll(CLI::App& perf) {
                   "int8, uint8, int32, uint32, int64, uint64, half, bfloat16, float, double, all (default float)");
   cmd->add_option("-r,--root", r->root, "root rank of broadcast, reduce, gather, scatter (default 0)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--np", r->np, "local ranks to start when no launcher started this (default min(4, cores))")
-      ->check(CLI::Range(1, 256));
+  cmd->add_option("--np", r->np,
+                  "local ranks to start when no launcher started this (default min(4, cores); refused when this "
+                  "host's memory cannot hold them)")
+      ->check(CLI::Range(1, 65536));
   cmd->add_option("--provider", r->provider, "sets RDMX_PROVIDER: shm, verbs, tcp or auto")->check(provider_names());
   cmd->add_flag("--json", r->json, "print one JSON document (docs/schemas/perf_coll.schema.json) instead of tables");
   cmd->add_option("--json-lines", r->json_lines, "also append one JSON object per row to this file");
@@ -775,7 +853,9 @@ void register_perf_coll(CLI::App& perf) {
       throw CLI::ValidationError("perf coll", e.message);
     }
     if (!r->provider.empty()) ::setenv("RDMX_PROVIDER", r->provider.c_str(), 1);
-    if (run_self_as_local_ranks(r->np > 0 ? r->np : default_local_ranks(), "rdmx perf coll")) return;
+    const int np = r->np > 0 ? r->np : default_local_ranks();
+    if (!launcher_present()) refuse_local_ranks_beyond_memory(np, test_buffer_bytes(sweeps, np));
+    if (run_self_as_local_ranks(np, "rdmx perf coll")) return;
     run(*r, sweeps);
   });
 }

@@ -32,6 +32,7 @@
 #include "commands.hpp"
 #include "local_job.hpp"
 #include "perf_common.hpp"
+#include "perf_liveness.hpp"
 #include "perf_stats.hpp"
 #include "rdmx/bootstrap.hpp"
 #include "rdmx/info.hpp"
@@ -103,41 +104,6 @@ std::vector<std::size_t> sizes_for(const Options& o, const TestInfo& t) {
   return parse_size_list(o.size_text, "--size");
 }
 
-// ---------------------------------------------------------------------------
-// Bounded spinning. The clock is read only once a wait has lasted a while, so
-// the fast path of a ping-pong costs no time stamps; at the same cadence the
-// QP is checked, so a dead peer ends the wait at once rather than at the timeout.
-class SpinBudget {
- public:
-  SpinBudget(const QueuePair& qp, std::chrono::milliseconds timeout, const char* what)
-      : qp_(qp), timeout_(timeout), what_(what) {}
-  void tick() {
-    if ((++spins_ & 0xfff) != 0) return;
-    if (qp_.state() == QpState::Error) {
-      throw Error(ErrorCode::PeerFailure,
-                  std::string("queue pair failed while waiting for ") + what_ + ": " + qp_.error_reason(),
-                  {.op = "perf p2p", .hint = "the other rank's output says why"});
-    }
-    const auto now = Clock::now();
-    if (!started_) {
-      deadline_ = now + timeout_;
-      started_ = true;
-    } else if (now > deadline_) {
-      throw Error(ErrorCode::Timeout,
-                  std::string("gave up waiting for ") + what_ + " after " + std::to_string(timeout_.count()) + " ms",
-                  {.op = "perf p2p", .hint = "is the peer alive? raise --timeout or RDMX_TIMEOUT"});
-    }
-  }
-
- private:
-  const QueuePair& qp_;
-  std::chrono::milliseconds timeout_;
-  const char* what_;
-  std::uint64_t spins_ = 0;
-  bool started_ = false;
-  Clock::time_point deadline_{};
-};
-
 void check_completion(const WorkCompletion& wc, const QueuePair& qp, const char* what) {
   if (wc.status != WcStatus::Success) {
     throw Error(ErrorCode::PeerFailure, std::string(what) + " (work request " + std::to_string(wc.wr_id) +
@@ -169,6 +135,8 @@ struct Session {
   std::uint32_t peer_rkey = 0;
   int barrier_count = 0;
   std::uint64_t done_tokens = 0;
+  // Rank 0 shows progress through it; rank 1 consults it before giving up.
+  std::unique_ptr<Heartbeat> heartbeat;
 
   std::uint8_t* receive_area() { return base; }
   std::uint8_t* send_area() { return base + area; }
@@ -184,6 +152,13 @@ struct Session {
   void drive() {
     if (options.drive_progress) device->progress();
   }
+  // A barrier on the passive side of a long one-sided stream: it waits as long
+  // as the peer shows progress.
+  void barrier_while_peer_progresses(const char* name) {
+    const std::string phase = "perf_p2p/barrier/" + std::to_string(barrier_count++) + "/" + name + "/";
+    job.store->set(phase + std::to_string(rank), std::string_view("1"));
+    heartbeat->wait_key(phase + std::to_string(peer));
+  }
 };
 
 void set_up(Session& s) {
@@ -196,6 +171,7 @@ void set_up(Session& s) {
                          "starts 2 local ranks itself"});
   }
   s.peer = 1 - s.rank;
+  s.heartbeat = std::make_unique<Heartbeat>(*s.job.store, s.rank, s.peer, s.timeout);
   s.device = open_device(s.options.provider);
   const DeviceCaps caps = s.device->caps();
   std::size_t largest = 8;
@@ -257,13 +233,16 @@ void serve_until_done(Session& s) {
   const std::uint64_t expected = ++s.done_tokens;
   if (s.options.drive_progress) {
     std::atomic_ref<std::uint64_t> token(*reinterpret_cast<std::uint64_t*>(s.base + s.token_offset()));
-    SpinBudget budget(*s.qp, s.timeout, "rank 0 to finish");
+    s.heartbeat->peer_progressed();  // the baseline
+    SpinBudget budget(*s.qp, s.timeout, "rank 0 to finish", s.heartbeat->probe());
     while (token.load(std::memory_order_acquire) != expected) {
       s.device->progress();
       budget.tick();
     }
+    s.barrier("served");
+  } else {
+    s.barrier_while_peer_progresses("served");
   }
-  s.barrier("served");
 }
 
 void send_done_token(Session& s) {
@@ -315,6 +294,7 @@ std::vector<double> ping_pong(Session& s, const TestInfo& t, std::size_t size, s
       for (std::size_t i = 0; i < n; ++i) check_completion(completions[i], *s.qp, t.name);
       signaled_in_flight -= n;
       if (signaled_in_flight <= keep_at_most) return;
+      if (n > 0) budget.progressed();
       s.drive();
       budget.tick();
     }
@@ -400,6 +380,7 @@ std::vector<double> one_sided(Session& s, const TestInfo& t, std::size_t size, s
     const std::uint64_t end = ticks();
     check_completion(wc, *s.qp, t.name);
     samples.push_back(static_cast<double>(end - start) * ns_per_tick() / 1000.0);
+    s.heartbeat->beat(Clock::now());
     if (atomic) {
       std::uint64_t original = 0;
       std::memcpy(&original, s.receive_area(), 8);
@@ -477,7 +458,10 @@ BwResult stream(Session& s, const TestInfo& t, std::size_t size, std::uint64_t c
       check_completion(completions[i], *s.qp, t.name);
       completed = std::max(completed, completions[i].wr_id);
     }
-    marks.emplace_back(Clock::now(), completed);
+    const auto now = Clock::now();
+    marks.emplace_back(now, completed);
+    budget.progressed();
+    s.heartbeat->beat(now);
   }
   BwResult result;
   result.seconds = std::chrono::duration<double>(marks.back().first - start).count();
@@ -525,6 +509,7 @@ void receive_sends(Session& s, std::size_t size, std::uint64_t count) {
       budget.tick();
       continue;
     }
+    budget.progressed();
     for (std::size_t i = 0; i < n; ++i) {
       check_completion(completions[i], *s.qp, "a receive");
       ++received;
@@ -554,7 +539,7 @@ json run_bandwidth(Session& s, const TestInfo& t, std::size_t size) {
     s.barrier(t.name);
     if (s.rank == 1) {
       WorkCompletion wc;
-      s.recv_cq->wait(std::span(&wc, 1), s.timeout);
+      s.heartbeat->wait_completion(*s.recv_cq, *s.qp, wc, "the closing WRITE_WITH_IMM");
       check_completion(wc, *s.qp, "the closing WRITE_WITH_IMM");
       if (wc.opcode != WcOpcode::RecvRdmaWithImm || wc.imm_data != static_cast<std::uint32_t>(size)) {
         throw Error(ErrorCode::Protocol, std::string("expected WRITE_WITH_IMM(") + std::to_string(size) + "), got " +
@@ -595,7 +580,9 @@ void print_rule() {
 void print_banner(const Session& s, const TestInfo& t) {
   print_rule();
   std::printf("                    %s\n", t.title);
+  // With auto the device is several providers; the transport is the one the QP took for this peer.
   std::printf(" Provider        : %s\n", s.device->provider().c_str());
+  std::printf(" Transport       : %s\n", s.qp->provider().c_str());
   std::printf(" Device          : %s\n", s.device->name().c_str());
   std::printf(" Number of qps   : 1\t\tTransport type : rdmx RC\n");
   std::printf(" TX depth        : %u\n", t.latency ? 1u : s.options.window);
@@ -637,13 +624,14 @@ void print_row(const TestInfo& t, const json& row) {
 void run(Options options) {
   Session s;
   s.options = std::move(options);
-  s.timeout = s.options.timeout_s > 0 ? std::chrono::milliseconds(static_cast<long>(s.options.timeout_s * 1000))
+  s.timeout = s.options.timeout_s > 0 ? std::chrono::milliseconds(std::llround(s.options.timeout_s * 1000))
                                       : default_timeout();
   set_up(s);
   JsonLines lines(s.rank == 0 ? s.options.json_lines : std::string(), "--json-lines");
   json document = {{"schema", "rdmx.perf.p2p/1"},
                    {"provider", s.device->provider()},
                    {"device", s.device->name()},
+                   {"transport", s.qp->provider()},
                    {"tx_depth", s.options.window},
                    {"cq_mod", s.options.cq_mod},
                    {"progress", s.options.drive_progress},
@@ -711,8 +699,9 @@ void register_perf_p2p(CLI::App& perf) {
   cmd->add_option("--json-lines", o->json_lines, "also append one JSON object per row to this file");
   cmd->add_flag("!--no-progress", o->drive_progress, "do not call Device::progress() while spinning");
   cmd->add_flag("!--heap", o->allocate, "register heap memory instead of allocate_memory");
-  cmd->add_option("--timeout", o->timeout_s, "seconds any wait may last (default RDMX_TIMEOUT)")
-      ->check(CLI::PositiveNumber);
+  cmd->add_option("--timeout", o->timeout_s,
+                  "seconds of silence any wait may last, 0.001 to 2592000 (30 days) (default RDMX_TIMEOUT)")
+      ->check(CLI::Range(0.001, 2592000.0));
   cmd->callback([o] {
     o->tests.clear();
     for (const auto& name : o->test_names) {

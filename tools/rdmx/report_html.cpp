@@ -10,7 +10,22 @@
 
 namespace rdmx::cli {
 
+const char* const kSameHostCaveat =
+    "All ranks are on this host: tcp runs over loopback, and same-host bandwidth is a CPU copy rate (faster while "
+    "a message fits in the caches). Across hosts the network sets the pace.";
+
 namespace {
+
+// Why shm's read_lat, a full round trip, can sit below write_lat, half of
+// one (src/providers/shm/shm_qp.cpp, try_direct_locked: both copy directly
+// into or out of the peer's mapped region and complete at once; only the
+// ping-pong waits for the other process).
+constexpr const char* kShmReadBelowWrite =
+    "Why shm's read_lat can sit below its write_lat: an shm READ from memory the target made with allocate_memory "
+    "is one copy that the reader makes itself, out of the target's memory mapped into its own address space, and "
+    "its completion is known the moment the copy ends, with no message to or from the target. write_lat is half "
+    "a ping-pong, so each WRITE counts only once the other process has seen its bytes land and written back: it "
+    "includes the cache-line transfers between the cores and the peer's polling.";
 
 using nlohmann::json;
 
@@ -150,7 +165,7 @@ std::string best_cell(const json& s, const char* value_key, const char* unit, co
 }
 
 std::string summary_section(const json& bench) {
-  std::string out = "<h2>Summary</h2>\n";
+  std::string out = "<h2>Summary</h2>\n" + note(html_escape(kSameHostCaveat));
   const json& summary = list(bench, "summary");
   if (summary.empty()) return out + note("No provider produced results, so there is no summary.");
   std::set<double> sizes;
@@ -216,6 +231,69 @@ std::string plot_block(const PlotSpec& spec, const std::vector<PlotSeries>& seri
 }
 
 // ---------------------------------------------------------------------------
+// Styles: one colour per provider and one line style (dash pattern and
+// marker) per test, the same in every plot, so a line reads the same wherever
+// it appears.
+
+// A provider's colour is its place among every provider the document names.
+int provider_index(const json& bench, const std::string& name) {
+  std::vector<std::string> names;
+  for (const auto& p : list(bench, "providers")) names.push_back(text(p, "name"));
+  for (const char* section : {"p2p", "coll"}) {
+    for (const auto& entry : list(bench, section)) {
+      const std::string provider = text(entry, "provider");
+      if (std::find(names.begin(), names.end(), provider) == names.end()) names.push_back(provider);
+    }
+  }
+  return static_cast<int>(std::find(names.begin(), names.end(), name) - names.begin());
+}
+
+struct LineStyle {
+  const char* dash;  // SVG stroke-dasharray; "" solid
+  int marker;        // svg_plot's marker shapes: 0 circle, 1 square, 2 triangle, 3 diamond, 4 triangle down
+  bool hollow;
+};
+
+// Per operation: write_lat and write_bw never share a plot, and a write reads
+// as a write in both. Collectives: a plot per collective, out of place solid,
+// in place dashed with open markers (the two often coincide; both must show).
+struct TestStyle {
+  const char* operation;  // the test name up to its "_"
+  const char* words;      // for the key above the plots
+  LineStyle style;
+};
+constexpr TestStyle kTestStyles[] = {
+    {"write", "write: solid line, circles", {"", 0, false}},
+    {"read", "read: dashed, squares", {"9 4", 1, false}},
+    {"send", "send: dotted, triangles", {"2 3", 2, false}},
+    {"atomic", "atomic: dash-dot, diamonds", {"12 3 2 3", 3, false}},
+};
+constexpr LineStyle kOtherTestStyle{"1 4", 4, false};  // a test this page does not know
+constexpr LineStyle kOutOfPlaceStyle{"", 0, false};
+constexpr LineStyle kInPlaceStyle{"9 4", 1, true};
+
+LineStyle p2p_style(const std::string& test) {
+  const std::string operation = test.substr(0, test.find('_'));
+  for (const auto& t : kTestStyles) {
+    if (operation == t.operation) return t.style;
+  }
+  return kOtherTestStyle;
+}
+
+void apply(PlotSeries& s, const json& bench, const std::string& provider, const LineStyle& style) {
+  s.colour = provider_index(bench, provider);
+  s.dash = style.dash;
+  s.marker = style.marker;
+  s.hollow = style.hollow;
+}
+
+std::string style_key() {
+  std::string out = "One colour per provider in every plot; one line style per test: ";
+  for (std::size_t i = 0; i < std::size(kTestStyles); ++i) out += (i == 0 ? "" : "; ") + std::string(kTestStyles[i].words);
+  return out + ".";
+}
+
+// ---------------------------------------------------------------------------
 // Point-to-point
 
 std::vector<std::string> usable_providers(const json& bench) {
@@ -254,6 +332,7 @@ P2pSeries p2p_series(const json& bench, const std::string& suffix) {
     if (!ends_with(test, suffix)) continue;
     PlotSeries s;
     s.label = text(entry, "provider") + " " + test;
+    apply(s, bench, text(entry, "provider"), p2p_style(test));
     for (const auto& row : list(entry, "results")) {
       const auto bytes = number(row, "bytes");
       const auto y = suffix == "_lat" ? number(row, "t_typical_us") : bw_gb_s(row);
@@ -275,9 +354,18 @@ std::string p2p_plot(const json& bench, const std::string& suffix, const PlotSpe
   return plot_block(spec, data.series, what) + missing_note;
 }
 
+bool has_p2p_rows(const json& bench, const std::string& provider, const std::string& test) {
+  for (const auto& entry : list(bench, "p2p")) {
+    if (text(entry, "provider") == provider && text(entry, "test") == test && !list(entry, "results").empty()) {
+      return true;
+    }
+  }
+  return false;
+}
+
 std::string p2p_section(const json& bench) {
-  std::string out =
-      "<h2>Point-to-point</h2>\n<p class=\"meta\">Two ranks, perftest style: one line per provider and test.</p>\n";
+  std::string out = "<h2>Point-to-point</h2>\n<p class=\"meta\">Two ranks, perftest style: one line per provider "
+                    "and test. " + style_key() + "</p>\n";
   PlotSpec lat;
   lat.title = "Point-to-point latency (typical)";
   lat.x_title = kSizeTitle;
@@ -285,6 +373,9 @@ std::string p2p_section(const json& bench) {
   lat.y_unit = kMicro;
   lat.width = kFullWidth;
   out += "<h3>Latency</h3>\n" + p2p_plot(bench, "_lat", lat, "latency");
+  if (has_p2p_rows(bench, "shm", "read_lat") && has_p2p_rows(bench, "shm", "write_lat")) {
+    out += "<p class=\"meta\">" + std::string(kShmReadBelowWrite) + "</p>\n";
+  }
   PlotSpec bw;
   bw.title = "Point-to-point bandwidth (average)";
   bw.x_title = kSizeTitle;
@@ -299,15 +390,6 @@ std::string p2p_section(const json& bench) {
 // ---------------------------------------------------------------------------
 // Collectives
 
-// Colours follow the provider across all collective plots.
-int provider_index(const json& bench, const std::string& name) {
-  std::vector<std::string> names;
-  for (const auto& p : list(bench, "providers")) names.push_back(text(p, "name"));
-  for (const auto& c : list(bench, "coll")) {
-    if (std::find(names.begin(), names.end(), text(c, "provider")) == names.end()) names.push_back(text(c, "provider"));
-  }
-  return static_cast<int>(std::find(names.begin(), names.end(), name) - names.begin());
-}
 
 std::string coll_setup(const json& entry) {
   return text(entry, "type") + ", " + text(entry, "redop") + ", " + plural(number(entry, "np"), "rank", "ranks");
@@ -338,10 +420,7 @@ std::vector<PlotSeries> coll_series(const json& bench, const CollGroup& g, const
       PlotSeries s;
       s.label = text(*entry, "provider") + (same_setup ? "" : " (" + coll_setup(*entry) + ")") +
                 (inplace ? ", in place" : ", out of place");
-      s.dashed = inplace;
-      s.colour = provider_index(bench, text(*entry, "provider"));
-      s.marker = inplace ? 1 : 0;
-      s.hollow = inplace;  // in place often matches out of place; both must show
+      apply(s, bench, text(*entry, "provider"), inplace ? kInPlaceStyle : kOutOfPlaceStyle);
       for (const auto& row : list(*entry, "results")) {
         const bool row_inplace = flag(row, "inplace");
         const auto bytes = number(row, "bytes");
@@ -399,8 +478,8 @@ std::string coll_group_section(const json& bench, const CollGroup& g) {
 
 std::string coll_section(const json& bench) {
   std::string out =
-      "<h2>Collectives</h2>\n<p class=\"meta\">nccl-tests style sweeps, one colour per provider: solid lines and "
-      "filled circles out of place, dashed lines and open squares in place. Bus bandwidth scales algorithm "
+      "<h2>Collectives</h2>\n<p class=\"meta\">nccl-tests style sweeps, one colour per provider (as above): solid "
+      "lines and filled circles out of place, dashed lines and open squares in place. Bus bandwidth scales algorithm "
       "bandwidth by the collective's bus factor, so collectives compare with one another and with the link.</p>\n";
   const auto groups = coll_groups(bench);
   if (groups.empty()) return out + note("No collective results in this file.");

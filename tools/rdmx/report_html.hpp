@@ -12,4 +12,8 @@ namespace rdmx::cli {
 // than throwing, so a partly failed bench still gets its report.
 std::string render_html_report(const nlohmann::json& bench);
 
+// What every number of a same-host bench needs said next to it: the terminal
+// summary (bench.cpp) and the page print this same text.
+extern const char* const kSameHostCaveat;
+
 }  // namespace rdmx::cli

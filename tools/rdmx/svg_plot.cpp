@@ -238,6 +238,9 @@ const char* colour_of(const PlotSeries& s, std::size_t i) {
   return kColours[c % kColours.size()];
 }
 int marker_of(const PlotSeries& s, std::size_t i) { return s.marker >= 0 ? s.marker : static_cast<int>(i); }
+std::string dash_attribute(const PlotSeries& s) {
+  return s.dash.empty() ? std::string() : " stroke-dasharray=\"" + html_escape(s.dash) + "\"";
+}
 
 // Callers pass series that all have drawable points (render_svg_plot filters).
 std::string series_lines(const PlotSpec& spec, const std::vector<PlotSeries>& series, const Axis& xa,
@@ -251,7 +254,7 @@ std::string series_lines(const PlotSpec& spec, const std::vector<PlotSeries>& se
     std::string path;
     for (const auto& p : pts) path += fmt("%.1f,%.1f ", xa.to_px(p.x), ya.to_px(p.y));
     out += std::string("<polyline fill=\"none\" stroke-width=\"2\" stroke=\"") + colour + "\"" +
-           (series[i].dashed ? " stroke-dasharray=\"7 4\"" : "") + " points=\"" + path + "\"/>";
+           dash_attribute(series[i]) + " points=\"" + path + "\"/>";
     for (const auto& p : pts) {
       out += "<g><title>" + label + ": " + html_escape(format_bytes(p.x)) + " \xe2\x86\x92 " +
              html_escape(format_number(p.y, 4) + " " + spec.y_unit) + "</title>" +
@@ -290,8 +293,9 @@ std::string legend(const std::vector<PlotSeries>& series, const LegendLayout& l,
     const double x = kLeft + col * l.column_width;
     const double y = top + row * kLegendRow + kLegendRow / 2.0;
     const char* colour = colour_of(series[i], i);
-    out += fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke-width=\"2\" stroke=\"%s\"%s/>", x, y,
-               x + 32, y, colour, series[i].dashed ? " stroke-dasharray=\"7 4\"" : "");
+    out += fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke-width=\"2\" stroke=\"%s\"", x, y,
+               x + 32, y, colour) +
+           dash_attribute(series[i]) + "/>";
     out += marker(marker_of(series[i], i), x + 16, y, colour, series[i].hollow);
     out += fmt("<text x=\"%.1f\" y=\"%.1f\">", x + 40, y + 4.5) + html_escape(series[i].label) + "</text>";
   }

@@ -27,7 +27,7 @@ struct PlotPoint {
 struct PlotSeries {
   std::string label;
   std::vector<PlotPoint> points;
-  bool dashed = false;  // e.g. in-place runs next to out-of-place ones
+  std::string dash;     // SVG stroke-dasharray ("8 4"); empty: a solid line
   int colour = -1;      // palette index; -1: the series' position
   int marker = -1;      // marker shape index; -1: the series' position
   bool hollow = false;  // outlined markers, so a filled one beneath still shows
