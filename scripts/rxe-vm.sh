@@ -21,7 +21,7 @@
 #   RXE_VM_TIMEOUT  wall-clock bound in seconds (default 600)
 #   RXE_VM_MTU      MTU of the guest's netdev (default 4500: rxe's active MTU 4096)
 #   RXE_VM_CPUS     guest CPUs (default: this machine's cores, at most 4)
-#   RXE_VM_MEMORY   guest memory (default 6G: the conformance suite moves 1 GiB messages)
+#   RXE_VM_MEMORY   guest memory (default 8G: the conformance suite moves 2 GiB messages, max_msg_size)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -30,7 +30,7 @@ cache=${RXE_VM_CACHE:-$repo/build/rxe-vm}
 limit=${RXE_VM_TIMEOUT:-600}
 mtu=${RXE_VM_MTU:-4500}
 cpus=${RXE_VM_CPUS:-$(nproc)}
-memory=${RXE_VM_MEMORY:-6G}
+memory=${RXE_VM_MEMORY:-8G}
 ((cpus > 4)) && cpus=4
 log() { echo "rxe-vm: $*" >&2; }
 

@@ -19,6 +19,7 @@
 #include "core/log.hpp"
 #include "core/work_request.hpp"
 #include "providers/shm/copy.hpp"
+#include "providers/shm/cross_memory.hpp"
 #include "core/asymmetric_fence.hpp"
 
 namespace rdmx::shm {
@@ -1111,22 +1112,6 @@ ShmQp::Step ShmQp::execute_request_locked(const Record* r, std::uint16_t slots) 
   return Step::Done;
 }
 
-namespace {
-// The part of an iovec list from byte `skip` on.
-int tail_iovecs(const iovec* in, int count, std::uint64_t skip, iovec* out) {
-  int n = 0;
-  for (int i = 0; i < count; ++i) {
-    if (skip >= in[i].iov_len) {
-      skip -= in[i].iov_len;
-      continue;
-    }
-    out[n++] = {static_cast<char*>(in[i].iov_base) + skip, in[i].iov_len - skip};
-    skip = 0;
-  }
-  return n;
-}
-}  // namespace
-
 ShmQp::Step ShmQp::deliver_locked(const Record* r, const RecvEntry* recv, std::uint64_t target_addr, bool to_recv) {
   const std::uint32_t msn = r->msn;
   const std::uint32_t length = r->length;
@@ -1201,13 +1186,13 @@ ShmQp::Step ShmQp::deliver_locked(const Record* r, const RecvEntry* recv, std::u
           char tail[8];
           iovec* last = &local[local_count - 1];
           if (hold) last->iov_len -= 8;
-          ssize_t n = ::process_vm_readv(peer_pid_, local, static_cast<unsigned long>(local_count), remote,
-                                         static_cast<unsigned long>(count), 0);
-          if (hold && n == static_cast<ssize_t>(length - 8)) {
+          const std::uint64_t body = hold ? length - 8 : length;
+          ssize_t n = read_from_process(peer_pid_, local, local_count, remote, count, body);
+          if (hold && n == static_cast<ssize_t>(body)) {
             iovec tail_iov{tail, 8};
             iovec from_iov[kMaxSge];
-            const int from_count = tail_iovecs(remote, count, length - 8, from_iov);
-            if (::process_vm_readv(peer_pid_, &tail_iov, 1, from_iov, static_cast<unsigned long>(from_count), 0) == 8) {
+            const int from_count = tail_iovecs(remote, count, body, from_iov);
+            if (read_from_process(peer_pid_, &tail_iov, 1, from_iov, from_count, 8) == 8) {
               core::store_last_word(static_cast<char*>(last->iov_base) + last->iov_len, tail);
               n += 8;
             }
@@ -1216,7 +1201,7 @@ ShmQp::Step ShmQp::deliver_locked(const Record* r, const RecvEntry* recv, std::u
             int error = n < 0 ? errno : EFAULT;
             nak_status = WcStatus::RemOpErr;
             why = "copying " + std::to_string(length) + " bytes from pid " + std::to_string(peer_pid_) +
-                  " failed: " + std::strerror(error);
+                  " failed after " + std::to_string(n < 0 ? 0 : n) + ": " + std::strerror(error);
           }
         }
       }
@@ -1259,8 +1244,7 @@ ShmQp::Step ShmQp::answer_read_locked(const Record* r) {
       iovec remote[kMaxSge];
       const int count = remote_iovecs(r, remote);
       const std::uint64_t sum = covered(remote, count);
-      ssize_t n = sum == length ? ::process_vm_writev(peer_pid_, &local, 1, remote, static_cast<unsigned long>(count), 0)
-                                : -2;
+      ssize_t n = sum == length ? write_to_process(peer_pid_, &local, 1, remote, count, length) : -2;
       if (n != static_cast<ssize_t>(length)) {
         nak_status = WcStatus::RemOpErr;
         why = n == -2 ? "the READ's buffer list does not cover its length"
