@@ -394,7 +394,9 @@ void ShmQp::take_offer_locked(const ShareOffer& offer, int fd) {
                     offer.map_length >= offer.state_offset + sizeof(core::SharedRegionState) &&
                     offer.slot < core::kDirectSlots &&
                     ::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) >= offer.map_length;
-  void* map = sane ? ::mmap(nullptr, offer.map_length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+  // Page tables filled now rather than page by page inside the copies.
+  void* map = sane ? ::mmap(nullptr, offer.map_length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0)
+                   : MAP_FAILED;
   ::close(fd);
   if (map == MAP_FAILED) {
     RDMX_WARN("shm qp %u: cannot map the region rkey 0x%x offered by %s; its WRITEs and READs keep using the ring",
