@@ -249,6 +249,14 @@ constexpr std::chrono::minutes kLargestMessageWait{5};
 const Options kLargestMessageRun{.timeout = std::chrono::minutes(10)};
 #define WAIT_WC_LONG(cq, what) ::rdmx::test::wait_wc((cq), (what), __FILE__, __LINE__, kLargestMessageWait)
 
+// A barrier that waits as long as these cases may take (env.barrier waits
+// RDMX_TIMEOUT): filling or checking 2 GiB takes seconds, and more than
+// 20 s on this VM while another such case runs beside it.
+void long_rendezvous(RankEnv& env, const std::string& name) {
+  env.store().set(name + "/" + std::to_string(env.rank()), Bytes{'1'});
+  env.store().wait({name + "/" + std::to_string(1 - env.rank())}, kLargestMessageWait);
+}
+
 std::size_t largest_message(const Node& node) {
   const std::uint64_t max = node.device->caps().max_msg_size;
   CHECK_GE(max, kGiB) << "a device should accept at least a 1 GiB message";
@@ -264,6 +272,7 @@ TEST_P(Conformance, RdmaWriteOfTheLargestMessage) {
     if (env.rank() == kTarget) {
       Buffer target(len + 4096);
       Buffer note(64);
+      long_rendezvous(env, "prepared");
       auto mr = node.pd->register_memory(target.data(), target.size(), Access::LocalWrite | Access::RemoteWrite);
       auto nmr = node.pd->register_memory(note.data(), note.size(), Access::LocalWrite);
       auto qp = make_qp(node);
@@ -276,10 +285,11 @@ TEST_P(Conformance, RdmaWriteOfTheLargestMessage) {
       CHECK_BYTES(target.data(), 5, 0, "before the " + what);
       CHECK_PATTERN(target.data() + 5, len, 61, 0, what);
       CHECK_BYTES(target.data() + 5 + len, 4096 - 5, 0, "after the " + what);
-      env.barrier("done");
+      long_rendezvous(env, "done");
     } else {
       Buffer src(len);
       fill_pattern(src.data(), len, 61);
+      long_rendezvous(env, "prepared");
       auto mr = node.pd->register_memory(src.data(), src.size(), Access::LocalWrite);
       auto qp = connected_qp(env, node, kTarget, "t");
       RemoteRegion region = fetch_region(env, "region");
@@ -294,7 +304,7 @@ TEST_P(Conformance, RdmaWriteOfTheLargestMessage) {
       Sge note = mr->sge(0, 8);
       qp->post_send(send_wr(2, Opcode::Send, {&note, 1}));
       CHECK_WC(WAIT_WC_LONG(*node.send_cq, "notification"), "notification", .wr_id = 2, .status = WcStatus::Success);
-      env.barrier("done");
+      long_rendezvous(env, "done");
     }
   }, kLargestMessageRun));
 }
@@ -307,12 +317,14 @@ TEST_P(Conformance, RdmaReadOfTheLargestMessage) {
     if (env.rank() == kTarget) {
       Buffer source(len + 4096);
       fill_pattern(source.data() + 3, len, 62);
+      long_rendezvous(env, "prepared");
       auto mr = node.pd->register_memory(source.data(), source.size(), Access::RemoteRead);
       auto qp = connected_qp(env, node, kInitiator, "t");
       publish_region(env, "region", *mr);
-      env.barrier("done");
+      long_rendezvous(env, "done");
     } else {
       Buffer dst(len + 4096);
+      long_rendezvous(env, "prepared");
       auto mr = node.pd->register_memory(dst.data(), dst.size(), Access::LocalWrite);
       auto qp = connected_qp(env, node, kTarget, "t");
       RemoteRegion region = fetch_region(env, "region");
@@ -327,7 +339,7 @@ TEST_P(Conformance, RdmaReadOfTheLargestMessage) {
       CHECK_BYTES(dst.data(), 7, 0, "before the " + what);
       CHECK_PATTERN(dst.data() + 7, len, 62, 0, what);
       CHECK_BYTES(dst.data() + 7 + len, 4096 - 7, 0, "after the " + what);
-      env.barrier("done");
+      long_rendezvous(env, "done");
     }
   }, kLargestMessageRun));
 }
