@@ -372,14 +372,7 @@ void Links::fail_peer(const OpDesc& desc, int peer, const std::string& why) {
 
 void Links::fail_mismatch(const OpDesc& mine, int peer, const void* header_ptr, const char* what) {
   const auto& h = *static_cast<const WireHeader*>(header_ptr);
-  OpDesc theirs;
-  theirs.seq = h.seq;
-  theirs.op = static_cast<CollOp>(h.op);
-  theirs.type = static_cast<DataType>(h.type);
-  theirs.redop = static_cast<ReduceOp>(h.redop);
-  theirs.algo = static_cast<Algo>(h.algo);
-  theirs.root = h.root;
-  theirs.count = h.count;
+  const OpDesc theirs = wire::described_call(h, h.seq);
   std::string text = "mismatched calls: rank " + std::to_string(peer) + " called " + describe(theirs) +
                      " but rank " + std::to_string(rank_) + " called " + describe(mine);
   if (what != nullptr) text += " (" + std::string(what) + ")";

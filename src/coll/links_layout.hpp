@@ -78,6 +78,21 @@ struct Progress {
 };
 static_assert(sizeof(Progress) == kLine);
 
+// The call a message header or a progress block describes: both carry the
+// same arguments, for mismatch reports.
+template <typename Fields>
+OpDesc described_call(const Fields& f, std::uint64_t seq) {
+  OpDesc d;
+  d.seq = seq;
+  d.op = static_cast<CollOp>(f.op);
+  d.type = static_cast<DataType>(f.type);
+  d.redop = static_cast<ReduceOp>(f.redop);
+  d.algo = static_cast<Algo>(f.algo);
+  d.root = f.root;
+  d.count = f.count;
+  return d;
+}
+
 struct Notice {
   std::uint32_t valid;
   std::uint32_t code;  // ErrorCode

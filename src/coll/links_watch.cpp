@@ -33,18 +33,6 @@ constexpr auto kStill = std::chrono::milliseconds(1000);
 // adds little to RDMX_TIMEOUT.
 constexpr auto kLastLook = std::chrono::milliseconds(300);
 
-OpDesc desc_of(const Progress& p) {
-  OpDesc d;
-  d.seq = p.entered;
-  d.op = static_cast<CollOp>(p.op);
-  d.type = static_cast<DataType>(p.type);
-  d.redop = static_cast<ReduceOp>(p.redop);
-  d.algo = static_cast<Algo>(p.algo);
-  d.root = p.root;
-  d.count = p.count;
-  return d;
-}
-
 // Does a peer that is in collective desc.seq run the same call?
 bool same_call(const Progress& p, const OpDesc& d) {
   return p.op == static_cast<std::uint8_t>(d.op) && p.type == static_cast<std::uint8_t>(d.type) && p.count == d.count &&
@@ -165,7 +153,8 @@ void Links::look_at_copies(const OpDesc& desc, core::Clock::time_point now) {
 void Links::report_mismatch(const OpDesc& desc, const std::vector<int>& peers) {
   std::string text = "mismatched calls: rank " + std::to_string(rank_) + " called " + describe(desc);
   for (int p : peers) {
-    text += " but rank " + std::to_string(p) + " called " + describe(desc_of(peers_[static_cast<std::size_t>(p)].seen));
+    const Progress& seen = peers_[static_cast<std::size_t>(p)].seen;
+    text += " but rank " + std::to_string(p) + " called " + describe(wire::described_call(seen, seen.entered));
   }
   notify_peers(ErrorCode::Protocol, text, desc.seq);
   aborted_.store(true);
