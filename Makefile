@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # The two commands the README promises. Both install what is missing first.
 BUILD ?= build
 COLL_JOBS ?= 2

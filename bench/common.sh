@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # shellcheck shell=bash disable=SC2154  # limit, rdmx, ucx_tls, ...: set by the sourcing script
 # Sourced by the bench scripts (bench/run_tcp.sh, bench/run_shm.sh,
 # bench/run_coll.sh, bench/peers/run.sh). The scratch directory, bounded

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // bench/reduce_bench.cpp: throughput of the reduction kernels (coll/reduce.hpp)
 // per ISA, type and size, with Google Benchmark.
 //

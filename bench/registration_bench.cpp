@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What registering a buffer costs on a device, against asking a
 // RegistrationCache for it again (what collectives now do with user buffers
 // between operations): Google Benchmark, one PD of the device RDMX_PROVIDER

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """bench/results.py: reads what the runners of bench/common.sh leave in a
 scratch directory, for the bench scripts' tables (they put bench/ on
 PYTHONPATH).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # bench/run_coll.sh <build dir>: rdmx's collectives against Open MPI and Gloo,
 # all ranks on this host, side by side in one markdown table per operation and
 # rank count (`make bench-coll` runs it):

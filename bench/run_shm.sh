@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # bench/run_shm.sh <build dir>: rdmx's shm provider against its peers, two
 # processes on this host, in one table (`make bench-shm` runs it):
 #   rdmx      `rdmx perf p2p write_lat` (p50 one-way, as ib_write_lat) and

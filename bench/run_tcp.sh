@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # bench/run_tcp.sh <build dir>: rdmx's tcp provider against its peers, on
 # loopback, in one table (`make bench` runs it):
 #   rdmx     `rdmx perf p2p write_lat --provider tcp` 8 B (perftest ib_write_lat

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # rdmx on the verbs provider beside perftest, on the same soft-RoCE device in
 # one guest run (scripts/rxe-vm.sh): RDMA WRITE bandwidth at 64 KiB
 # (ib_write_bw) and latency at 2 B (ib_write_lat). Rounds alternate between

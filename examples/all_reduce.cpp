@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // examples/all_reduce.cpp: every rank adds its vector into everyone's.
 //
 // Start it on local ranks with `rdmx run -n 4 -- build/examples/rdmx_all_reduce`

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // examples/write_read.cpp: two ranks, an RDMA WRITE and an RDMA READ.
 //
 // Start it with scripts/run_example.sh (`make run`), which runs rank 0 and

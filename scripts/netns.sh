@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The two network namespaces the NetNs test placements use, for running
 # examples or benchmarks by hand the same way (needs root and iproute2).
 #

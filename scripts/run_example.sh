@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Runs a two-rank rdmx program as two local processes sharing a file store:
 #   scripts/run_example.sh build/examples/rdmx_write_read [args...]
 # Both ranks are bounded by RDMX_EXAMPLE_TIMEOUT seconds (default 120); if one

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: MIT
 # PID 1 of the soft-RoCE guest (started by scripts/rxe-vm.sh, never by hand):
 # mounts what a system needs, brings up rxe0 on a dummy netdev, runs the
 # command the host left in the share, writes its exit status back and powers

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Runs a command inside a qemu guest that has real kernel RDMA verbs: Debian's
 # own kernel with soft-RoCE (rdma_rxe) on a dummy netdev, and this machine's
 # filesystem visible read-only at the same paths (with a throwaway tmpfs

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The verbs provider's tests on real kernel verbs: boots the soft-RoCE guest
 # (scripts/rxe-vm.sh) and runs inside it, against rxe0:
 #   1. tests/verbs (device, GID and RDMX_IB_HCA handling, ports of mixed MTUs,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // rdmx_store: a standalone TCP store server, for jobs whose rank 0 should not
 // serve the store itself (e.g. the store host runs no rank).
 //

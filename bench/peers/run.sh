@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # bench/peers/run.sh BUILD_DIR [--quick]: rdmx beside its peers, in one run,
 # two (and four) local ranks, one table with ratios (`make bench-peers`).
 #

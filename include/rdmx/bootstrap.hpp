@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // rdmx/bootstrap.hpp: how ranks find each other.
 //
 // A Store is a small key-value service shared by all ranks of a job (as

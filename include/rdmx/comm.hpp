@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // rdmx/comm.hpp: collectives over the verbs-style core.
 //
 // A Communicator is a group of ranks that run collectives together, as an

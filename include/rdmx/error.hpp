@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // rdmx/error.hpp: the one error type every rdmx call throws.
 //
 // An rdmx::Error says what failed and where, so a log line alone is enough to

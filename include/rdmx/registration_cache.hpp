@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // rdmx/registration_cache.hpp: registrations of buffers the caller does not
 // own, kept between uses so that registering the same buffer again is free
 // (UCX's rcache, NCCL's user-buffer registration).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // rdmx/verbs.hpp: the verbs-style core API.
 //
 // It mirrors InfiniBand verbs for a reliable-connected (RC) queue pair, and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A Store in a shared directory: one file per key.
 //
 // Writers create a temporary file and rename() it over the key's file, so a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Launcher detection (detect_launch) and joining a job (from_env).
 #include <cerrno>  // program_invocation_name
 #include <cstdlib>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // connect_mesh(): a full mesh of RC QPs through a store.
 //
 // Rank r creates one QP per peer p and publishes its address under

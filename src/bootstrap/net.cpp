@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "bootstrap/net.hpp"
 
 #include <arpa/inet.h>

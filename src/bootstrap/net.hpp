@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Small socket helpers for the TCP store and launcher detection.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The Store base class's convenience methods, the helpers every store shares,
 // and prefix_store().
 #include <cerrno>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Limits and helpers shared by every Store implementation, so that a key or
 // value refused by one store is refused by all of them with the same message.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The TCP store client.
 //
 // One connection, one request in flight at a time (a mutex serialises

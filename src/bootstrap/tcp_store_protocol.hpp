@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The TCP store's wire format (see docs/BOOTSTRAP.md).
 //
 // Every integer is little-endian. A request is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The TCP store server: one background thread, epoll over non-blocking sockets.
 //
 // get/wait on a missing key park the request on the server; the answer is

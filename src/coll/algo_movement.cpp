@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Operations that move data without reducing it: all_gather, broadcast,
 // gather, scatter, all_to_all(v), barrier and point to point.
 #include <algorithm>

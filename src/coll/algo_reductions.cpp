@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // all_reduce, reduce_scatter and reduce.
 #include <cstring>
 #include <vector>

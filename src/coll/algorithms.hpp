@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The collective algorithms. Each one turns a call into a Schedule of sends
 // and receives (plus, for some, local copies or reductions before or after)
 // and runs it on the Links; none knows which provider carries its messages.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The Communicator: argument checks, sequence numbers, algorithm choice, and
 // the executor that runs operations one at a time in call order (inline for
 // blocking calls when nothing is queued, on a worker thread otherwise).

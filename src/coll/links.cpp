@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "coll/links.hpp"
 
 #include <sched.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Links: a communicator's connections to its peers, and the message protocol
 // that the collective algorithms run over them, written against the public
 // core API only (any provider; the device reports capabilities, it is never

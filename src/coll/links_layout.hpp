@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The memory layout and wire format of the collectives' message protocol
 // (links.hpp): what every rank's registered region holds, and what a
 // message, a progress word and a notice look like. Shared by the protocol

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The watch over a run that waits: it reads every peer's Progress (one RDMA
 // READ each, served without the peer's help) while the run is stalled, so
 // that ranks which called different collectives, or different algorithms

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "coll/op_desc.hpp"
 
 namespace rdmx::coll {

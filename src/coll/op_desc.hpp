@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What every message of an operation carries so that ranks which called
 // different things find out instead of exchanging garbage.
 #pragma once

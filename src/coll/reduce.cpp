@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Scalar reduction kernels, fp16/bf16 conversions and the run-time dispatch.
 // The AVX2 and AVX-512 kernels are in reduce_avx2.cpp and reduce_avx512.cpp.
 #include "coll/reduce.hpp"

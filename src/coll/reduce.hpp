@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // coll/reduce.hpp: the element-wise reduction kernels the collectives use.
 //
 // Every (type, op) has a scalar kernel and, on x86-64, AVX2 and AVX-512

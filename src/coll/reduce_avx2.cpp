@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // AVX2 (+F16C) reduction kernels: 256-bit vectors. Compiled with target
 // attributes only; reduce.cpp calls them when the CPU has avx2 and f16c.
 // Semantics (bit-identical to the scalar kernels): see coll/reduce.hpp.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // AVX-512 (F + BW + VL) reduction kernels: 512-bit vectors, masked tails.
 // Compiled with target attributes only; reduce.cpp calls them when the CPU
 // has avx512f, avx512bw, avx512vl, avx2 and f16c. AVX512DQ is not used.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "coll/selection.hpp"
 
 #include <sstream>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Which algorithm runs an operation: a table by operation, size and rank
 // count, which RDMX_ALGO (or CommOptions::algo) may override.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "coll/settings.hpp"
 
 #include "core/config.hpp"

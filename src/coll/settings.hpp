@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The RDMX_COLL_* settings, read in one place so that the communicator and
 // `rdmx info` report the same values and defaults.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Names and sizes of the public collective enums.
 #include "rdmx/comm.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "core/address_bundle.hpp"
 
 namespace rdmx::core {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A QP address that carries one address per provider (what an auto device's
 // QP publishes), so that a peer using any one of those providers can connect
 // to it: [magic 'A', version, count] then per part [u16 length, bytes].

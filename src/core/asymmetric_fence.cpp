@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "core/asymmetric_fence.hpp"
 
 #include <linux/membarrier.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Dekker-style handshakes between processes (each side stores its flag, then
 // loads the other's) where one side runs on every message and the other
 // rarely: the shm provider's wake-up (producer publishes, then checks whether

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "core/completion_queue.hpp"
 
 #include "core/log.hpp"

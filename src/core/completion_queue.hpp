@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The completion queue every provider uses: a bounded ring filled by the
 // provider's progress engine and drained by poll()/wait(). A full ring turns
 // into an overflowed CQ, which every later call reports, so a completion is

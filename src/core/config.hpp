@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Process-wide settings read from RDMX_* environment variables, once.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "core/device_lock.hpp"
 
 #include <linux/futex.h>

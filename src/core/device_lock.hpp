@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The lock of a device's progress state, taken by every progress pass (an
 // application thread spinning on progress() takes it millions of times a
 // second) and rarely contended. Acquiring is one compare-and-swap; releasing

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "core/device_resources.hpp"
 
 #include "core/completion_queue.hpp"

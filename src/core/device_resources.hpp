@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What devices of one process share when one protection domain, memory
 // region and completion queue must serve QPs of several providers (auto
 // selection picks the provider per peer): the region table, so a key means

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // How a device's background progress engine stays out of the way of an
 // application thread that drives progress itself (progress(), CQ polls and
 // waits, posting): it parks while that thread keeps calling, and takes over

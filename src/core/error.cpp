@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "rdmx/error.hpp"
 
 #include "core/config.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Logging, configured as NCCL's: RDMX_DEBUG=WARN|INFO|TRACE selects the level
 // (default: warnings only), RDMX_DEBUG_FILE=path writes there instead of
 // stderr (%h is replaced by the host name, %p by the pid).

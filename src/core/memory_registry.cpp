@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "core/memory_registry.hpp"
 
 #include <sys/mman.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The table of registered memory regions of one device. It decides every
 // access, local and remote: a key must exist, belong to the QP's protection
 // domain, cover the whole range, and grant the right. Accesses run under a

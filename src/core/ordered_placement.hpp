@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // How the software providers keep DeviceCaps::ordered_write_placement: the
 // last 8 bytes of an RDMA WRITE are held back while the rest is copied, then
 // stored with one release store, so a target CPU that sees them (acquire)

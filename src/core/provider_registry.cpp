@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // open_device(): maps provider names to factories and explains the choice.
 #include <algorithm>
 #include <functional>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // probe_providers() and settings(): what `rdmx info` reports about the
 // library itself. Providers are probed by opening them exactly as an
 // application would, so a reason printed here is the error it would get.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Hardware that checks keys itself (an RDMA NIC) must register every region
 // of a protection domain too. A provider that drives such hardware installs a
 // RegionBinder in the device's MemoryRegistry; every protection domain and

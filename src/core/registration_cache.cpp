@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "rdmx/registration_cache.hpp"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "core/unmap_watch.hpp"
 
 #include <fcntl.h>

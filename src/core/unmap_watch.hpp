@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Tells whether memory was unmapped, remapped or had its pages dropped since
 // it was watched: what a cache of page-pinning registrations needs to know
 // before it reuses one (a freed buffer's address may come back from malloc

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Provider-independent pieces of the public verbs API: names of enums,
 // address encoding, and convenience overloads.
 #include <cstdio>

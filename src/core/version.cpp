@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // rdmx::version(): compiled into the library, so it reports the library a
 // program runs with even when its headers came from another build.
 #include "rdmx/version.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "core/wait.hpp"
 
 #include <linux/futex.h>

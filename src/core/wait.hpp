@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The one way rdmx waits: spin briefly (RDMX_SPIN_US), then block on a futex
 // until notified, a deadline passes, or waits are aborted. Every blocking call
 // in rdmx goes through wait_until(), so timeouts and abort behave the same

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "core/work_request.hpp"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What every provider checks and derives from a work request the same way:
 // its shape (SGE count, size, atomic alignment), the QP capabilities a device
 // grants, and the completion opcode a work request produces.

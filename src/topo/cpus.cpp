@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Cores, hardware threads and NUMA nodes, from hwloc: it already knows the
 // quirks (offline CPUs, cpusets of containers, nodes without memory) that
 // parsing /sys/devices/system by hand would get wrong.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // GPUs through the CUDA driver API, loaded with dlopen: rdmx must build and
 // run where CUDA is absent, and the driver (libcuda.so.1) is what knows the
 // GPUs; the toolkit may be installed without one, or the reverse.

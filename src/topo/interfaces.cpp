@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Network interfaces: addresses from getifaddrs, the rest from sysfs, which
 // knows what the addresses do not (link speed, MTU, the NIC's NUMA node).
 #include <arpa/inet.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // RDMA devices from sysfs rather than libibverbs: the report must work on
 // hosts where rdma-core is not installed, and say why nothing is there.
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "topo/sysfs.hpp"
 
 #include <dirent.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Reading sysfs attributes: one value per file, a trailing newline, and
 // files that fail to read (EINVAL for a link that is down) when a value does
 // not apply, which callers treat as "unknown" rather than as an error.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The parts of discover_topology(), one per source of facts. The sysfs roots
 // are parameters so tests can point them at a tree they built.
 #pragma once

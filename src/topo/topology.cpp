@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // discover_topology(): the host as `rdmx info` reports it.
 #include <unistd.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The file store: basic operations, blocking across processes, atomicity of
 // add/compare_set across processes, and what a timeout says.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Launcher detection and from_env().
 #include <arpa/inet.h>
 #include <gtest/gtest.h>

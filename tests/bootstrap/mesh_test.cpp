@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // connect_mesh() over the tcp provider: four real processes build a full mesh
 // through a file store and each RDMA WRITEs a distinct pattern to every peer.
 #include <gtest/gtest.h>

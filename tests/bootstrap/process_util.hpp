@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Helpers for bootstrap tests that run real processes.
 //
 // The test process stays single-threaded while it forks: servers and ranks

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The TCP store: operations, many client processes, parked get/wait,
 // timeouts, a dying server, and a server fed garbage.
 #include <arpa/inet.h>

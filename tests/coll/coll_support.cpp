@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "coll/coll_support.hpp"
 
 #include <sys/mount.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Shared pieces of the collective tests: where ranks run, how a
 // communicator is made there, inputs as a function of (rank, index), and a
 // reference written independently of the library (no rdmx reduction or

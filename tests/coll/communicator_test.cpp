@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The communicator itself: creation from the environment, placement and
 // transports per peer, split, asynchronous operations.
 #include <cstdlib>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The correctness suite: every operation x algorithm x type x reduction x
 // size x in-place/out-of-place, on every transport and rank count, against
 // an independent reference. Floating results must also be the same bits on

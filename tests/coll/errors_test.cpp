@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What goes wrong, and what every rank is told: mismatched calls, a rank
 // that never arrives, a dead rank, abort, and bad arguments.
 #include <signal.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Regions from ProtectionDomain::allocate_memory(): the same verbs semantics
 // as registered heap memory on every provider, including when a provider
 // lets the peer copy into them directly (shm maps them in the peer).

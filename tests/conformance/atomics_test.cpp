@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Atomics from several processes at once on one word of rank 0's memory.
 #include <algorithm>
 #include <atomic>

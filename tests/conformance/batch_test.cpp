@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // post_send_batch: a list posted at once (one doorbell on hardware) behaves
 // as the same work requests posted one by one; a malformed one in the middle
 // is refused by index, with those before it posted and those after it not.

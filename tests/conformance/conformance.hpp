@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The conformance suite: every test runs for each (provider x placement) in
 // real separate processes, and must pass unchanged on every provider
 // (rdmx::available_providers() decides which ones run).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Completion queues: overflow is an error, never a silent loss; wait() times out.
 #include <chrono>
 #include <cstring>

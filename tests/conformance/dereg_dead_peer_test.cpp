@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Deregistration invalidates keys at once; a peer killed mid-transfer makes
 // every pending work request complete with an error, quickly.
 #include <atomic>

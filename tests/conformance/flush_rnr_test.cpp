@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Flushing after an error, RNR retry, and unsignaled work requests.
 #include <chrono>
 #include <cstring>

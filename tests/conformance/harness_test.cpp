@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Tests of the multi-process harness itself (tests/support/harness.hpp). They
 // need the file store but no provider.
 #include "support/harness.hpp"

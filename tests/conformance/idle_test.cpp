@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A QP left idle for longer than RDMX_TIMEOUT is still healthy: a provider's
 // liveness check must time a peer's silence from when work is outstanding,
 // not from the QP's last traffic (the collectives' communicators keep QPs to

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Local protection and length errors.
 #include <cstring>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Eight ranks on a machine with fewer cores: a full mesh of QPs where every
 // rank WRITEs into every other and then SENDs it a notice. Oversubscribed
 // ranks must neither livelock nor starve (the providers spin briefly, then

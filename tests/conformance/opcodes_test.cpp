@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Every opcode once, with every completion field checked on both sides.
 // Rank 0 is the target/receiver, rank 1 the initiator/sender.
 #include <atomic>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Ordering: a WRITE_WITH_IMM completion at the target means every earlier
 // WRITE on the QP is visible; SENDs are received in the order they were
 // posted; completions of one send queue come in posting order.

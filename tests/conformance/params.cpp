@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Instantiates the conformance suite for every provider built and every placement.
 #include <cctype>
 #include <vector>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // RegistrationCache on every provider: asking again for a registered buffer
 // registers nothing, and after the buffer's memory is unmapped and other
 // memory is mapped at the same address, a peer's WRITE through the key the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Remote access errors: wrong key, out of bounds, missing rights. Each gives
 // REM_ACCESS_ERR at the initiator, moves the initiator's QP to ERROR and
 // leaves every byte of the target untouched (checked by the target after).

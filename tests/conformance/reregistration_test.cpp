@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Registering a buffer that is already registered gives a second, working
 // registration; destroying one leaves the other working; destroying both
 // kills the keys.

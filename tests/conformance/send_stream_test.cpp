@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // SEND streams against a receiver that re-posts its receives one at a time,
 // and the receiver-not-ready (RNR) cases such streams run into: a SEND that
 // finds no receive waits (RNR retry, up to the RNR window) and then succeeds,

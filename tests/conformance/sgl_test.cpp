@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Scatter-gather lists on both sides: several SGEs from different regions.
 #include <cstring>
 #include <vector>

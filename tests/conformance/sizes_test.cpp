@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Message sizes: 0 bytes, 1 byte, unaligned addresses and lengths, a sweep
 // over chunk boundaries, and RDMA WRITE and READ of the largest message each
 // device advertises (fully verified).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Post-time and API validation: malformed requests throw rdmx::Error with the
 // documented code and a message naming the operation; the QP is unaffected.
 #include <chrono>

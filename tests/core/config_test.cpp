@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The duration settings (src/core/config.cpp): what they accept, and that a
 // value they cannot honour is refused with the variable, the value and the
 // range instead of overflowing a deadline (RDMX_TIMEOUT=1e10 used to make

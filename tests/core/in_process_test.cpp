@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Two QPs of one device in one process: the quickest check that the verbs
 // path works end to end (the conformance suite repeats everything across
 // real processes and hosts).

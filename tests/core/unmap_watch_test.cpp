@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The unmap watch on the real kernel: every way a mapping's pages can change
 // under a registration is reported, unrelated changes are not, and the
 // report is visible as soon as the call that made it has returned.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Tests for the reduction kernels (src/coll/reduce.hpp) against an
 // independent reference: plain loops over values decoded here (fp16/bf16/fp32
 // by ldexp, rounding by nearbyint in double), for every type x op x ISA this

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What the shm provider and auto selection promise beyond the conformance
 // suite: nothing left behind by a killed process, the provider chosen per
 // peer, and atomics that stay atomic whichever provider carries them.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "support/deny_syscall.hpp"
 
 #include <linux/audit.h>

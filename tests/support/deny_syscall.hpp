@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Makes one system call fail with EPERM in the calling process and every
 // process it starts (a seccomp filter, as Docker's default profile does to
 // userfaultfd): for testing the paths taken where a host refuses a call.

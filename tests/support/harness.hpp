@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Multi-process test harness: runs N ranks as real forked processes.
 //
 //   TEST(Example, Exchange) {

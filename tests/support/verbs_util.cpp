@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "support/verbs_util.hpp"
 
 #include <sys/mman.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Helpers for tests that drive the verbs API inside a rank (see harness.hpp).
 // Every helper reports problems with the rank's CHECK machinery, naming the
 // caller's file:line where it matters.

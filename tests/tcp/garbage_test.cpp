@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // tcp provider robustness: bytes that are not a valid frame, written straight
 // into one QP's socket by the peer process, put that QP (on the receiving
 // side) in ERROR with a reason, and nothing else: the attacked process

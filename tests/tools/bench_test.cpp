@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // rdmx bench, the main job: a quick run end to end, its files and its summary.
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Successful jobs print nothing alarming: on every provider the host can run,
 // a job under `rdmx run` and a `rdmx perf coll` sweep, each repeated, finish
 // with nothing logged at WARN (an orderly teardown is not a peer failure).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The examples a new user runs first (examples/), as `make example` runs them:
 // through `rdmx run`, and started on their own by mistake.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // rdmx info: the real binary's report and JSON, and the sysfs reading behind
 // its RDMA section (on a tree built here, since test hosts rarely have RDMA).
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A validator for the subset of JSON Schema (draft 2020-12) that the schemas
 // in docs/schemas use: type (one or a list), properties, required,
 // additionalProperties (boolean), items, enum, const, minimum, maximum,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The validator behind every --json test: each kind of violation it claims to
 // catch is shown caught, so a schema test cannot pass because nothing is checked.
 #include <gtest/gtest.h>

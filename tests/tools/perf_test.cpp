@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // rdmx perf p2p and perf coll: every test and collective on every provider,
 // their JSON against the documented schemas, and argument errors.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The bench report page (tools/rdmx/report_html.cpp): a sample results
 // document must match docs/schemas/bench.schema.json, and the page rendered
 // from it must be self-contained, escaped, and hold every plot and table.

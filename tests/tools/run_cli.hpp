@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Runs the real `rdmx` binary as a child process and captures what it did.
 #pragma once
 

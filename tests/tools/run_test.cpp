@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // rdmx run: real local ranks, the environment they get, and what happens when one dies.
 #include <gtest/gtest.h>
 

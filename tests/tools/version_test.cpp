@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // One version everywhere: project(rdmx VERSION ...) in CMakeLists.txt, the
 // header's macros, rdmx::version() in the library and `rdmx --version`.
 #include <gtest/gtest.h>

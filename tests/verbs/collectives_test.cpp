@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Collectives on verbs keep user-buffer registrations between operations
 // (RegistrationCache). The NIC pins the pages a buffer had when it was
 // registered, so these cases change the pages behind a buffer between two

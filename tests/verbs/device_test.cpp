@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The verbs provider against whatever RDMA devices this machine has. Without
 // one (CI's host), opening it must fail with an error that says so and what to
 // do; with one (the soft-RoCE guest of scripts/rxe-vm.sh, or a host with an

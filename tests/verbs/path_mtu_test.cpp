@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Mixed MTUs: two ports whose MTUs differ must agree on the smaller one as
 // the path MTU, or the side with the larger one sends packets the other
 // refuses (IB requires every packet but a message's last to be exactly

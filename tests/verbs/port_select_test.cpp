@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // RDMX_IB_HCA and RDMX_IB_GID_INDEX rules, and the QP address layout: pure
 // functions, tested without a device.
 #include <gtest/gtest.h>

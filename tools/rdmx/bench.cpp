@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // rdmx bench: the main job. On local ranks, for every provider that works
 // here: a short perftest-style sweep between two ranks and an nccl-tests-style
 // all_reduce sweep; then a summary a person reads in ten seconds, the full

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Local ranks share this host's memory. Every rank's communicator holds, for
 // every rank of the job, an inbox and a staging area of RDMX_COLL_BUFFSIZE
 // (src/coll/links.cpp, Layout), so n ranks need about n * n * 2 * BUFFSIZE:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Whether this host's memory can hold N local ranks running collectives, for
 // `rdmx perf coll --np N` before it starts any rank.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The rdmx command's subcommands. Each registers itself on the root app; its
 // callback runs the command and reports failure by throwing (rdmx::Error or
 // cli::ExitStatus), so main() owns every exit path.

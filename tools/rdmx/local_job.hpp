@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Local ranks: N processes of one command on this host, sharing a store,
 // watched as one job. Used by `rdmx run`, by `rdmx perf` when no launcher
 // started it, and by `rdmx bench`.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // rdmx: the command-line tool. Subcommands live one per file (commands.hpp).
 #include <cstdio>
 #include <exception>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // rdmx perf: the benchmarks people know, on every provider: p2p (perftest)
 // and coll (nccl-tests).
 #include "commands.hpp"

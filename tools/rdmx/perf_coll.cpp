@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // rdmx perf coll: rdmx's collectives measured as nccl-tests measures NCCL's,
 // with nccl-tests' flags, columns and bus-bandwidth factors. Only the public
 // API (rdmx/comm.hpp) is used.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What `rdmx perf p2p` and `rdmx perf coll` share: size lists and JSON lines.
 #pragma once
 

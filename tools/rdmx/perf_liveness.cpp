@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "perf_liveness.hpp"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Waits of `rdmx perf p2p` bounded by silence, not by a whole run: a
 // bandwidth test may stream for minutes while RDMX_TIMEOUT is seconds, and a
 // passive rank sees nothing of one-sided traffic, so rank 0 shows progress

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // rdmx perf p2p: perftest's tests between two ranks, on any provider, with
 // perftest's columns, units and round-trip conventions (docs/TOOLS.md).
 //

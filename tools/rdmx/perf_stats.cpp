@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "perf_stats.hpp"
 
 #include <algorithm>

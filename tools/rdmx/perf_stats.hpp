@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Time stamps and latency statistics for `rdmx perf p2p`, with perftest's
 // definitions (t_typical is the median; percentiles are nearest-rank).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The HTML report of `rdmx bench`: one self-contained page (inline CSS and
 // SVG, no script, nothing fetched) rendered from the bench results document
 // described by docs/schemas/bench.schema.json.

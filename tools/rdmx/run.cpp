@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // rdmx run -n N [--provider P] -- CMD ...: N local ranks of CMD, as mpirun -np
 // or torchrun --nproc-per-node would start them, for any rdmx program.
 #include <string>

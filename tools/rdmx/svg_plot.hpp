@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Line plots as inline SVG for the bench report (report_html.cpp). The page
 // must open offline, so plots are plain SVG text: no script, and hover
 // details come from SVG <title> elements.

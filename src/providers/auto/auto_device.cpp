@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "providers/auto/auto_device.hpp"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The "auto" device: one device over several providers that picks, per peer,
 // the best one that can reach it (shm for processes on this host, tcp for
 // the rest). It shares one region table and one set of QP numbers among its

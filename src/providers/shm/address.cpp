@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "providers/shm/address.hpp"
 
 #include <sys/stat.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Where a shm QP can be reached, and whether a peer shares this host.
 //
 // Same host is decided by the kernel's boot id (a host name can repeat, a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "providers/shm/copy.hpp"
 
 #include <immintrin.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Copies between processes' mapped memory: glibc's memcpy while the data fits
 // the caches, non-temporal stores above RDMX_SHM_NT_THRESHOLD (they skip the
 // read-for-ownership of destination lines that will not be read soon; on this

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "providers/shm/cross_memory.hpp"
 
 #include <vector>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Whole copies between this process and a peer's memory (cross-memory
 // attach). One process_vm_readv/writev moves at most MAX_RW_COUNT bytes
 // (INT_MAX rounded down to a page, 2147479552 on 4 KiB pages) and returns a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "providers/shm/handshake.hpp"
 
 #include <sys/socket.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The messages that set up a shm QP connection over the acceptor's Unix
 // socket. The initiator sends HELLO with the shared segment's memfd attached
 // (SCM_RIGHTS); the acceptor maps it, proves cross-memory attach works by

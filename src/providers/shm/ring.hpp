@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The shared segment of one shm QP connection and the two single-producer,
 // single-consumer rings in it (one per direction).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The shm provider's device: a listening Unix socket through which peers on
 // this host hand over the shared segments of their QP connections, the memory
 // registry, and the progress engine.

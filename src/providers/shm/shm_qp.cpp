@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "providers/shm/shm_qp.hpp"
 
 #include <signal.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // An RC queue pair of the shm provider: two rings in a segment shared with
 // the peer process, plus a Unix socket that carried the segment and now
 // carries wake-ups and, by closing, the news that the peer is gone.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "providers/tcp/socket_iface.hpp"
 
 #include <arpa/inet.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Which network interface and address the tcp provider listens on, chosen as
 // NCCL_SOCKET_IFNAME does: RDMX_SOCKET_IFNAME is a comma-separated list of
 // interface-name prefixes; "^" before the list excludes instead, "=" before

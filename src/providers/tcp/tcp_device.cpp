@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "providers/tcp/tcp_device.hpp"
 
 #include <netinet/tcp.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The tcp provider's device: a listening socket on the chosen interface, the
 // memory registry, and the progress engine.
 //

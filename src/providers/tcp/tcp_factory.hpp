@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Entry point of the tcp provider for the provider registry.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // An RC queue pair of the tcp provider: one TCP connection per QP carrying
 // both directions (our requests and the responses to the peer's requests).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "providers/tcp/testing.hpp"
 
 #include "providers/tcp/tcp_qp.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Hooks for tests that attack the tcp provider from outside the API (e.g.
 // writing garbage into a QP's socket). Not part of the public API.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "providers/tcp/wire.hpp"
 
 namespace rdmx::tcp::wire {

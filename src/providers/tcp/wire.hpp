@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The tcp provider's wire format: every frame is a fixed 48-byte header,
 // little-endian, optionally followed by `length` payload bytes. The header
 // carries a magic number and a version, and every field is validated by the

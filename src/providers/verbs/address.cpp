@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "providers/verbs/address.hpp"
 
 #include <arpa/inet.h>

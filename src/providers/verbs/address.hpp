@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A verbs QP's address: what a peer needs to move its QP to RTR towards ours
 // (LID or GID, QP number, first PSN, MTU, responder resources), in a fixed,
 // versioned, validated layout.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "providers/verbs/port_select.hpp"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Which device, port and GID the verbs provider uses, decided from what the
 // hardware reports and from RDMX_IB_HCA / RDMX_IB_GID_INDEX. Pure functions
 // over plain data, so the rules are tested without a device.

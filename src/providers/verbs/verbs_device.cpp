@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "providers/verbs/verbs_device.hpp"
 
 #include <fcntl.h>

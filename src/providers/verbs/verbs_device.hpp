@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The verbs provider's device: one RDMA device and port opened through
 // libibverbs, the GID it addresses peers with, the hardware side of every
 // protection domain and region (as the registry's RegionBinder), and the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Entry point of the verbs provider for the provider registry.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #include "providers/verbs/verbs_qp.hpp"
 
 #include <arpa/inet.h>

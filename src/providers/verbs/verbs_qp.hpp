@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A reliable-connected QP on an RDMA device. The hardware does the work
 // (transfers, key checks, retries, RNR, ordering); this class translates
 // rdmx work requests and completions, and keeps what the hardware does not:
