@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // rdmx/info.hpp: what this host has and what rdmx would pick, for `rdmx info`
 // and for tools that choose among providers without naming them.
 //
@@ -27,6 +28,16 @@ struct ProviderStatus {
 };
 // Every provider rdmx knows, built or not, in auto selection's order.
 std::vector<ProviderStatus> probe_providers();
+
+// What open_device("auto") gives an application that names no provider
+// (RDMX_PROVIDER unset), and why; reason holds the error when none opens.
+struct AutoChoice {
+  bool usable = false;
+  std::string provider;
+  std::string device;
+  std::string reason;
+};
+AutoChoice probe_auto();
 
 // ---------------------------------------------------------------------------
 // Settings in force
@@ -96,5 +107,11 @@ struct HostTopology {
   std::string gpu_note;    // why gpus is empty, when it is
 };
 HostTopology discover_topology();
+
+// ---------------------------------------------------------------------------
+// Everything above as one JSON document (`rdmx info --json`, rdmx.info() in
+// Python), following docs/schemas/info.schema.json; `indent` as in JSON
+// pretty-printers (negative: one line).
+std::string info_json(int indent = 2);
 
 }  // namespace rdmx

@@ -1,9 +1,9 @@
+// SPDX-License-Identifier: MIT
 // rdmx info: what this host has and what rdmx would pick, as a readable
-// report or (--json) one document following docs/schemas/info.schema.json.
+// report or (--json) the library's info_json() document.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -18,29 +18,6 @@ namespace {
 struct InfoOptions {
   bool json = false;
 };
-
-// What open_device("auto") gives: the device an application without
-// RDMX_PROVIDER or a name would get, and why.
-struct AutoChoice {
-  bool usable = false;
-  std::string provider;
-  std::string device;
-  std::string reason;
-};
-
-AutoChoice probe_auto() {
-  AutoChoice choice;
-  try {
-    auto device = open_device("auto");
-    choice.usable = true;
-    choice.provider = device->provider();
-    choice.device = device->name();
-    choice.reason = device->selection_reason();
-  } catch (const std::exception& e) {
-    choice.reason = e.what();
-  }
-  return choice;
-}
 
 struct Report {
   HostTopology host;
@@ -210,115 +187,18 @@ void print_text(const Report& report) {
   print_settings(report.settings);
 }
 
-// ---------------------------------------------------------------------------
-// JSON: field names are the C++ ones (rdmx/info.hpp), documented in
-// docs/schemas/info.schema.json; ordered as the text report, not alphabetically.
-
-nlohmann::ordered_json caps_json(const DeviceCaps& caps) {
-  return {{"remote_peers", caps.remote_peers},
-          {"same_host_peers", caps.same_host_peers},
-          {"auto_progress", caps.auto_progress},
-          {"ordered_write_placement", caps.ordered_write_placement},
-          {"registration_pins_memory", caps.registration_pins_memory},
-          {"max_msg_size", caps.max_msg_size},
-          {"max_qp_wr", caps.max_qp_wr},
-          {"max_sge", caps.max_sge},
-          {"max_inline_data", caps.max_inline_data}};
-}
-
-nlohmann::ordered_json null_if_empty(const std::string& text) {
-  return text.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(text);
-}
-
-nlohmann::ordered_json to_json(const Report& report) {
-  const HostTopology& host = report.host;
-  nlohmann::ordered_json doc;
-  doc["schema"] = "rdmx.info/1";
-  doc["hostname"] = host.hostname;
-
-  auto& providers = doc["providers"] = nlohmann::ordered_json::array();
-  for (const auto& p : report.providers) {
-    providers.push_back({{"name", p.name},
-                         {"built", p.built},
-                         {"usable", p.usable},
-                         {"reason", p.reason},
-                         {"device", p.usable ? nlohmann::ordered_json(p.device) : nlohmann::ordered_json()},
-                         {"caps", p.usable ? caps_json(p.caps) : nlohmann::ordered_json()}});
-  }
-  doc["auto"] = {{"usable", report.chosen.usable},
-                 {"provider", null_if_empty(report.chosen.provider)},
-                 {"device", null_if_empty(report.chosen.device)},
-                 {"reason", report.chosen.reason}};
-
-  doc["registration_cache"] = {{"unmap_detection", report.registration_cache.available},
-                                {"how", report.registration_cache.how}};
-
-  auto& rdma = doc["rdma_devices"] = nlohmann::ordered_json::array();
-  for (const auto& device : host.rdma_devices) {
-    nlohmann::ordered_json ports = nlohmann::ordered_json::array();
-    for (const auto& port : device.ports) {
-      nlohmann::ordered_json gids = nlohmann::ordered_json::array();
-      for (const auto& gid : port.gids) {
-        gids.push_back({{"index", gid.index}, {"gid", gid.gid}, {"type", gid.type}, {"netdev", gid.netdev}});
-      }
-      ports.push_back({{"number", port.number},
-                       {"state", port.state},
-                       {"link_layer", port.link_layer},
-                       {"rate", port.rate},
-                       {"lid", port.lid},
-                       {"gids", gids}});
-    }
-    rdma.push_back({{"name", device.name}, {"node_guid", device.node_guid}, {"ports", ports}});
-  }
-  doc["rdma_note"] = host.rdma_note;
-
-  auto& interfaces = doc["interfaces"] = nlohmann::ordered_json::array();
-  for (const auto& iface : host.interfaces) {
-    interfaces.push_back({{"name", iface.name},
-                          {"addresses", iface.addresses},
-                          {"up", iface.up},
-                          {"loopback", iface.loopback},
-                          {"mtu", iface.mtu},
-                          {"speed_mbps", iface.speed_mbps},
-                          {"numa_node", iface.numa_node}});
-  }
-
-  doc["cores"] = host.cores;
-  doc["logical_cpus"] = host.logical_cpus;
-  auto& nodes = doc["numa_nodes"] = nlohmann::ordered_json::array();
-  for (const auto& node : host.numa_nodes) {
-    nodes.push_back({{"index", node.index}, {"cpus", node.cpus}, {"memory_bytes", node.memory_bytes}});
-  }
-  doc["cpu_note"] = host.cpu_note;
-
-  auto& gpus = doc["gpus"] = nlohmann::ordered_json::array();
-  for (const auto& gpu : host.gpus) {
-    gpus.push_back({{"index", gpu.index},
-                    {"name", gpu.name},
-                    {"pci_bus_id", gpu.pci_bus_id},
-                    {"memory_bytes", gpu.memory_bytes}});
-  }
-  doc["gpu_note"] = host.gpu_note;
-
-  auto& settings = doc["settings"] = nlohmann::ordered_json::array();
-  for (const auto& s : report.settings) {
-    settings.push_back({{"name", s.name}, {"value", s.value}, {"from_env", s.from_env}, {"meaning", s.meaning}});
-  }
-  return doc;
-}
-
 void run_info(const InfoOptions& options) {
+  if (options.json) {
+    std::printf("%s\n", info_json().c_str());
+    return;
+  }
   Report report;
   report.host = discover_topology();
   report.providers = probe_providers();
   report.chosen = probe_auto();
   report.settings = settings();
   report.registration_cache = unmap_detection();
-  if (options.json) {
-    std::printf("%s\n", to_json(report).dump(2).c_str());
-  } else {
-    print_text(report);
-  }
+  print_text(report);
 }
 
 }  // namespace

@@ -1,8 +1,12 @@
+// SPDX-License-Identifier: MIT
 #include "local_job.hpp"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -58,6 +62,27 @@ std::string resolve_program(const std::string& name) {
   }
   throw Error(ErrorCode::NotFound, "command \"" + name + "\" not found in PATH",
               {.op = "rdmx run", .hint = "give its path, e.g. ./build/examples/" + name});
+}
+
+// A port the kernel considers free on loopback now, for torch's rendezvous
+// (MASTER_PORT); as torchrun, the rank that binds it later may race another
+// process, and torch then says which port was taken.
+int free_loopback_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw Error(ErrorCode::System, std::string("socket: ") + std::strerror(errno), {.op = "rdmx run"});
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  const int saved = errno;
+  ::close(fd);
+  if (!ok) {
+    throw Error(ErrorCode::System, std::string("picking a port for MASTER_PORT: ") + std::strerror(saved),
+                {.op = "rdmx run", .hint = "set MASTER_PORT yourself"});
+  }
+  return ntohs(addr.sin_port);
 }
 
 std::string describe_status(int status) {
@@ -232,6 +257,11 @@ class Job {
     job_env["RDMX_WORLD_SIZE"] = std::to_string(options_.ranks);
     job_env["RDMX_LOCAL_WORLD_SIZE"] = std::to_string(options_.ranks);
     job_env["RDMX_STORE"] = "file:" + store_dir_;
+    // torch's env:// variables, as torchrun sets them, so torch.distributed
+    // programs run unchanged under rdmx run (their store is torch's own).
+    job_env["WORLD_SIZE"] = job_env["LOCAL_WORLD_SIZE"] = std::to_string(options_.ranks);
+    if (!job_env.contains("MASTER_ADDR")) job_env["MASTER_ADDR"] = "127.0.0.1";
+    if (!job_env.contains("MASTER_PORT")) job_env["MASTER_PORT"] = std::to_string(free_loopback_port());
 
     ranks_.resize(static_cast<std::size_t>(options_.ranks));
     started_ = Clock::now();
@@ -239,6 +269,7 @@ class Job {
       std::map<std::string, std::string> env = job_env;
       env["RDMX_RANK"] = std::to_string(r);
       env["RDMX_LOCAL_RANK"] = std::to_string(r);
+      env["RANK"] = env["LOCAL_RANK"] = std::to_string(r);
       std::vector<std::string> env_text;
       for (const auto& [key, value] : env) env_text.push_back(key + "=" + value);
       std::vector<char*> envp;
