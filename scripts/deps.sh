@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Installs what rdmx needs from Debian, only what is missing. Idempotent,
 # non-interactive, and quiet when everything is present.
-#   scripts/deps.sh            build + test dependencies
+#   scripts/deps.sh            build + test dependencies (torch, pybind11 and
+#                              pytest for the torch.distributed backend)
 #   scripts/deps.sh --bench    also the peers the benchmarks compare with:
 #                              sockperf and iperf3 (bench/run_tcp.sh), UCX's
 #                              ucx_perftest and Open MPI (bench/run_shm.sh)
@@ -10,9 +12,10 @@
 set -euo pipefail
 
 packages=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev iproute2
-          libcli11-dev nlohmann-json3-dev libhwloc-dev libibverbs-dev ibverbs-providers)
+          libcli11-dev nlohmann-json3-dev libhwloc-dev libibverbs-dev ibverbs-providers
+          python3-dev pybind11-dev python3-torch libtorch-dev python3-pytest openmpi-bin)
 case "${1:-}" in
-  --bench) packages+=(sockperf iperf3 python3 ucx-utils openmpi-bin libopenmpi-dev python3-torch) ;;
+  --bench) packages+=(sockperf iperf3 python3 ucx-utils openmpi-bin libopenmpi-dev python3-torch python3-torchvision) ;;
   --verbs-vm) packages+=(qemu-system-x86 busybox-static cpio kmod iproute2 rdma-core ibverbs-utils perftest) ;;
 esac
 

@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: MIT
+// send and recv with tags. rdmx matches point-to-point messages in order per
+// pair and has no tags, so each message is a small header (tag, bytes)
+// followed by the payload. A recv that meets a message with another tag
+// keeps it for the recv that names that tag, so tags match as in Gloo
+// whatever the order of the recvs, at the cost of one copy for the
+// out-of-order message only.
+#include <cstdint>
+#include <cstring>
+
+#include "backend.hpp"
+#include "tensors.hpp"
+
+namespace rdmx::torch_backend {
+namespace {
+
+struct Header {
+  std::int64_t tag = 0;
+  std::uint64_t bytes = 0;
+};
+
+std::size_t byte_size(const at::Tensor& t) { return static_cast<std::size_t>(t.numel()) * t.element_size(); }
+
+void check_peer(int peer, int rank, int size, const char* op) {
+  if (peer < 0 || peer >= size || peer == rank) {
+    throw Error(ErrorCode::InvalidArgument,
+                std::string(op) + ": peer " + std::to_string(peer) + " is not another rank of this group (rank " +
+                    std::to_string(rank) + " of " + std::to_string(size) + ")",
+                {.op = op, .rank = rank});
+  }
+}
+
+}  // namespace
+
+void ProcessGroupRdmx::send_tagged(const at::Tensor& tensor, int dst, int tag) {
+  check_peer(dst, getRank(), getSize(), "send");
+  Dense d = dense_input(tensor);
+  Header header{tag, byte_size(d.buf)};
+  comm_->send(&header, sizeof header, DataType::Uint8, dst);
+  if (header.bytes != 0) comm_->send(d.data(), header.bytes, DataType::Uint8, dst);
+}
+
+void ProcessGroupRdmx::recv_tagged(const at::Tensor& tensor, int src, int tag) {
+  check_peer(src, getRank(), getSize(), "recv");
+  Dense d = dense_output(tensor);
+  const std::size_t want = byte_size(d.buf);
+  auto wrong_size = [&](std::uint64_t sent) {
+    return Error(ErrorCode::InvalidArgument,
+                 "recv: rank " + std::to_string(src) + " sent " + std::to_string(sent) + " bytes with tag " +
+                     std::to_string(tag) + "; this recv's tensor holds " + std::to_string(want),
+                 {.op = "recv", .rank = getRank(), .peer_rank = src,
+                  .hint = "send and recv tensors of the same size and dtype"});
+  };
+  auto early = early_.find({src, tag});
+  if (early != early_.end() && !early->second.empty()) {
+    at::Tensor kept = std::move(early->second.front());
+    early->second.pop_front();
+    if (early->second.empty()) early_.erase(early);
+    if (static_cast<std::size_t>(kept.numel()) != want) throw wrong_size(static_cast<std::uint64_t>(kept.numel()));
+    std::memcpy(d.data(), kept.data_ptr(), want);
+    d.finish();
+    return;
+  }
+  for (;;) {
+    Header header;
+    comm_->recv(&header, sizeof header, DataType::Uint8, src);
+    if (header.tag == tag) {
+      if (header.bytes != want) {
+        at::Tensor drained = at::empty({static_cast<std::int64_t>(header.bytes)}, at::kByte);
+        if (header.bytes != 0) comm_->recv(drained.data_ptr(), header.bytes, DataType::Uint8, src);
+        throw wrong_size(header.bytes);
+      }
+      if (want != 0) comm_->recv(d.data(), want, DataType::Uint8, src);
+      d.finish();
+      return;
+    }
+    at::Tensor kept = at::empty({static_cast<std::int64_t>(header.bytes)}, at::kByte);
+    if (header.bytes != 0) comm_->recv(kept.data_ptr(), header.bytes, DataType::Uint8, src);
+    early_[{src, static_cast<int>(header.tag)}].push_back(std::move(kept));
+  }
+}
+
+}  // namespace rdmx::torch_backend

@@ -1,0 +1,30 @@
+// SPDX-License-Identifier: MIT
+// rdmx._torch: the backend class for Python. rdmx/torch.py registers it with
+// torch.distributed under the name "rdmx".
+#include <pybind11/chrono.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "backend.hpp"
+
+namespace py = pybind11;
+using rdmx::torch_backend::BackendBase;
+using rdmx::torch_backend::ProcessGroupRdmx;
+
+PYBIND11_MODULE(_torch, m) {
+  m.doc() = "The rdmx backend for torch.distributed (CPU tensors)";
+  // The base class must be known to pybind11 before ours derives from it.
+  py::module_::import("torch.distributed");
+  m.attr("torch_version_built") = TORCH_VERSION;
+  py::class_<ProcessGroupRdmx, BackendBase, c10::intrusive_ptr<ProcessGroupRdmx>>(m, "ProcessGroupRdmx")
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       std::chrono::milliseconds timeout) {
+             return c10::make_intrusive<ProcessGroupRdmx>(store, rank, size, timeout);
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
+           py::call_guard<py::gil_scoped_release>(),
+           "Joins the group: rendezvous through `store` (torch's) and connect every pair within `timeout`")
+      .def_property_readonly("peer_providers", &ProcessGroupRdmx::peer_providers,
+                             "How each peer is reached ('shm', 'tcp', ...; '' for this rank)")
+      .def_property_readonly("timeout", &ProcessGroupRdmx::timeout);
+}

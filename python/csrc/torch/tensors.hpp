@@ -1,0 +1,53 @@
+// SPDX-License-Identifier: MIT
+// From torch's arguments to rdmx's: element types, reduction operations, and
+// dense buffers for tensors rdmx cannot address directly (non-contiguous
+// ones). Argument errors are rdmx::Error(InvalidArgument) naming the
+// operation, which Python sees as RuntimeError with that message.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include <string>
+#include <vector>
+
+#include "rdmx/comm.hpp"
+
+namespace rdmx::torch_backend {
+
+// Python's name of a dtype ("torch.int16").
+std::string dtype_name(at::ScalarType type);
+// rdmx's element type for a torch dtype; bool travels as bytes.
+DataType data_type_of(at::ScalarType type, const char* op);
+// rdmx's reduction for torch's. Bool sums and products become max and min
+// (logical or / and), as NCCL does; AVG needs a floating type.
+ReduceOp reduce_op_of(const c10d::ReduceOp& op, at::ScalarType type, const char* op_name);
+
+// Checks shared by every operation: CPU, strided, a supported dtype.
+void check_tensor(const at::Tensor& t, const char* op);
+void check_single(const std::vector<at::Tensor>& tensors, const char* op);
+// All tensors of a list have `like`'s dtype and element count.
+void check_list(const std::vector<at::Tensor>& tensors, const at::Tensor& like, std::size_t expected_size,
+                const char* op, const char* which);
+void check_root(int root, int size, const char* op);
+
+// A tensor as rdmx sees it: contiguous memory. `buf` is the caller's tensor
+// when it is contiguous (views with a storage offset included), else a dense
+// copy (inputs) or a dense scratch tensor written back by finish() (outputs).
+struct Dense {
+  at::Tensor user;
+  at::Tensor buf;
+  void* data() const { return buf.data_ptr(); }
+  std::size_t count() const { return static_cast<std::size_t>(buf.numel()); }
+  void finish() const;  // writes back when buf is a copy
+};
+Dense dense_input(const at::Tensor& t);
+Dense dense_output(const at::Tensor& t);
+Dense dense_inout(const at::Tensor& t);
+
+// One flat tensor holding `tensors` one after another (same dtype).
+at::Tensor flatten(const std::vector<at::Tensor>& tensors);
+// Copies consecutive slices of `flat` back into `tensors`.
+void unflatten(const at::Tensor& flat, const std::vector<at::Tensor>& tensors);
+
+}  // namespace rdmx::torch_backend

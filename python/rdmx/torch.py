@@ -1,0 +1,106 @@
+"""The ``"rdmx"`` backend for torch.distributed.
+
+Importing this module registers it::
+
+    import torch.distributed as dist
+    import rdmx.torch  # noqa: F401
+    dist.init_process_group("rdmx")          # env:// (torchrun, rdmx run, ...)
+    dist.all_reduce(tensor)
+
+Under torchrun and ``rdmx run`` torch's env:// variables are set already.
+Under mpirun (Open MPI, MPICH) and srun, importing this module sets the ones
+the launcher left out (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, and
+MASTER_ADDR/MASTER_PORT where they can be known) from the launcher's own,
+as rdmx's C++ bootstrap reads them; what is set already is left alone.
+
+The backend rendezvouses through the store torch gives it (no extra port),
+honours the ``timeout`` given to ``init_process_group`` and ``new_group``, and
+takes CPU tensors of dtype float32, float64, float16, bfloat16, int8, uint8,
+int32, int64 and bool. Errors (mismatched collectives, a timeout, a dead
+rank) are raised as RuntimeError carrying rdmx's message on every rank.
+"""
+# SPDX-License-Identifier: MIT
+import inspect as _inspect
+import os as _os
+import re as _re
+import zlib as _zlib
+
+import torch.distributed as _dist
+
+from rdmx import _core, _torch
+
+ProcessGroupRdmx = _torch.ProcessGroupRdmx
+BACKEND_NAME = "rdmx"
+
+
+def _create(store, rank, size, timeout):
+    return ProcessGroupRdmx(store, rank, size, timeout)
+
+
+def _first_slurm_host(nodelist):
+    """The first host of a Slurm node list: "n1,n2", "gpu[03-05,09],cpu1" -> "n1", "gpu03"."""
+    m = _re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist or "")
+    if not m:
+        return None
+    prefix, ranges = m.group(1), m.group(2)
+    if not ranges:
+        return prefix
+    return prefix + ranges.split(",")[0].split("-")[0]
+
+
+def _job_port(env):
+    """A port every rank of one job derives alike from the launcher's job id, or None."""
+    for name in ("OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE", "SLURM_JOB_ID", "PMI_KVSNAME"):
+        if env.get(name):
+            job = env[name] + "." + env.get("SLURM_STEP_ID", "")
+            return 20000 + _zlib.crc32(job.encode()) % 20000
+    return None
+
+
+def launcher_env(env=None):
+    """torch's env:// variables this process lacks, derived from its launcher (a dict; empty under
+    torchrun, rdmx run, or when no launcher is recognised)."""
+    env = _os.environ if env is None else env
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return {}
+    try:
+        info = _core.detect_launch()
+    except RuntimeError:
+        return {}
+    out = {"RANK": str(info["rank"]), "WORLD_SIZE": str(info["world_size"])}
+    if info["local_rank"] >= 0:
+        out["LOCAL_RANK"] = str(info["local_rank"])
+    if info["local_world_size"] > 0:
+        out["LOCAL_WORLD_SIZE"] = str(info["local_world_size"])
+    if "MASTER_ADDR" not in env:
+        if info["store_host"]:
+            out["MASTER_ADDR"] = info["store_host"]
+        elif env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST"):
+            host = _first_slurm_host(env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST"))
+            if host:
+                out["MASTER_ADDR"] = host
+        elif info["local_world_size"] == info["world_size"]:
+            out["MASTER_ADDR"] = "127.0.0.1"
+    if "MASTER_PORT" not in env:
+        # Beside rdmx's own store when RDMX_STORE names one, else from the job id.
+        port = info["store_port"] + 1 if info["store_port"] else _job_port(env)
+        if port:
+            out["MASTER_PORT"] = str(port)
+    return {k: v for k, v in out.items() if k not in env}
+
+
+def _register():
+    if BACKEND_NAME.upper() in getattr(_dist.Backend, "_plugins", {}):
+        return
+    register = _dist.Backend.register_backend
+    if "devices" in _inspect.signature(register).parameters:
+        # torch >= 2.0: CPU tensors only, until rdmx has GPU memory.
+        register(BACKEND_NAME, _create, devices=["cpu"])
+    else:
+        register(BACKEND_NAME, _create)
+
+
+_os.environ.update(launcher_env())
+_register()
+
+__all__ = ["ProcessGroupRdmx", "BACKEND_NAME", "launcher_env"]

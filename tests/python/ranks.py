@@ -1,0 +1,109 @@
+"""Starts real rank processes for the torch backend tests.
+
+Each rank is `python3 scenarios.py <scenario> <json args>` with the env://
+variables torchrun sets (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE,
+LOCAL_RANK, LOCAL_WORLD_SIZE). A rank writes its result as JSON into
+RDMX_TEST_RESULT_DIR/<rank>.json (or prints one `RESULT <json>` line when
+started by a launcher); every run is bounded in time and kills what is left.
+"""
+# SPDX-License-Identifier: MIT
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCENARIOS = os.path.join(HERE, "scenarios.py")
+PYTHON = os.environ.get("RDMX_TEST_PYTHON", sys.executable)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RankResult:
+    def __init__(self, rank, returncode, output, result_dir=None):
+        self.rank = rank
+        self.returncode = returncode
+        self.output = output
+        self.result = None
+        path = os.path.join(result_dir, f"{rank}.json") if result_dir else None
+        if path and os.path.exists(path):
+            with open(path) as f:
+                self.result = json.load(f)
+            return
+        for line in output.splitlines():
+            if line.startswith("RESULT "):
+                try:
+                    self.result = json.loads(line[len("RESULT "):])
+                except ValueError:
+                    self.result = None
+
+    def __repr__(self):
+        return f"rank {self.rank}: exit {self.returncode}\n{self.output}"
+
+
+def env_for(rank, world, port, extra=None):
+    env = dict(os.environ)
+    env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
+                "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world)})
+    env.setdefault("RDMX_TIMEOUT", "60")
+    if extra:
+        env.update(extra)
+    return env
+
+
+def collect(procs, deadline_s, result_dir=None):
+    """Waits for every process until the deadline, then kills the rest."""
+    deadline = time.monotonic() + deadline_s
+    results = []
+    for rank, p in enumerate(procs):
+        left = max(0.1, deadline - time.monotonic())
+        try:
+            out, _ = p.communicate(timeout=left)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                if q.poll() is None:
+                    os.killpg(q.pid, signal.SIGKILL)
+            out, _ = p.communicate()
+            out += f"\n[killed: rank {rank} still running after {deadline_s} s]"
+        results.append(RankResult(rank, p.returncode, out, result_dir))
+    return results
+
+
+def run(world, scenario, args=None, timeout_s=120, extra_env=None, per_rank_env=None):
+    """Runs `scenario` on `world` ranks under env:// variables; returns one RankResult per rank."""
+    port = free_port()
+    result_dir = tempfile.mkdtemp(prefix="rdmx-torch-test.")
+    procs = []
+    for rank in range(world):
+        extra = dict(extra_env or {}, RDMX_TEST_RESULT_DIR=result_dir)
+        if per_rank_env:
+            extra.update(per_rank_env(rank))
+        procs.append(subprocess.Popen([PYTHON, SCENARIOS, scenario, json.dumps(args or {})],
+                                      env=env_for(rank, world, port, extra), stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True, start_new_session=True))
+    try:
+        return collect(procs, timeout_s, result_dir)
+    finally:
+        for name in os.listdir(result_dir):
+            os.remove(os.path.join(result_dir, name))
+        os.rmdir(result_dir)
+
+
+def run_command(cmd, timeout_s=120, env=None):
+    """Runs one launcher command (rdmx run, mpirun) in its own session, bounded."""
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True)
+    return collect([p], timeout_s)[0]
+
+
+def assert_all_ok(results):
+    bad = [r for r in results if r.returncode != 0 or r.result is None]
+    assert not bad, "\n".join(repr(r) for r in results)

@@ -1,0 +1,136 @@
+"""The torch.distributed backend "rdmx" on real rank processes (ranks.py).
+
+Run from CTest (tests/CMakeLists.txt), or by hand:
+    PYTHONPATH=build/python RDMX_CLI=build/tools/rdmx /usr/bin/python3 -m pytest tests/python
+"""
+# SPDX-License-Identifier: MIT
+import math
+import os
+
+import pytest
+
+import ranks
+
+RDMX_CLI = os.environ.get("RDMX_CLI", "")
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_every_operation_and_dtype_matches_gloo(world):
+    results = ranks.run(world, "operations", timeout_s=240)
+    ranks.assert_all_ok(results)
+    for r in results:
+        res = r.result
+        assert res["failures"] == [], f"rank {r.rank}:\n" + "\n".join(res["failures"])
+        assert res["cases"] > 300 and res["vs_gloo"] > 100, res
+        # The refused calls name what was refused and leave the group usable.
+        assert len(res["errors"]) == 2, res["errors"]
+        assert "torch.int16" in res["errors"][0] and "not supported" in res["errors"][0]
+        assert "ReduceOp" in res["errors"][1]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_async_work_futures_and_subgroups(world):
+    results = ranks.run(world, "async_and_groups", timeout_s=120)
+    ranks.assert_all_ok(results)
+    for r in results:
+        assert r.result["failures"] == [], f"rank {r.rank}: {r.result['failures']}"
+        assert r.result["backend"] == "rdmx"
+
+
+def test_ddp_trains_as_with_gloo():
+    by_backend = {}
+    for backend in ("gloo", "rdmx"):
+        results = ranks.run(2, "ddp", {"backend": backend, "steps": 20}, timeout_s=180)
+        ranks.assert_all_ok(results)
+        # Identical across ranks: DDP keeps replicas in step.
+        assert results[0].result["params"] == results[1].result["params"], backend
+        by_backend[backend] = results[0].result
+    g, x = by_backend["gloo"], by_backend["rdmx"]
+    assert len(x["losses"]) == 20
+    for a, b in zip(g["losses"], x["losses"]):
+        assert math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-5), (g["losses"], x["losses"])
+    worst = max(abs(a - b) for a, b in zip(g["params"], x["params"]))
+    assert worst < 1e-4, f"parameters differ from gloo's by up to {worst}"
+    assert x["losses"][-1] < x["losses"][0], "the model did not train"
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_mismatched_collectives_raise_on_every_rank(world):
+    results = ranks.run(world, "mismatch", {"timeout_s": 60}, timeout_s=90)
+    ranks.assert_all_ok(results)
+    for r in results:
+        message = r.result["message"]
+        assert message is not None, f"rank {r.rank} did not raise"
+        assert "mismatched calls" in message, message
+        assert "all_reduce" in message and "broadcast" in message, message
+        assert r.result["seconds"] < 10, f"rank {r.rank} took {r.result['seconds']:.1f} s (timeout 60 s)"
+
+
+def test_a_rank_that_never_calls_times_out_the_others():
+    world = 3
+    results = ranks.run(world, "missing_rank", {"timeout_s": 3}, timeout_s=90)
+    ranks.assert_all_ok(results)
+    for r in results[:-1]:
+        message = r.result["message"]
+        assert message is not None, f"rank {r.rank} did not raise"
+        assert "rank 2" in message, message
+        assert 2.5 < r.result["seconds"] < 30, r.result["seconds"]
+
+
+def test_a_dead_rank_fails_the_survivors():
+    world = 3
+    results = ranks.run(world, "dead_rank", {"timeout_s": 20}, timeout_s=120)
+    assert results[-1].returncode == 3, results[-1]
+    ranks.assert_all_ok(results[:-1])
+    for r in results[:-1]:
+        message = r.result["message"]
+        assert message is not None, f"rank {r.rank} did not raise"
+        assert "rank 2" in message, message
+        assert r.result["seconds"] < 25, r.result["seconds"]
+
+
+def test_env_variables_as_torchrun_sets_them():
+    results = ranks.run(3, "env_only", timeout_s=90)
+    ranks.assert_all_ok(results)
+    assert [r.result["sum"] for r in results] == [6.0] * 3
+
+
+@pytest.mark.skipif(not RDMX_CLI, reason="RDMX_CLI (the rdmx command) not given")
+def test_under_rdmx_run():
+    cmd = [RDMX_CLI, "run", "-n", "3", "--time-limit", "90", "--", ranks.PYTHON, ranks.SCENARIOS, "env_only"]
+    r = ranks.run_command(cmd, timeout_s=120)
+    assert r.returncode == 0, r
+    sums = [line for line in r.output.splitlines() if "RESULT" in line]
+    assert len(sums) == 3 and all('"sum": 6.0' in line for line in sums), r.output
+
+
+def test_under_slurm_variables():
+    """srun's variables alone (no RANK/MASTER_*): import rdmx.torch derives torch's."""
+    port = ranks.free_port()
+
+    def slurm(rank):
+        return {"SLURM_PROCID": str(rank), "SLURM_NTASKS": "2", "SLURM_LOCALID": str(rank), "SLURM_NODEID": "0",
+                "SLURM_TASKS_PER_NODE": "2", "SLURM_JOB_NODELIST": "localhost", "SLURM_JOB_ID": str(port)}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    procs = []
+    for rank in range(2):
+        e = dict(env, **slurm(rank))
+        procs.append(ranks.subprocess.Popen([ranks.PYTHON, ranks.SCENARIOS, "env_only"], env=e,
+                                            stdout=ranks.subprocess.PIPE, stderr=ranks.subprocess.STDOUT, text=True,
+                                            start_new_session=True))
+    results = ranks.collect(procs, 90)
+    ranks.assert_all_ok(results)
+    assert [r.result["sum"] for r in results] == [3.0, 3.0]
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/mpirun"), reason="Open MPI's mpirun is not installed")
+def test_under_mpirun():
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", "-x", "PYTHONPATH", ranks.PYTHON,
+           ranks.SCENARIOS, "env_only"]
+    r = ranks.run_command(cmd, timeout_s=120, env=env)
+    assert r.returncode == 0, r
+    sums = [line for line in r.output.splitlines() if line.startswith("RESULT")]
+    assert len(sums) == 2 and all('"sum": 3.0' in line for line in sums), r.output
