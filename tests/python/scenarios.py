@@ -413,22 +413,27 @@ def async_and_groups(args):
     emit({"failures": failures, "backend": backend})
 
 
+def raised(fn):
+    """Runs fn; returns (the RuntimeError's message or None, seconds taken)."""
+    start = time.monotonic()
+    try:
+        fn()
+        message = None
+    except RuntimeError as e:
+        message = str(e)
+    return message, time.monotonic() - start
+
+
 @scenario
 def mismatch(args):
     """Rank 0 all_reduces, the others broadcast: every rank must raise at once."""
     init_rdmx(args)
     rank = dist.get_rank()
     dist.all_reduce(torch.ones(4))
-    start = time.monotonic()
-    message = None
-    try:
-        if rank == 0:
-            dist.all_reduce(torch.ones(1000))
-        else:
-            dist.broadcast(torch.ones(1000), src=0)
-    except RuntimeError as e:
-        message = str(e)
-    seconds = time.monotonic() - start
+    if rank == 0:
+        message, seconds = raised(lambda: dist.all_reduce(torch.ones(1000)))
+    else:
+        message, seconds = raised(lambda: dist.broadcast(torch.ones(1000), src=0))
     dist.destroy_process_group()
     emit({"message": message, "seconds": seconds})
 
@@ -445,12 +450,7 @@ def missing_rank(args):
         # Leaves only once the others have seen their error.
         store.wait([f"raised/{r}" for r in range(n - 1)], timedelta(seconds=120))
     else:
-        start = time.monotonic()
-        try:
-            dist.all_reduce(torch.ones(10))
-        except RuntimeError as e:
-            message = str(e)
-        seconds = time.monotonic() - start
+        message, seconds = raised(lambda: dist.all_reduce(torch.ones(10)))
         store.set(f"raised/{rank}", "1")
     emit({"message": message, "seconds": seconds})
     # Rank 0 serves the store: it leaves last.
@@ -469,14 +469,11 @@ def dead_rank(args):
     dist.all_reduce(torch.ones(4))
     if rank == n - 1:
         os._exit(3)
-    start = time.monotonic()
-    message = None
-    try:
+
+    def three_calls():
         for _ in range(3):
             dist.all_reduce(torch.ones(100_000))
-    except RuntimeError as e:
-        message = str(e)
-    seconds = time.monotonic() - start
+    message, seconds = raised(three_calls)
     dist.destroy_process_group()
     emit({"message": message, "seconds": seconds})
 

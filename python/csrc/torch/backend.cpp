@@ -4,8 +4,6 @@
 
 #include <Python.h>
 
-#include <numeric>
-
 #include "store_adapter.hpp"
 #include "tensors.hpp"
 
@@ -18,19 +16,6 @@ std::unique_ptr<Communicator> connect(const c10::intrusive_ptr<c10d::Store>& sto
   options.timeout = timeout;
   options.tag = "rdmx";
   return Communicator::create(std::make_shared<TorchStore>(store), rank, size, options);
-}
-
-void check_same(const at::Tensor& a, const at::Tensor& b, const char* op, const char* what) {
-  if (a.scalar_type() != b.scalar_type()) {
-    throw Error(ErrorCode::InvalidArgument,
-                std::string(op) + ": " + what + " dtypes differ (" + dtype_name(a.scalar_type()) + " and " +
-                    dtype_name(b.scalar_type()) + ")",
-                {.op = op});
-  }
-}
-
-[[noreturn]] void bad_size(const char* op, const std::string& message) {
-  throw Error(ErrorCode::InvalidArgument, std::string(op) + ": " + message, {.op = op});
 }
 
 }  // namespace
@@ -91,10 +76,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::allreduce(std::vector<at::Tenso
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::allreduce_coalesced(std::vector<at::Tensor>& tensors,
                                                                      const c10d::AllreduceCoalescedOptions& opts) {
   const char* op = "all_reduce_coalesced";
-  if (tensors.empty()) bad_size(op, "got no tensors");
+  if (tensors.empty()) bad_argument(op, "got no tensors");
   for (const auto& t : tensors) {
     check_tensor(t, op);
-    check_same(t, tensors[0], op, "the tensors'");
+    check_same_dtype(t, tensors[0], op, "the tensors'");
   }
   const DataType type = data_type_of(tensors[0].scalar_type(), op);
   const ReduceOp redop = reduce_op_of(opts.reduceOp, tensors[0].scalar_type(), op);
@@ -126,7 +111,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::allgather(std::vector<std::vect
                                                            const c10d::AllgatherOptions&) {
   const char* op = "all_gather";
   check_single(inputs, op);
-  if (outputs.size() != 1) bad_size(op, "takes one output list, got " + std::to_string(outputs.size()));
+  if (outputs.size() != 1) bad_argument(op, "takes one output list, got " + std::to_string(outputs.size()));
   at::Tensor in = inputs[0];
   check_list(outputs[0], in, static_cast<std::size_t>(getSize()), op, "the output list");
   const DataType type = data_type_of(in.scalar_type(), op);
@@ -144,9 +129,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::_allgather_base(at::Tensor& out
   const char* op = "all_gather_into_tensor";
   check_tensor(input, op);
   check_tensor(output, op);
-  check_same(input, output, op, "input and output");
+  check_same_dtype(input, output, op, "input and output");
   if (output.numel() != input.numel() * getSize()) {
-    bad_size(op, "the output has " + std::to_string(output.numel()) + " elements; expected " +
+    bad_argument(op, "the output has " + std::to_string(output.numel()) + " elements; expected " +
                      std::to_string(input.numel() * getSize()) + " (the input's " + std::to_string(input.numel()) +
                      " times the group size " + std::to_string(getSize()) + ")");
   }
@@ -168,14 +153,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::gather(std::vector<std::vector<
   const int root = static_cast<int>(opts.rootRank);
   check_root(root, getSize(), op);
   at::Tensor in = inputs[0];
-  std::vector<at::Tensor> outs;
-  if (root == getRank()) {
-    if (outputs.size() != 1) bad_size(op, "the root takes one output list, got " + std::to_string(outputs.size()));
-    check_list(outputs[0], in, static_cast<std::size_t>(getSize()), op, "the gather list");
-    outs = outputs[0];
-  } else if (!outputs.empty() && !outputs[0].empty()) {
-    bad_size(op, "only the root (rank " + std::to_string(root) + ") passes a gather list");
-  }
+  std::vector<at::Tensor> outs = root_list(outputs, in, root, getRank(), getSize(), op, "the gather list");
   const DataType type = data_type_of(in.scalar_type(), op);
   return enqueue(c10d::OpType::GATHER, op, outs, [this, in, outs, type, root] {
     Dense d = dense_input(in);
@@ -194,14 +172,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::scatter(std::vector<at::Tensor>
   const int root = static_cast<int>(opts.rootRank);
   check_root(root, getSize(), op);
   at::Tensor out = outputs[0];
-  std::vector<at::Tensor> ins;
-  if (root == getRank()) {
-    if (inputs.size() != 1) bad_size(op, "the root takes one scatter list, got " + std::to_string(inputs.size()));
-    check_list(inputs[0], out, static_cast<std::size_t>(getSize()), op, "the scatter list");
-    ins = inputs[0];
-  } else if (!inputs.empty() && !inputs[0].empty()) {
-    bad_size(op, "only the root (rank " + std::to_string(root) + ") passes a scatter list");
-  }
+  std::vector<at::Tensor> ins = root_list(inputs, out, root, getRank(), getSize(), op, "the scatter list");
   const DataType type = data_type_of(out.scalar_type(), op);
   return enqueue(c10d::OpType::SCATTER, op, {out}, [this, ins, out, type, root] {
     Dense d = dense_output(out);
@@ -217,7 +188,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::reduce_scatter(std::vector<at::
                                                                 const c10d::ReduceScatterOptions& opts) {
   const char* op = "reduce_scatter";
   check_single(outputs, op);
-  if (inputs.size() != 1) bad_size(op, "takes one input list, got " + std::to_string(inputs.size()));
+  if (inputs.size() != 1) bad_argument(op, "takes one input list, got " + std::to_string(inputs.size()));
   at::Tensor out = outputs[0];
   check_list(inputs[0], out, static_cast<std::size_t>(getSize()), op, "the input list");
   const DataType type = data_type_of(out.scalar_type(), op);
@@ -236,9 +207,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::_reduce_scatter_base(at::Tensor
   const char* op = "reduce_scatter_tensor";
   check_tensor(input, op);
   check_tensor(output, op);
-  check_same(input, output, op, "input and output");
+  check_same_dtype(input, output, op, "input and output");
   if (input.numel() != output.numel() * getSize()) {
-    bad_size(op, "the input has " + std::to_string(input.numel()) + " elements; expected " +
+    bad_argument(op, "the input has " + std::to_string(input.numel()) + " elements; expected " +
                      std::to_string(output.numel() * getSize()) + " (the output's " +
                      std::to_string(output.numel()) + " times the group size " + std::to_string(getSize()) + ")");
   }
@@ -260,13 +231,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::alltoall_base(at::Tensor& outpu
   const char* op = "all_to_all_single";
   check_tensor(input, op);
   check_tensor(output, op);
-  check_same(input, output, op, "input and output");
+  check_same_dtype(input, output, op, "input and output");
   const DataType type = data_type_of(input.scalar_type(), op);
   const auto n = static_cast<std::size_t>(getSize());
   at::Tensor in = input, out = output;
   if (output_splits.empty() && input_splits.empty()) {
     if (input.numel() != output.numel() || input.numel() % getSize() != 0) {
-      bad_size(op, "without split sizes, input and output need the same element count, divisible by the group size " +
+      bad_argument(op, "without split sizes, input and output need the same element count, divisible by the group size " +
                        std::to_string(getSize()) + "; got " + std::to_string(input.numel()) + " and " +
                        std::to_string(output.numel()));
     }
@@ -280,41 +251,36 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::alltoall_base(at::Tensor& outpu
   // Splits count slices along dim 0; an empty list means equal slices.
   auto counts_of = [&](const at::Tensor& t, const std::vector<int64_t>& splits, const char* which) {
     std::vector<std::size_t> counts(n);
-    if (t.dim() == 0) bad_size(op, std::string("the ") + which + " is a scalar; split sizes need a first dimension");
+    if (t.dim() == 0) bad_argument(op, std::string("the ") + which + " is a scalar; split sizes need a first dimension");
     const std::int64_t rows = t.size(0);
     const std::int64_t row = rows == 0 ? 0 : t.numel() / rows;
     if (splits.empty()) {
       if (rows % getSize() != 0) {
-        bad_size(op, std::string("the ") + which + "'s first dimension " + std::to_string(rows) +
+        bad_argument(op, std::string("the ") + which + "'s first dimension " + std::to_string(rows) +
                          " does not divide into " + std::to_string(getSize()) + " equal splits");
       }
       std::fill(counts.begin(), counts.end(), static_cast<std::size_t>(rows / getSize() * row));
       return counts;
     }
     if (splits.size() != n) {
-      bad_size(op, std::string(which) + " split sizes have " + std::to_string(splits.size()) +
+      bad_argument(op, std::string(which) + " split sizes have " + std::to_string(splits.size()) +
                        " entries; expected one per rank (" + std::to_string(n) + ")");
     }
     std::int64_t total = 0;
     for (std::size_t i = 0; i < n; ++i) {
-      if (splits[i] < 0) bad_size(op, std::string(which) + " split sizes must not be negative");
+      if (splits[i] < 0) bad_argument(op, std::string(which) + " split sizes must not be negative");
       total += splits[i];
       counts[i] = static_cast<std::size_t>(splits[i] * row);
     }
     if (total != rows) {
-      bad_size(op, std::string(which) + " split sizes add up to " + std::to_string(total) +
+      bad_argument(op, std::string(which) + " split sizes add up to " + std::to_string(total) +
                        ", not the first dimension " + std::to_string(rows));
     }
     return counts;
   };
-  auto displs_of = [](const std::vector<std::size_t>& counts) {
-    std::vector<std::size_t> displs(counts.size());
-    std::exclusive_scan(counts.begin(), counts.end(), displs.begin(), std::size_t{0});
-    return displs;
-  };
   auto send_counts = counts_of(input, input_splits, "input");
   auto recv_counts = counts_of(output, output_splits, "output");
-  auto send_displs = displs_of(send_counts), recv_displs = displs_of(recv_counts);
+  auto send_displs = displacements(send_counts), recv_displs = displacements(recv_counts);
   return enqueue(c10d::OpType::ALLTOALL_BASE, op, {out},
                  [this, in, out, type, send_counts, recv_counts, send_displs, recv_displs] {
                    Dense din = dense_input(in);
@@ -331,14 +297,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::alltoall(std::vector<at::Tensor
   const char* op = "all_to_all";
   const auto n = static_cast<std::size_t>(getSize());
   if (inputs.size() != n || outputs.size() != n) {
-    bad_size(op, "takes one input and one output tensor per rank (" + std::to_string(n) + "), got " +
+    bad_argument(op, "takes one input and one output tensor per rank (" + std::to_string(n) + "), got " +
                      std::to_string(inputs.size()) + " and " + std::to_string(outputs.size()));
   }
   for (std::size_t i = 0; i < n; ++i) {
     check_tensor(inputs[i], op);
     check_tensor(outputs[i], op);
-    check_same(inputs[i], inputs[0], op, "input");
-    check_same(outputs[i], inputs[0], op, "input and output");
+    check_same_dtype(inputs[i], inputs[0], op, "input");
+    check_same_dtype(outputs[i], inputs[0], op, "input and output");
   }
   const DataType type = data_type_of(inputs[0].scalar_type(), op);
   std::vector<std::size_t> send_counts(n), recv_counts(n);
@@ -346,9 +312,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::alltoall(std::vector<at::Tensor
     send_counts[i] = static_cast<std::size_t>(inputs[i].numel());
     recv_counts[i] = static_cast<std::size_t>(outputs[i].numel());
   }
-  std::vector<std::size_t> send_displs(n), recv_displs(n);
-  std::exclusive_scan(send_counts.begin(), send_counts.end(), send_displs.begin(), std::size_t{0});
-  std::exclusive_scan(recv_counts.begin(), recv_counts.end(), recv_displs.begin(), std::size_t{0});
+  const auto send_displs = displacements(send_counts), recv_displs = displacements(recv_counts);
   std::vector<at::Tensor> ins = inputs, outs = outputs;
   return enqueue(c10d::OpType::ALLTOALL, op, outs,
                  [this, ins, outs, type, send_counts, recv_counts, send_displs, recv_displs] {

@@ -3,16 +3,18 @@
 
 #include <c10/util/Exception.h>
 
+#include <numeric>
+
 namespace rdmx::torch_backend {
 namespace {
-
-[[noreturn]] void bad(const char* op, const std::string& message, const std::string& hint = "") {
-  throw Error(ErrorCode::InvalidArgument, std::string(op) + ": " + message, {.op = op, .hint = hint});
-}
 
 const char* kSupported = "float32, float64, float16, bfloat16, int8, uint8, int32, int64 and bool";
 
 }  // namespace
+
+void bad_argument(const char* op, const std::string& message, const std::string& hint) {
+  throw Error(ErrorCode::InvalidArgument, std::string(op) + ": " + message, {.op = op, .hint = hint});
+}
 
 // Python's spelling (torch.int16), not c10's (Short).
 std::string dtype_name(at::ScalarType type) {
@@ -46,7 +48,7 @@ DataType data_type_of(at::ScalarType type, const char* op) {
     case at::kInt: return DataType::Int32;
     case at::kLong: return DataType::Int64;
     default:
-      bad(op, "dtype " + dtype_name(type) + " is not supported by the rdmx backend",
+      bad_argument(op, "dtype " + dtype_name(type) + " is not supported by the rdmx backend",
           std::string("rdmx reduces and moves ") + kSupported + "; convert the tensor, e.g. .to(torch.float32)");
   }
 }
@@ -60,7 +62,7 @@ ReduceOp reduce_op_of(const c10d::ReduceOp& op, at::ScalarType type, const char*
     case c10d::ReduceOp::MAX: return ReduceOp::Max;
     case c10d::ReduceOp::AVG:
       if (!at::isFloatingType(type)) {
-        bad(op_name, "ReduceOp.AVG needs a floating dtype, not " + dtype_name(type),
+        bad_argument(op_name, "ReduceOp.AVG needs a floating dtype, not " + dtype_name(type),
             "use ReduceOp.SUM and divide, or a floating dtype");
       }
       return ReduceOp::Avg;
@@ -69,24 +71,24 @@ ReduceOp reduce_op_of(const c10d::ReduceOp& op, at::ScalarType type, const char*
     case c10d::ReduceOp::BXOR:
     case c10d::ReduceOp::PREMUL_SUM:
     default:
-      bad(op_name, "this ReduceOp is not supported by the rdmx backend",
+      bad_argument(op_name, "this ReduceOp is not supported by the rdmx backend",
           "rdmx reduces with SUM, PRODUCT, MIN, MAX and AVG (bitwise operations and PREMUL_SUM are not provided)");
   }
 }
 
 void check_tensor(const at::Tensor& t, const char* op) {
-  if (!t.defined()) bad(op, "got an undefined tensor");
+  if (!t.defined()) bad_argument(op, "got an undefined tensor");
   if (!t.device().is_cpu()) {
-    bad(op, "tensor is on " + t.device().str() + "; the rdmx backend takes CPU tensors",
+    bad_argument(op, "tensor is on " + t.device().str() + "; the rdmx backend takes CPU tensors",
         "move it with .cpu(), or use nccl for CUDA tensors until rdmx has GPU memory");
   }
-  if (t.layout() != at::kStrided) bad(op, "sparse and other non-strided tensors are not supported");
+  if (t.layout() != at::kStrided) bad_argument(op, "sparse and other non-strided tensors are not supported");
   (void)data_type_of(t.scalar_type(), op);
 }
 
 void check_single(const std::vector<at::Tensor>& tensors, const char* op) {
   if (tensors.size() != 1) {
-    bad(op, "takes one tensor per call, got " + std::to_string(tensors.size()),
+    bad_argument(op, "takes one tensor per call, got " + std::to_string(tensors.size()),
         "one tensor per process (multi-device lists are for CUDA backends)");
   }
   check_tensor(tensors[0], op);
@@ -95,17 +97,17 @@ void check_single(const std::vector<at::Tensor>& tensors, const char* op) {
 void check_list(const std::vector<at::Tensor>& tensors, const at::Tensor& like, std::size_t expected_size,
                 const char* op, const char* which) {
   if (tensors.size() != expected_size) {
-    bad(op, std::string(which) + " holds " + std::to_string(tensors.size()) + " tensors; expected " +
+    bad_argument(op, std::string(which) + " holds " + std::to_string(tensors.size()) + " tensors; expected " +
                 std::to_string(expected_size) + " (one per rank of the group)");
   }
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     check_tensor(tensors[i], op);
     if (tensors[i].scalar_type() != like.scalar_type()) {
-      bad(op, std::string(which) + "[" + std::to_string(i) + "] is " + dtype_name(tensors[i].scalar_type()) +
+      bad_argument(op, std::string(which) + "[" + std::to_string(i) + "] is " + dtype_name(tensors[i].scalar_type()) +
                   ", not " + dtype_name(like.scalar_type()));
     }
     if (tensors[i].numel() != like.numel()) {
-      bad(op, std::string(which) + "[" + std::to_string(i) + "] has " + std::to_string(tensors[i].numel()) +
+      bad_argument(op, std::string(which) + "[" + std::to_string(i) + "] has " + std::to_string(tensors[i].numel()) +
                   " elements, not " + std::to_string(like.numel()));
     }
   }
@@ -113,8 +115,34 @@ void check_list(const std::vector<at::Tensor>& tensors, const at::Tensor& like, 
 
 void check_root(int root, int size, const char* op) {
   if (root < 0 || root >= size) {
-    bad(op, "root " + std::to_string(root) + " is not a rank of this group (size " + std::to_string(size) + ")");
+    bad_argument(op, "root " + std::to_string(root) + " is not a rank of this group (size " + std::to_string(size) + ")");
   }
+}
+
+void check_same_dtype(const at::Tensor& a, const at::Tensor& b, const char* op, const char* what) {
+  if (a.scalar_type() != b.scalar_type()) {
+    bad_argument(op, std::string(what) + " dtypes differ (" + dtype_name(a.scalar_type()) + " and " +
+                         dtype_name(b.scalar_type()) + ")");
+  }
+}
+
+std::vector<at::Tensor> root_list(const std::vector<std::vector<at::Tensor>>& lists, const at::Tensor& like, int root,
+                                  int rank, int size, const char* op, const char* which) {
+  if (root != rank) {
+    if (!lists.empty() && !lists[0].empty()) {
+      bad_argument(op, "only the root (rank " + std::to_string(root) + ") passes " + which);
+    }
+    return {};
+  }
+  if (lists.size() != 1) bad_argument(op, std::string("the root takes one list, got ") + std::to_string(lists.size()));
+  check_list(lists[0], like, static_cast<std::size_t>(size), op, which);
+  return lists[0];
+}
+
+std::vector<std::size_t> displacements(const std::vector<std::size_t>& counts) {
+  std::vector<std::size_t> displs(counts.size());
+  std::exclusive_scan(counts.begin(), counts.end(), displs.begin(), std::size_t{0});
+  return displs;
 }
 
 void Dense::finish() const {

@@ -15,6 +15,9 @@
 
 namespace rdmx::torch_backend {
 
+// An rdmx::Error(InvalidArgument) "<op>: <message>", for every argument check.
+[[noreturn]] void bad_argument(const char* op, const std::string& message, const std::string& hint = "");
+
 // Python's name of a dtype ("torch.int16").
 std::string dtype_name(at::ScalarType type);
 // rdmx's element type for a torch dtype; bool travels as bytes.
@@ -30,6 +33,13 @@ void check_single(const std::vector<at::Tensor>& tensors, const char* op);
 void check_list(const std::vector<at::Tensor>& tensors, const at::Tensor& like, std::size_t expected_size,
                 const char* op, const char* which);
 void check_root(int root, int size, const char* op);
+void check_same_dtype(const at::Tensor& a, const at::Tensor& b, const char* op, const char* what);
+// The root's list of a gather or scatter (one list of `size` tensors like
+// `like`); other ranks pass none and get an empty vector.
+std::vector<at::Tensor> root_list(const std::vector<std::vector<at::Tensor>>& lists, const at::Tensor& like, int root,
+                                  int rank, int size, const char* op, const char* which);
+// Where each block starts: the exclusive prefix sums of `counts`.
+std::vector<std::size_t> displacements(const std::vector<std::size_t>& counts);
 
 // A tensor as rdmx sees it: contiguous memory. `buf` is the caller's tensor
 // when it is contiguous (views with a storage offset included), else a dense
