@@ -374,6 +374,13 @@ def async_and_groups(args):
         failures.append(f"get_future().then: got {got.tolist()} want {want}")
     if not (isinstance(fut.value(), list) and fut.value()[0] is not None):
         failures.append("the future's value is not a list of tensors")
+    # Waited through the future (above) or with a timeout, a task is left to
+    # the group's thread; a plain wait() runs it on the caller's.
+    t = torch.full((3,), float(rank))
+    if dist.all_reduce(t, async_op=True).wait(timeout=timedelta(seconds=30)) is not True:
+        failures.append("wait(timeout) did not return True")
+    if not torch.equal(t, torch.full((3,), float(sum(range(n))))):
+        failures.append(f"all_reduce waited with a timeout: got {t.tolist()}")
     # Several in flight, completed in order; the last is waited on first.
     outs = [torch.zeros(n * 4) for _ in range(4)]
     works = [dist.all_gather_into_tensor(o, torch.full((4,), float(rank * 10 + k)), async_op=True)
