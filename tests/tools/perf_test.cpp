@@ -123,25 +123,29 @@ TEST_P(PerfOnProvider, P2pBannerNamesTheTransport) {
 }
 
 // A timeout bounds silence, not a whole benchmark: a bandwidth run that lasts
-// several times RDMX_TIMEOUT passes, on the passive side too (write_bw's rank 1
+// well beyond RDMX_TIMEOUT passes, on the passive side too (write_bw's rank 1
 // waits for the closing WRITE_WITH_IMM; read_bw's only serves). Iterations are
-// scaled from what a run achieved until one lasts at least 1.5 s (aiming at
-// 3 s), since a host's speed, and what else runs on it, are not known here.
+// scaled from what a run achieved until one lasts at least 1.5 timeouts
+// (aiming at 2.5), since a host's speed, and what else runs on it, are not
+// known here. The timeout is 2 s, not less: on a 2-core host running the
+// soft-RoCE guest beside this test, a rank can get no CPU for a second.
 TEST_P(PerfOnProvider, BandwidthRunsLongerThanTheTimeoutPass) {
   constexpr double kBytes = 4.0 * (1 << 20);
+  constexpr double kTimeoutSeconds = 2.0;
   for (const std::string test : {"write_bw", "read_bw"}) {
     long iters = 100;
     double seconds = 0;
-    for (int attempt = 0; attempt < 4 && seconds < 1.5; ++attempt) {
+    for (int attempt = 0; attempt < 4 && seconds < 1.5 * kTimeoutSeconds; ++attempt) {
       const CliResult r = run_cli({"perf", "p2p", test, "--provider", GetParam(), "-s", "4M", "-n",
                                    std::to_string(iters), "--warmup", "10", "--json"},
-                                  {{"RDMX_TIMEOUT", "1s"}}, std::chrono::seconds(60));
-      ASSERT_EQ(r.exit_code, 0) << test << " with RDMX_TIMEOUT=1s, " << iters << " iterations:\n" << r.err;
+                                  {{"RDMX_TIMEOUT", "2s"}}, std::chrono::seconds(90));
+      ASSERT_EQ(r.exit_code, 0) << test << " with RDMX_TIMEOUT=2s, " << iters << " iterations:\n" << r.err;
       const double gb_s = parse_or_fail(r)["runs"][0]["results"][0]["bw_avg_gb_s"].get<double>();
       seconds = static_cast<double>(iters) * kBytes / (gb_s * 1e9);
-      iters = static_cast<long>(std::clamp(static_cast<double>(iters) * 3.0 / seconds, 100.0, 5e7));
+      iters = static_cast<long>(std::clamp(static_cast<double>(iters) * 2.5 * kTimeoutSeconds / seconds, 100.0, 5e7));
     }
-    EXPECT_GT(seconds, 1.5) << test << ": no timed run outlasted RDMX_TIMEOUT=1s, so nothing was shown";
+    EXPECT_GT(seconds, 1.5 * kTimeoutSeconds)
+        << test << ": no timed run outlasted RDMX_TIMEOUT=2s, so nothing was shown";
   }
 }
 
