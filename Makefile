@@ -5,7 +5,7 @@ COLL_JOBS ?= 2
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all deps build build-cli build-examples run example test test-coll-full bench bench-shm bench-coll bench-peers bench-verbs clean
+.PHONY: all deps build build-cli build-examples run example test test-coll-full bench bench-shm bench-coll bench-peers bench-torch bench-verbs clean
 
 all: build
 
@@ -79,6 +79,13 @@ bench-coll: build
 # ratios printed and written into docs/PERFORMANCE.md (~2-3 minutes; PEERS_FLAGS=--quick: ~1).
 bench-peers: build
 	bash bench/peers/run.sh $(BUILD) $(PEERS_FLAGS)
+
+# The torch.distributed backend "rdmx" beside Gloo and `rdmx perf coll` (collectives
+# from Python on 1, 2 and 4 ranks; DDP steps of ResNet-18 and an MLP), tables written
+# into docs/PERFORMANCE.md (~15 minutes; TORCH_FLAGS=--quick: ~3, not a measurement).
+bench-torch: build
+	@bash scripts/deps.sh --bench
+	bash bench/torch/run.sh $(BUILD) --update-doc $(TORCH_FLAGS)
 
 # The verbs provider against perftest (ib_write_bw, ib_write_lat) on soft-RoCE
 # in the qemu guest of scripts/rxe-vm.sh; writes the table into docs/PERFORMANCE.md.

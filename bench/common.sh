@@ -417,3 +417,27 @@ EOF
     bench_why "$name" "unparsed output"
   fi
 }
+
+# bench_update_doc DOC TABLE NAME HEADING: puts the file TABLE between
+# `<!-- NAME:begin -->` and `<!-- NAME:end -->` in the markdown file DOC, or,
+# where DOC has no such markers, appends a section HEADING (with INTRO, read
+# from standard input) holding them.
+bench_update_doc() {
+  local intro
+  intro=$(cat)
+  python3 - "$@" "$intro" <<'PYEOF'
+import sys
+doc_path, table_path, name, heading, intro = sys.argv[1:]
+intro = intro.strip()
+begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+text = open(doc_path).read()
+table = open(table_path).read()
+if begin in text and end in text and text.index(begin) < text.index(end):
+    head, rest = text.split(begin, 1)
+    text = head + begin + "\n" + table + end + rest.split(end, 1)[1]
+else:
+    text = text.rstrip("\n") + f"\n\n## {heading}\n\n" + (intro + "\n\n" if intro else "") + begin + "\n" + \
+        table + end + "\n"
+open(doc_path, "w").write(text)
+PYEOF
+}

@@ -7,7 +7,7 @@
 #   mpi vader  bench/coll/mpi_coll_perf.c under mpirun --mca pml ob1 --mca btl self,vader
 #   rdmx tcp   rdmx perf coll --provider tcp over loopback
 #   mpi tcp    mpi_coll_perf under --mca btl self,tcp --mca btl_tcp_if_include lo
-#   gloo       bench/coll/gloo_coll_perf.py, torch.distributed "gloo" (TCP, loopback)
+#   gloo       bench/coll/torch_coll_perf.py --backend gloo, torch.distributed "gloo" (TCP, loopback)
 # The three measure the same way (nccl-tests' sizes, algbw and busbw; a
 # barrier, then back-to-back calls, time per call averaged over the ranks) and
 # check every result; see the header of mpi_coll_perf.c. The two peers take
@@ -53,7 +53,7 @@ build=$1
 here=$(cd "$(dirname "$0")" && pwd)
 rdmx_bin=$build/tools/rdmx
 mpi_src=$here/coll/mpi_coll_perf.c
-gloo_src=$here/coll/gloo_coll_perf.py
+gloo_src=$here/coll/torch_coll_perf.py
 # Debian's python3-torch is importable only by the system interpreter;
 # RDMX_BENCH_PYTHON names another (a machine whose python3 holds torch).
 py=${RDMX_BENCH_PYTHON:-/usr/bin/python3}

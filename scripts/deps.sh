@@ -6,7 +6,10 @@
 #                              pytest for the torch.distributed backend)
 #   scripts/deps.sh --bench    also the peers the benchmarks compare with:
 #                              sockperf and iperf3 (bench/run_tcp.sh), UCX's
-#                              ucx_perftest and Open MPI (bench/run_shm.sh)
+#                              ucx_perftest and Open MPI (bench/run_shm.sh);
+#                              torchvision, OpenBLAS and jemalloc for the DDP
+#                              steps of bench/torch/run.sh (Debian's torch
+#                              otherwise multiplies with the reference BLAS)
 #   scripts/deps.sh --verbs-vm what scripts/rxe-vm.sh needs to boot the
 #                              soft-RoCE guest (qemu, busybox, rdma-core, perftest)
 set -euo pipefail
@@ -15,7 +18,8 @@ packages=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev
           libcli11-dev nlohmann-json3-dev libhwloc-dev libibverbs-dev ibverbs-providers
           python3-dev pybind11-dev python3-torch libtorch-dev python3-pytest openmpi-bin)
 case "${1:-}" in
-  --bench) packages+=(sockperf iperf3 python3 ucx-utils openmpi-bin libopenmpi-dev python3-torch python3-torchvision) ;;
+  --bench) packages+=(sockperf iperf3 python3 ucx-utils openmpi-bin libopenmpi-dev python3-torch python3-torchvision
+                    libopenblas0-pthread libjemalloc2) ;;
   --verbs-vm) packages+=(qemu-system-x86 busybox-static cpio kmod iproute2 rdma-core ibverbs-utils perftest) ;;
 esac
 

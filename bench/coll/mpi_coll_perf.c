@@ -7,7 +7,7 @@
  *
  * The three collective benchmarks (`rdmx perf coll`, tools/rdmx/perf_coll.cpp,
  * which began as bench/coll/rdmx_coll_perf.cpp; this file;
- * bench/coll/gloo_coll_perf.py) measure the same way and print the same
+ * bench/coll/torch_coll_perf.py) measure the same way and print the same
  * table, after nccl-tests. The two peers take the flags above (those of the
  * old rdmx_coll_perf); `rdmx perf coll` spells them as nccl-tests does
  * (`all_reduce -d float -o sum -r 0 -c 1 -n N -w N --sizes ...`):

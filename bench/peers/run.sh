@@ -409,22 +409,11 @@ echo
 cat "$table"
 
 if [[ -n $doc ]]; then
-  python3 - "$doc" "$table" <<'EOF' || { echo "peers: cannot update $doc" >&2; exit 1; }
-import sys
-doc_path, table_path = sys.argv[1:]
-begin, end = "<!-- peers:begin -->", "<!-- peers:end -->"
-text = open(doc_path).read()
-table = open(table_path).read()
-if begin in text and end in text and text.index(begin) < text.index(end):
-    head, rest = text.split(begin, 1)
-    _, tail = rest.split(end, 1)
-    text = head + begin + "\n" + table + end + tail
-else:
-    text = text.rstrip("\n") + "\n\n## Side by side with the peers (bench/peers/run.sh)\n\n" + \
-        "`make bench-peers` (or `bash bench/peers/run.sh BUILD [--quick]`) runs rdmx and its peers in one go\n" + \
-        "and rewrites this section's table.\n\n" + begin + "\n" + table + end + "\n"
-open(doc_path, "w").write(text)
-EOF
+  bench_update_doc "$doc" "$table" peers "Side by side with the peers (bench/peers/run.sh)" <<'INTRO' ||
+`make bench-peers` (or `bash bench/peers/run.sh BUILD [--quick]`) runs rdmx and its peers in one go
+and rewrites this section's table.
+INTRO
+    { echo "peers: cannot update $doc" >&2; exit 1; }
   echo "peers: table written into $doc"
 fi
 echo "peers: done in $(($(date +%s) - started)) s"

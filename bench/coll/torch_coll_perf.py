@@ -1,16 +1,18 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
-"""bench/coll/gloo_coll_perf.py: the Gloo peer of `rdmx perf coll` (bench/run_coll.sh).
+"""bench/coll/torch_coll_perf.py: torch.distributed's collectives timed as `rdmx perf coll` times
+its own (the Gloo peer of bench/run_coll.sh, and the binding benchmark of bench/torch/run.sh).
 
     RANK=r WORLD_SIZE=n MASTER_ADDR=127.0.0.1 MASTER_PORT=p GLOO_SOCKET_IFNAME=lo \\
-      /usr/bin/python3 gloo_coll_perf.py --op all_reduce|all_gather|reduce_scatter|broadcast|reduce|
-                                              all_to_all|gather|scatter|barrier
+      /usr/bin/python3 torch_coll_perf.py [--backend gloo|rdmx]
+          --op all_reduce|all_gather|reduce_scatter|broadcast|reduce|all_to_all|gather|scatter|barrier
           [--sizes 4,4K,64K,1M,16M,64M] [--type fp32] [--redop sum|prod|min|max|avg]
-          [--root 0] [--iters N] [--warmup N] [--check 0|1] [--json PATH]
+          [--root 0] [--iters N] [--warmup N] [--check 0|1] [--fallback 0|1] [--json PATH]
 
-torch.distributed with backend "gloo" (init_method env://), one thread per
-process (torch.set_num_threads(1)), CPU tensors. Debian's python3-torch imports
-only with /usr/bin/python3.
+torch.distributed with backend "gloo" (the default) or "rdmx" (this project's
+backend, python/rdmx/torch.py; PYTHONPATH must reach the built package),
+init_method env://, one thread per process (torch.set_num_threads(1)), CPU
+tensors. Debian's python3-torch imports only with /usr/bin/python3.
 
 The three collective benchmarks (`rdmx perf coll`, mpi_coll_perf.c, this
 file) measure the same way and print the same table (the two peers take the
@@ -22,19 +24,23 @@ the iteration rule (5 untimed calls, a barrier, 3 timed calls: iters = 0.2 s /
 rank 0's time per call, 5..10000, broadcast; warm-up max(5, iters / 10)), the
 in-place conventions, the check patterns and the JSON lines.
 
-What torch's gloo backend has (anything else is "n/a" in the table, or exit
-status 3 when nothing of the operation is there):
+Which call each operation times (anything a backend lacks is "n/a" in the
+table, or exit status 3 when nothing of the operation is there):
 - all_reduce, broadcast, reduce: in place only (torch's API reduces into the
   tensor passed), so their out-of-place column is n/a.
-- all_gather: torch.distributed.all_gather into views of one output buffer
-  (gloo has no all_gather_into_tensor); in place, the input is this rank's view.
+- all_gather: rdmx, dist.all_gather_into_tensor; gloo, dist.all_gather into
+  views of one output buffer (torch 1.13's gloo has no all_gather_into_tensor).
+  In place, the input is this rank's block of the output.
+- reduce_scatter: rdmx, dist.reduce_scatter_tensor (in place, the output is
+  this rank's block of the input). ProcessGroupGloo has none: exit 3, or with
+  --fallback 1 what a Gloo user writes instead, dist.all_reduce of the whole
+  input and this rank's block copied out (out of place only).
 - all_to_all: all_to_all_single, out of place only.
 - gather, scatter: out of place, and in place with the root's own block as a
   view of the gathered / scattered buffer.
-- reduce_scatter: not implemented by ProcessGroupGloo (exit 3).
-- Types: int8 uint8 int32 int64 fp16 fp32 fp64 (torch 1.13 has no uint32 or
-  uint64 tensors, and its gloo backend rejects bf16: "Invalid scalar type");
-  redops sum prod min max (gloo has no avg).
+- Types: int8 uint8 int32 int64 fp16 fp32 fp64, and bf16 with rdmx (torch 1.13
+  has no uint32 or uint64 tensors, and its gloo backend rejects bf16: "Invalid
+  scalar type"); redops sum prod min max, and avg with rdmx on floating types.
 Exit status: 0; 1 an error; 2 a bad argument; 3 unsupported; 4 wrong results.
 """
 
@@ -61,9 +67,12 @@ REDOPS = ["sum", "prod", "min", "max", "avg"]
 REDUCTIONS = ("all_reduce", "reduce_scatter", "reduce")
 ROOTED = ("broadcast", "reduce", "gather", "scatter")
 
-USAGE = """usage: gloo_coll_perf.py --op all_reduce|all_gather|reduce_scatter|broadcast|reduce|all_to_all|gather|scatter|barrier
+BACKENDS = ["gloo", "rdmx"]
+
+USAGE = """usage: torch_coll_perf.py [--backend gloo|rdmx] --op all_reduce|all_gather|reduce_scatter|broadcast|reduce|all_to_all|gather|scatter|barrier
          [--sizes 4,4K,64K,1M,16M,64M] [--type int8|uint8|int32|int64|fp16|fp32|fp64]
-         [--redop sum|prod|min|max] [--root 0] [--iters N] [--warmup N] [--check 0|1] [--json PATH]
+         [--redop sum|prod|min|max|avg] [--root 0] [--iters N] [--warmup N] [--check 0|1] [--fallback 0|1]
+         [--json PATH]
   ranks from RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torch's env://)
 """
 
@@ -79,7 +88,7 @@ def env_rank():
 def quit_with(status, message):
     # Every rank parses the same command line: rank 0 says it.
     if env_rank() == 0:
-        print(f"gloo_coll_perf: {message}", file=sys.stderr)
+        print(f"torch_coll_perf: {message}", file=sys.stderr)
     sys.exit(status)
 
 
@@ -101,7 +110,7 @@ def parse_count(text, option):
 
 
 def parse_options(argv):
-    o = {"op": "all_reduce", "sizes": [parse_size(s, "") for s in "4,4K,64K,1M,16M,64M".split(",")],
+    o = {"backend": "gloo", "fallback": False, "op": "all_reduce", "sizes": [parse_size(s, "") for s in "4,4K,64K,1M,16M,64M".split(",")],
          "type": "fp32", "redop": "sum", "root": 0, "iters": 0, "warmup": -1, "check": True, "json": None}
     i = 0
     while i < len(argv):
@@ -113,7 +122,13 @@ def parse_options(argv):
         if i + 1 >= len(argv):
             raise UsageError(f"{arg} needs a value")
         value = argv[i + 1]
-        if arg == "--op":
+        if arg == "--backend":
+            if value not in BACKENDS:
+                raise UsageError(f"unknown --backend '{value}'")
+            o["backend"] = value
+        elif arg == "--fallback":
+            o["fallback"] = parse_count(value, arg) != 0
+        elif arg == "--op":
             if value not in OPS:
                 raise UsageError(f"unknown --op '{value}'")
             o["op"] = value
@@ -171,8 +186,10 @@ def bus_factor(op, n):
     return 1.0
 
 
-def has_mode(op, inplace):
-    """Which rows torch's gloo backend has (see the module docstring)."""
+def has_mode(op, inplace, backend):
+    """Which rows the backend's calls have (see the module docstring)."""
+    if op == "reduce_scatter" and backend == "gloo":
+        return not inplace
     if op == "barrier":
         return not inplace
     if op in ("all_reduce", "broadcast", "reduce"):
@@ -196,20 +213,40 @@ def format_bw(gbps):
     return f"{gbps:.3f}" if gbps < 10 else f"{gbps:.2f}"
 
 
+CALLS = {"gloo": {"all_gather": "dist.all_gather into views",
+                  "reduce_scatter": "dist.all_reduce, then a copy of this rank's block",
+                  "all_to_all": "dist.all_to_all_single"},
+         "rdmx": {"all_gather": "dist.all_gather_into_tensor", "reduce_scatter": "dist.reduce_scatter_tensor",
+                  "all_to_all": "dist.all_to_all_single"}}
+
+
+def rdmx_transport(dist):
+    """The providers the rdmx group reaches its peers over, as "shm" or "shm+tcp"."""
+    group = dist.distributed_c10d._get_default_group()
+    if hasattr(group, "_get_backend"):  # torch 2.x wraps the backend in a ProcessGroup
+        import torch
+        group = group._get_backend(torch.device("cpu"))
+    providers = sorted({p for p in getattr(group, "peer_providers", []) if p})
+    return "+".join(providers) or "self"
+
+
 def main():
     try:
         o = parse_options(sys.argv[1:])
     except UsageError as e:
         quit_with(EXIT_USAGE, f"{e}\n{USAGE}")
-    op, type_name, redop_name = o["op"], o["type"], o["redop"]
-    if op == "reduce_scatter":
-        quit_with(EXIT_UNSUPPORTED, "unsupported: torch's gloo backend has no reduce_scatter")
+    backend, op, type_name, redop_name = o["backend"], o["op"], o["type"], o["redop"]
+    gloo = backend == "gloo"
+    if gloo and op == "reduce_scatter" and not o["fallback"]:
+        quit_with(EXIT_UNSUPPORTED, "unsupported: torch's gloo backend has no reduce_scatter (--fallback 1 times "
+                                    "all_reduce and a copy instead)")
     if type_name in ("uint32", "uint64"):
-        quit_with(EXIT_UNSUPPORTED, f"unsupported: torch has no {type_name} tensors for gloo")
-    if type_name == "bf16":
+        quit_with(EXIT_UNSUPPORTED, f"unsupported: torch 1.13 has no {type_name} tensors")
+    if gloo and type_name == "bf16":
         quit_with(EXIT_UNSUPPORTED, "unsupported: torch's gloo backend has no bf16 (Invalid scalar type)")
     if op in REDUCTIONS and redop_name == "avg":
-        quit_with(EXIT_UNSUPPORTED, "unsupported: gloo has no avg reduction")
+        # Gloo has no avg; rdmx's is not checked here, since n-way averages are inexact.
+        quit_with(EXIT_UNSUPPORTED, "unsupported: avg is not benchmarked here")
 
     import torch
     import torch.distributed as dist
@@ -222,9 +259,12 @@ def main():
     dtype = dtypes[type_name]
     esize = TYPE_SIZES[type_name]
 
-    timeout = datetime.timedelta(seconds=float(os.environ.get("GLOO_BENCH_TIMEOUT", "300")))
-    dist.init_process_group("gloo", init_method="env://", timeout=timeout)
+    if not gloo:
+        import rdmx.torch  # noqa: F401  registers the backend
+    timeout = datetime.timedelta(seconds=float(os.environ.get("TORCH_BENCH_TIMEOUT", "300")))
+    dist.init_process_group(backend, init_method="env://", timeout=timeout)
     rank, n = dist.get_rank(), dist.get_world_size()
+    transport = "tcp" if gloo else rdmx_transport(dist)
     root = o["root"]
     if root >= n:
         quit_with(EXIT_USAGE, f"--root {root} is not a rank of {n}")
@@ -245,16 +285,32 @@ def main():
             return dist.barrier, None, None
         send = send_buf[:send_elems]
         recv = recv_buf[:max(send_elems, recv_elems)]
+        # Views are made here, not in the timed call: slicing costs a Python call.
+        target = recv[:count]
         if op == "all_reduce":
-            return (lambda: dist.all_reduce(recv[:count], op=redop)), recv[:count], recv[:count]
+            return (lambda: dist.all_reduce(target, op=redop)), target, target
         if op == "broadcast":
-            return (lambda: dist.broadcast(recv[:count], src=root)), recv[:count], recv[:count]
+            return (lambda: dist.broadcast(target, src=root)), target, target
         if op == "reduce":
-            return (lambda: dist.reduce(recv[:count], dst=root, op=redop)), recv[:count], recv[:count]
+            return (lambda: dist.reduce(target, dst=root, op=redop)), target, target
         if op == "all_gather":
-            chunks = list(recv[:n * count].chunk(n))
-            source = chunks[rank] if inplace else send[:count]
-            return (lambda: dist.all_gather(chunks, source)), source, recv[:n * count]
+            output = recv[:n * count]
+            source = output[rank * count:(rank + 1) * count] if inplace else send[:count]
+            if gloo:
+                chunks = list(output.chunk(n))
+                return (lambda: dist.all_gather(chunks, source)), source, output
+            return (lambda: dist.all_gather_into_tensor(output, source)), source, output
+        if op == "reduce_scatter":
+            source = recv[:n * count] if inplace else send[:n * count]
+            output = source[rank * count:(rank + 1) * count] if inplace else recv[:count]
+            if gloo:
+                mine = source[rank * count:(rank + 1) * count]
+
+                def all_reduce_and_copy():
+                    dist.all_reduce(source, op=redop)
+                    output.copy_(mine)
+                return all_reduce_and_copy, source, output
+            return (lambda: dist.reduce_scatter_tensor(output, source, op=redop)), source, output
         if op == "all_to_all":
             output = recv[:n * count]
             return (lambda: dist.all_to_all_single(output, send)), send, output
@@ -340,6 +396,8 @@ def main():
         index = torch.arange(count, dtype=torch.int64)
         if op == "all_reduce" or (op == "reduce" and is_root):
             wrong = count_wrong(output[:count], expected_reduction(index))
+        elif op == "reduce_scatter":
+            wrong = count_wrong(output[:count], expected_reduction(rank * count + index))
         elif op == "all_gather" or (op == "gather" and is_root):
             want = torch.cat([move_input(r, index) for r in range(n)])
             wrong = count_wrong(output[:n * count], want)
@@ -358,8 +416,9 @@ def main():
     redop_col = redop_name if op in REDUCTIONS else "none"
     root_col = root if op in ROOTED else -1
     if rank == 0:
-        print(f"# gloo_coll_perf: {op}, {n} ranks, transport tcp (torch {torch.__version__} gloo, "
-              f"GLOO_SOCKET_IFNAME={os.environ.get('GLOO_SOCKET_IFNAME', '')})")
+        env_name = "GLOO_SOCKET_IFNAME" if gloo else "RDMX_SOCKET_IFNAME"
+        print(f"# torch_coll_perf: {op} ({CALLS[backend].get(op, 'dist.' + op)}), {n} ranks, transport {transport} "
+              f"(torch {torch.__version__} {backend}, {env_name}={os.environ.get(env_name, '')})")
         iters_text = f"iters {o['iters']}" if o["iters"] > 0 else \
             f"iters: per size, {TARGET_SECONDS:.1f} s worth ({MIN_ITERS}..{MAX_ITERS})"
         warmup_text = f"warmup {o['warmup']}" if o["warmup"] >= 0 else "warmup max(5, iters/10)"
@@ -381,12 +440,12 @@ def main():
             if rank == 0:
                 print(f"# {size} B: less than one {type_name} per rank, skipped")
             continue
-        first = False if has_mode(op, False) else True
+        first = False if has_mode(op, False, backend) else True
         iters = iterations_for(make_call(count, send_elems, recv_elems, first)[0])
         warmup = o["warmup"] if o["warmup"] >= 0 else max(5, iters // 10)
         cells = []
         for inplace in (False, True):
-            if not has_mode(op, inplace):
+            if not has_mode(op, inplace, backend):
                 cells.append("  %8s  %7s  %7s  %6s" % ("n/a", "n/a", "n/a", "n/a"))
                 continue
             call = make_call(count, send_elems, recv_elems, inplace)[0]
@@ -404,7 +463,7 @@ def main():
                                                     "n/a" if wrong is None else wrong))
             if json_file is not None:
                 json_file.write(json.dumps({
-                    "bench": "gloo", "transport": "tcp", "op": op, "np": n, "bytes": nbytes, "count": count,
+                    "bench": "torch-" + backend, "transport": transport, "op": op, "np": n, "bytes": nbytes, "count": count,
                     "type": type_name, "redop": redop_col, "root": root_col, "inplace": inplace,
                     "time_us": round(us, 4), "algbw_GBps": round(algbw, 6), "busbw_GBps": round(busbw, 6),
                     "wrong": wrong, "iters": iters}, separators=(",", ":")) + "\n")

@@ -1,0 +1,148 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""bench/torch/ddp_step.py: the time of one DistributedDataParallel training step, and how
+much of it communication adds, over a torch.distributed backend.
+
+    RANK=r WORLD_SIZE=n MASTER_ADDR=127.0.0.1 MASTER_PORT=p PYTHONPATH=build/python \\
+      /usr/bin/python3 ddp_step.py --backend rdmx|gloo --model resnet18|mlp
+          [--batch N] [--steps N] [--warmup N] [--bucket-view] [--json PATH]
+
+Models (CPU, fp32, SGD, cross-entropy on random data seeded per rank):
+- resnet18: torchvision's ResNet-18 (11.7 M parameters, 46.8 MB of gradients),
+  224x224 images, batch 8 per rank by default.
+- mlp: 4 Linear(4096, 4096) layers with ReLU and a 4096 -> 1000 head (71.3 M
+  parameters, 285 MB of gradients) at batch 16 per rank, so that the
+  gradients' all-reduce dominates the step.
+DDP runs with its defaults (25 MiB buckets, all-reduce overlapped with the
+backward pass, gradients copied into and out of the buckets), or with
+--bucket-view, gradient_as_bucket_view=True (the gradients are views of the
+buckets: no copies). Each rank runs one thread (torch.set_num_threads(1)).
+
+What is timed, after `warmup` untimed steps of each kind, over `steps` steps
+of each kind taken in turn (so that drift in the machine's speed falls on
+both alike), each after a barrier:
+- step: zero_grad, forward, backward (DDP all-reduces the buckets during it
+  and waits for them at its end), optimizer step;
+- compute: the same steps inside model.no_sync(), where DDP communicates
+  nothing;
+- exposed communication = step - compute: what communication adds to a step
+  (the part of it not hidden behind the backward pass).
+Times are per step: each rank's mean, then the slowest rank's. The run ends by comparing a checksum
+of the parameters over the ranks: DDP keeps them identical, so a difference
+means the backend summed gradients wrongly (exit 4).
+"""
+import argparse
+import datetime
+import json
+import os
+import sys
+import time
+
+
+def build_model(name, torch):
+    if name == "resnet18":
+        import torchvision
+        return torchvision.models.resnet18(num_classes=1000), (3, 224, 224), 1000
+    width = 4096
+    layers = []
+    for _ in range(4):
+        layers += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+    layers.append(torch.nn.Linear(width, 1000))
+    return torch.nn.Sequential(*layers), (width,), 1000
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--backend", choices=["rdmx", "gloo"], required=True)
+    parser.add_argument("--model", choices=["resnet18", "mlp"], required=True)
+    parser.add_argument("--batch", type=int, default=0, help="per rank (default: 8 resnet18, 16 mlp)")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--bucket-view", action="store_true", help="gradient_as_bucket_view=True")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    if args.steps < 1 or args.warmup < 0 or args.batch < 0:
+        parser.error("--steps must be at least 1, --warmup and --batch not negative")
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.set_num_threads(1)
+    if args.backend == "rdmx":
+        import rdmx.torch  # noqa: F401  registers the backend
+    timeout = datetime.timedelta(seconds=float(os.environ.get("TORCH_BENCH_TIMEOUT", "600")))
+    dist.init_process_group(args.backend, init_method="env://", timeout=timeout)
+    rank, n = dist.get_rank(), dist.get_world_size()
+
+    torch.manual_seed(0)  # the same initial weights everywhere (DDP broadcasts rank 0's anyway)
+    model, input_shape, classes = build_model(args.model, torch)
+    params = sum(p.numel() for p in model.parameters())
+    ddp = DistributedDataParallel(model, gradient_as_bucket_view=args.bucket_view)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    batch = args.batch or (8 if args.model == "resnet18" else 16)
+    generator = torch.Generator().manual_seed(1 + rank)
+    inputs = torch.randn((batch,) + input_shape, generator=generator)
+    targets = torch.randint(0, classes, (batch,), generator=generator)
+
+    def step():
+        optimizer.zero_grad(set_to_none=False)
+        loss = loss_fn(ddp(inputs), targets)
+        loss.backward()
+        optimizer.step()
+
+    def one_step(sync):
+        dist.barrier()
+        start = time.perf_counter()
+        if sync:
+            step()
+        else:
+            with ddp.no_sync():
+                step()
+        return time.perf_counter() - start
+
+    for _ in range(args.warmup):
+        one_step(False)
+        one_step(True)
+    totals = torch.zeros(2, dtype=torch.float64)  # compute only, full step
+    for _ in range(args.steps):
+        totals[0] += one_step(False)
+        totals[1] += one_step(True)
+    totals /= args.steps
+    dist.all_reduce(totals, op=dist.ReduceOp.MAX)
+    compute, full = float(totals[0]), float(totals[1])
+
+    # no_sync steps let the ranks' weights drift apart; the synchronised
+    # steps after them do not bring them back, so compare a fresh synchronised run.
+    with torch.no_grad():
+        for p in ddp.parameters():
+            dist.broadcast(p, src=0)
+    for _ in range(2):
+        step()
+    checksum = torch.tensor([sum(float(p.double().sum()) for p in ddp.parameters())], dtype=torch.float64)
+    sums = [torch.zeros(1, dtype=torch.float64) for _ in range(n)]
+    dist.all_gather(sums, checksum)
+    same = all(float(s[0]) == float(sums[0][0]) for s in sums)
+
+    row = {"bench": "ddp", "backend": args.backend, "model": args.model, "bucket_view": args.bucket_view,
+           "np": n, "batch": batch,
+           "params": params, "grad_bytes": params * 4, "steps": args.steps, "step_ms": round(full * 1e3, 3),
+           "compute_ms": round(compute * 1e3, 3), "exposed_comm_ms": round((full - compute) * 1e3, 3),
+           "identical_params": same, "torch": torch.__version__}
+    if rank == 0:
+        print(f"# ddp_step: {args.model}{' (gradient_as_bucket_view)' if args.bucket_view else ''} "
+              f"({params / 1e6:.1f} M parameters, {params * 4 / 1e6:.1f} MB of "
+              f"gradients), batch {batch} per rank, {n} ranks, backend {args.backend} (torch {torch.__version__})")
+        print(f"step {full * 1e3:.1f} ms, compute only (no_sync) {compute * 1e3:.1f} ms, exposed communication "
+              f"{(full - compute) * 1e3:.1f} ms; parameters identical over the ranks: {same}", flush=True)
+        if args.json:
+            with open(args.json, "a") as f:
+                f.write(json.dumps(row, separators=(",", ":")) + "\n")
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0 if same else 4
+
+
+if __name__ == "__main__":
+    sys.exit(main())
