@@ -127,22 +127,27 @@ collect() {
   rm -f "$part"
 }
 
+# perf_coll ROUND OP SIZES NP: `rdmx perf coll` over the provider the backend picks.
+perf_coll() {
+  local round=$1 op=$2 op_sizes=$3 np=$4
+  local name=perf.$op.$np.r$round
+  record "$rdmx perf coll $op --sizes $op_sizes --np $np --provider auto --json-lines PART"
+  bench_bounded "$work/$name.log" - "$rdmx" perf coll "$op" --sizes "$op_sizes" --np "$np" \
+    --provider auto --json-lines "$work/$name.jsonl" "${perf_quick[@]}"
+  grep -E '^ +[0-9]' "$work/$name.log" || true
+  ((bench_rc == 0)) || { cat "$work/$name.log" >&2; bench_fail "rdmx perf coll $op np=$np: exit $bench_rc"; }
+  collect "$work/$name.jsonl" perf-coll "$round"
+}
+
 for ((round = 1; round <= rounds; round++)); do
   echo "== round $round of $rounds: collectives"
   for np in "${nps[@]}"; do
     for op in "${ops[@]}"; do
-      op_sizes=$sizes
-      part=$work/perf.$op.$np.jsonl
-      record "$rdmx perf coll $op --sizes $op_sizes --np $np --provider auto --json-lines PART"
-      bench_bounded "$work/perf.$op.$np.log" - "$rdmx" perf coll "$op" --sizes "$op_sizes" --np "$np" \
-        --provider auto --json-lines "$part" "${perf_quick[@]}"
-      grep -E '^ +[0-9]' "$work/perf.$op.$np.log" || true
-      ((bench_rc == 0)) || { cat "$work/perf.$op.$np.log" >&2; bench_fail "rdmx perf coll $op np=$np: exit $bench_rc"; }
-      collect "$part" perf-coll "$round"
+      perf_coll "$round" "$op" "$sizes" "$np"
       for backend in rdmx gloo; do
         part=$work/$backend.$op.$np.jsonl
         ranks "$backend.$op.$np" "$np" -- "$py" "$coll_src" --backend "$backend" --fallback 1 --op "$op" \
-          --sizes "$op_sizes" --json "$part" "${coll_quick[@]}"
+          --sizes "$sizes" --json "$part" "${coll_quick[@]}"
         collect "$part" "torch-$backend" "$round"
       done
     done
@@ -150,19 +155,14 @@ for ((round = 1; round <= rounds; round++)); do
 done
 
 echo "== what a call costs: torch's Python layer and the backend beneath it (a 4 B all_reduce)"
-record "$rdmx perf coll all_reduce --sizes 4 --np 1 --provider auto --json-lines PART"
-bench_bounded "$work/perf.one.log" - "$rdmx" perf coll all_reduce --sizes 4 --np 1 --provider auto \
-  --json-lines "$work/perf.one.jsonl"
-grep -E '^ +[0-9]' "$work/perf.one.log" || true
-((bench_rc == 0)) || { cat "$work/perf.one.log" >&2; bench_fail "rdmx perf coll all_reduce np=1: exit $bench_rc"; }
-collect "$work/perf.one.jsonl" perf-coll 1
+perf_coll 1 all_reduce 4 1
 for np in 1 "${nps[@]}"; do
   for backend in rdmx gloo; do
     ranks "dispatch.$backend.$np" "$np" -- "$py" "$here/dispatch_cost.py" --backend "$backend" \
       --json "$work/dispatch.jsonl"
   done
 done
-[[ ! -s $work/dispatch.jsonl ]] || sed 's/^{/{"config":"dispatch",/' "$work/dispatch.jsonl" >>"$json"
+collect "$work/dispatch.jsonl" dispatch 1
 
 echo "== DDP training steps, 2 ranks"
 ddp_env=()
@@ -180,7 +180,7 @@ for variant in resnet18 mlp mlp:--bucket-view; do
       --model "$model" "${extra[@]}" --steps "$ddp_steps" --json "$work/ddp.jsonl"
   done
 done
-[[ ! -s $work/ddp.jsonl ]] || sed 's/^{/{"config":"ddp",/' "$work/ddp.jsonl" >>"$json"
+collect "$work/ddp.jsonl" ddp 1
 
 table=$work/table.md
 "$py" "$here/tables.py" "$json" "$work/commands" "$rounds" "$quick" "$versions" >"$table"

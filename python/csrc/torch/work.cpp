@@ -65,8 +65,6 @@ class TaskQueue {
 
   // The group's thread: returns once stopped and drained.
   void serve() {
-    // Tasks copy into and out of user tensors, which may require grad.
-    c10::AutoGradMode no_grad(false);
     std::unique_lock lock(mutex_);
     int empty_polls = 0;
     for (;;) {
@@ -101,6 +99,7 @@ class TaskQueue {
     tasks_.pop_front();
     running_ = true;
     lock.unlock();
+    // Tasks copy into and out of user tensors, which may require grad.
     c10::AutoGradMode no_grad(false);
     std::exception_ptr error;
     try {
