@@ -26,7 +26,10 @@
 namespace rdmx::shm {
 namespace {
 
+using core::consumes_receive;
 using core::hex;
+using core::msn_before;
+using core::needs_response;
 
 // Refreshes the QP's probe when the locked section it guards ends.
 template <class Qp>
@@ -34,9 +37,6 @@ struct ProbeRefresh {
   Qp* qp;
   ~ProbeRefresh() { qp->update_probe_locked(); }
 };
-
-// MSNs wrap; compare them as serial numbers.
-inline bool msn_before(std::uint32_t a, std::uint32_t b) { return static_cast<std::int32_t>(a - b) < 0; }
 
 // Ring slots per direction: 4096 x 64 B = 256 KiB, room for 16 eager messages of 16 KiB.
 constexpr std::uint32_t kRingSlots = 4096;
@@ -50,12 +50,6 @@ constexpr std::uint32_t kAckBatch = 32;
 bool is_request(RecordType t) {
   return t == RecordType::Send || t == RecordType::Write || t == RecordType::Read || t == RecordType::FetchAdd ||
          t == RecordType::CmpSwap;
-}
-
-bool needs_response(Opcode op) { return op == Opcode::RdmaRead || core::is_atomic(op); }
-
-bool consumes_receive(Opcode op) {
-  return op == Opcode::Send || op == Opcode::SendWithImm || op == Opcode::RdmaWriteWithImm;
 }
 
 int peer_pid_of(int socket) {
@@ -102,16 +96,11 @@ int sge_iovecs(const std::array<Sge, kMaxSge>& sges, std::uint32_t num, std::uin
 
 ShmQp::ShmQp(ShmDevice& device, core::RegistryProtectionDomain& pd, core::CompletionRing& send_cq,
              core::CompletionRing& recv_cq, const QpCaps& caps)
-    : device_(device),
-      pd_(pd),
-      send_cq_(send_cq),
-      recv_cq_(recv_cq),
-      caps_(core::grant_qp_caps(caps, device.caps(), "shm")),
-      qpn_(device.next_qpn()),
+    : SoftRcQp("shm", device.next_qpn(), kMaxMessage, pd, send_cq, recv_cq,
+               core::grant_qp_caps(caps, device.caps(), "shm")),
+      device_(device),
       eager_(eager_limit()),
       probe_value_(std::random_device{}() | 1ull << 40) {
-  sq_.resize(caps_.max_send_wr);
-  rq_.resize(caps_.max_recv_wr);
   std::lock_guard lock(device_.mutex());
   device_.add_qp_locked(this);
   probe_ = device_.claim_probe_locked();
@@ -133,7 +122,7 @@ ShmQp::~ShmQp() {
 void ShmQp::update_probe_locked() {
   if (probe_ == nullptr) return;
   const bool live = state() != QpState::Error;
-  const bool busy = nak_pending_ || (live && connect_requested_ && (!accepted_ || sq_count_ > 0));
+  const bool busy = nak_pending_ || (live && connect_requested_ && (!accepted_ || !sq_.empty()));
   probe_->busy.store(busy ? 1 : 0, std::memory_order_relaxed);
   if (live && in_.attached()) {
     probe_->expect.store(in_.next_stamp_value(), std::memory_order_relaxed);
@@ -141,11 +130,6 @@ void ShmQp::update_probe_locked() {
   } else {
     probe_->stamp.store(nullptr, std::memory_order_release);
   }
-}
-
-std::string ShmQp::error_reason() const {
-  std::lock_guard lock(device_.mutex());
-  return error_reason_;
 }
 
 QpAddress ShmQp::local_address() const {
@@ -159,24 +143,11 @@ QpAddress ShmQp::local_address() const {
   return self.encode();
 }
 
-ErrorContext ShmQp::context_of(const void* qp, const std::string& op) {
-  return static_cast<const ShmQp*>(qp)->context(op);
-}
+void ShmQp::lock_state() { device_.mutex().lock(); }
 
-ErrorContext ShmQp::context(const std::string& op) const {
-  ErrorContext c;
-  c.op = op;
-  c.peer_rank = peer_rank_;
-  c.peer_addr = peer_text_;
-  return c;
-}
-
-std::string ShmQp::describe_peer() const { return peer_text_.empty() ? "the peer" : peer_text_; }
-
-void ShmQp::init() {
-  std::lock_guard lock(device_.mutex());
-  ProbeRefresh<ShmQp> refresh{this};
-  if (state() == QpState::Reset) state_.store(QpState::Init);
+void ShmQp::unlock_state() {
+  update_probe_locked();
+  device_.mutex().unlock();
 }
 
 void ShmQp::connect(const QpAddress& remote, const ConnectOptions& options) {
@@ -188,30 +159,9 @@ void ShmQp::connect(const QpAddress& remote, const ConnectOptions& options) {
                 {.op = "connect", .peer_rank = options.peer_rank, .peer_addr = peer.to_string(),
                  .hint = "shm connects processes on one host; use RDMX_PROVIDER=auto or tcp for other hosts"});
   }
-  std::lock_guard lock(device_.mutex());
-  ProbeRefresh<ShmQp> refresh{this};
-  if (state() == QpState::Reset) state_.store(QpState::Init);
-  if (state() != QpState::Init) {
-    throw Error(ErrorCode::InvalidState, std::string("connect() needs a QP in INIT, this one is ") + to_string(state()),
-                {.op = "connect", .peer_rank = options.peer_rank, .peer_addr = peer.to_string(),
-                 .hint = "create a new QP for a new connection"});
-  }
-  if (peer.nonce == device_.nonce() && peer.qpn == qpn_) {
-    throw Error(ErrorCode::InvalidArgument, "a shm QP cannot be connected to itself",
-                {.op = "connect", .peer_addr = peer.to_string(), .hint = "connect two QPs to each other"});
-  }
+  StateGuard lock(*this);
+  begin_connect_locked(device_.nonce(), {peer.nonce, peer.qpn, peer.to_string()}, options, why);
   remote_ = peer;
-  peer_rank_ = options.peer_rank;
-  peer_text_ = peer.to_string();
-  if (peer_rank_ >= 0) peer_text_ = "rank " + std::to_string(peer_rank_) + " at " + peer_text_;
-  rnr_timeout_ = options.rnr_timeout.count() < 0 ? core::rnr_timeout() : options.rnr_timeout;
-  connect_requested_ = true;
-  connect_deadline_ = core::Clock::now() + core::timeout();
-  initiator_ = std::make_tuple(device_.nonce(), qpn_) < std::make_tuple(peer.nonce, peer.qpn);
-  state_.store(QpState::Rtr);
-  state_.store(QpState::Rts);
-  RDMX_INFO("shm qp %u: connecting to %s as %s (%s)", qpn_, peer_text_.c_str(), initiator_ ? "initiator" : "acceptor",
-            why.c_str());
   if (initiator_) {
     // The initiator owns the segment: create it now, so work can be queued in it at once.
     const std::size_t bytes = segment_size(kRingSlots);
@@ -242,73 +192,20 @@ void ShmQp::connect(const QpAddress& remote, const ConnectOptions& options) {
   }
 }
 
-void ShmQp::set_error(const std::string& reason) {
-  std::lock_guard lock(device_.mutex());
-  ProbeRefresh<ShmQp> refresh{this};
-  fail_locked("set_error: " + reason, WcStatus::WrFlushErr);
-}
-
-void ShmQp::post_send(const SendWr& wr) {
-  const std::uint64_t total = core::validate_send_wr(wr, caps_, kMaxMessage, context_of, this);
-  std::lock_guard lock(device_.mutex());
-  ProbeRefresh<ShmQp> refresh{this};
-  QpState s = state();
-  if (s != QpState::Rts && s != QpState::Error) {
-    ErrorContext ctx = context(std::string("post_send ") + to_string(wr.opcode));
-    ctx.hint = "call connect() first";
-    throw Error(ErrorCode::InvalidState, std::string("post_send needs RTS, the QP is in ") + to_string(s), ctx);
-  }
-  if (sq_count_ == sq_.size()) {
-    ErrorContext ctx = context(std::string("post_send ") + to_string(wr.opcode));
-    ctx.sizes = "max_send_wr=" + std::to_string(sq_.size());
-    ctx.hint = "poll the send CQ; post a signaled WR periodically so completed WRs free their slots";
-    throw Error(ErrorCode::QueueFull, "send queue full", ctx);
-  }
+bool ShmQp::post_direct_locked(const SendWr& wr, std::uint64_t total) {
   // One-sided: a WRITE or READ with nothing queued ahead of it, on a region
   // the peer shared, is copied here and completes at once, without the
   // peer's threads and without a send-queue entry.
-  if (sq_count_ == 0 && s == QpState::Rts && !peer_regions_.empty() && peer_gone_.empty() &&
-      (wr.opcode == Opcode::RdmaWrite || wr.opcode == Opcode::RdmaRead) && direct_locals_ok_locked(wr) &&
-      try_direct_locked(wr, total)) {
-    if (wr.signaled) push_send_completion_locked(wr.wr_id, wr.opcode, total, WcStatus::Success);
-    return;
+  if (!sq_.empty() || peer_regions_.empty() || !peer_gone_.empty() ||
+      (wr.opcode != Opcode::RdmaWrite && wr.opcode != Opcode::RdmaRead) || !direct_locals_ok_locked(wr) ||
+      !try_direct_locked(wr, total)) {
+    return false;
   }
-  SendEntry& e = sq_[(sq_head_ + sq_count_) % sq_.size()];
-  e.wr_id = wr.wr_id;
-  e.opcode = wr.opcode;
-  e.signaled = wr.signaled;
-  e.imm = wr.imm_data;
-  e.remote_addr = wr.remote_addr;
-  e.rkey = wr.rkey;
-  e.compare_add = wr.compare_add;
-  e.swap = wr.swap;
-  e.num_sge = static_cast<std::uint32_t>(wr.sg_list.size());
-  std::copy(wr.sg_list.begin(), wr.sg_list.end(), e.sges.begin());
-  e.total = total;
-  e.msn = next_msn_++;
-  e.response_done = false;
-  e.rnr_seen = false;
-  e.ack_requested = false;
-  ++sq_count_;
-  if (s == QpState::Error) {
-    // As in IB: work posted to a QP in ERROR completes with WR_FLUSH_ERR.
-    push_send_completion_locked(e, WcStatus::WrFlushErr);
-    sq_head_ = (sq_head_ + 1) % sq_.size();
-    --sq_count_;
-    return;
-  }
-  const Access need = core::carries_payload(wr.opcode) ? Access::None : Access::LocalWrite;
-  for (std::uint32_t i = 0; i < e.num_sge; ++i) {
-    const Sge& sge = e.sges[i];
-    auto verdict = local_key_.check(pd_.registry(), false, &pd_, sge.lkey, sge.addr, sge.length, need);
-    if (verdict != core::AccessCheck::Ok) {
-      fail_locked("post_send " + std::string(to_string(wr.opcode)) + " wr_id " + std::to_string(wr.wr_id) +
-                      ": local SGE " + std::to_string(i) + " (addr " + hex(sge.addr) + ", length " +
-                      std::to_string(sge.length) + ", lkey " + hex(sge.lkey) + "): " + core::to_string(verdict),
-                  WcStatus::LocProtErr, e.msn);
-      return;
-    }
-  }
+  if (wr.signaled) push_send_completion_locked(wr.wr_id, wr.opcode, total, WcStatus::Success);
+  return true;
+}
+
+void ShmQp::send_queued_locked(SendEntry&) {
   if (!peer_gone_.empty()) return fail_locked(peer_gone_, WcStatus::RetryExcErr);
   device_.note_application_activity();
   pump_locked();
@@ -423,33 +320,7 @@ void ShmQp::drop_peer_region_locked(std::size_t index) {
   peer_regions_.erase(peer_regions_.begin() + static_cast<std::ptrdiff_t>(index));
 }
 
-void ShmQp::post_recv(const RecvWr& wr) {
-  const std::uint64_t capacity = core::validate_recv_wr(wr, caps_, context_of, this);
-  std::lock_guard lock(device_.mutex());
-  ProbeRefresh<ShmQp> refresh{this};
-  QpState s = state();
-  if (s == QpState::Reset) {
-    ErrorContext ctx = context("post_recv");
-    ctx.hint = "call init() or connect() first";
-    throw Error(ErrorCode::InvalidState, "post_recv needs INIT or later, the QP is in RESET", ctx);
-  }
-  if (rq_count_ == rq_.size()) {
-    ErrorContext ctx = context("post_recv");
-    ctx.sizes = "max_recv_wr=" + std::to_string(rq_.size());
-    ctx.hint = "poll the receive CQ before posting more";
-    throw Error(ErrorCode::QueueFull, "receive queue full", ctx);
-  }
-  RecvEntry entry{};
-  entry.wr_id = wr.wr_id;
-  entry.num_sge = static_cast<std::uint32_t>(wr.sg_list.size());
-  std::copy(wr.sg_list.begin(), wr.sg_list.end(), entry.sges.begin());
-  entry.capacity = capacity;
-  if (s == QpState::Error) {
-    push_recv_completion_locked(entry, WcStatus::WrFlushErr, WcOpcode::Recv, 0, false, 0);
-    return;
-  }
-  rq_[(rq_head_ + rq_count_) % rq_.size()] = entry;
-  ++rq_count_;
+void ShmQp::recv_queued_locked() {
   if (!peer_gone_.empty()) return fail_locked(peer_gone_, WcStatus::WrFlushErr);
   // A SEND held for want of a receive can go now, without waiting for the engine.
   if (rnr_nak_sent_) poll_locked();
@@ -667,7 +538,7 @@ bool ShmQp::on_socket_locked(std::uint32_t events) {
 
 void ShmQp::peer_gone_locked(const std::string& reason, bool receives_too) {
   if (state() == QpState::Error || !peer_gone_.empty()) return;
-  if (sq_count_ > 0 || (receives_too && rq_count_ > 0)) return fail_locked(reason, WcStatus::RetryExcErr);
+  if (!sq_.empty() || (receives_too && !rq_.empty())) return fail_locked(reason, WcStatus::RetryExcErr);
   peer_gone_ = reason;
   RDMX_INFO("shm qp %u: %s; the next work request fails", qpn_, reason.c_str());
 }
@@ -699,7 +570,7 @@ bool ShmQp::on_timer_locked(core::Clock::time_point now) {
   }
   // Only the oldest unacknowledged SEND can be held for want of a receive.
   for (std::size_t i = 0; i < sq_sent_; ++i) {
-    SendEntry& e = sq_[(sq_head_ + i) % sq_.size()];
+    SendEntry& e = sq_.at(i);
     if (!e.rnr_seen) continue;
     busy = true;
     if (now - e.first_rnr >= rnr_timeout_) {
@@ -715,7 +586,7 @@ bool ShmQp::on_timer_locked(core::Clock::time_point now) {
 
 bool ShmQp::has_input_locked() const {
   if (!in_.attached() || state() == QpState::Error) return false;
-  if (rnr_nak_sent_ && rq_count_ == 0) {
+  if (rnr_nak_sent_ && rq_.empty()) {
     // The request at the head waits for a receive: what arrives behind it counts.
     const std::uint64_t head = in_.position();
     if (in_.peek(skimmed_to_ > head ? skimmed_to_ - head : 0) != nullptr) return true;
@@ -724,7 +595,7 @@ bool ShmQp::has_input_locked() const {
   }
   if (sq_sent_ > 0 && ack_wanted_locked()) {
     std::uint32_t executed = out_control_->executed.load(std::memory_order_acquire);
-    if (msn_before(sq_[sq_head_].msn, executed)) return true;
+    if (msn_before(sq_.front().msn, executed)) return true;
   }
   return false;
 }
@@ -845,8 +716,8 @@ void ShmQp::publish_acks_locked(bool force) {
 void ShmQp::pump_locked() {
   if (!out_.attached() || state() == QpState::Error) return;
   bool put = false;
-  while (sq_sent_ < sq_count_) {
-    SendEntry& e = sq_[(sq_head_ + sq_sent_) % sq_.size()];
+  while (sq_sent_ < sq_.size()) {
+    SendEntry& e = sq_.at(sq_sent_);
     if (!put_request_locked(e)) break;
     ++sq_sent_;
     put = true;
@@ -877,7 +748,7 @@ bool ShmQp::put_request_locked(SendEntry& e) {
                                        (e.opcode == Opcode::SendWithImm || e.opcode == Opcode::RdmaWriteWithImm
                                             ? kWithImm
                                             : 0));
-  e.ack_requested = !needs_response(e.opcode) && (e.signaled || sq_count_ * 2 >= sq_.size());
+  e.ack_requested = !needs_response(e.opcode) && (e.signaled || sq_.size() * 2 >= sq_.capacity());
   if (e.ack_requested) {
     r->flags |= kAckRequest;
     ++ack_requests_outstanding_;
@@ -906,24 +777,17 @@ bool ShmQp::put_request_locked(SendEntry& e) {
   return true;
 }
 
-ShmQp::SendEntry* ShmQp::entry_for_msn_locked(std::uint32_t msn) {
-  for (std::size_t i = 0; i < sq_sent_; ++i) {
-    SendEntry& e = sq_[(sq_head_ + i) % sq_.size()];
-    if (e.msn == msn) return &e;
-  }
-  return nullptr;
+core::SendEntry* ShmQp::entry_for_msn_locked(std::uint32_t msn) {
+  return SoftRcQp::entry_for_msn_locked(msn, sq_sent_);
 }
 
 bool ShmQp::ack_wanted_locked() const {
-  return ack_requests_outstanding_ > 0 || rnr_outstanding_ > 0 || sq_count_ * 2 >= sq_.size();
+  return ack_requests_outstanding_ > 0 || rnr_outstanding_ > 0 || sq_.size() * 2 >= sq_.capacity();
 }
 
-void ShmQp::retire_head_locked() {
-  const SendEntry& e = sq_[sq_head_];
+void ShmQp::retired_locked(const SendEntry& e) {
   if (e.ack_requested) --ack_requests_outstanding_;
   if (e.rnr_seen) --rnr_outstanding_;
-  sq_head_ = (sq_head_ + 1) % sq_.size();
-  --sq_count_;
   --sq_sent_;
 }
 
@@ -935,13 +799,7 @@ void ShmQp::complete_acknowledged_locked() {
     const std::uint32_t executed = out_control_->executed.load(std::memory_order_acquire);
     if (msn_before(acked_msn_, executed)) acked_msn_ = executed;
   }
-  while (sq_sent_ > 0) {
-    SendEntry& e = sq_[sq_head_];
-    if (!msn_before(e.msn, acked_msn_)) break;
-    if (needs_response(e.opcode) && !e.response_done) break;
-    if (e.signaled && !push_send_completion_locked(e, WcStatus::Success)) return;
-    retire_head_locked();
-  }
+  complete_done_locked(sq_sent_);
 }
 
 ShmQp::Step ShmQp::handle_response_locked(const Record* r, std::uint16_t slots, std::uint64_t offset) {
@@ -1010,8 +868,7 @@ ShmQp::Step ShmQp::handle_response_locked(const Record* r, std::uint16_t slots, 
       const std::uint32_t executed = out_control_->executed.load(std::memory_order_acquire);
       if (msn_before(acked_msn_, executed)) acked_msn_ = executed;
       if (msn_before(msn, acked_msn_)) return Step::Done;  // executed already; completes with its ACK
-      e->rnr_seen = true;
-      e->first_rnr = core::Clock::now();
+      note_rnr_locked(*e, core::Clock::now());
       ++rnr_outstanding_;
       return Step::Done;
     }
@@ -1019,8 +876,8 @@ ShmQp::Step ShmQp::handle_response_locked(const Record* r, std::uint16_t slots, 
       if (e == nullptr) return bad("NAK for no outstanding request");
       if (arg0 > static_cast<std::uint64_t>(WcStatus::GeneralErr)) return bad("NAK with an unknown status");
       // The responder executes in order: everything before the NAKed request was done.
-      while (sq_sent_ > 0 && sq_[sq_head_].msn != msn) {
-        SendEntry& done = sq_[sq_head_];
+      while (sq_sent_ > 0 && sq_.front().msn != msn) {
+        SendEntry& done = sq_.front();
         if (needs_response(done.opcode) && !done.response_done) break;
         if (done.signaled) push_send_completion_locked(done, WcStatus::Success);
         retire_head_locked();
@@ -1066,7 +923,7 @@ ShmQp::Step ShmQp::execute_request_locked(const Record* r, std::uint16_t slots) 
   }
   const bool with_imm = (flags & kWithImm) != 0;
   const bool consumes_recv = type == RecordType::Send || (type == RecordType::Write && with_imm);
-  if (consumes_recv && rq_count_ == 0) {
+  if (consumes_recv && rq_.empty()) {
     // RNR: hold the request until a receive is posted; the requester's clock decides when to give up.
     if (!rnr_nak_sent_) {
       if (!push_control_locked(RecordType::RnrNak, msn, 0)) return Step::Stall;
@@ -1080,12 +937,11 @@ ShmQp::Step ShmQp::execute_request_locked(const Record* r, std::uint16_t slots) 
     case RecordType::Send:
     case RecordType::Write: {
       RecvEntry recv{};
-      if (consumes_recv) recv = rq_[rq_head_];
+      if (consumes_recv) recv = rq_.front();
       step = deliver_locked(r, consumes_recv ? &recv : nullptr, r->remote_addr, type == RecordType::Send);
       if (step != Step::Done) return step;
       if (consumes_recv) {
-        rq_head_ = (rq_head_ + 1) % rq_.size();
-        --rq_count_;
+        rq_.pop();
         push_recv_completion_locked(recv, WcStatus::Success,
                                     type == RecordType::Send ? WcOpcode::Recv : WcOpcode::RecvRdmaWithImm, length,
                                     with_imm, r->imm);
@@ -1212,8 +1068,7 @@ ShmQp::Step ShmQp::deliver_locked(const Record* r, const RecvEntry* recv, std::u
   }
   if (nak_status == WcStatus::Success) return Step::Done;
   if (recv != nullptr && recv_status != WcStatus::Success) {
-    rq_head_ = (rq_head_ + 1) % rq_.size();
-    --rq_count_;
+    rq_.pop();
     push_recv_completion_locked(*recv, recv_status, WcOpcode::Recv, 0, false, 0);
   }
   nak_locked(msn, nak_status, why);
@@ -1336,66 +1191,16 @@ void ShmQp::protocol_error_locked(const std::string& what) {
 }
 
 // ---------------------------------------------------------------------------
-// Errors and completions.
+// Errors.
 
-bool ShmQp::push_send_completion_locked(const SendEntry& e, WcStatus status) {
-  return push_send_completion_locked(e.wr_id, e.opcode, e.total, status);
+bool ShmQp::peer_left_in_order_locked(const std::string& reason) const {
+  return reason.rfind("connection closed", 0) == 0;
 }
 
-bool ShmQp::push_send_completion_locked(std::uint64_t wr_id, Opcode opcode, std::uint64_t total, WcStatus status) {
-  WorkCompletion wc;
-  wc.wr_id = wr_id;
-  wc.status = status;
-  wc.opcode = core::completion_opcode(opcode);
-  wc.byte_len = status == WcStatus::Success ? static_cast<std::uint32_t>(total) : 0;
-  wc.qp_num = qpn_;
-  if (send_cq_.push(wc)) return true;
-  fail_locked("send completion queue overflowed", WcStatus::WrFlushErr);
-  return false;
-}
-
-bool ShmQp::push_recv_completion_locked(const RecvEntry& e, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
-                                        bool with_imm, std::uint32_t imm) {
-  WorkCompletion wc;
-  wc.wr_id = e.wr_id;
-  wc.status = status;
-  wc.opcode = opcode;
-  wc.byte_len = status == WcStatus::Success ? byte_len : 0;
-  wc.with_imm = with_imm && status == WcStatus::Success;
-  wc.imm_data = wc.with_imm ? imm : 0;
-  wc.qp_num = qpn_;
-  if (recv_cq_.push(wc)) return true;
-  fail_locked("receive completion queue overflowed", WcStatus::WrFlushErr);
-  return false;
-}
-
-void ShmQp::fail_locked(const std::string& reason, WcStatus status, std::optional<std::uint32_t> failing_msn) {
-  if (state() == QpState::Error) return;
-  state_.store(QpState::Error, std::memory_order_release);
-  error_reason_ = reason;
-  const bool quiet = sq_count_ == 0 && rq_count_ == 0 && reason.rfind("connection closed", 0) == 0;
-  if (quiet) {
-    RDMX_INFO("shm qp %u -> ERROR: %s", qpn_, reason.c_str());
-  } else {
-    RDMX_WARN("shm qp %u -> ERROR: %s", qpn_, reason.c_str());
-  }
-  bool first = true;
-  while (sq_count_ > 0) {
-    SendEntry& e = sq_[sq_head_];
-    bool is_failing = failing_msn ? e.msn == *failing_msn : first;
-    push_send_completion_locked(e, is_failing ? status : WcStatus::WrFlushErr);
-    first = false;
-    sq_head_ = (sq_head_ + 1) % sq_.size();
-    --sq_count_;
-  }
+void ShmQp::error_entered_locked() {
   sq_sent_ = 0;
   ack_requests_outstanding_ = 0;
   rnr_outstanding_ = 0;
-  while (rq_count_ > 0) {
-    push_recv_completion_locked(rq_[rq_head_], WcStatus::WrFlushErr, WcOpcode::Recv, 0, false, 0);
-    rq_head_ = (rq_head_ + 1) % rq_.size();
-    --rq_count_;
-  }
   // The peer learns of the error from the NAK (if any) and the socket's end of file.
   if (nak_pending_ && push_control_locked(RecordType::Nak, nak_msn_, static_cast<std::uint64_t>(nak_status_))) {
     nak_pending_ = false;

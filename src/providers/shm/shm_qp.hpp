@@ -25,32 +25,24 @@
 
 #include "core/completion_queue.hpp"
 #include "core/memory_registry.hpp"
+#include "core/soft_rc/qp.hpp"
 #include "providers/shm/address.hpp"
 #include "providers/shm/ring.hpp"
 #include "providers/shm/shm_device.hpp"
 
 namespace rdmx::shm {
 
-constexpr std::uint32_t kMaxSge = 16;
+constexpr std::uint32_t kMaxSge = core::kSoftMaxSge;
 constexpr std::uint64_t kMaxMessage = 1ull << 31;
 
-class ShmQp final : public QueuePair {
+class ShmQp final : public core::SoftRcQp {
  public:
   ShmQp(ShmDevice& device, core::RegistryProtectionDomain& pd, core::CompletionRing& send_cq,
         core::CompletionRing& recv_cq, const QpCaps& caps);
   ~ShmQp() override;
 
-  std::uint32_t qp_num() const noexcept override { return qpn_; }
-  QpState state() const noexcept override { return state_.load(std::memory_order_acquire); }
-  QpCaps caps() const noexcept override { return caps_; }
-  std::string provider() const override { return "shm"; }
-  std::string error_reason() const override;
   QpAddress local_address() const override;
-  void init() override;
   void connect(const QpAddress& remote, const ConnectOptions& options) override;
-  void set_error(const std::string& reason) override;
-  void post_send(const SendWr& wr) override;
-  void post_recv(const RecvWr& wr) override;
 
   // ---- engine side, device lock held ----
   // Consumes the inbound ring, completes acknowledged work, fills the
@@ -71,31 +63,19 @@ class ShmQp final : public QueuePair {
   Offer offer_locked(const ShmDevice::PendingHello& hello);
 
  private:
-  struct SendEntry {
-    std::uint64_t wr_id;
-    Opcode opcode;
-    bool signaled;
-    std::uint32_t imm;
-    std::uint64_t remote_addr;
-    std::uint32_t rkey;
-    std::uint64_t compare_add;
-    std::uint64_t swap;
-    std::array<Sge, kMaxSge> sges;
-    std::uint32_t num_sge;
-    std::uint64_t total;
-    std::uint32_t msn;
-    bool response_done;  // READ / atomic: the answer has arrived
-    bool ack_requested;  // the record asked the responder to publish `executed` at once
-    bool rnr_seen;
-    core::Clock::time_point first_rnr;
-  };
-  struct RecvEntry {
-    std::uint64_t wr_id;
-    std::array<Sge, kMaxSge> sges;
-    std::uint32_t num_sge;
-    std::uint64_t capacity;
-  };
+  using SendEntry = core::SendEntry;
+  using RecvEntry = core::RecvEntry;
   enum class Step { Done, Stall, Failed };
+
+  // The engine's hooks (core::SoftRcQp).
+  void lock_state() override;
+  void unlock_state() override;
+  bool post_direct_locked(const SendWr& wr, std::uint64_t total) override;
+  void send_queued_locked(SendEntry& entry) override;
+  void recv_queued_locked() override;
+  void error_entered_locked() override;
+  bool peer_left_in_order_locked(const std::string& reason) const override;
+  void retired_locked(const SendEntry& entry) override;
 
   // Direct access to the peer's regions from allocate_memory().
   struct PeerRegion {
@@ -125,8 +105,6 @@ class ShmQp final : public QueuePair {
   // Whether `executed` must be read now: a completion, free send-queue slots
   // or a running RNR clock wait for it.
   bool ack_wanted_locked() const;
-  // Removes the entry at the head of the send queue (completed or failed).
-  void retire_head_locked();
   SendEntry* entry_for_msn_locked(std::uint32_t msn);
   // `offset`: where the record lies, in slots past the inbound ring's head.
   Step handle_response_locked(const Record* r, std::uint16_t slots, std::uint64_t offset);
@@ -148,44 +126,21 @@ class ShmQp final : public QueuePair {
   void accept_locked(const ShmDevice::PendingHello& hello);
   void watch_socket_locked();
   void close_socket_locked();
-  // Errors and completions.
-  void fail_locked(const std::string& reason, WcStatus status, std::optional<std::uint32_t> failing_msn = {});
+  // Errors.
   // The peer went away: fail now if work is outstanding, else (as an IB QP,
   // which notices only when it next sends) at the next post.
   // `receives_too`: the peer process died, so posted receives can never
   // complete either (a peer QP that merely failed leaves them, as IB does).
   void peer_gone_locked(const std::string& reason, bool receives_too);
   void protocol_error_locked(const std::string& what);
-  bool push_send_completion_locked(const SendEntry& e, WcStatus status);
-  bool push_send_completion_locked(std::uint64_t wr_id, Opcode opcode, std::uint64_t total, WcStatus status);
-  bool push_recv_completion_locked(const RecvEntry& e, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
-                                   bool with_imm, std::uint32_t imm);
-  ErrorContext context(const std::string& op) const;
-  static ErrorContext context_of(const void* qp, const std::string& op);
-  std::string describe_peer() const;
-
   ShmDevice& device_;
   ShmDevice::Probe* probe_ = nullptr;
-  core::RegistryProtectionDomain& pd_;
-  core::CompletionRing& send_cq_;
-  core::CompletionRing& recv_cq_;
-  QpCaps caps_;
-  const std::uint32_t qpn_;
   const std::size_t eager_;
   // A word the peer reads with process_vm_readv to prove cross-memory attach works.
   std::uint64_t probe_value_;
 
-  std::atomic<QpState> state_{QpState::Reset};
-  std::string error_reason_;
   ShmAddress remote_{};
-  bool connect_requested_ = false;
-  bool initiator_ = false;
-  int peer_rank_ = -1;
-  std::string peer_text_;
   int peer_pid_ = -1;
-  std::chrono::milliseconds rnr_timeout_{};
-  core::Clock::time_point connect_deadline_{};
-  core::Clock::time_point retry_connect_at_{};
   std::chrono::milliseconds retry_backoff_{1};
 
   // Connection.
@@ -205,12 +160,7 @@ class ShmQp final : public QueuePair {
   WcStatus nak_status_ = WcStatus::RemOpErr;
 
   // Requester.
-  std::vector<SendEntry> sq_;
-  std::size_t sq_head_ = 0;
-  std::size_t sq_count_ = 0;
   std::size_t sq_sent_ = 0;  // entries (from the head) already in the ring
-  std::uint32_t next_msn_ = 0;
-  std::uint32_t acked_msn_ = 0;  // every request before this is known executed
   std::uint32_t ack_requests_outstanding_ = 0;
   // Sent entries whose RNR clock runs (rnr_seen): while there are any, every
   // pass reads `executed`, so a SEND that got its receive completes (and its
@@ -218,16 +168,12 @@ class ShmQp final : public QueuePair {
   std::uint32_t rnr_outstanding_ = 0;
 
   // Responder.
-  std::vector<RecvEntry> rq_;
-  std::size_t rq_head_ = 0;
-  std::size_t rq_count_ = 0;
   std::uint32_t expected_msn_ = 0;
   std::uint32_t published_msn_ = 0;
   bool ack_now_ = false;  // an executed request asked for `executed` at once
 
   // Region checks on the message path skip the registry's lock while no
   // region was deregistered (the device lock is the registry's access lock).
-  core::CachedKey local_key_;
   core::CachedKey remote_key_;
 
   std::vector<PeerRegion> peer_regions_;   // the peer's regions we mapped

@@ -31,9 +31,8 @@ using core::carries_payload;
 using core::completion_opcode;
 using core::hex;
 using core::is_atomic;
+using core::msn_before;
 
-// MSNs wrap; compare them as serial numbers.
-inline bool msn_before(std::uint32_t a, std::uint32_t b) { return static_cast<std::int32_t>(a - b) < 0; }
 
 constexpr std::uint8_t kAddressMagic = 'T';
 constexpr std::uint8_t kAddressVersion = 1;
@@ -145,10 +144,9 @@ std::string TcpAddress::to_string() const {
 
 TcpQp::TcpQp(TcpDevice& device, core::RegistryProtectionDomain& pd, core::CompletionRing& send_cq,
              core::CompletionRing& recv_cq, const QpCaps& caps)
-    : device_(device), pd_(pd), send_cq_(send_cq), recv_cq_(recv_cq), qpn_(device.next_qpn()) {
-  caps_ = core::grant_qp_caps(caps, device.caps(), "tcp");
-  sq_.resize(caps_.max_send_wr);
-  rq_.resize(caps_.max_recv_wr);
+    : SoftRcQp("tcp", device.next_qpn(), wire::kMaxMessage, pd, send_cq, recv_cq,
+               core::grant_qp_caps(caps, device.caps(), "tcp")),
+      device_(device) {
   std::lock_guard engine(device_.engine_mutex());
   device_.add_qp_locked(this);
 }
@@ -191,11 +189,6 @@ void TcpQp::say_goodbye_locked() {
   RDMX_INFO("tcp qp %u: destroyed; told %s", qpn_, peer_text_.c_str());
 }
 
-std::string TcpQp::error_reason() const {
-  std::lock_guard lock(mutex_);
-  return error_reason_;
-}
-
 QpAddress TcpQp::local_address() const {
   TcpAddress self;
   self.socket = device_.listen_address();
@@ -210,49 +203,13 @@ int TcpQp::socket_fd() const {
   return established_ ? fd_ : -1;
 }
 
-ErrorContext TcpQp::context_of(const void* qp, const std::string& op) {
-  return static_cast<const TcpQp*>(qp)->context(op);
-}
-
-ErrorContext TcpQp::context(const std::string& op) const {
-  ErrorContext c;
-  c.op = op;
-  c.peer_rank = peer_rank_;
-  c.peer_addr = peer_text_;
-  return c;
-}
-
-void TcpQp::init() {
-  std::lock_guard lock(mutex_);
-  if (state() == QpState::Reset) state_.store(QpState::Init);
-}
-
 void TcpQp::connect(const QpAddress& remote, const ConnectOptions& options) {
   // An auto peer offers one address per provider: take ours.
   TcpAddress peer = TcpAddress::decode(core::part_for_provider(remote, is_tcp_address));
   std::lock_guard engine(device_.engine_mutex());
   std::lock_guard lock(mutex_);
-  if (state() == QpState::Reset) state_.store(QpState::Init);
-  if (state() != QpState::Init) {
-    throw Error(ErrorCode::InvalidState, std::string("connect() needs a QP in INIT, this one is ") + to_string(state()),
-                {.op = "connect", .peer_rank = options.peer_rank, .peer_addr = peer.to_string(),
-                 .hint = "create a new QP for a new connection"});
-  }
-  if (peer.nonce == device_.nonce() && peer.qpn == qpn_) {
-    throw Error(ErrorCode::InvalidArgument, "a tcp QP cannot be connected to itself",
-                {.op = "connect", .peer_addr = peer.to_string(), .hint = "connect two QPs to each other"});
-  }
+  begin_connect_locked(device_.nonce(), {peer.nonce, peer.qpn, peer.to_string()}, options, "");
   remote_ = peer;
-  peer_rank_ = options.peer_rank;
-  peer_text_ = peer.to_string();
-  if (peer_rank_ >= 0) peer_text_ = "rank " + std::to_string(peer_rank_) + " at " + peer_text_;
-  rnr_timeout_ = options.rnr_timeout.count() < 0 ? core::rnr_timeout() : options.rnr_timeout;
-  connected_requested_ = true;
-  connect_deadline_ = core::Clock::now() + core::timeout();
-  initiator_ = std::make_tuple(device_.nonce(), qpn_) < std::make_tuple(peer.nonce, peer.qpn);
-  state_.store(QpState::Rtr);
-  state_.store(QpState::Rts);
-  RDMX_INFO("tcp qp %u: connecting to %s as %s", qpn_, peer_text_.c_str(), initiator_ ? "initiator" : "acceptor");
   if (initiator_) {
     start_connect_locked();
   } else if (int fd = device_.claim_pending_locked(qpn_, peer.qpn, peer.nonce); fd >= 0) {
@@ -262,7 +219,7 @@ void TcpQp::connect(const QpAddress& remote, const ConnectOptions& options) {
 
 TcpQp::Offer TcpQp::offer_connection_locked(int fd, std::uint32_t source_qpn, std::uint64_t source_nonce) {
   std::lock_guard lock(mutex_);
-  if (!connected_requested_) return Offer::NotYet;
+  if (!connect_requested_) return Offer::NotYet;
   if (initiator_ || established_ || state() == QpState::Error || remote_.qpn != source_qpn ||
       remote_.nonce != source_nonce) {
     return Offer::Refused;
@@ -271,75 +228,16 @@ TcpQp::Offer TcpQp::offer_connection_locked(int fd, std::uint32_t source_qpn, st
   return Offer::Taken;
 }
 
-void TcpQp::set_error(const std::string& reason) {
-  std::lock_guard lock(mutex_);
-  fail_locked("set_error: " + reason, WcStatus::WrFlushErr);
-}
+void TcpQp::lock_state() { mutex_.lock(); }
+void TcpQp::unlock_state() { mutex_.unlock(); }
 
-void TcpQp::post_send(const SendWr& wr) {
-  const std::uint64_t total = core::validate_send_wr(wr, caps_, wire::kMaxMessage, context_of, this);
-  // The error context is built only on failure: posting is a hot path.
-  auto reject = [&](ErrorCode code, const std::string& message, std::string sizes, std::string hint) {
-    ErrorContext ctx = context(std::string("post_send ") + to_string(wr.opcode));
-    ctx.sizes = std::move(sizes);
-    ctx.hint = std::move(hint);
-    throw Error(code, message, ctx);
-  };
-
-  std::lock_guard lock(mutex_);
-  QpState s = state();
-  if (s != QpState::Rts && s != QpState::Error) {
-    reject(ErrorCode::InvalidState, std::string("post_send needs RTS, the QP is in ") + to_string(s), "",
-           "call connect() first");
-  }
-  if (sq_count_ == sq_.size()) {
-    reject(ErrorCode::QueueFull, "send queue full", "max_send_wr=" + std::to_string(sq_.size()),
-           "poll the send CQ; post a signaled WR periodically so completed WRs free their slots");
-  }
-  SendEntry& e = sq_[(sq_head_ + sq_count_) % sq_.size()];
-  e.wr_id = wr.wr_id;
-  e.opcode = wr.opcode;
-  e.signaled = wr.signaled;
-  e.imm = wr.imm_data;
-  e.remote_addr = wr.remote_addr;
-  e.rkey = wr.rkey;
-  e.compare_add = wr.compare_add;
-  e.swap = wr.swap;
-  e.num_sge = static_cast<std::uint32_t>(wr.sg_list.size());
-  std::copy(wr.sg_list.begin(), wr.sg_list.end(), e.sges.begin());
-  e.total = total;
-  e.msn = next_msn_++;
-  e.response_done = false;
-  e.rx_offset = 0;
-  e.rnr_seen = false;
-  if (++sq_count_ == 1) {
+void TcpQp::send_queued_locked(SendEntry& e) {
+  if (sq_.size() == 1) {
     // The peer's silence counts from when work is outstanding, not from its
     // last traffic: a QP idle for longer than RDMX_TIMEOUT is not dead. The
     // next timer scan stamps last_rx_ (no clock read on the posting path).
     rx_seen_ = true;
     ack_request_sent_ = false;
-  }
-  if (s == QpState::Error) {
-    // As in IB: work posted to a QP in ERROR completes with WR_FLUSH_ERR.
-    push_send_completion_locked(e, WcStatus::WrFlushErr);
-    sq_head_ = (sq_head_ + 1) % sq_.size();
-    --sq_count_;
-    tx_msn_ = acked_msn_ = sent_msn_high_ = next_msn_;
-    return;
-  }
-  const Access need = carries_payload(wr.opcode) ? Access::None : Access::LocalWrite;
-  for (std::uint32_t i = 0; i < e.num_sge; ++i) {
-    const Sge& sge = e.sges[i];
-    // Posting from one buffer again and again is the common case: the key
-    // cache answers without the registry's lock until a region is deregistered.
-    auto verdict = local_key_.check(device_.registry(), false, &pd_, sge.lkey, sge.addr, sge.length, need);
-    if (verdict != core::AccessCheck::Ok) {
-      fail_locked("post_send " + std::string(to_string(wr.opcode)) + " wr_id " + std::to_string(wr.wr_id) +
-                      ": local SGE " + std::to_string(i) + " (addr " + hex(sge.addr) + ", length " +
-                      std::to_string(sge.length) + ", lkey " + hex(sge.lkey) + "): " + core::to_string(verdict),
-                  WcStatus::LocProtErr, e.msn);
-      return;
-    }
   }
   if (established_ && !tx_blocked_) {
     // This thread sends, so the background engine need not compete for the QP.
@@ -361,7 +259,7 @@ bool TcpQp::send_small_now_locked(const SendEntry& e) {
   Header h;
   h.type = send ? FrameType::SendReq : FrameType::WriteReq;
   h.flags = wire::kFirst | wire::kLast | (imm ? wire::kWithImm : 0);
-  if (e.signaled || sq_count_ * 2 >= sq_.size()) h.flags |= wire::kAckNow;
+  if (e.signaled || sq_.size() * 2 >= sq_.capacity()) h.flags |= wire::kAckNow;
   h.msn = e.msn;
   h.length = static_cast<std::uint32_t>(e.total);
   h.arg0 = e.total;
@@ -388,33 +286,6 @@ bool TcpQp::send_small_now_locked(const SendEntry& e) {
   // A socket that takes only part of it leaves the rest to EPOLLOUT, as pump_locked() does.
   if (!write_frame_locked() && fd_ >= 0) set_want_write_locked(true);
   return true;
-}
-
-void TcpQp::post_recv(const RecvWr& wr) {
-  const std::uint64_t capacity = core::validate_recv_wr(wr, caps_, context_of, this);
-  auto ctx = context("post_recv");
-  std::lock_guard lock(mutex_);
-  QpState s = state();
-  if (s == QpState::Reset) {
-    ctx.hint = "call init() or connect() first";
-    throw Error(ErrorCode::InvalidState, "post_recv needs INIT or later, the QP is in RESET", ctx);
-  }
-  if (rq_count_ == rq_.size()) {
-    ctx.sizes = "max_recv_wr=" + std::to_string(rq_.size());
-    ctx.hint = "poll the receive CQ before posting more";
-    throw Error(ErrorCode::QueueFull, "receive queue full", ctx);
-  }
-  RecvEntry entry{};
-  entry.wr_id = wr.wr_id;
-  entry.num_sge = static_cast<std::uint32_t>(wr.sg_list.size());
-  std::copy(wr.sg_list.begin(), wr.sg_list.end(), entry.sges.begin());
-  entry.capacity = capacity;
-  if (s == QpState::Error) {
-    push_recv_completion_locked(entry, WcStatus::WrFlushErr, WcOpcode::Recv, 0, false, 0);
-    return;
-  }
-  rq_[(rq_head_ + rq_count_) % rq_.size()] = entry;
-  ++rq_count_;
 }
 
 // ---------------------------------------------------------------------------
@@ -584,7 +455,7 @@ bool TcpQp::on_timer(core::Clock::time_point now) {
     if (now > drain_deadline_) close_socket_locked();
     return true;
   }
-  if (state() == QpState::Error || !connected_requested_) return false;
+  if (state() == QpState::Error || !connect_requested_) return false;
   if (!established_) {
     if (now > connect_deadline_) {
       fail_locked("could not establish the connection with " + peer_text_ + " within RDMX_TIMEOUT (" +
@@ -610,7 +481,7 @@ bool TcpQp::on_timer(core::Clock::time_point now) {
     last_rx_ = now;
     rx_seen_ = false;
   }
-  if (sq_count_ > 0 && state() != QpState::Error) {
+  if (!sq_.empty() && state() != QpState::Error) {
     busy = true;
     auto idle = now - last_rx_;
     if (idle > core::timeout()) {
@@ -729,7 +600,7 @@ bool TcpQp::build_frame_locked() {
           if (last) {
             h.flags |= wire::kLast;
             if (imm) h.arg1 = e.imm;
-            if (e.signaled || sq_count_ * 2 >= sq_.size()) h.flags |= wire::kAckNow;
+            if (e.signaled || sq_.size() * 2 >= sq_.capacity()) h.flags |= wire::kAckNow;
           }
           tx_.iov_count = 1 + gather_locked(e.sges, e.num_sge, tx_offset_, chunk, &tx_.iov[1], false);
           payload = chunk;
@@ -1044,7 +915,7 @@ bool TcpQp::handle_request_locked(const Header& h) {
       }
       incoming_.has_recv = false;  // the rest is set below; the receive entry only when one is taken
       if (send || imm) {
-        if (rq_count_ == 0) {
+        if (rq_.empty()) {
           // Receiver not ready: the requester retries from this message after a delay.
           Header nak;
           nak.type = FrameType::Nak;
@@ -1057,10 +928,9 @@ bool TcpQp::handle_request_locked(const Header& h) {
           start_discard_locked(h);
           return true;
         }
-        incoming_.recv = rq_[rq_head_];
+        incoming_.recv = rq_.front();
         incoming_.has_recv = true;
-        rq_head_ = (rq_head_ + 1) % rq_.size();
-        --rq_count_;
+        rq_.pop();
         if (send && h.arg0 > incoming_.recv.capacity) {
           push_recv_completion_locked(incoming_.recv, WcStatus::LocLenErr, WcOpcode::Recv, 0, false, 0);
           incoming_.has_recv = false;
@@ -1167,8 +1037,8 @@ bool TcpQp::handle_response_locked(const Header& h) {
         return false;
       }
       const bool last = (h.flags & wire::kLast) != 0;
-      if (h.arg1 != e->rx_offset || h.length > e->total - e->rx_offset ||
-          last != (e->rx_offset + h.length == e->total)) {
+      if (h.arg1 != e->response_bytes || h.length > e->total - e->response_bytes ||
+          last != (e->response_bytes + h.length == e->total)) {
         protocol_error_locked("READ response chunk for msn " + std::to_string(h.msn) + " does not fit (offset " +
                               std::to_string(h.arg1) + ", length " + std::to_string(h.length) + ", READ of " +
                               std::to_string(e->total) + " bytes)");
@@ -1176,7 +1046,7 @@ bool TcpQp::handle_response_locked(const Header& h) {
       }
       rx_header_ = h;
       rx_target_ = RxTarget::ReadResult;
-      rx_target_offset_ = e->rx_offset;
+      rx_target_offset_ = e->response_bytes;
       rx_left_ = h.length;
       rx_in_payload_ = true;
       return true;
@@ -1389,7 +1259,7 @@ void TcpQp::finish_frame_locked() {
       break;
     case FrameType::ReadResp:
       if (SendEntry* e = entry_for_msn_locked(h.msn)) {
-        e->rx_offset += h.length;
+        e->response_bytes += h.length;
         if (h.flags & wire::kLast) {
           e->response_done = true;
           complete_in_order_locked();
@@ -1419,23 +1289,9 @@ void TcpQp::process_ack_locked(std::uint32_t ack_msn) {
   }
 }
 
-TcpQp::SendEntry* TcpQp::entry_for_msn_locked(std::uint32_t msn) {
-  if (sq_count_ == 0) return nullptr;
-  std::uint32_t distance = msn - sq_[sq_head_].msn;
-  if (distance >= sq_count_) return nullptr;
-  return &sq_[(sq_head_ + distance) % sq_.size()];
-}
+core::SendEntry* TcpQp::entry_for_msn_locked(std::uint32_t msn) { return SoftRcQp::entry_for_msn_locked(msn, sq_.size()); }
 
-void TcpQp::complete_in_order_locked() {
-  while (sq_count_ > 0 && state() != QpState::Error) {
-    SendEntry& e = sq_[sq_head_];
-    bool done = (e.opcode == Opcode::RdmaRead || is_atomic(e.opcode)) ? e.response_done : msn_before(e.msn, acked_msn_);
-    if (!done) return;
-    if (e.signaled && !push_send_completion_locked(e, WcStatus::Success)) return;
-    sq_head_ = (sq_head_ + 1) % sq_.size();
-    --sq_count_;
-  }
-}
+void TcpQp::complete_in_order_locked() { complete_done_locked(sq_.size()); }
 
 void TcpQp::nak_locked(std::uint32_t msn, Syndrome syndrome, const std::string& why) {
   Header nak;
@@ -1451,77 +1307,24 @@ void TcpQp::nak_locked(std::uint32_t msn, Syndrome syndrome, const std::string& 
 // ---------------------------------------------------------------------------
 // Errors and completions.
 
-bool TcpQp::push_send_completion_locked(const SendEntry& e, WcStatus status) {
-  WorkCompletion wc;
-  wc.wr_id = e.wr_id;
-  wc.status = status;
-  wc.opcode = completion_opcode(e.opcode);
-  wc.byte_len = status == WcStatus::Success ? static_cast<std::uint32_t>(e.total) : 0;
-  wc.qp_num = qpn_;
-  if (send_cq_.push(wc)) return true;
-  fail_locked("send completion queue overflowed", WcStatus::WrFlushErr);
-  return false;
-}
-
-bool TcpQp::push_recv_completion_locked(const RecvEntry& entry, WcStatus status, WcOpcode opcode,
-                                        std::uint32_t byte_len, bool with_imm, std::uint32_t imm) {
-  WorkCompletion wc;
-  wc.wr_id = entry.wr_id;
-  wc.status = status;
-  wc.opcode = opcode;
-  wc.byte_len = byte_len;
-  wc.with_imm = with_imm;
-  wc.imm_data = with_imm ? imm : 0;
-  wc.qp_num = qpn_;
-  if (recv_cq_.push(wc)) return true;
-  fail_locked("receive completion queue overflowed", WcStatus::WrFlushErr);
-  return false;
-}
-
 void TcpQp::protocol_error_locked(const std::string& what) {
   fail_locked("protocol error from " + peer_text_ + ": " + what, WcStatus::WrFlushErr);
 }
 
-void TcpQp::fail_locked(const std::string& reason, WcStatus status, std::optional<std::uint32_t> failing_msn) {
-  if (state() == QpState::Error) return;
-  state_.store(QpState::Error, std::memory_order_release);
-  error_reason_ = reason;
-  // A peer that destroyed its QP in order while this one waits for nothing
-  // is the normal end of a job; any other loss is worth a warning.
-  const bool quiet = sq_count_ == 0 && rq_count_ == 0 && peer_said_bye_;
-  if (quiet) {
-    RDMX_INFO("tcp qp %u -> ERROR: %s", qpn_, reason.c_str());
-  } else {
-    RDMX_WARN("tcp qp %u -> ERROR: %s", qpn_, reason.c_str());
-  }
+bool TcpQp::peer_left_in_order_locked(const std::string&) const { return peer_said_bye_; }
+
+void TcpQp::error_entered_locked() {
   // Stop producing work; what must still reach the peer is a NAK.
   read_jobs_.clear();
   rnr_paused_ = true;
+  tx_msn_ = sent_msn_high_ = next_msn_;
   std::erase_if(control_, [](const Header& h) { return h.type != FrameType::Nak; });
   begin_drain_locked();
-
-  // In MSN order: the failing WR (the oldest unless named) gets `status`, the rest WR_FLUSH_ERR.
-  bool first = true;
-  while (sq_count_ > 0) {
-    SendEntry& e = sq_[sq_head_];
-    bool is_failing = failing_msn ? e.msn == *failing_msn : first;
-    // Already in ERROR, a push that overflows changes nothing more: the CQ reports itself.
-    push_send_completion_locked(e, is_failing ? status : WcStatus::WrFlushErr);
-    first = false;
-    sq_head_ = (sq_head_ + 1) % sq_.size();
-    --sq_count_;
-  }
-  tx_msn_ = acked_msn_ = sent_msn_high_ = next_msn_;
   if (incoming_.has_recv) {
     push_recv_completion_locked(incoming_.recv, WcStatus::WrFlushErr, WcOpcode::Recv, 0, false, 0);
     incoming_.has_recv = false;
   }
   incoming_.active = false;
-  while (rq_count_ > 0) {
-    push_recv_completion_locked(rq_[rq_head_], WcStatus::WrFlushErr, WcOpcode::Recv, 0, false, 0);
-    rq_head_ = (rq_head_ + 1) % rq_.size();
-    --rq_count_;
-  }
 }
 
 }  // namespace rdmx::tcp

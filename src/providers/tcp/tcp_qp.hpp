@@ -21,12 +21,13 @@
 
 #include "core/completion_queue.hpp"
 #include "core/memory_registry.hpp"
+#include "core/soft_rc/qp.hpp"
 #include "providers/tcp/tcp_device.hpp"
 #include "providers/tcp/wire.hpp"
 
 namespace rdmx::tcp {
 
-constexpr std::uint32_t kMaxSge = 16;
+constexpr std::uint32_t kMaxSge = core::kSoftMaxSge;
 
 // The bytes of a tcp QpAddress.
 struct TcpAddress {
@@ -39,23 +40,14 @@ struct TcpAddress {
   std::string to_string() const;
 };
 
-class TcpQp final : public QueuePair {
+class TcpQp final : public core::SoftRcQp {
  public:
   TcpQp(TcpDevice& device, core::RegistryProtectionDomain& pd, core::CompletionRing& send_cq,
         core::CompletionRing& recv_cq, const QpCaps& caps);
   ~TcpQp() override;
 
-  std::uint32_t qp_num() const noexcept override { return qpn_; }
-  QpState state() const noexcept override { return state_.load(std::memory_order_acquire); }
-  QpCaps caps() const noexcept override { return caps_; }
-  std::string provider() const override { return "tcp"; }
-  std::string error_reason() const override;
   QpAddress local_address() const override;
-  void init() override;
   void connect(const QpAddress& remote, const ConnectOptions& options) override;
-  void set_error(const std::string& reason) override;
-  void post_send(const SendWr& wr) override;
-  void post_recv(const RecvWr& wr) override;
 
   // ---- engine side, engine lock held ----
   // Returns true if anything was done.
@@ -71,30 +63,8 @@ class TcpQp final : public QueuePair {
   Offer offer_connection_locked(int fd, std::uint32_t source_qpn, std::uint64_t source_nonce);
 
  private:
-  struct SendEntry {
-    std::uint64_t wr_id;
-    Opcode opcode;
-    bool signaled;
-    std::uint32_t imm;
-    std::uint64_t remote_addr;
-    std::uint32_t rkey;
-    std::uint64_t compare_add;
-    std::uint64_t swap;
-    std::array<Sge, kMaxSge> sges;
-    std::uint32_t num_sge;
-    std::uint64_t total;
-    std::uint32_t msn;
-    bool response_done;   // READ / atomic: the answer has arrived
-    std::uint64_t rx_offset;  // READ: bytes placed so far
-    bool rnr_seen;
-    core::Clock::time_point first_rnr;
-  };
-  struct RecvEntry {
-    std::uint64_t wr_id;
-    std::array<Sge, kMaxSge> sges;
-    std::uint32_t num_sge;
-    std::uint64_t capacity;
-  };
+  using SendEntry = core::SendEntry;
+  using RecvEntry = core::RecvEntry;
   struct ReadJob {
     std::uint32_t msn;
     std::uint64_t addr;
@@ -131,6 +101,13 @@ class TcpQp final : public QueuePair {
     std::uint64_t addr = 0;
     std::uint64_t length = 0;
   };
+
+  // The engine's hooks (core::SoftRcQp).
+  void lock_state() override;
+  void unlock_state() override;
+  void send_queued_locked(SendEntry& entry) override;
+  void error_entered_locked() override;
+  bool peer_left_in_order_locked(const std::string& reason) const override;
 
   // Sending.
   void pump_locked(int frame_budget);
@@ -175,36 +152,14 @@ class TcpQp final : public QueuePair {
   // Destruction in order: a BYE (carrying the final acknowledgement) and a
   // shut-down write side, the socket left to the device to linger on.
   void say_goodbye_locked();
-  // Errors.
-  // Moves to ERROR: the WR with `failing_msn` (default: the oldest) completes
-  // with `status`, every other outstanding WR and receive with WR_FLUSH_ERR.
-  void fail_locked(const std::string& reason, WcStatus status, std::optional<std::uint32_t> failing_msn = {});
   void protocol_error_locked(const std::string& what);
-  bool push_send_completion_locked(const SendEntry& entry, WcStatus status);
-  bool push_recv_completion_locked(const RecvEntry& entry, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
-                                   bool with_imm, std::uint32_t imm);
-  ErrorContext context(const std::string& op) const;
-  static ErrorContext context_of(const void* qp, const std::string& op);
 
   TcpDevice& device_;
-  core::RegistryProtectionDomain& pd_;
-  core::CompletionRing& send_cq_;
-  core::CompletionRing& recv_cq_;
-  QpCaps caps_;
-  const std::uint32_t qpn_;
-
   mutable std::mutex mutex_;
-  std::atomic<QpState> state_{QpState::Reset};
-  std::string error_reason_;
   TcpAddress remote_{};
-  bool connected_requested_ = false;
-  int peer_rank_ = -1;
-  std::string peer_text_;
-  std::chrono::milliseconds rnr_timeout_{};
 
   // Connection.
   int fd_ = -1;
-  bool initiator_ = false;
   bool connecting_ = false;   // initiator: TCP connect in flight
   bool established_ = false;
   bool want_write_ = false;
@@ -213,33 +168,20 @@ class TcpQp final : public QueuePair {
   bool peer_said_bye_ = false;  // the peer destroyed its QP in order: its end of file is no crash
   bool write_shut_ = false;
   core::Clock::time_point drain_deadline_{};
-  core::Clock::time_point connect_deadline_{};
-  core::Clock::time_point retry_connect_at_{};
   std::chrono::milliseconds retry_backoff_{5};
   core::Clock::time_point last_rx_{};
   bool ack_request_sent_ = false;
   bool rx_seen_ = false;  // bytes arrived since the last timer scan (which stamps last_rx_)
 
-  // The region of the last local key checked at post time.
-  core::CachedKey local_key_;
-
   // Requester.
-  std::vector<SendEntry> sq_;
-  std::size_t sq_head_ = 0;
-  std::size_t sq_count_ = 0;
-  std::uint32_t next_msn_ = 0;   // MSN of the next posted WR
   std::uint32_t tx_msn_ = 0;     // next WR to put on the wire
   std::uint64_t tx_offset_ = 0;  // bytes of that WR already framed
-  std::uint32_t acked_msn_ = 0;  // every MSN before this is acknowledged
   std::uint32_t sent_msn_high_ = 0;  // every MSN before this has started on the wire
   bool rnr_paused_ = false;
   std::uint32_t rnr_msn_ = 0;
   core::Clock::time_point rnr_resume_at_{};
 
   // Responder.
-  std::vector<RecvEntry> rq_;
-  std::size_t rq_head_ = 0;
-  std::size_t rq_count_ = 0;
   std::uint32_t expected_msn_ = 0;
   bool ack_pending_ = false;  // executed requests not yet acknowledged
   bool ack_now_ = false;      // ... and the requester asked for it promptly
