@@ -6,15 +6,18 @@
 //
 // Protocol. Every rank allocates one region (ProtectionDomain::allocate_memory,
 // so the shm provider copies into it one-sidedly) holding, for each peer:
-//   - an inbox of `slots` slots of (64-byte header + chunk) that the peer
-//     RDMA-WRITEs into, and one flag word per slot;
+//   - an inbox of `slots` slots of (a wire::kHeader-byte header + chunk + an
+//     8-byte trailer) that the peer RDMA-WRITEs into, and one flag word per slot;
 //   - a staging area of the same shape, the source of this rank's WRITEs of
 //     headers (and of payloads that are copied rather than sent in place);
 //   - a credit word the peer writes: how many of this rank's messages it has
 //     consumed.
-// A message is one WRITE of header + payload into the peer's next slot,
-// followed by a WRITE of the message number into that slot's flag. Writes on
-// one QP land in order, so a receiver that sees the flag sees the message.
+// A message is one WRITE of header + payload into the peer's next slot. Where
+// the device places a WRITE's last word last (DeviceCaps::
+// ordered_write_placement), that WRITE also carries the message number as its
+// trailer, which the receiver polls; elsewhere a second WRITE puts the number
+// into the slot's flag, and writes on one QP land in order. Either way a
+// receiver that sees the number sees the message.
 // A sender reuses a slot only when the receiver's credit says it consumed
 // the message that was there; receivers return credit when half the slots
 // are consumed, which is enough for a sender to never wait on a credit the

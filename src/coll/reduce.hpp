@@ -33,6 +33,7 @@
 #include <string>
 
 #include "rdmx/comm.hpp"
+#include "rdmx/half.hpp"
 
 namespace rdmx::coll {
 
@@ -70,16 +71,11 @@ ReduceFn reduce_function_for(const char* isa, DataType type, ReduceOp op);
 // The same for divide(); nullptr for integer types too.
 DivideFn divide_function_for(const char* isa, DataType type);
 
-// Scalar conversions, bit-exact with F16C's vcvtph2ps / vcvtps2ph (round to
-// nearest even): a signalling fp16 NaN widens to a quiet fp32 NaN, fp32 NaN
-// narrows to a quiet fp16 NaN keeping sign and upper payload, overflow gives inf.
-float half_to_float(std::uint16_t h) noexcept;
-std::uint16_t float_to_half(float f) noexcept;
-// bf16 is the upper half of an fp32: widening is exact (NaN bits kept);
-// narrowing rounds to nearest even, a NaN stays NaN (sign and upper payload,
-// quiet bit 0x0040 set).
-float bf16_to_float(std::uint16_t h) noexcept;
-std::uint16_t float_to_bf16(float f) noexcept;
+// The scalar conversions (rdmx/half.hpp), one definition for the library and the tools.
+using rdmx::bf16_to_float;
+using rdmx::float_to_bf16;
+using rdmx::float_to_half;
+using rdmx::half_to_float;
 
 namespace detail {
 

@@ -86,8 +86,8 @@ WaitResult wait_until(const std::function<bool()>& ready, WaitWord* word, Clock:
   // far, from 20 us to 1 ms: a wait overshoots its event by at most about
   // 1/8 of its length. Doubling slices overshot by up to 1 ms, and in a
   // chain of waits (a ring) every rank then slept through its neighbour's
-  // data: 8 ranks' 1 MiB all_reduce took 9 ms instead of 1. Growing slices
-  // also keep two waiters that wait on each other from falling into step.
+  // data (docs/PERFORMANCE.md, "Measurements behind the code"). Growing slices also keep two waiters
+  // that wait on each other from falling into step.
   if (word == nullptr) precise_sleeps();
   const Clock::time_point waiting_since = spin_end - spin_budget();
   for (;;) {

@@ -18,8 +18,8 @@ namespace rdmx::cli {
 namespace {
 
 constexpr std::size_t kDefaultBuffsize = std::size_t{4} << 20;
-// The process itself (code, stacks, the providers' rings): 8 MiB resident measured for a rank of
-// all_reduce at RDMX_COLL_BUFFSIZE=64K, rounded up.
+// The process itself (code, stacks, the providers' rings), twice what a rank
+// of all_reduce at RDMX_COLL_BUFFSIZE=64K was seen to keep resident (docs/PERFORMANCE.md).
 constexpr double kPerProcess = 16.0 * (1 << 20);
 // Below this a collective moves large messages in slivers; not worth suggesting.
 constexpr std::size_t kSmallestSuggestedBuffsize = std::size_t{64} << 10;

@@ -14,7 +14,9 @@
 // WRITE_WITH_IMM whose receive tells rank 1 that all data landed, then rank 1
 // checks the bytes; read_bw checks the bytes read; send_bw's receiver keeps
 // receives posted. BW is bytes over the time from the first post to the last
-// completion at rank 0; MB = 2^20 bytes (perftest), GB = 1e9 bytes.
+// completion at rank 0; MB = 2^20 bytes (perftest), GB = 1e9 bytes.//
+// The latency tests are in perf_p2p_latency.cpp, the bandwidth tests in
+// perf_p2p_bandwidth.cpp; here, the options, the session and the output.
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -38,22 +40,10 @@
 #include "rdmx/bootstrap.hpp"
 #include "rdmx/info.hpp"
 #include "rdmx/verbs.hpp"
+#include "perf_p2p.hpp"
 
 namespace rdmx::cli {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-using nlohmann::json;
-
-enum class Test { WriteLat, WriteBw, ReadLat, ReadBw, SendLat, SendBw, AtomicLat };
-
-struct TestInfo {
-  Test test;
-  const char* name;
-  bool latency;
-  const char* title;       // perftest's banner title
-  const char* convention;  // how a latency or bandwidth figure is defined
-};
+namespace perf_p2p {
 
 constexpr TestInfo kTests[] = {
     {Test::WriteLat, "write_lat", true, "RDMA_Write Latency Test",
@@ -68,32 +58,6 @@ constexpr TestInfo kTests[] = {
      "t = one 8-byte atomic from post to completion, a full round trip (ib_atomic_lat)"},
 };
 
-struct Options {
-  std::vector<std::string> test_names;
-  std::vector<const TestInfo*> tests;
-  std::string size_text;
-  std::uint64_t iters = 0;     // 0: the test's default
-  std::int64_t warmup = -1;    // -1: the test's default
-  std::uint32_t window = 128;  // perftest --tx-depth
-  std::uint32_t cq_mod = 100;  // perftest --cq-mod
-  std::string atomic = "fetch_add";
-  std::string provider = "auto";
-  bool json = false;
-  std::string json_lines;
-  bool drive_progress = true;  // call Device::progress() while spinning
-  bool allocate = true;        // buffers from allocate_memory (as ucx_perftest maps with ucp_mem_map); --heap: registered heap
-  double timeout_s = 0;
-  std::string volume_text;     // --volume as given
-  std::size_t volume = std::size_t{1} << 30;  // bandwidth: bytes to move per size when -n is not given
-};
-
-// perftest's defaults: 2 bytes and 1000 iterations for latency, 64 KiB for bandwidth.
-constexpr std::size_t kDefaultLatencySize = 2;
-constexpr std::size_t kDefaultBandwidthSize = 65536;
-constexpr std::uint64_t kDefaultLatencyIters = 1000;
-constexpr std::uint64_t kDefaultLatencyWarmup = 100;
-
-// Enough iterations to move `volume` bytes (default 1 GiB) per size, within perftest's usual range.
 std::uint64_t default_bw_iters(std::size_t size, std::size_t volume) {
   return std::clamp<std::uint64_t>(volume / size, 64, 5000);
 }
@@ -112,55 +76,6 @@ void check_completion(const WorkCompletion& wc, const QueuePair& qp, const char*
                 {.op = "perf p2p"});
   }
 }
-
-// Everything one rank needs to run the tests, set up once.
-struct Session {
-  Options options;
-  std::chrono::milliseconds timeout{};
-  Bootstrap job;
-  int rank = -1;
-  int peer = -1;
-  std::shared_ptr<Device> device;
-  std::unique_ptr<ProtectionDomain> pd;
-  std::unique_ptr<CompletionQueue> send_cq;
-  std::unique_ptr<CompletionQueue> recv_cq;
-  std::unique_ptr<QueuePair> qp;
-  // [0, area): written or sent into by the peer, and where READs land;
-  // [area, 2 area): what we send and what the peer READs;
-  // [2 area, 2 area + 64): the atomic target (8 bytes) and the done token.
-  std::size_t area = 0;
-  std::unique_ptr<std::uint8_t[]> heap;
-  std::uint8_t* base = nullptr;
-  std::unique_ptr<MemoryRegion> mr;
-  std::uint64_t peer_base = 0;
-  std::uint32_t peer_rkey = 0;
-  int barrier_count = 0;
-  std::uint64_t done_tokens = 0;
-  // Rank 0 shows progress through it; rank 1 consults it before giving up.
-  std::unique_ptr<Heartbeat> heartbeat;
-
-  std::uint8_t* receive_area() { return base; }
-  std::uint8_t* send_area() { return base + area; }
-  std::size_t control_offset() const { return 2 * area; }
-  std::size_t token_offset() const { return 2 * area + 8; }
-
-  // Both ranks arrive before either leaves; bounded by the timeout.
-  void barrier(const char* name) {
-    const std::string phase = "perf_p2p/barrier/" + std::to_string(barrier_count++) + "/" + name + "/";
-    job.store->set(phase + std::to_string(rank), std::string_view("1"));
-    job.store->wait({phase + std::to_string(peer)}, timeout);
-  }
-  void drive() {
-    if (options.drive_progress) device->progress();
-  }
-  // A barrier on the passive side of a long one-sided stream: it waits as long
-  // as the peer shows progress.
-  void barrier_while_peer_progresses(const char* name) {
-    const std::string phase = "perf_p2p/barrier/" + std::to_string(barrier_count++) + "/" + name + "/";
-    job.store->set(phase + std::to_string(rank), std::string_view("1"));
-    heartbeat->wait_key(phase + std::to_string(peer));
-  }
-};
 
 void set_up(Session& s) {
   s.job = from_env();
@@ -227,9 +142,6 @@ void set_up(Session& s) {
   s.peer_rkey = rkey;
 }
 
-// ---------------------------------------------------------------------------
-// The passive side of one-sided tests: drives progress until rank 0's done
-// token lands (or, with --no-progress, leaves the work to the background engine).
 void serve_until_done(Session& s) {
   const std::uint64_t expected = ++s.done_tokens;
   if (s.options.drive_progress) {
@@ -261,316 +173,7 @@ void send_done_token(Session& s) {
   s.barrier("served");
 }
 
-// ---------------------------------------------------------------------------
-// Latency
-std::vector<double> ping_pong(Session& s, const TestInfo& t, std::size_t size, std::uint64_t total) {
-  ns_per_tick();  // calibrated before the clock matters
-  std::vector<std::uint64_t> posted(total);
-  std::memset(s.receive_area(), 0, size);
-  const bool use_send = t.test == Test::SendLat;
-  const Sge sge = s.mr->sge(s.area, static_cast<std::uint32_t>(size));
-  const Sge recv_sge = s.mr->sge(0, static_cast<std::uint32_t>(size));
-  SendWr wr{.opcode = use_send ? Opcode::Send : Opcode::RdmaWrite, .sg_list = std::span(&sge, 1),
-            .remote_addr = s.peer_base, .rkey = s.peer_rkey};
-  constexpr std::uint64_t kRecvDepth = 16;
-  if (use_send) {
-    for (std::uint64_t i = 0; i < std::min(kRecvDepth, total); ++i) {
-      s.qp->post_recv({.wr_id = i, .sg_list = std::span(&recv_sge, 1)});
-    }
-  }
-  std::uint64_t recv_posted = std::min(kRecvDepth, total);
-  std::atomic_ref<std::uint8_t> arrived(s.receive_area()[size - 1]);
-  std::uint8_t& outgoing = s.send_area()[size - 1];
-  std::array<WorkCompletion, 8> completions;
-  std::uint64_t signaled_in_flight = 0;
-  std::uint64_t sent = 0;
-  std::uint64_t received = 0;
-  const bool initiator = s.rank == 0;
-
-  // Reaps signaled send completions; blocks only when more than `keep_at_most` are left.
-  auto reap = [&](std::uint64_t keep_at_most) {
-    SpinBudget budget(*s.qp, s.timeout, "a signaled send completion");
-    for (;;) {
-      const std::size_t n = s.send_cq->poll(completions);
-      for (std::size_t i = 0; i < n; ++i) check_completion(completions[i], *s.qp, t.name);
-      signaled_in_flight -= n;
-      if (signaled_in_flight <= keep_at_most) return;
-      if (n > 0) budget.progressed();
-      s.drive();
-      budget.tick();
-    }
-  };
-
-  s.barrier(t.name);
-  while (sent < total || received < total) {
-    // The initiator speaks first; then each side answers what it received.
-    if (received < total && (sent > 0 || !initiator)) {
-      ++received;
-      if (use_send) {
-        WorkCompletion wc;
-        SpinBudget budget(*s.qp, s.timeout, "the peer's SEND");
-        while (s.recv_cq->poll(std::span(&wc, 1)) == 0) {
-          s.drive();
-          budget.tick();
-        }
-        check_completion(wc, *s.qp, "a receive");
-        if (recv_posted < total) {
-          s.qp->post_recv({.wr_id = recv_posted++, .sg_list = std::span(&recv_sge, 1)});
-        }
-      } else {
-        const auto expected = static_cast<std::uint8_t>(received);
-        SpinBudget budget(*s.qp, s.timeout, "the peer's RDMA WRITE");
-        while (arrived.load(std::memory_order_acquire) != expected) {
-          s.drive();
-          budget.tick();
-        }
-      }
-    }
-    if (sent < total) {
-      posted[sent] = ticks();
-      outgoing = static_cast<std::uint8_t>(++sent);
-      wr.wr_id = sent;
-      wr.signaled = sent % s.options.cq_mod == 0 || sent == total;
-      s.qp->post_send(wr);
-      if (wr.signaled) ++signaled_in_flight;
-      // Completions are reaped off the critical path; blocking only keeps the send queue from filling.
-      if (signaled_in_flight > 0) reap(1);
-    }
-  }
-  reap(0);
-  std::vector<double> half_rtts;
-  for (std::uint64_t i = 1; i < posted.size(); ++i) {
-    half_rtts.push_back(static_cast<double>(posted[i] - posted[i - 1]) * ns_per_tick() / 1000.0 / 2);
-  }
-  return half_rtts;
-}
-
-// Rank 0 times `total` one-sided operations, one at a time; rank 1 serves.
-std::vector<double> one_sided(Session& s, const TestInfo& t, std::size_t size, std::uint64_t total) {
-  ns_per_tick();
-  s.barrier(t.name);
-  std::vector<double> samples;
-  if (s.rank != 0) {
-    serve_until_done(s);
-    return samples;
-  }
-  samples.reserve(total);
-  const bool atomic = t.test == Test::AtomicLat;
-  const Sge sge = s.mr->sge(0, static_cast<std::uint32_t>(atomic ? 8 : size));
-  SendWr wr{.sg_list = std::span(&sge, 1), .rkey = s.peer_rkey};
-  if (atomic) {
-    wr.opcode = s.options.atomic == "cmp_swap" ? Opcode::AtomicCmpSwap : Opcode::AtomicFetchAdd;
-    wr.remote_addr = s.peer_base + s.control_offset();
-  } else {
-    wr.opcode = Opcode::RdmaRead;
-    wr.remote_addr = s.peer_base + s.area;
-  }
-  std::uint64_t target_value = 0;  // the compare value that makes each compare-and-swap succeed
-  WorkCompletion wc;
-  for (std::uint64_t i = 0; i < total; ++i) {
-    wr.wr_id = i;
-    wr.compare_add = wr.opcode == Opcode::AtomicCmpSwap ? target_value : 1;
-    wr.swap = target_value + 1;
-    const std::uint64_t start = ticks();
-    s.qp->post_send(wr);
-    SpinBudget budget(*s.qp, s.timeout, t.name);
-    while (s.send_cq->poll(std::span(&wc, 1)) == 0) {
-      s.drive();
-      budget.tick();
-    }
-    const std::uint64_t end = ticks();
-    check_completion(wc, *s.qp, t.name);
-    samples.push_back(static_cast<double>(end - start) * ns_per_tick() / 1000.0);
-    s.heartbeat->beat(Clock::now());
-    if (atomic) {
-      std::uint64_t original = 0;
-      std::memcpy(&original, s.receive_area(), 8);
-      if (original != target_value) {
-        throw Error(ErrorCode::Protocol, std::string(t.name) + ": the atomic returned " + std::to_string(original) +
-                                             ", expected " + std::to_string(target_value),
-                    {.op = "perf p2p", .peer_rank = s.peer});
-      }
-      ++target_value;
-    }
-  }
-  send_done_token(s);
-  return samples;
-}
-
-json run_latency(Session& s, const TestInfo& t, std::size_t size) {
-  const std::uint64_t iters = s.options.iters != 0 ? s.options.iters : kDefaultLatencyIters;
-  const auto warmup = static_cast<std::uint64_t>(s.options.warmup >= 0 ? s.options.warmup : kDefaultLatencyWarmup);
-  std::vector<double> samples = t.test == Test::WriteLat || t.test == Test::SendLat
-                                    ? ping_pong(s, t, size, warmup + iters + 1)
-                                    : one_sided(s, t, size, warmup + iters);
-  if (s.rank != 0) return {};
-  samples.erase(samples.begin(), samples.begin() + static_cast<std::ptrdiff_t>(warmup));
-  const LatencyStats st = summarize(samples);
-  return {{"bytes", size},         {"iterations", iters}, {"t_min_us", st.min},       {"t_max_us", st.max},
-          {"t_typical_us", st.typical}, {"t_avg_us", st.average}, {"t_stdev_us", st.stdev}, {"p99_us", st.p99},
-          {"p999_us", st.p999}};
-}
-
-// ---------------------------------------------------------------------------
-// Bandwidth
-std::uint8_t pattern_byte(std::size_t offset) { return static_cast<std::uint8_t>(offset % 251); }
-
-struct BwResult {
-  double seconds = 0;
-  double peak_bytes_per_second = 0;
-};
-
-// Rank 0: `count` operations of `size` with at most `window` outstanding.
-BwResult stream(Session& s, const TestInfo& t, std::size_t size, std::uint64_t count, bool final_imm) {
-  const std::uint32_t window = s.options.window;
-  // A signal interval above the window would stall: nothing completes until it is reached.
-  const std::uint32_t signal_every = std::min(s.options.cq_mod, window);
-  const bool read = t.test == Test::ReadBw;
-  const Sge sge = s.mr->sge(read ? 0 : s.area, static_cast<std::uint32_t>(size));
-  SendWr wr{.sg_list = std::span(&sge, 1), .remote_addr = s.peer_base + (read ? s.area : 0), .rkey = s.peer_rkey};
-  std::array<WorkCompletion, 16> completions;
-  // (time, operations completed by then) at each signaled completion, for the peak.
-  std::vector<std::pair<Clock::time_point, std::uint64_t>> marks;
-  marks.reserve(count / signal_every + 2);
-  std::uint64_t posted = 0;
-  std::uint64_t completed = 0;
-  const auto start = Clock::now();
-  marks.emplace_back(start, 0);
-  SpinBudget budget(*s.qp, s.timeout, "bandwidth completions");
-  while (completed < count) {
-    while (posted < count && posted - completed < window) {
-      ++posted;
-      const bool last = posted == count;
-      wr.wr_id = posted;  // a signaled completion covers every WR up to its id
-      if (read) wr.opcode = Opcode::RdmaRead;
-      else if (t.test == Test::SendBw) wr.opcode = Opcode::Send;
-      else wr.opcode = last && final_imm ? Opcode::RdmaWriteWithImm : Opcode::RdmaWrite;
-      wr.imm_data = static_cast<std::uint32_t>(size);
-      wr.signaled = last || posted % signal_every == 0;
-      s.qp->post_send(wr);
-    }
-    const std::size_t n = s.send_cq->poll(completions);
-    if (n == 0) {
-      s.drive();
-      budget.tick();
-      continue;
-    }
-    for (std::size_t i = 0; i < n; ++i) {
-      check_completion(completions[i], *s.qp, t.name);
-      completed = std::max(completed, completions[i].wr_id);
-    }
-    const auto now = Clock::now();
-    marks.emplace_back(now, completed);
-    budget.progressed();
-    s.heartbeat->beat(now);
-  }
-  BwResult result;
-  result.seconds = std::chrono::duration<double>(marks.back().first - start).count();
-  // Peak: the best rate over any stretch of at least one window, so completions
-  // that arrive in a burst do not count as infinite bandwidth.
-  std::size_t later = 0;
-  for (std::size_t earlier = 0; earlier < marks.size(); ++earlier) {
-    later = std::max(later, earlier + 1);
-    while (later < marks.size() && marks[later].second - marks[earlier].second < window) ++later;
-    if (later == marks.size()) break;
-    const double span = std::chrono::duration<double>(marks[later].first - marks[earlier].first).count();
-    const auto bytes = static_cast<double>((marks[later].second - marks[earlier].second) * size);
-    if (span > 0) result.peak_bytes_per_second = std::max(result.peak_bytes_per_second, bytes / span);
-  }
-  const double average = static_cast<double>(count * size) / result.seconds;
-  result.peak_bytes_per_second = std::max(result.peak_bytes_per_second, average);
-  return result;
-}
-
-void check_pattern(const std::uint8_t* data, std::size_t size, const char* what) {
-  for (std::size_t i = 0; i < size; ++i) {
-    if (data[i] != pattern_byte(i)) {
-      throw Error(ErrorCode::Protocol, std::string(what) + ": wrong byte at offset " + std::to_string(i) + " of " +
-                                           std::to_string(size) + " (got " + std::to_string(data[i]) + ", expected " +
-                                           std::to_string(pattern_byte(i)) + ")",
-                  {.op = "perf p2p"});
-    }
-  }
-}
-
-// Rank 1 of send_bw: keeps receives posted until `count` have arrived.
-void receive_sends(Session& s, std::size_t size, std::uint64_t count) {
-  const Sge sge = s.mr->sge(0, static_cast<std::uint32_t>(size));
-  std::uint64_t posted = 0;
-  std::uint64_t received = 0;
-  const std::uint64_t depth = s.options.window;
-  for (; posted < std::min(depth, count); ++posted) s.qp->post_recv({.wr_id = posted, .sg_list = std::span(&sge, 1)});
-  s.barrier("send_bw");
-  std::array<WorkCompletion, 16> completions;
-  SpinBudget budget(*s.qp, s.timeout, "the peer's SENDs");
-  while (received < count) {
-    const std::size_t n = s.recv_cq->poll(completions);
-    if (n == 0) {
-      s.drive();
-      budget.tick();
-      continue;
-    }
-    budget.progressed();
-    for (std::size_t i = 0; i < n; ++i) {
-      check_completion(completions[i], *s.qp, "a receive");
-      ++received;
-      if (posted < count) s.qp->post_recv({.wr_id = posted++, .sg_list = std::span(&sge, 1)});
-    }
-  }
-}
-
-json run_bandwidth(Session& s, const TestInfo& t, std::size_t size) {
-  constexpr double kMiB = 1024.0 * 1024.0;
-  const std::uint64_t iters = s.options.iters != 0 ? s.options.iters : default_bw_iters(size, s.options.volume);
-  const auto warmup = static_cast<std::uint64_t>(s.options.warmup >= 0 ? s.options.warmup : s.options.window);
-  std::memset(s.receive_area(), 0, size);
-  for (std::size_t i = 0; i < size; ++i) s.send_area()[i] = pattern_byte(i);
-  if (t.test == Test::SendBw) {
-    if (s.rank == 1) {
-      receive_sends(s, size, warmup + iters);
-      return {};
-    }
-    s.barrier("send_bw");
-  } else if (t.test == Test::WriteBw) {
-    if (s.rank == 1) {
-      // The closing WRITE_WITH_IMM consumes one receive.
-      const Sge scratch = s.mr->sge(s.control_offset() + 16, 1);
-      s.qp->post_recv({.wr_id = size, .sg_list = std::span(&scratch, 1)});
-    }
-    s.barrier(t.name);
-    if (s.rank == 1) {
-      WorkCompletion wc;
-      s.heartbeat->wait_completion(*s.recv_cq, *s.qp, wc, "the closing WRITE_WITH_IMM");
-      check_completion(wc, *s.qp, "the closing WRITE_WITH_IMM");
-      if (wc.opcode != WcOpcode::RecvRdmaWithImm || wc.imm_data != static_cast<std::uint32_t>(size)) {
-        throw Error(ErrorCode::Protocol, std::string("expected WRITE_WITH_IMM(") + std::to_string(size) + "), got " +
-                                             to_string(wc.opcode) + " imm=" + std::to_string(wc.imm_data),
-                    {.op = "perf p2p write_bw", .peer_rank = s.peer});
-      }
-      check_pattern(s.receive_area(), size, "write_bw: the data rank 0 wrote");
-      return {};
-    }
-  } else {  // read_bw
-    s.barrier(t.name);
-    if (s.rank == 1) {
-      serve_until_done(s);
-      return {};
-    }
-  }
-  if (warmup > 0) stream(s, t, size, warmup, false);
-  const BwResult r = stream(s, t, size, iters, true);
-  if (t.test == Test::ReadBw) {
-    check_pattern(s.receive_area(), size, "read_bw: the data read from rank 1");
-    send_done_token(s);
-  }
-  const double average = static_cast<double>(iters * size) / r.seconds;
-  return {{"bytes", size},
-          {"iterations", iters},
-          {"bw_peak_mib_s", r.peak_bytes_per_second / kMiB},
-          {"bw_avg_mib_s", average / kMiB},
-          {"msg_rate_mpps", static_cast<double>(iters) / r.seconds / 1e6},
-          {"bw_avg_gb_s", average / 1e9}};
-}
+namespace {
 
 // ---------------------------------------------------------------------------
 // Output, in perftest's columns.
@@ -663,8 +266,10 @@ void run(Options options) {
 }
 
 }  // namespace
+}  // namespace perf_p2p
 
 void register_perf_p2p(CLI::App& perf) {
+  using namespace perf_p2p;
   auto* cmd = perf.add_subcommand(
       "p2p",
       "perftest-style tests between two ranks: write_lat, write_bw, read_lat, read_bw, send_lat, send_bw, "

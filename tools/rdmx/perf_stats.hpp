@@ -17,8 +17,8 @@ struct LatencyStats {
 LatencyStats summarize(std::vector<double>& samples);
 
 // Time stamps on a ping-pong's critical path: the TSC where it is a stable
-// clock (as perftest's get_cycles), 8 ns a read here against 19 ns for
-// steady_clock::now(); converted with a rate measured against steady_clock.
+// clock (as perftest's get_cycles), cheaper to read than steady_clock::now()
+// (docs/PERFORMANCE.md); converted with a rate measured against steady_clock.
 #if defined(__x86_64__)
 inline std::uint64_t ticks() { return __builtin_ia32_rdtsc(); }
 #else

@@ -20,6 +20,7 @@
 
 #include "core/completion_queue.hpp"
 #include "core/memory_registry.hpp"
+#include "core/soft_rc/connection.hpp"
 #include "core/soft_rc/queues.hpp"
 #include "core/wait.hpp"
 #include "rdmx/verbs.hpp"
@@ -37,6 +38,14 @@ class SoftRcQp : public QueuePair {
   void set_error(const std::string& reason) final;
   void post_send(const SendWr& wr) final;
   void post_recv(const RecvWr& wr) final;
+
+  // ---- the device's calls, device lock held ----
+  // Events on the QP's socket; true when anything was done.
+  virtual bool on_socket_locked(std::uint32_t events) = 0;
+  // True while the QP's timers need scanning soon.
+  virtual bool on_timer_locked(Clock::time_point now) = 0;
+  // A pending connection whose HELLO names this QP.
+  virtual Offer offer_locked(const PendingConnection& pending) = 0;
 
  protected:
   // `caps`: as granted by the device (core::grant_qp_caps).

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Copies between processes' mapped memory: glibc's memcpy while the data fits
 // the caches, non-temporal stores above RDMX_SHM_NT_THRESHOLD (they skip the
-// read-for-ownership of destination lines that will not be read soon; on this
-// project's 2-core VM: 64 MiB memcpy 7.2 GB/s, AVX2 non-temporal 12.7 GB/s).
+// read-for-ownership of destination lines that will not be read soon, which
+// nearly doubles a large copy: docs/PERFORMANCE.md, "Measurements behind the code").
 #pragma once
 
 #include <cstddef>
@@ -10,7 +10,7 @@
 namespace rdmx::shm {
 
 std::size_t nt_threshold();
-// RDMX_SHM_SPLIT_THRESHOLD (default 512K) and RDMX_SHM_COPY_THREADS (default 1): see ParallelCopy.
+// RDMX_SHM_SPLIT_THRESHOLD and RDMX_SHM_COPY_THREADS: see ParallelCopy.
 std::size_t split_threshold();
 std::size_t copy_threads();
 void copy_large(void* dst, const void* src, std::size_t n);
@@ -25,11 +25,11 @@ void copy_large(void* dst, const void* src, std::size_t n);
 namespace rdmx::shm {
 
 // Splits large copies with a helper thread, so a direct WRITE or READ can
-// use a second core (4 MiB on this project's VM: one core 14.3 GB/s, two
-// 29.4 GB/s). The caller copies the first half and then, if the helper has
+// use a second core (twice the bandwidth where one is free: docs/PERFORMANCE.md).
+// The caller copies the first half and then, if the helper has
 // not started the second yet (asleep, or without a core), takes it back and
 // copies it too: never slower than copying alone. RDMX_SHM_COPY_THREADS=0
-// disables the helper; RDMX_SHM_SPLIT_THRESHOLD (default 512K) is the
+// disables the helper; RDMX_SHM_SPLIT_THRESHOLD is the
 // smallest copy that is split. A sleeping helper is woken only for copies
 // that follow each other closely (a stream): waking it for an isolated copy
 // (a ping-pong) would take a core from the spinning ranks on a small

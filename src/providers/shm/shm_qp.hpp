@@ -13,6 +13,11 @@
 // requester's RNR timer expires; only the requests behind it wait, answers to
 // our own requests behind it are handled meanwhile. A refused request is
 // NAKed and, as in IB, both QPs go to ERROR.
+//
+// Where it lives: the connection in shm_qp.cpp, the pass over the rings in
+// qp_pass.cpp, the requester in qp_requester.cpp, the responder in
+// qp_responder.cpp, direct copies into the peer's mapped regions in
+// qp_direct.cpp; queues, completions and errors in core::SoftRcQp.
 #pragma once
 
 #include <sys/uio.h>
@@ -34,11 +39,15 @@ namespace rdmx::shm {
 
 constexpr std::uint32_t kMaxSge = core::kSoftMaxSge;
 constexpr std::uint64_t kMaxMessage = 1ull << 31;
+// Ring slots per direction: 4096 x 64 B = 256 KiB, room for 16 eager messages of 16 KiB.
+constexpr std::uint32_t kRingSlots = 4096;
+
+// The local pieces [0, length) of an SGE list, as iovecs.
+int sge_iovecs(const std::array<Sge, kMaxSge>& sges, std::uint32_t num, std::uint64_t length, iovec* out);
 
 class ShmQp final : public core::SoftRcQp {
  public:
-  ShmQp(ShmDevice& device, core::RegistryProtectionDomain& pd, core::CompletionRing& send_cq,
-        core::CompletionRing& recv_cq, const QpCaps& caps);
+  ShmQp(ShmDevice& device, const core::QpParts& parts, const QpCaps& caps);
   ~ShmQp() override;
 
   QpAddress local_address() const override;
@@ -48,9 +57,9 @@ class ShmQp final : public core::SoftRcQp {
   // Consumes the inbound ring, completes acknowledged work, fills the
   // outbound ring. Returns the number of things done.
   std::size_t poll_locked();
-  bool on_socket_locked(std::uint32_t events);
+  bool on_socket_locked(std::uint32_t events) override;
   // Returns true while the QP has timers that need scanning soon.
-  bool on_timer_locked(core::Clock::time_point now);
+  bool on_timer_locked(core::Clock::time_point now) override;
   bool has_input_locked() const;
   // Publishes how far we executed the peer's requests (and our ring head):
   // at once when `force` or a request asked for it, else in batches.
@@ -59,8 +68,7 @@ class ShmQp final : public core::SoftRcQp {
   // Tells lock-free progress() calls where our next inbound record appears
   // and whether we have other work that needs a pass.
   void update_probe_locked();
-  enum class Offer { Taken, NotYet, Refused };
-  Offer offer_locked(const ShmDevice::PendingHello& hello);
+  core::Offer offer_locked(const core::PendingConnection& pending) override;
 
  private:
   using SendEntry = core::SendEntry;
@@ -77,7 +85,7 @@ class ShmQp final : public core::SoftRcQp {
   bool peer_left_in_order_locked(const std::string& reason) const override;
   void retired_locked(const SendEntry& entry) override;
 
-  // Direct access to the peer's regions from allocate_memory().
+  // Direct access to the peer's regions from allocate_memory() (qp_direct.cpp).
   struct PeerRegion {
     std::uint32_t rkey;
     std::uint64_t base;
@@ -98,7 +106,7 @@ class ShmQp final : public core::SoftRcQp {
   void take_offer_locked(const ShareOffer& offer, int fd);
   void drop_peer_region_locked(std::size_t index);
 
-  // Requester.
+  // Requester (qp_requester.cpp).
   void pump_locked();
   bool put_request_locked(SendEntry& e);
   void complete_acknowledged_locked();
@@ -108,22 +116,23 @@ class ShmQp final : public core::SoftRcQp {
   SendEntry* entry_for_msn_locked(std::uint32_t msn);
   // `offset`: where the record lies, in slots past the inbound ring's head.
   Step handle_response_locked(const Record* r, std::uint16_t slots, std::uint64_t offset);
-  // The request at the inbound ring's head cannot run yet (no receive, or no
-  // room for its answer): handles the answers to our own requests queued
-  // behind it, which do not wait for it.
-  void skim_locked(std::uint16_t held_slots);
-  // Responder.
+  // Responder (qp_responder.cpp).
   Step execute_request_locked(const Record* r, std::uint16_t slots);
   Step deliver_locked(const Record* r, const RecvEntry* recv, std::uint64_t target_addr, bool to_recv);
   Step answer_read_locked(const Record* r);
   Step answer_atomic_locked(const Record* r);
   void nak_locked(std::uint32_t msn, WcStatus status, const std::string& why);
   bool push_control_locked(RecordType type, std::uint32_t msn, std::uint64_t arg0);
+  // The pass (qp_pass.cpp).
+  // The request at the inbound ring's head cannot run yet (no receive, or no
+  // room for its answer): handles the answers to our own requests queued
+  // behind it, which do not wait for it.
+  void skim_locked(std::uint16_t held_slots);
   void wake_peer_locked();
-  // Connection.
+  // Connection (shm_qp.cpp).
   void start_connect_locked();
   void attach_segment_locked(void* base, bool initiator);
-  void accept_locked(const ShmDevice::PendingHello& hello);
+  void accept_locked(const core::PendingConnection& pending);
   void watch_socket_locked();
   void close_socket_locked();
   // Errors.
@@ -182,6 +191,12 @@ class ShmQp final : public core::SoftRcQp {
   // Inbound ring position up to which skim_locked() has handled the answers
   // (requests there still wait their turn).
   std::uint64_t skimmed_to_ = 0;
+};
+
+// Refreshes the QP's probe when the locked section it guards ends.
+struct ProbeRefresh {
+  ShmQp* qp;
+  ~ProbeRefresh() { qp->update_probe_locked(); }
 };
 
 }  // namespace rdmx::shm

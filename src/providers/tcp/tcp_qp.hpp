@@ -8,20 +8,29 @@
 // READ and atomics, and NAKs what it refuses. Completions are produced in MSN
 // order. A SEND that finds no receive gets an RNR NAK: the requester goes back
 // to that MSN and retransmits after a delay, until the RNR timeout.
+//
+// Where it lives: the connection in tcp_qp.cpp, the requester (frames out,
+// answers in) in qp_requester.cpp, the responder (one handler per request
+// type) in qp_responder.cpp, frame reception and payload placement in
+// qp_receive.cpp; queues, completions and errors in core::SoftRcQp.
 #pragma once
 
 #include <sys/uio.h>
 
 #include <array>
+#include <initializer_list>
 #include <deque>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/completion_queue.hpp"
 #include "core/memory_registry.hpp"
 #include "core/soft_rc/qp.hpp"
+#include "core/work_request.hpp"
+#include "providers/tcp/address.hpp"
 #include "providers/tcp/tcp_device.hpp"
 #include "providers/tcp/wire.hpp"
 
@@ -29,38 +38,31 @@ namespace rdmx::tcp {
 
 constexpr std::uint32_t kMaxSge = core::kSoftMaxSge;
 
-// The bytes of a tcp QpAddress.
-struct TcpAddress {
-  sockaddr_storage socket{};
-  socklen_t socket_len = 0;
-  std::uint32_t qpn = 0;
-  std::uint64_t nonce = 0;
-  QpAddress encode() const;
-  static TcpAddress decode(const QpAddress& address);  // throws InvalidArgument
-  std::string to_string() const;
-};
+using core::hex;
+using wire::FrameType;
+using wire::Header;
+using wire::Syndrome;
+
+// Scratch space for payload that is received only to be thrown away.
+constexpr std::size_t kDiscardBuffer = 64 * 1024;
+std::uint8_t* discard_buffer();
 
 class TcpQp final : public core::SoftRcQp {
  public:
-  TcpQp(TcpDevice& device, core::RegistryProtectionDomain& pd, core::CompletionRing& send_cq,
-        core::CompletionRing& recv_cq, const QpCaps& caps);
+  TcpQp(TcpDevice& device, const core::QpParts& parts, const QpCaps& caps);
   ~TcpQp() override;
 
   QpAddress local_address() const override;
   void connect(const QpAddress& remote, const ConnectOptions& options) override;
 
-  // ---- engine side, engine lock held ----
-  // Returns true if anything was done.
-  bool on_events(std::uint32_t events);
-  // For the spinning fast path (engine lock held): the socket to poll() and
-  // the events that matter now, or -1 when the QP is not exchanging frames.
+  // ---- the device's calls, device lock held (each takes the QP's own) ----
+  bool on_socket_locked(std::uint32_t events) override;
+  bool on_timer_locked(core::Clock::time_point now) override;
+  core::Offer offer_locked(const core::PendingConnection& pending) override;
+  // For the spinning fast path: the socket to poll() and the events that
+  // matter now, or -1 when the QP is not exchanging frames.
   int poll_fd(short& events);
-  // Returns true while the QP has timers that need scanning soon.
-  bool on_timer(core::Clock::time_point now);
   int socket_fd() const;
-  // A HELLO for this QP arrived on an accepted socket.
-  enum class Offer { Taken, NotYet, Refused };
-  Offer offer_connection_locked(int fd, std::uint32_t source_qpn, std::uint64_t source_nonce);
 
  private:
   using SendEntry = core::SendEntry;
@@ -102,6 +104,17 @@ class TcpQp final : public core::SoftRcQp {
     std::uint64_t length = 0;
   };
 
+  // Frame handlers, indexed by frame type.
+  using FrameHandler = bool (TcpQp::*)(const Header&);
+  using FrameHandlers = std::array<FrameHandler, 16>;
+  static constexpr FrameHandlers frame_handlers(std::initializer_list<std::pair<FrameType, FrameHandler>> entries) {
+    FrameHandlers table{};
+    for (const auto& [type, handler] : entries) table[static_cast<std::size_t>(type)] = handler;
+    return table;
+  }
+  // Runs the handler of h's type; a type without one is a protocol error.
+  bool run_handler_locked(const FrameHandlers& handlers, const Header& h, const char* kind);
+
   // The engine's hooks (core::SoftRcQp).
   void lock_state() override;
   void unlock_state() override;
@@ -109,7 +122,7 @@ class TcpQp final : public core::SoftRcQp {
   void error_entered_locked() override;
   bool peer_left_in_order_locked(const std::string& reason) const override;
 
-  // Sending.
+  // Sending (qp_requester.cpp).
   void pump_locked(int frame_budget);
   bool send_small_now_locked(const SendEntry& e);
   bool requests_to_send_locked() const;
@@ -123,23 +136,41 @@ class TcpQp final : public core::SoftRcQp {
   void finish_header_locked(wire::Header& header);
   int gather_locked(const std::array<Sge, kMaxSge>& sges, std::uint32_t num_sge, std::uint64_t offset,
                     std::uint64_t length, iovec* iov, bool check_write);
-  // Receiving.
+  // Answers to our requests (qp_requester.cpp), one handler per frame type.
+  bool handle_response_locked(const wire::Header& h);
+  bool on_bye_locked(const wire::Header& h);
+  bool on_ack_locked(const wire::Header& h);
+  bool on_read_response_locked(const wire::Header& h);
+  bool on_atomic_response_locked(const wire::Header& h);
+  bool on_nak_locked(const wire::Header& h);
+  void process_ack_locked(std::uint32_t ack_msn);
+  void complete_in_order_locked();
+  SendEntry* entry_for_msn_locked(std::uint32_t msn);
+  // Receiving (qp_receive.cpp).
   bool receive_locked(int frame_budget);
   bool fill_read_ahead_locked();
   bool dispatch_header_locked(const wire::Header& h);
-  bool handle_request_locked(const wire::Header& h);
-  bool handle_response_locked(const wire::Header& h);
   bool consume_payload_locked();
   void start_discard_locked(const wire::Header& h);
   std::size_t deliver_locked(const std::uint8_t* from, std::size_t n);
   void finish_frame_locked();
-  void process_ack_locked(std::uint32_t ack_msn);
+  // The peer's requests (qp_responder.cpp): admitted in order, then one handler per type.
+  bool handle_request_locked(const wire::Header& h);
+  bool continue_message_locked(const wire::Header& h);
+  bool on_ack_request_locked(const wire::Header& h);
+  bool on_send_request_locked(const wire::Header& h);
+  bool on_write_request_locked(const wire::Header& h);
+  bool on_read_request_locked(const wire::Header& h);
+  bool on_atomic_request_locked(const wire::Header& h);
+  bool first_chunk_fits_locked(const wire::Header& h);
+  // SEND and WRITE_WITH_IMM consume a receive. Without one, the requester is
+  // told RNR, the message is discarded, and this returns false.
+  bool take_receive_locked(const wire::Header& h);
+  bool begin_message_locked(const wire::Header& h, bool with_imm);
   // A request message is complete: the next MSN is expected and it is owed an ACK.
   void request_executed_locked(std::uint16_t flags);
   void nak_locked(std::uint32_t msn, wire::Syndrome syndrome, const std::string& why);
-  void complete_in_order_locked();
-  SendEntry* entry_for_msn_locked(std::uint32_t msn);
-  // Connection.
+  // Connection (tcp_qp.cpp).
   void start_connect_locked();
   void schedule_connect_retry_locked(int error);
   void on_connected_locked();

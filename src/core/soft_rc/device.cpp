@@ -1,0 +1,284 @@
+// SPDX-License-Identifier: MIT
+#include "core/soft_rc/device.hpp"
+
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "core/completion_queue.hpp"
+#include "core/config.hpp"
+#include "core/log.hpp"
+#include "core/memory_registry.hpp"
+#include "core/soft_rc/qp.hpp"
+
+namespace rdmx::core {
+namespace {
+
+constexpr std::size_t kMaxPendingConnections = 1024;
+
+}  // namespace
+
+SoftRcDevice::SoftRcDevice(const char* provider, DeviceResources resources, std::uint64_t max_message,
+                           bool remote_peers)
+    : provider_(provider), max_message_(max_message), remote_peers_(remote_peers), resources_(std::move(resources)) {
+  std::random_device entropy;
+  nonce_ = (static_cast<std::uint64_t>(entropy()) << 32) ^ entropy() ^ static_cast<std::uint64_t>(::getpid());
+  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (epoll_fd_ < 0 || wake_fd_ < 0) {
+    const int saved = errno;
+    if (epoll_fd_ >= 0) ::close(epoll_fd_);
+    if (wake_fd_ >= 0) ::close(wake_fd_);
+    throw Error(ErrorCode::System, std::string("epoll/eventfd creation failed: ") + std::strerror(saved),
+                {.op = std::string("open_device ") + provider, .hint = "check the process's descriptor limit (ulimit -n)"});
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = watch_tag(Watch::Wake, 0);
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+}
+
+SoftRcDevice::~SoftRcDevice() {
+  stop();
+  for (auto& [fd, p] : pending_) {
+    ::close(fd);
+    if (p.carried_fd >= 0) ::close(p.carried_fd);
+  }
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+  ::close(wake_fd_);
+  ::close(epoll_fd_);
+}
+
+void SoftRcDevice::start(int listen_fd, std::string name, std::string why) {
+  listen_fd_ = listen_fd;
+  name_ = std::move(name);
+  why_ = std::move(why);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = watch_tag(Watch::Listener, 0);
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
+  engine_ = std::thread([this] { engine_main(); });
+}
+
+void SoftRcDevice::stop() {
+  if (!engine_.joinable()) return;
+  stopping_.store(true);
+  std::uint64_t one = 1;
+  [[maybe_unused]] auto ignored = ::write(wake_fd_, &one, sizeof(one));
+  parking_.wake();
+  engine_.join();
+}
+
+DeviceCaps SoftRcDevice::caps() const {
+  DeviceCaps caps;
+  caps.remote_peers = remote_peers_;
+  caps.same_host_peers = true;
+  caps.auto_progress = true;
+  caps.ordered_write_placement = true;  // see core::place_last_word_last
+  caps.max_msg_size = max_message_;
+  caps.max_qp_wr = 16384;
+  caps.max_sge = kSoftMaxSge;
+  caps.max_inline_data = 0;
+  return caps;
+}
+
+std::unique_ptr<ProtectionDomain> SoftRcDevice::alloc_pd() {
+  return std::make_unique<RegistryProtectionDomain>(registry());
+}
+
+std::unique_ptr<CompletionQueue> SoftRcDevice::create_cq(std::size_t depth) {
+  return make_device_cq(depth, *this, *this);
+}
+
+std::unique_ptr<QueuePair> SoftRcDevice::create_qp(ProtectionDomain& pd, CompletionQueue& send_cq,
+                                                   CompletionQueue& recv_cq, const QpCaps& caps) {
+  return make_qp(check_qp_parts(pd, send_cq, recv_cq, registry()), caps);
+}
+
+void SoftRcDevice::add_qp_locked(SoftRcQp* qp) {
+  qps_[qp->qp_num()] = qp;
+  qp_list_.push_back(qp);
+}
+
+void SoftRcDevice::remove_qp_locked(SoftRcQp* qp) {
+  qps_.erase(qp->qp_num());
+  std::erase(qp_list_, qp);
+}
+
+std::size_t SoftRcDevice::epoll_pass_locked() {
+  epoll_event events[64];
+  const int n = ::epoll_wait(epoll_fd_, events, 64, 0);
+  std::size_t did = 0;
+  for (int i = 0; i < n; ++i) {
+    const auto kind = static_cast<Watch>(events[i].data.u64 >> 32);
+    const auto id = static_cast<std::uint32_t>(events[i].data.u64);
+    switch (kind) {
+      case Watch::Listener:
+        accept_all_locked();
+        ++did;
+        break;
+      case Watch::Pending:
+        hello_progress_locked(static_cast<int>(id));
+        ++did;
+        break;
+      case Watch::Wake: {
+        std::uint64_t value;
+        [[maybe_unused]] auto ignored = ::read(wake_fd_, &value, sizeof(value));
+        break;
+      }
+      case Watch::Qp:
+        if (auto it = qps_.find(id); it != qps_.end() && it->second->on_socket_locked(events[i].events)) ++did;
+        break;
+      default:
+        if (on_watch_locked(kind, id, events[i].events)) ++did;
+        break;
+    }
+  }
+  return did;
+}
+
+void SoftRcDevice::accept_all_locked() {
+  for (;;) {
+    sockaddr_storage from{};
+    socklen_t length = sizeof(from);
+    const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&from), &length, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        RDMX_WARN("%s %s: accept failed: %s", provider_, name_.c_str(), std::strerror(errno));
+      }
+      return;
+    }
+    std::string who = accepted_locked(fd, from);
+    const std::string source = who.empty() ? "" : " from " + who;
+    if (pending_.size() >= kMaxPendingConnections) {
+      RDMX_WARN("%s %s: refusing a connection%s: %zu connections already wait for their QP", provider_,
+                name_.c_str(), source.c_str(), pending_.size());
+      ::close(fd);
+      continue;
+    }
+    PendingConnection& p = pending_[fd];
+    p.fd = fd;
+    p.peer = std::move(who);
+    p.accepted_at = Clock::now();
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.u64 = watch_tag(Watch::Pending, static_cast<std::uint32_t>(fd));
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+    RDMX_TRACE("%s %s: accepted a connection%s", provider_, name_.c_str(), source.c_str());
+  }
+}
+
+void SoftRcDevice::drop_pending_locked(int fd, const char* why) {
+  auto it = pending_.find(fd);
+  if (it == pending_.end()) return;
+  const std::string source = it->second.peer.empty() ? "" : " from " + it->second.peer;
+  RDMX_WARN("%s %s: closing a connection%s before it reached its QP: %s", provider_, name_.c_str(), source.c_str(),
+            why);
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  ::close(fd);
+  if (it->second.carried_fd >= 0) ::close(it->second.carried_fd);
+  pending_.erase(it);
+}
+
+void SoftRcDevice::hello_progress_locked(int fd) {
+  auto it = pending_.find(fd);
+  if (it == pending_.end() || it->second.complete) return;
+  PendingConnection& p = it->second;
+  const char* problem = read_hello_locked(p);
+  if (problem == nullptr) return;
+  if (*problem != '\0') return drop_pending_locked(fd, problem);
+  p.complete = true;
+  // Parked until its QP takes it: stop watching, or level-triggered epoll would report the unread bytes again.
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  auto qp = qps_.find(p.target_qpn);
+  if (qp == qps_.end()) return drop_pending_locked(fd, "HELLO names a QP number that does not exist");
+  switch (qp->second->offer_locked(p)) {
+    case Offer::Taken:
+      pending_.erase(it);
+      return;
+    case Offer::NotYet:
+      return;  // claimed later by connect()
+    case Offer::Refused:
+      return drop_pending_locked(fd, "HELLO comes from a peer this QP is not connected to");
+  }
+}
+
+std::optional<PendingConnection> SoftRcDevice::claim_pending_locked(std::uint32_t qpn, std::uint32_t remote_qpn,
+                                                                    std::uint64_t remote_nonce) {
+  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+    const PendingConnection& p = it->second;
+    if (p.complete && p.target_qpn == qpn && p.source_qpn == remote_qpn && p.source_nonce == remote_nonce) {
+      PendingConnection claimed = p;
+      pending_.erase(it);
+      return claimed;
+    }
+  }
+  return std::nullopt;
+}
+
+void SoftRcDevice::maybe_run_timers_locked() {
+  const auto now = Clock::now();
+  if (now < next_timer_scan_) return;
+  bool busy = device_timers_locked(now);
+  for (SoftRcQp* qp : qp_list_) {
+    if (qp->on_timer_locked(now)) busy = true;
+  }
+  const auto limit = timeout();
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    auto next = std::next(it);
+    if (now - it->second.accepted_at > limit) {
+      drop_pending_locked(it->first, "no QP claimed the connection within RDMX_TIMEOUT");
+    } else {
+      busy = true;
+    }
+    it = next;
+  }
+  timers_busy_.store(busy, std::memory_order_relaxed);
+  next_timer_scan_ = now + std::chrono::milliseconds(1);
+}
+
+void SoftRcDevice::engine_main() {
+  auto last_work = Clock::now();
+  const auto spin = spin_budget();
+  int idle_wakeups = 0;
+  while (!stopping_.load(std::memory_order_relaxed)) {
+    if (parking_.park_while_application_drives()) continue;
+    std::size_t did = 0;
+    {
+      std::unique_lock guard(lock_, std::try_to_lock);
+      if (guard.owns_lock()) did = engine_pass_locked(Clock::now() - last_work > spin);
+    }
+    auto now = Clock::now();
+    if (did != 0) {
+      last_work = now;
+      idle_wakeups = 0;
+      continue;
+    }
+    if (now - last_work < spin) {
+#if defined(__x86_64__)
+      __builtin_ia32_pause();
+#endif
+      continue;
+    }
+    if (!prepare_sleep()) {
+      last_work = Clock::now();
+      continue;
+    }
+    // Block until a socket or timer needs us; the next pass does the work.
+    epoll_event event;
+    const int n = ::epoll_wait(epoll_fd_, &event, 1, timers_busy_ ? 1 : 100);
+    end_sleep();
+    if (n > 0 && ++idle_wakeups > 64) {
+      // Woken repeatedly with nothing to do (should not happen): never burn a core.
+      RDMX_TRACE("%s %s: progress engine woke %d times with nothing to do", provider_, name_.c_str(), idle_wakeups);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    last_work = Clock::now() - spin;  // after a wake-up, one pass, then block again unless busy
+  }
+}
+
+}  // namespace rdmx::core

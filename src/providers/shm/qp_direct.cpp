@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: MIT
+// One-sided copies without the peer: a region the peer allocated with
+// allocate_memory() is offered to us (its memfd over the QP's socket) once
+// we first use its rkey; we map it, and later WRITEs and READs on it are
+// copied straight into or out of that mapping, guarded by the region's
+// shared liveness word so none outlives its deregistration.
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "core/asymmetric_fence.hpp"
+#include "core/log.hpp"
+#include "core/ordered_placement.hpp"
+#include "providers/shm/shm_qp.hpp"
+
+namespace rdmx::shm {
+
+bool ShmQp::post_direct_locked(const SendWr& wr, std::uint64_t total) {
+  // One-sided: a WRITE or READ with nothing queued ahead of it, on a region
+  // the peer shared, is copied here and completes at once, without the
+  // peer's threads and without a send-queue entry.
+  if (!sq_.empty() || peer_regions_.empty() || !peer_gone_.empty() ||
+      (wr.opcode != Opcode::RdmaWrite && wr.opcode != Opcode::RdmaRead) || !direct_locals_ok_locked(wr) ||
+      !try_direct_locked(wr, total)) {
+    return false;
+  }
+  if (wr.signaled) push_send_completion_locked(wr.wr_id, wr.opcode, total, WcStatus::Success);
+  return true;
+}
+
+
+bool ShmQp::direct_locals_ok_locked(const SendWr& wr) {
+  const Access need = wr.opcode == Opcode::RdmaRead ? Access::LocalWrite : Access::None;
+  for (const Sge& sge : wr.sg_list) {
+    if (local_key_.check(pd_.registry(), false, &pd_, sge.lkey, sge.addr, sge.length, need) != core::AccessCheck::Ok) {
+      return false;  // the ordinary path reports it
+    }
+  }
+  return true;
+}
+
+bool ShmQp::try_direct_locked(const SendWr& wr, std::uint64_t total) {
+  const bool write = wr.opcode == Opcode::RdmaWrite;
+  for (std::size_t i = 0; i < peer_regions_.size(); ++i) {
+    PeerRegion& r = peer_regions_[i];
+    if (r.rkey != wr.rkey) continue;
+    if (!has(r.access, write ? Access::RemoteWrite : Access::RemoteRead) || wr.remote_addr < r.base ||
+        total > r.length || wr.remote_addr - r.base > r.length - total) {
+      return false;  // the peer's region table gives the verdict on the ring path
+    }
+    // Mark ourselves busy before looking at `live`: deregistration clears
+    // `live`, then waits for busy slots (see core::SharedRegionState).
+    r.busy->store(1, std::memory_order_relaxed);
+    core::light_fence(device_.asymmetric_fence());
+    if (r.state->live.load(std::memory_order_relaxed) == 0) {
+      r.busy->store(0, std::memory_order_release);
+      drop_peer_region_locked(i);
+      return false;
+    }
+    char* remote = r.map + (wr.remote_addr - r.base);
+    // A WRITE's last word is stored last (DeviceCaps::ordered_write_placement).
+    const bool hold = write && core::has_last_word(wr.remote_addr, total);
+    const std::uint64_t before_tail = hold ? total - 8 : total;
+    char tail[8];
+    std::uint64_t at = 0;
+    for (const Sge& sge : wr.sg_list) {
+      auto* local = reinterpret_cast<char*>(sge.addr);
+      const std::uint64_t now = at < before_tail ? std::min<std::uint64_t>(sge.length, before_tail - at) : 0;
+      if (now <= 64) {  // the latency case: no detour through the large-copy machinery
+        std::memcpy(write ? remote : local, write ? local : remote, now);
+      } else if (write) {
+        device_.copier().copy(remote, local, now);
+      } else {
+        device_.copier().copy(local, remote, now);
+      }
+      if (now < sge.length) std::memcpy(tail + (at + now - before_tail), local + now, sge.length - now);
+      remote += sge.length;
+      at += sge.length;
+    }
+    if (hold) core::store_last_word(remote - 8, tail);
+    r.busy->store(0, std::memory_order_release);
+    return true;
+  }
+  return false;
+}
+
+void ShmQp::offer_region_locked(std::uint32_t rkey, const core::MemoryRegistry::Verdict& verdict) {
+  if (verdict.shared == nullptr || socket_ < 0 || !accepted_) return;
+  if (std::find(offered_.begin(), offered_.end(), rkey) != offered_.end()) return;
+  offered_.push_back(rkey);
+  const std::uint32_t slot = verdict.shared->slots_given.fetch_add(1);
+  if (slot >= core::kDirectSlots) return;  // every slot taken: this peer keeps using the ring
+  ShareOffer offer;
+  offer.rkey = rkey;
+  offer.base = verdict.base;
+  offer.length = verdict.length;
+  offer.map_length = verdict.shared->map_length;
+  offer.state_offset = verdict.shared->state_offset;
+  offer.access = static_cast<std::uint32_t>(verdict.access);
+  offer.slot = slot;
+  if (int error = send_with_fd(socket_, &offer, sizeof(offer), verdict.shared->memfd); error != 0) {
+    RDMX_INFO("shm qp %u: offering region rkey 0x%x to %s failed: %s", qpn_, rkey, describe_peer().c_str(),
+              std::strerror(error));
+  }
+}
+
+void ShmQp::take_offer_locked(const ShareOffer& offer, int fd) {
+  struct stat st {};
+  const bool sane = offer.state_offset >= offer.length &&
+                    offer.map_length >= offer.state_offset + sizeof(core::SharedRegionState) &&
+                    offer.slot < core::kDirectSlots &&
+                    ::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) >= offer.map_length;
+  // Page tables filled now rather than page by page inside the copies.
+  void* map = sane ? ::mmap(nullptr, offer.map_length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0)
+                   : MAP_FAILED;
+  ::close(fd);
+  if (map == MAP_FAILED) {
+    RDMX_WARN("shm qp %u: cannot map the region rkey 0x%x offered by %s; its WRITEs and READs keep using the ring",
+              qpn_, offer.rkey, describe_peer().c_str());
+    return;
+  }
+  for (std::size_t i = 0; i < peer_regions_.size(); ++i) {
+    if (peer_regions_[i].rkey == offer.rkey) {
+      drop_peer_region_locked(i);
+      break;
+    }
+  }
+  auto* base = static_cast<char*>(map);
+  auto* state = reinterpret_cast<core::SharedRegionState*>(base + offer.state_offset);
+  peer_regions_.push_back({offer.rkey, offer.base, offer.length, static_cast<Access>(offer.access), base,
+                           offer.map_length, state, &state->slots[offer.slot].busy});
+  RDMX_TRACE("shm qp %u: mapped %s's region rkey 0x%x (%llu bytes) for direct access", qpn_,
+             describe_peer().c_str(), offer.rkey, static_cast<unsigned long long>(offer.length));
+}
+
+void ShmQp::drop_peer_region_locked(std::size_t index) {
+  ::munmap(peer_regions_[index].map, peer_regions_[index].map_length);
+  peer_regions_.erase(peer_regions_.begin() + static_cast<std::ptrdiff_t>(index));
+}
+
+}  // namespace rdmx::shm
