@@ -46,6 +46,7 @@ struct Setting {
   std::string value;     // the value in force (the default when unset)
   bool from_env = false; // set in the environment (else the default)
   std::string meaning;   // one line
+  std::string default_value;  // as it would be written in the environment; empty for an unknown variable
 };
 // Every RDMX_* setting the library reads, and any other RDMX_* variable set in
 // the environment (marked "not a known setting" so typos show).

@@ -10,6 +10,7 @@
 #include "bootstrap/store_common.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
+#include "core/settings.hpp"
 
 namespace rdmx {
 namespace {
@@ -26,10 +27,23 @@ struct LauncherVariables {
   const char* local_world_size;  // nullptr: derived differently (Slurm)
 };
 
+constexpr core::TextSetting kRank{"RDMX_RANK", "unset", "this process's rank (bootstrap; rdmx run sets it)"};
+RDMX_SETTING(kRank);
+constexpr core::TextSetting kWorldSize{"RDMX_WORLD_SIZE", "unset", "the number of ranks (bootstrap; rdmx run sets it)"};
+RDMX_SETTING(kWorldSize);
+constexpr core::TextSetting kLocalRank{"RDMX_LOCAL_RANK", "unset", "this process's rank among those on its host"};
+RDMX_SETTING(kLocalRank);
+constexpr core::TextSetting kLocalWorldSize{"RDMX_LOCAL_WORLD_SIZE", "unset", "the number of ranks on this host"};
+RDMX_SETTING(kLocalWorldSize);
+constexpr core::TextSetting kStore{
+    "RDMX_STORE", "unset",
+    "the job's store: host:port (rank 0 serves it when local) or file:/shared/dir; unset: MASTER_ADDR/MASTER_PORT"};
+RDMX_SETTING(kStore);
+
 const std::vector<LauncherVariables>& launchers() {
   static const std::vector<LauncherVariables> table = {
-      {"rdmx", "rdmx", {"RDMX_RANK", "RDMX_WORLD_SIZE"}, "RDMX_RANK", {"RDMX_WORLD_SIZE"}, "RDMX_LOCAL_RANK",
-       "RDMX_LOCAL_WORLD_SIZE"},
+      {"rdmx", "rdmx", {kRank.name(), kWorldSize.name()}, kRank.name(), {kWorldSize.name()}, kLocalRank.name(),
+       kLocalWorldSize.name()},
       {"torchrun", "torchrun", {"RANK", "WORLD_SIZE"}, "RANK", {"WORLD_SIZE"}, "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
       {"openmpi", "Open MPI", {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, "OMPI_COMM_WORLD_RANK",
        {"OMPI_COMM_WORLD_SIZE"}, "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
@@ -253,8 +267,8 @@ LaunchInfo detect_launch() {
   }
 
   // The store: RDMX_STORE, else MASTER_ADDR/MASTER_PORT (both or neither).
-  if (auto store = core::env("RDMX_STORE")) {
-    parse_store_address("RDMX_STORE", *store, info, problems);
+  if (auto store = kStore.read()) {
+    parse_store_address(kStore.name(), *store, info, problems);
   } else {
     auto master_addr = core::env("MASTER_ADDR");
     auto master_port = core::env("MASTER_PORT");
@@ -322,7 +336,7 @@ Bootstrap from_env() {
       try {
         joined.server = std::make_shared<TcpStoreServer>(loopback ? info.store_host : std::string(), info.store_port);
       } catch (const Error& e) {
-        bool from_master = !core::env("RDMX_STORE");
+        bool from_master = !kStore.read();
         std::string source = from_master ? "MASTER_ADDR/MASTER_PORT" : "RDMX_STORE";
         std::string hint = e.context().hint;
         if (from_master && info.launcher == "torchrun") {

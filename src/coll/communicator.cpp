@@ -19,6 +19,7 @@
 #include "coll/settings.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
+#include "core/settings.hpp"
 #include "core/wait.hpp"
 
 namespace rdmx {
@@ -65,6 +66,11 @@ void Work::wait() { wait(state_ ? state_->timeout : core::timeout()); }
 namespace coll {
 namespace {
 
+constexpr core::TextSetting kAlgo{"RDMX_ALGO", "auto",
+                                  "force collective algorithms: ring, or per operation all_reduce:rd,broadcast:tree "
+                                  "(auto: by size and rank count)"};
+RDMX_SETTING(kAlgo);
+
 std::string read_boot_id() {
   std::ifstream in("/proc/sys/kernel/random/boot_id");
   std::string id;
@@ -104,7 +110,7 @@ class CommImpl final : public Communicator {
         size_(size),
         options_(options),
         timeout_(options.timeout.count() >= 0 ? options.timeout : core::timeout()),
-        selector_(!options.algo.empty() ? options.algo : core::env("RDMX_ALGO").value_or("")) {
+        selector_(!options.algo.empty() ? options.algo : kAlgo.read().value_or("")) {
     // Where everyone lives: host name plus boot id, so containers sharing a
     // name are told apart.
     const std::string me = host_name() + "/" + read_boot_id();
@@ -470,9 +476,8 @@ class CommImpl final : public Communicator {
 };
 
 std::shared_ptr<Device> open_for(const CommOptions& options) {
-  const std::string provider =
-      !options.provider.empty() ? options.provider : core::env("RDMX_PROVIDER").value_or("auto");
-  return open_device(provider);
+  // An empty choice is "auto", which honours RDMX_PROVIDER.
+  return open_device(options.provider.empty() ? "auto" : options.provider);
 }
 
 // Ranks sharing a color build a communicator under their own store prefix;

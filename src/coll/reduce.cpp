@@ -10,6 +10,7 @@
 
 #include "core/config.hpp"
 #include "core/log.hpp"
+#include "core/settings.hpp"
 #include "rdmx/error.hpp"
 
 namespace rdmx::coll {
@@ -235,6 +236,13 @@ const char* choose_reduce_isa(const char* requested, const char* best, std::stri
 // Dispatch.
 namespace {
 
+std::string isa_in_force() { return reduce_isa(); }
+constexpr const char* kIsaNames[] = {"scalar", "avx2", "avx512", nullptr};
+constexpr core::ChoiceSetting kReduceIsa{
+    "RDMX_REDUCE_ISA", "best", kIsaNames,
+    "cap the reduction kernels at scalar, avx2 or avx512 (best: the best this CPU has)", isa_in_force};
+RDMX_SETTING(kReduceIsa);
+
 bool valid(DataType type) { return static_cast<unsigned>(type) < static_cast<unsigned>(kDataTypeCount); }
 bool valid(ReduceOp op) { return static_cast<unsigned>(op) < static_cast<unsigned>(kReduceOpCount); }
 
@@ -245,7 +253,7 @@ struct Table {
 
   Table() {
     const char* best = detail::best_reduce_isa();
-    const auto requested = core::env("RDMX_REDUCE_ISA");
+    const auto requested = kReduceIsa.raw();
     std::string warning;
     isa = detail::choose_reduce_isa(requested ? requested->c_str() : nullptr, best, warning);
     if (!warning.empty()) RDMX_WARN("%s", warning.c_str());

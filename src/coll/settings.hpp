@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// The RDMX_COLL_* settings, read in one place so that the communicator and
-// `rdmx info` report the same values and defaults.
+// The RDMX_COLL_* settings (declared in settings.cpp), read together when a
+// communicator is created.
 #pragma once
 
 #include <cstddef>
@@ -8,10 +8,10 @@
 namespace rdmx::coll {
 
 struct CollSettings {
-  std::size_t buffsize;     // RDMX_COLL_BUFFSIZE: inbox bytes per peer (default 4 MiB)
-  std::size_t slots;        // RDMX_COLL_SLOTS: inbox slots per peer (default 16)
-  std::size_t stage_limit;  // RDMX_COLL_STAGE_LIMIT: payloads up to this are copied (default 16 KiB)
-  std::size_t direct_min;   // RDMX_COLL_DIRECT_MIN: direct transfers from this size on (default 0: off)
+  std::size_t buffsize;     // RDMX_COLL_BUFFSIZE: inbox bytes per peer
+  std::size_t slots;        // RDMX_COLL_SLOTS: inbox slots per peer
+  std::size_t stage_limit;  // RDMX_COLL_STAGE_LIMIT: payloads up to this are copied
+  std::size_t direct_min;   // RDMX_COLL_DIRECT_MIN: direct transfers from this size on (0: off)
 };
 
 // Reads the environment now (a malformed value warns and gives the default).

@@ -126,7 +126,11 @@ std::string info_json(int indent) {
 
   auto& settings_doc = doc["settings"] = Json::array();
   for (const auto& s : settings()) {
-    settings_doc.push_back({{"name", s.name}, {"value", s.value}, {"from_env", s.from_env}, {"meaning", s.meaning}});
+    settings_doc.push_back({{"name", s.name},
+                            {"value", s.value},
+                            {"default", s.default_value},
+                            {"from_env", s.from_env},
+                            {"meaning", s.meaning}});
   }
   return doc.dump(indent);
 }

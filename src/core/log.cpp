@@ -11,9 +11,19 @@
 #include <string>
 
 #include "core/config.hpp"
+#include "core/settings.hpp"
 
 namespace rdmx::core {
 namespace {
+
+std::string level_in_force();
+constexpr const char* kLevelNames[] = {"WARN", "INFO", "TRACE", "NONE", "OFF", nullptr};
+constexpr ChoiceSetting kDebug{"RDMX_DEBUG", "WARN", kLevelNames, "log level: WARN (warnings only), INFO, TRACE or NONE",
+                               level_in_force};
+RDMX_SETTING(kDebug);
+constexpr TextSetting kDebugFile{"RDMX_DEBUG_FILE", "stderr",
+                                 "log to this file instead of stderr (%h: the host name, %p: the pid)"};
+RDMX_SETTING(kDebugFile);
 
 struct Sink {
   LogLevel level = LogLevel::Warn;
@@ -25,18 +35,18 @@ struct Sink {
     char name[256] = {};
     gethostname(name, sizeof(name) - 1);
     host = name;
-    if (const char* text = std::getenv("RDMX_DEBUG")) {
-      std::string value(text);
+    if (const auto text = kDebug.raw()) {
+      std::string value(*text);
       for (auto& c : value) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
       if (value == "WARN") level = LogLevel::Warn;
       else if (value == "INFO") level = LogLevel::Info;
       else if (value == "TRACE") level = LogLevel::Trace;
       else if (value == "NONE" || value == "OFF") level = LogLevel::None;
-      else std::fprintf(stderr, "rdmx: ignoring RDMX_DEBUG=\"%s\" (expected WARN, INFO or TRACE)\n", text);
+      else std::fprintf(stderr, "rdmx: ignoring RDMX_DEBUG=\"%s\" (expected WARN, INFO or TRACE)\n", text->c_str());
     }
-    if (const char* pattern = std::getenv("RDMX_DEBUG_FILE"); pattern != nullptr && *pattern != '\0') {
+    if (const auto pattern = kDebugFile.read()) {
       std::string path;
-      for (const char* p = pattern; *p != '\0'; ++p) {
+      for (const char* p = pattern->c_str(); *p != '\0'; ++p) {
         if (p[0] == '%' && p[1] == 'h') { path += host; ++p; }
         else if (p[0] == '%' && p[1] == 'p') { path += std::to_string(getpid()); ++p; }
         else path += *p;
@@ -62,9 +72,13 @@ const char* level_name(LogLevel level) {
     case LogLevel::Warn: return "WARN";
     case LogLevel::Info: return "INFO";
     case LogLevel::Trace: return "TRACE";
-    default: return "";
+    case LogLevel::None: return "NONE";
   }
+  return "";
 }
+
+std::string level_in_force() { return level_name(sink().level); }
+
 }  // namespace
 
 LogLevel log_level() noexcept { return sink().level; }

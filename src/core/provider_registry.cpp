@@ -5,6 +5,7 @@
 
 #include "core/config.hpp"
 #include "core/log.hpp"
+#include "core/settings.hpp"
 #include "providers/auto/auto_device.hpp"
 #include "providers/shm/address.hpp"
 #include "providers/shm/shm_factory.hpp"
@@ -16,6 +17,12 @@
 
 namespace rdmx {
 namespace {
+
+constexpr core::TextSetting kProvider{
+    "RDMX_PROVIDER", "auto",
+    "the provider open_device(\"auto\") opens (shm, verbs, tcp); auto picks per peer: shm on this host, else verbs "
+    "where both sides have an RDMA port, else tcp"};
+RDMX_SETTING(kProvider);
 
 struct ProviderEntry {
   const char* name;
@@ -100,7 +107,7 @@ std::shared_ptr<Device> open_device(std::string_view requested) {
   std::string name(requested);
   std::string why;
   if (name.empty() || name == "auto") {
-    if (auto forced = core::env("RDMX_PROVIDER"); forced && *forced != "auto") {
+    if (auto forced = kProvider.read(); forced && *forced != "auto") {
       name = *forced;
       why = "RDMX_PROVIDER=" + name;
     } else {

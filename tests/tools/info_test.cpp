@@ -158,6 +158,34 @@ TEST(InfoCommand, SettingsListEveryVariableTheLibraryReads) {
   EXPECT_TRUE(missing.empty()) << ::testing::PrintToString(missing);
 }
 
+// The README's table of settings is the registry's, as `rdmx info
+// --settings-markdown` prints it: a setting added, or a default or line of
+// documentation changed, without the README fails here.
+TEST(InfoCommand, ReadmeSettingsTableIsTheRegistry) {
+  const CliResult r = run_cli({"info", "--settings-markdown"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  if (r.out.find("RDMX_IB_HCA") == std::string::npos) {
+    GTEST_SKIP() << "this build has no verbs provider, so its settings are not registered; the README lists them";
+  }
+  std::ifstream in(source_path("README.md"));
+  const std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string begin = "<!-- settings:begin";
+  const std::string end = "<!-- settings:end -->";
+  const auto from = readme.find(begin);
+  const auto to = readme.find(end);
+  ASSERT_NE(from, std::string::npos) << "README.md has no " << begin << " marker";
+  ASSERT_NE(to, std::string::npos) << "README.md has no " << end << " marker";
+  const auto table = readme.find('\n', from) + 1;
+  EXPECT_EQ(readme.substr(table, to - table), r.out)
+      << "README.md's settings table differs from the library's settings: regenerate it with "
+         "`build/tools/rdmx info --settings-markdown` (between the settings markers)";
+  // Every row has a default: the registry writes it once, the README repeats it from there.
+  for (const auto& s : info_json()["settings"]) {
+    if (s["meaning"].get<std::string>().rfind("not a known setting", 0) == 0) continue;
+    EXPECT_NE(s["default"], "") << s.dump();
+  }
+}
+
 // The library refuses a duration it cannot honour; info still reports, and says why.
 TEST(InfoCommand, AMalformedDurationIsShownRefused) {
   const json doc = info_json({{"RDMX_TIMEOUT", "soon"}});

@@ -17,6 +17,7 @@ namespace {
 
 struct InfoOptions {
   bool json = false;
+  bool settings_markdown = false;
 };
 
 struct Report {
@@ -176,6 +177,20 @@ void print_settings(const std::vector<Setting>& settings) {
   }
 }
 
+// The README's table of settings, from the same registry (a test compares the two).
+void print_settings_markdown() {
+  auto cell = [](const std::string& text) {
+    std::string out;
+    for (char c : text) out += c == '|' ? std::string("\\|") : std::string(1, c);
+    return out;
+  };
+  std::printf("| Variable | Default | Meaning |\n|---|---|---|\n");
+  for (const auto& s : settings()) {
+    if (s.default_value.empty()) continue;  // a variable the library does not read
+    std::printf("| `%s` | `%s` | %s |\n", s.name.c_str(), cell(s.default_value).c_str(), cell(s.meaning).c_str());
+  }
+}
+
 void print_text(const Report& report) {
   const HostTopology& host = report.host;
   std::printf("rdmx info: host %s\n\n", host.hostname.c_str());
@@ -190,6 +205,10 @@ void print_text(const Report& report) {
 void run_info(const InfoOptions& options) {
   if (options.json) {
     std::printf("%s\n", info_json().c_str());
+    return;
+  }
+  if (options.settings_markdown) {
+    print_settings_markdown();
     return;
   }
   Report report;
@@ -209,6 +228,8 @@ void register_info(CLI::App& root) {
       "info", "Providers and why each is or is not usable; RDMA devices, interfaces, CPUs/NUMA, GPUs; "
               "settings in force");
   info->add_flag("--json", options->json, "Print one JSON document (docs/schemas/info.schema.json)");
+  info->add_flag("--settings-markdown", options->settings_markdown,
+                 "Print the table of settings (name, default, meaning) as the README has it");
   info->callback([options] { run_info(*options); });
 }
 

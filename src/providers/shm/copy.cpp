@@ -10,11 +10,19 @@
 #include <cstring>
 
 #include "core/config.hpp"
+#include "core/settings.hpp"
 
 namespace rdmx::shm {
 namespace {
 
-constexpr std::size_t kDefaultNtThreshold = 16u << 20;
+constexpr core::SizeSetting kNtThreshold{"RDMX_SHM_NT_THRESHOLD", 16u << 20,
+                                         "shm: direct copies at least this large use non-temporal stores"};
+RDMX_SETTING(kNtThreshold);
+constexpr core::SizeSetting kSplitThreshold{"RDMX_SHM_SPLIT_THRESHOLD", 512u << 10,
+                                            "shm: direct copies at least this large are split over two threads"};
+RDMX_SETTING(kSplitThreshold);
+constexpr core::SizeSetting kCopyThreads{"RDMX_SHM_COPY_THREADS", 1, "shm: 0 disables the copy helper thread"};
+RDMX_SETTING(kCopyThreads);
 
 __attribute__((target("avx2"))) void copy_nt_avx2(void* dst, const void* src, std::size_t n) {
   auto* d = static_cast<std::uint8_t*>(dst);
@@ -50,7 +58,7 @@ bool has_avx2() {
 }  // namespace
 
 std::size_t nt_threshold() {
-  static const std::size_t threshold = core::env_size("RDMX_SHM_NT_THRESHOLD", kDefaultNtThreshold);
+  static const std::size_t threshold = kNtThreshold.read();
   return threshold;
 }
 
@@ -66,8 +74,8 @@ void copy_large(void* dst, const void* src, std::size_t n) {
 
 namespace rdmx::shm {
 
-std::size_t split_threshold() { return core::env_size("RDMX_SHM_SPLIT_THRESHOLD", 512u << 10); }
-std::size_t copy_threads() { return core::env_size("RDMX_SHM_COPY_THREADS", 1); }
+std::size_t split_threshold() { return kSplitThreshold.read(); }
+std::size_t copy_threads() { return kCopyThreads.read(); }
 
 ParallelCopy::ParallelCopy() : threshold_(split_threshold()), enabled_(copy_threads() > 0) {}
 

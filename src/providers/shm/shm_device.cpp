@@ -20,6 +20,7 @@
 #include "core/completion_queue.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
+#include "core/settings.hpp"
 #include "providers/shm/shm_factory.hpp"
 #include "providers/shm/shm_qp.hpp"
 #include "core/asymmetric_fence.hpp"
@@ -35,7 +36,14 @@ constexpr std::uint32_t kTimerPassEvery = 256;
 // The default is where one cross-memory copy overtakes the rings
 // (docs/PERFORMANCE.md, "Measurements behind the code"); the cap keeps an eager record fitting the ring
 // several times over.
-constexpr std::size_t kDefaultEagerLimit = 8 * 1024;
+constexpr core::SizeSetting kEagerLimit{"RDMX_SHM_EAGER_LIMIT", 8 * 1024,
+                                        "shm: largest message copied through the rings (at most 64K)", 64 * 1024};
+RDMX_SETTING(kEagerLimit);
+
+std::string default_socket_directory() { return "/tmp/rdmx-shm-" + std::to_string(::getuid()); }
+constexpr core::TextSetting kShmDir{"RDMX_SHM_DIR", "/tmp/rdmx-shm-UID", "shm: the directory of the devices' sockets",
+                                    default_socket_directory};
+RDMX_SETTING(kShmDir);
 
 [[noreturn]] void throw_system(const std::string& what, const std::string& where) {
   throw Error(ErrorCode::System, what + ": " + std::strerror(errno),
@@ -43,11 +51,7 @@ constexpr std::size_t kDefaultEagerLimit = 8 * 1024;
                .hint = "set RDMX_SHM_DIR to a writable local directory, or use RDMX_PROVIDER=tcp"});
 }
 
-// The directory of the devices' sockets: RDMX_SHM_DIR, else one per user in /tmp.
-std::string socket_directory() {
-  if (auto dir = core::env("RDMX_SHM_DIR")) return *dir;
-  return "/tmp/rdmx-shm-" + std::to_string(::getuid());
-}
+std::string socket_directory() { return kShmDir.value_text(); }
 
 // Whether a process is gone: no such pid, or a zombie its parent has not reaped yet.
 bool process_gone(int pid) {
@@ -82,8 +86,7 @@ void remove_stale_sockets(const std::string& dir) {
 }  // namespace
 
 std::size_t eager_limit() {
-  static const std::size_t limit = std::min<std::size_t>(core::env_size("RDMX_SHM_EAGER_LIMIT", kDefaultEagerLimit),
-                                                         64 * 1024);
+  static const std::size_t limit = kEagerLimit.read();
   return limit;
 }
 

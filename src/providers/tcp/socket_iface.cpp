@@ -10,10 +10,20 @@
 #include <vector>
 
 #include "core/config.hpp"
+#include "core/settings.hpp"
 #include "rdmx/error.hpp"
 
 namespace rdmx::tcp {
 namespace {
+
+constexpr core::TextSetting kSocketIfname{
+    "RDMX_SOCKET_IFNAME", "auto",
+    "tcp: interfaces to use, as NCCL_SOCKET_IFNAME (name prefixes, ^ excludes, = exact); auto: the first up that "
+    "is neither loopback nor docker*, else loopback"};
+RDMX_SETTING(kSocketIfname);
+constexpr core::TextSetting kSocketFamily{"RDMX_SOCKET_FAMILY", "any",
+                                          "tcp: AF_INET or AF_INET6 (any: IPv4 preferred)"};
+RDMX_SETTING(kSocketFamily);
 
 struct NameFilter {
   bool exclude = false;
@@ -74,8 +84,8 @@ std::string format_address(const sockaddr* address) {
 }
 
 SocketInterface choose_interface() {
-  auto spec = core::env("RDMX_SOCKET_IFNAME");
-  auto family_text = core::env("RDMX_SOCKET_FAMILY");
+  auto spec = kSocketIfname.read();
+  auto family_text = kSocketFamily.read();
   int family = AF_UNSPEC;
   if (family_text) {
     if (*family_text == "AF_INET" || *family_text == "4" || *family_text == "ipv4") family = AF_INET;

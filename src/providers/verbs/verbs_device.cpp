@@ -15,6 +15,7 @@
 #include "core/completion_queue.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
+#include "core/settings.hpp"
 #include "providers/verbs/port_select.hpp"
 #include "providers/verbs/verbs_factory.hpp"
 #include "providers/verbs/verbs_qp.hpp"
@@ -61,10 +62,20 @@ struct Opened {
   PortChoice port;
 };
 
+constexpr core::TextSetting kIbHca{
+    "RDMX_IB_HCA", "auto",
+    "verbs: devices[:port] to use, as NCCL_IB_HCA (prefixes; = exact names; ^ excludes); auto: the first device "
+    "with an active port"};
+RDMX_SETTING(kIbHca);
+constexpr core::TextSetting kIbGidIndex{
+    "RDMX_IB_GID_INDEX", "auto",
+    "verbs: RoCE GID table index; auto: RoCE v2 with an IPv4 address, else RoCE v2, else v1"};
+RDMX_SETTING(kIbGidIndex);
+
 // The first admitted device and port that is ACTIVE and addressable.
 Opened open_first_usable() {
-  const HcaFilter filter = HcaFilter::parse(core::env("RDMX_IB_HCA").value_or(""));
-  const std::optional<int> forced_gid = parse_gid_index(core::env("RDMX_IB_GID_INDEX"));
+  const HcaFilter filter = HcaFilter::parse(kIbHca.read().value_or(""));
+  const std::optional<int> forced_gid = parse_gid_index(kIbGidIndex.read());
   int count = 0;
   ibv_device** list = ibv_get_device_list(&count);
   if (list == nullptr || count == 0) {
