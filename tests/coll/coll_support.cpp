@@ -12,16 +12,12 @@
 
 namespace rdmx::test {
 
-const char* to_string(Transport transport) noexcept {
-  switch (transport) {
-    case Transport::Shm: return "shm";
-    case Transport::Tcp: return "tcp";
-    case Transport::Mix: return "mix";
-  }
-  return "?";
-}
+bool mixed(const std::string& provider) { return provider == "auto"; }
+std::string transport_label(const std::string& provider) { return mixed(provider) ? "mix" : provider; }
 
-std::string param_name(const CollParam& param) { return std::string(to_string(param.transport)) + "_np" + std::to_string(param.n); }
+std::string param_name(const CollParam& param) {
+  return transport_label(param.provider) + "_np" + std::to_string(param.n);
+}
 
 bool full_matrix() {
   const char* v = std::getenv("RDMX_COLL_MATRIX");
@@ -33,18 +29,18 @@ bool full_matrix() {
   Options options;
   options.timeout = full_matrix() ? std::max(timeout, std::chrono::milliseconds(3'000'000)) : timeout;
   options.may_be_killed = std::move(may_be_killed);
-  options.provider = param.transport == Transport::Shm ? "shm" : param.transport == Transport::Tcp ? "tcp" : "auto";
-  const Placement placement = param.transport == Transport::Mix ? Placement::NetNsIPv4 : Placement::Local;
+  options.provider = param.provider;
+  const bool two_hosts = mixed(param.provider);
+  const Placement placement = two_hosts ? Placement::NetNsIPv4 : Placement::Local;
   const std::string provider = options.provider;
-  const Transport transport = param.transport;
   return run_ranks(
       param.n, placement,
-      [&, provider, transport](RankEnv& env) {
+      [&, provider, two_hosts](RankEnv& env) {
         ::setenv("RDMX_PROVIDER", provider.c_str(), 1);
         const std::string dir = env.dir() + "/shm";
         ::mkdir(dir.c_str(), 0700);
         ::setenv("RDMX_SHM_DIR", dir.c_str(), 1);
-        if (transport == Transport::Mix && env.rank() == 0) {
+        if (two_hosts && env.rank() == 0) {
           // Host A: its shm sockets are invisible to host B and the other way round.
           CHECK_EQ(::unshare(CLONE_NEWNS), 0) << "unshare(CLONE_NEWNS) needs root";
           CHECK_EQ(::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr), 0);

@@ -7,28 +7,32 @@
 
 #include <cstdint>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "rdmx/comm.hpp"
 #include "support/harness.hpp"
+#include "support/providers.hpp"
 
 namespace rdmx::test {
 
-// shm and tcp: every rank on this host, one provider. mix: two hosts, rank 0
-// in one network namespace (and with a private shm socket directory, as a
-// separate machine would have), the others in a second; auto picks shm
-// between ranks of one host and tcp across.
-enum class Transport { Shm, Tcp, Mix };
-const char* to_string(Transport transport) noexcept;
-
+// Where the ranks of a provider (support/providers.hpp) run. A provider
+// named: every rank on this host, that provider. "auto" ("mix" in test
+// names): two hosts, rank 0 in one network namespace (and with a private shm
+// socket directory, as a separate machine would have), the others in a
+// second; auto picks shm between ranks of one host and tcp across.
 struct CollParam {
-  Transport transport;
+  std::string provider;
   int n;
 };
+// "shm", "tcp", "mix" (for auto).
+std::string transport_label(const std::string& provider);
+bool mixed(const std::string& provider);
 std::string param_name(const CollParam& param);
+inline void PrintTo(const CollParam& param, std::ostream* os) { *os << param_name(param); }
 
-// run_ranks for a transport.
+// run_ranks for a provider.
 ::testing::AssertionResult run_coll_ranks(const CollParam& param, const RankBody& body,
                                           std::chrono::milliseconds timeout = std::chrono::milliseconds(240'000),
                                           std::vector<int> may_be_killed = {});

@@ -11,7 +11,7 @@
 namespace rdmx::test {
 namespace {
 
-class Communicators : public ::testing::TestWithParam<Transport> {
+class Communicators : public ::testing::TestWithParam<std::string> {
  protected:
   static void TearDownTestSuite() { NetNsPair::destroy(); }
 };
@@ -30,9 +30,9 @@ TEST_P(Communicators, PlacementAndTransportPerPeer) {
     CHECK_EQ(providers.size(), std::size_t{3});
     for (int p = 0; p < 3; ++p) {
       const std::string got = providers[static_cast<std::size_t>(p)];
-      std::string want = to_string(GetParam());
+      std::string want = GetParam();
       if (p == env.rank()) want = "";
-      if (GetParam() == Transport::Mix && p != env.rank()) want = (p == 0 || env.rank() == 0) ? "tcp" : "shm";
+      if (mixed(GetParam()) && p != env.rank()) want = (p == 0 || env.rank() == 0) ? "tcp" : "shm";
       CHECK_EQ(got, want) << "transport from rank " << env.rank() << " to rank " << p;
     }
   }));
@@ -117,7 +117,7 @@ TEST_P(Communicators, OverlappingBuffersGiveCorrectResults) {
 
 // Communicator::from_env() reads the launcher's variables (here rdmx's own).
 TEST(CommunicatorFromEnv, JoinsThroughTheLaunchersVariables) {
-  ASSERT_TRUE(run_coll_ranks({Transport::Shm, 3}, [&](RankEnv& env) {
+  ASSERT_TRUE(run_coll_ranks({"shm", 3}, [&](RankEnv& env) {
     ::setenv("RDMX_RANK", std::to_string(env.rank()).c_str(), 1);
     ::setenv("RDMX_WORLD_SIZE", "3", 1);
     ::setenv("RDMX_STORE", ("file:" + env.dir() + "/env-store").c_str(), 1);
@@ -130,8 +130,8 @@ TEST(CommunicatorFromEnv, JoinsThroughTheLaunchersVariables) {
   }));
 }
 
-INSTANTIATE_TEST_SUITE_P(Coll, Communicators, ::testing::Values(Transport::Shm, Transport::Tcp, Transport::Mix),
-                         [](const ::testing::TestParamInfo<Transport>& p) { return std::string(to_string(p.param)); });
+INSTANTIATE_TEST_SUITE_P(Coll, Communicators, ::testing::ValuesIn(tested_providers()),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return transport_label(p.param); });
 
 }  // namespace
 }  // namespace rdmx::test

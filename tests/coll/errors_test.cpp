@@ -31,7 +31,7 @@ std::string expect_error(ErrorCode code, F&& call, const std::string& what) {
   fail_rank(__FILE__, __LINE__, what + ": no error");
 }
 
-class CollErrors : public ::testing::TestWithParam<Transport> {
+class CollErrors : public ::testing::TestWithParam<std::string> {
  protected:
   static void TearDownTestSuite() { NetNsPair::destroy(); }
 };
@@ -357,8 +357,8 @@ TEST_P(CollErrors, BadArgumentsAreRefusedLocally) {
   }));
 }
 
-INSTANTIATE_TEST_SUITE_P(Coll, CollErrors, ::testing::Values(Transport::Shm, Transport::Tcp, Transport::Mix),
-                         [](const ::testing::TestParamInfo<Transport>& p) { return std::string(to_string(p.param)); });
+INSTANTIATE_TEST_SUITE_P(Coll, CollErrors, ::testing::ValuesIn(tested_providers()),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return transport_label(p.param); });
 
 }  // namespace
 }  // namespace rdmx::test

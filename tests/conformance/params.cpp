@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "conformance/conformance.hpp"
-#include "topo/topo.hpp"
+#include "support/providers.hpp"
 
 namespace rdmx::test {
 
@@ -21,22 +21,11 @@ namespace {
 
 std::vector<ConformanceParam> all_params() {
   std::vector<ConformanceParam> params;
-  std::vector<std::string> providers = rdmx::available_providers();
-  providers.push_back("auto");  // the default: picks a provider per peer
-  for (const auto& provider : providers) {
-    if (provider == "verbs") {
-      // verbs runs where an RDMA device exists: in the soft-RoCE guest
-      // (tests/verbs/CMakeLists: scripts/rxe-vm.sh), or on a host with an
-      // HCA. Without one, tests/verbs checks that it fails clearly. It
-      // addresses peers by GID or LID, not by the namespaces' sockets, so
-      // the namespace placements would test nothing more. (A sysfs look,
-      // not an open: the test process must stay single-threaded to fork.)
-      if (!topo::scan_rdma_devices().devices.empty()) params.push_back({provider, Placement::Local});
-      continue;
-    }
-    for (Placement placement : {Placement::Local, Placement::NetNsIPv4, Placement::NetNsIPv6}) {
-      params.push_back({provider, placement});
-    }
+  for (const std::string& provider : tested_providers()) {
+    params.push_back({provider, Placement::Local});
+    if (!tested_across_namespaces(provider)) continue;
+    params.push_back({provider, Placement::NetNsIPv4});
+    params.push_back({provider, Placement::NetNsIPv6});
   }
   return params;
 }

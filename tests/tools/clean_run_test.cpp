@@ -9,6 +9,7 @@
 #include <string>
 
 #include "run_cli.hpp"
+#include "support/providers.hpp"
 
 namespace rdmx::test {
 namespace {
@@ -45,7 +46,7 @@ TEST_P(CleanJob, PerfCollSweepsLogNothingAtWarn) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Providers, CleanJob, ::testing::Values("shm", "tcp", "auto"),
+INSTANTIATE_TEST_SUITE_P(Providers, CleanJob, ::testing::ValuesIn(tested_providers()),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 }  // namespace
