@@ -44,7 +44,7 @@
 #include <time.h>
 
 #define MAX_SIZES 64
-#define MAX_BYTES ((size_t)1 << 30)    /* one message at most: 1 GiB */
+#define MAX_BYTES ((size_t)1 << 30)      /* one message at most: 1 GiB */
 #define WINDOW_BYTES ((size_t)256 << 20) /* stream: bytes in flight at most */
 
 enum mode { PINGPONG, STREAM };
@@ -53,10 +53,10 @@ struct options {
   enum mode mode;
   size_t sizes[MAX_SIZES];
   int nsizes;
-  long iters;    /* upper bound on exchanges/messages per size; 0: the mode's default */
-  long warmup;   /* -1: the mode's default */
-  long window;   /* stream: messages in flight */
-  double bytes;  /* bytes to move per size, which lowers the iterations of big sizes */
+  long iters;   /* upper bound on exchanges/messages per size; 0: the mode's default */
+  long warmup;  /* -1: the mode's default */
+  long window;  /* stream: messages in flight */
+  double bytes; /* bytes to move per size, which lowers the iterations of big sizes */
   const char *json_path;
 };
 
@@ -99,9 +99,12 @@ static size_t parse_size(const char *text, size_t length) {
   buffer[length] = '\0';
   unsigned shift = 0;
   switch (buffer[length - 1]) {
-    case 'K': case 'k': shift = 10; break;
-    case 'M': case 'm': shift = 20; break;
-    case 'G': case 'g': shift = 30; break;
+    case 'K':
+    case 'k': shift = 10; break;
+    case 'M':
+    case 'm': shift = 20; break;
+    case 'G':
+    case 'g': shift = 30; break;
     default: break;
   }
   if (shift != 0) buffer[length - 1] = '\0';
@@ -204,7 +207,8 @@ static void fill(unsigned char *buffer, size_t size, unsigned salt) {
 static void check(const unsigned char *buffer, size_t size, unsigned salt, const char *what) {
   for (size_t i = 0; i < size; ++i) {
     if (buffer[i] != (unsigned char)((i + salt) % 251)) {
-      fprintf(stderr, "mpi_pingpong: rank %d: wrong byte at offset %zu of a %zu-byte %s message\n", rank, i, size, what);
+      fprintf(stderr, "mpi_pingpong: rank %d: wrong byte at offset %zu of a %zu-byte %s message\n", rank, i, size,
+              what);
       MPI_Abort(MPI_COMM_WORLD, 1);
       exit(1);
     }
@@ -284,7 +288,7 @@ static void run_stream(const struct options *o, unsigned char *send, unsigned ch
     long messages = iterations_for(o, size, 2 * window);
     const long windows = (messages + window - 1) / window;
     messages = windows * window;
-    const long warmup = o->warmup >= 0 ? o->warmup : (windows / 10 > 1 ? windows / 10 : 1);  /* windows */
+    const long warmup = o->warmup >= 0 ? o->warmup : (windows / 10 > 1 ? windows / 10 : 1); /* windows */
     fill(send, size, 7);
     memset(recv, 0, size);
     MPI_Barrier(MPI_COMM_WORLD);
@@ -340,7 +344,7 @@ int main(int argc, char **argv) {
   unsigned char *send = malloc(largest);
   unsigned char *recv = malloc(largest);
   if (send == NULL || recv == NULL) die("out of memory");
-  memset(send, 0, largest);  /* touch every page before timing */
+  memset(send, 0, largest); /* touch every page before timing */
   memset(recv, 0, largest);
   FILE *json = NULL;
   if (rank == 0 && o.json_path != NULL) {

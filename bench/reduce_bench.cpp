@@ -45,7 +45,8 @@ void fill(void* dst, std::size_t count, DataType type, std::uint32_t seed) {
       case DataType::Float32: static_cast<float*>(dst)[i] = v; break;
       case DataType::Float64: static_cast<double*>(dst)[i] = v; break;
       case DataType::Int32: static_cast<std::int32_t*>(dst)[i] = static_cast<std::int32_t>(rng()); break;
-      default: std::memset(static_cast<char*>(dst) + i * rdmx::size_of(type), static_cast<int>(rng()), rdmx::size_of(type));
+      default:
+        std::memset(static_cast<char*>(dst) + i * rdmx::size_of(type), static_cast<int>(rng()), rdmx::size_of(type));
     }
   }
 }

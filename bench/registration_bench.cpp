@@ -68,7 +68,9 @@ void CacheHit(benchmark::State& state) {
   const auto stats = cache.stats();
   state.counters["misses"] = static_cast<double>(stats.misses);
   const bool pins = caps.registration_pins_memory;
-  state.SetLabel(!pins ? "registration pins nothing" : unmap_detection().available ? "unmaps watched" : "unmaps not watched");
+  state.SetLabel(!pins                         ? "registration pins nothing"
+                 : unmap_detection().available ? "unmaps watched"
+                                               : "unmaps not watched");
 }
 
 BENCHMARK(RegisterAndDeregister)->RangeMultiplier(16)->Range(64 << 10, 256 << 20)->Unit(benchmark::kMicrosecond);

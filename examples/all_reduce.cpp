@@ -62,15 +62,16 @@ int main(int argc, char** argv) {
     for (std::size_t i = 0; i < count; ++i) {
       const float expected = ranks_total * static_cast<float>(i % 1000 + 1);
       if (sum[i] != expected) {
-        throw rdmx::Error(rdmx::ErrorCode::Protocol, "wrong sum at element " + std::to_string(i) + ": got " +
-                                                         std::to_string(sum[i]) + ", expected " +
-                                                         std::to_string(expected),
+        throw rdmx::Error(rdmx::ErrorCode::Protocol,
+                          "wrong sum at element " + std::to_string(i) + ": got " + std::to_string(sum[i]) +
+                              ", expected " + std::to_string(expected),
                           {.op = "all_reduce", .rank = rank});
       }
     }
-    std::printf("rank %d of %d: all_reduce (sum) of %zu floats over %s: every element correct (element 0 = %g = "
-                "1 + ... + %d)\n",
-                rank, size, count, transports(*comm).c_str(), sum[0], size);
+    std::printf(
+        "rank %d of %d: all_reduce (sum) of %zu floats over %s: every element correct (element 0 = %g = "
+        "1 + ... + %d)\n",
+        rank, size, count, transports(*comm).c_str(), sum[0], size);
     return 0;
   } catch (const rdmx::Error& e) {
     std::fprintf(stderr, "rdmx_all_reduce: %s\n", e.what());

@@ -57,9 +57,9 @@ void fill_pattern(std::vector<std::uint8_t>& buffer) {
 void check_pattern(const std::vector<std::uint8_t>& buffer, const char* what) {
   for (std::size_t i = 0; i < buffer.size(); ++i) {
     if (buffer[i] != pattern_byte(i)) {
-      throw rdmx::Error(rdmx::ErrorCode::Protocol, std::string(what) + ": wrong byte at offset " +
-                                                       std::to_string(i) + " (got " + std::to_string(buffer[i]) +
-                                                       ", expected " + std::to_string(pattern_byte(i)) + ")");
+      throw rdmx::Error(rdmx::ErrorCode::Protocol, std::string(what) + ": wrong byte at offset " + std::to_string(i) +
+                                                       " (got " + std::to_string(buffer[i]) + ", expected " +
+                                                       std::to_string(pattern_byte(i)) + ")");
     }
   }
 }
@@ -96,30 +96,36 @@ void run_initiator(rdmx::Store& store, rdmx::ProtectionDomain& pd, rdmx::QueuePa
   auto source_mr = pd.register_memory(source.data(), bytes, rdmx::Access::LocalWrite);
   auto readback_mr = pd.register_memory(readback.data(), bytes, rdmx::Access::LocalWrite);
   const RemoteBuffer target = decode(store.get_string("buffer/1"));
-  std::printf("[rank 0] target buffer of rank 1: addr=0x%llx rkey=0x%x\n",
-              static_cast<unsigned long long>(target.addr), target.rkey);
+  std::printf("[rank 0] target buffer of rank 1: addr=0x%llx rkey=0x%x\n", static_cast<unsigned long long>(target.addr),
+              target.rkey);
 
   const rdmx::Sge source_sge = source_mr->sge(0, static_cast<std::uint32_t>(bytes));
-  rdmx::SendWr write{.wr_id = 1, .opcode = rdmx::Opcode::RdmaWrite, .sg_list = std::span(&source_sge, 1),
-                     .remote_addr = target.addr, .rkey = target.rkey};
+  rdmx::SendWr write{.wr_id = 1,
+                     .opcode = rdmx::Opcode::RdmaWrite,
+                     .sg_list = std::span(&source_sge, 1),
+                     .remote_addr = target.addr,
+                     .rkey = target.rkey};
   post_and_wait(qp, cq, write);
   std::printf("[rank 0] RDMA WRITE of %s: SUCCESS\n", size_label(bytes).c_str());
   store.set("written", std::string_view("1"));
   store.get_string("verified");  // rank 1 has checked its copy
 
   const rdmx::Sge readback_sge = readback_mr->sge(0, static_cast<std::uint32_t>(bytes));
-  rdmx::SendWr read{.wr_id = 2, .opcode = rdmx::Opcode::RdmaRead, .sg_list = std::span(&readback_sge, 1),
-                    .remote_addr = target.addr, .rkey = target.rkey};
+  rdmx::SendWr read{.wr_id = 2,
+                    .opcode = rdmx::Opcode::RdmaRead,
+                    .sg_list = std::span(&readback_sge, 1),
+                    .remote_addr = target.addr,
+                    .rkey = target.rkey};
   post_and_wait(qp, cq, read);
   check_pattern(readback, "RDMA READ result");
   std::printf("[rank 0] RDMA READ of %s: SUCCESS, contents verified\n", size_label(bytes).c_str());
 
   const double write_s = seconds_per_op(qp, cq, write, kTimedTransfers);
   const double read_s = seconds_per_op(qp, cq, read, kTimedTransfers);
-  std::printf("[rank 0] %s RDMA WRITE: %.2f ms, %.2f GB/s (average of %d)\n", size_label(bytes).c_str(),
-              write_s * 1e3, bytes / write_s / 1e9, kTimedTransfers);
-  std::printf("[rank 0] %s RDMA READ:  %.2f ms, %.2f GB/s (average of %d)\n", size_label(bytes).c_str(),
-              read_s * 1e3, bytes / read_s / 1e9, kTimedTransfers);
+  std::printf("[rank 0] %s RDMA WRITE: %.2f ms, %.2f GB/s (average of %d)\n", size_label(bytes).c_str(), write_s * 1e3,
+              bytes / write_s / 1e9, kTimedTransfers);
+  std::printf("[rank 0] %s RDMA READ:  %.2f ms, %.2f GB/s (average of %d)\n", size_label(bytes).c_str(), read_s * 1e3,
+              bytes / read_s / 1e9, kTimedTransfers);
 
   // Small messages: each one waits for its completion, so this is a round trip.
   const rdmx::Sge small_source = source_mr->sge(0, kSmallBytes);
@@ -170,8 +176,8 @@ int main(int argc, char** argv) {
     rdmx::Bootstrap job = rdmx::from_env();
     const int rank = job.info.rank;
     if (job.info.world_size != 2) {
-      throw rdmx::Error(rdmx::ErrorCode::Config, "this example needs exactly 2 ranks, got " +
-                                                     std::to_string(job.info.world_size));
+      throw rdmx::Error(rdmx::ErrorCode::Config,
+                        "this example needs exactly 2 ranks, got " + std::to_string(job.info.world_size));
     }
     const int peer = 1 - rank;
 
@@ -183,8 +189,7 @@ int main(int argc, char** argv) {
     std::printf("[rank %d] device %s, qp %u\n", rank, device->name().c_str(), qp->qp_num());
 
     job.store->set("qp/" + std::to_string(rank), qp->local_address().to_hex());
-    qp->connect(rdmx::QpAddress::from_hex(job.store->get_string("qp/" + std::to_string(peer))),
-                {.peer_rank = peer});
+    qp->connect(rdmx::QpAddress::from_hex(job.store->get_string("qp/" + std::to_string(peer))), {.peer_rank = peer});
     std::printf("[rank %d] connected to rank %d over %s, qp state %s\n", rank, peer, qp->provider().c_str(),
                 rdmx::to_string(qp->state()));
 

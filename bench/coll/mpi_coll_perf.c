@@ -75,13 +75,24 @@
 
 enum { EXIT_USAGE = 2, EXIT_UNSUPPORTED = 3, EXIT_WRONG = 4 };
 
-enum op_kind { ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, BROADCAST, REDUCE, ALL_TO_ALL, GATHER, SCATTER, BARRIER, OP_COUNT };
+enum op_kind {
+  ALL_REDUCE,
+  ALL_GATHER,
+  REDUCE_SCATTER,
+  BROADCAST,
+  REDUCE,
+  ALL_TO_ALL,
+  GATHER,
+  SCATTER,
+  BARRIER,
+  OP_COUNT
+};
 static const char *const op_names[OP_COUNT] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
-                                               "all_to_all", "gather", "scatter", "barrier"};
+                                               "all_to_all", "gather",     "scatter",        "barrier"};
 
 enum type_kind { T_INT8, T_UINT8, T_INT32, T_UINT32, T_INT64, T_UINT64, T_FP16, T_BF16, T_FP32, T_FP64, TYPE_COUNT };
-static const char *const type_names[TYPE_COUNT] = {"int8", "uint8", "int32", "uint32", "int64",
-                                                   "uint64", "fp16", "bf16", "fp32", "fp64"};
+static const char *const type_names[TYPE_COUNT] = {"int8",   "uint8", "int32", "uint32", "int64",
+                                                   "uint64", "fp16",  "bf16",  "fp32",   "fp64"};
 static const size_t type_sizes[TYPE_COUNT] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8};
 
 enum redop_kind { R_SUM, R_PROD, R_MIN, R_MAX, R_AVG, REDOP_COUNT };
@@ -94,8 +105,8 @@ struct options {
   enum type_kind type;
   enum redop_kind redop;
   int root;
-  long iters;   /* 0: per size, from a calibration */
-  long warmup;  /* -1: max(5, iters / 10) */
+  long iters;  /* 0: per size, from a calibration */
+  long warmup; /* -1: max(5, iters / 10) */
   int check;
   const char *json_path;
 };
@@ -140,7 +151,8 @@ static long parse_count(const char *text, const char *option) {
   char *end = NULL;
   errno = 0;
   long value = strtol(text, &end, 10);
-  if (errno != 0 || end == text || *end != '\0' || value < 0) quit(EXIT_USAGE, "%s needs a non-negative number", option);
+  if (errno != 0 || end == text || *end != '\0' || value < 0)
+    quit(EXIT_USAGE, "%s needs a non-negative number", option);
   return value;
 }
 
@@ -152,9 +164,12 @@ static size_t parse_size(const char *text, size_t length) {
   buffer[length] = '\0';
   unsigned shift = 0;
   switch (buffer[length - 1]) {
-    case 'K': case 'k': shift = 10; break;
-    case 'M': case 'm': shift = 20; break;
-    case 'G': case 'g': shift = 30; break;
+    case 'K':
+    case 'k': shift = 10; break;
+    case 'M':
+    case 'm': shift = 20; break;
+    case 'G':
+    case 'g': shift = 30; break;
     default: break;
   }
   if (shift != 0) buffer[length - 1] = '\0';
@@ -250,26 +265,30 @@ static int has_mode(enum op_kind op, int inplace) {
 }
 
 struct layout {
-  size_t count;       /* the count passed to the call */
-  size_t send_elems;  /* elements in the send buffer */
-  size_t recv_elems;  /* elements in the receive buffer */
-  size_t bytes;       /* the size reported: max(send, recv) bytes */
+  size_t count;      /* the count passed to the call */
+  size_t send_elems; /* elements in the send buffer */
+  size_t recv_elems; /* elements in the receive buffer */
+  size_t bytes;      /* the size reported: max(send, recv) bytes */
 };
 
 static struct layout layout_for(enum op_kind op, size_t bytes, size_t esize, int n) {
   struct layout l = {0, 0, 0, 0};
   const size_t per_rank = bytes / esize / (size_t)n;
   switch (op) {
-    case ALL_REDUCE: case BROADCAST: case REDUCE:
+    case ALL_REDUCE:
+    case BROADCAST:
+    case REDUCE:
       l.count = bytes / esize;
       l.send_elems = l.recv_elems = l.count;
       break;
-    case ALL_GATHER: case GATHER:
+    case ALL_GATHER:
+    case GATHER:
       l.count = per_rank;
       l.send_elems = per_rank;
       l.recv_elems = per_rank * (size_t)n;
       break;
-    case REDUCE_SCATTER: case SCATTER:
+    case REDUCE_SCATTER:
+    case SCATTER:
       l.count = per_rank;
       l.send_elems = per_rank * (size_t)n;
       l.recv_elems = per_rank;
@@ -278,8 +297,8 @@ static struct layout layout_for(enum op_kind op, size_t bytes, size_t esize, int
       l.count = per_rank;
       l.send_elems = l.recv_elems = per_rank * (size_t)n;
       break;
-    case BARRIER: case OP_COUNT:
-      break;
+    case BARRIER:
+    case OP_COUNT: break;
   }
   l.bytes = (l.send_elems > l.recv_elems ? l.send_elems : l.recv_elems) * esize;
   return l;
@@ -288,7 +307,11 @@ static struct layout layout_for(enum op_kind op, size_t bytes, size_t esize, int
 static double bus_factor(enum op_kind op, int n) {
   switch (op) {
     case ALL_REDUCE: return 2.0 * (n - 1) / n;
-    case ALL_GATHER: case REDUCE_SCATTER: case ALL_TO_ALL: case GATHER: case SCATTER: return (double)(n - 1) / n;
+    case ALL_GATHER:
+    case REDUCE_SCATTER:
+    case ALL_TO_ALL:
+    case GATHER:
+    case SCATTER: return (double)(n - 1) / n;
     default: return 1.0;
   }
 }
@@ -346,7 +369,8 @@ static double expected_reduction(size_t i, const struct options *o) {
   for (int r = 1; r < nranks; ++r) {
     const int64_t v = reduce_input(r, i, o->redop);
     switch (o->redop) {
-      case R_SUM: case R_AVG: acc += v; break;
+      case R_SUM:
+      case R_AVG: acc += v; break;
       case R_PROD: acc *= v; break;
       case R_MIN: acc = v < acc ? v : acc; break;
       case R_MAX: acc = v > acc ? v : acc; break;
@@ -394,8 +418,8 @@ static MPI_Op mpi_op(enum redop_kind r) {
 }
 
 struct buffers {
-  unsigned char *send;  /* send_elems of the largest size */
-  unsigned char *recv;  /* max(send_elems, recv_elems) of the largest size */
+  unsigned char *send; /* send_elems of the largest size */
+  unsigned char *recv; /* max(send_elems, recv_elems) of the largest size */
 };
 
 /* Where the input and the output of a call are, for this rank (see the header). */
@@ -407,7 +431,8 @@ static void placement(const struct options *o, const struct layout *l, const str
   if (!inplace) return;
   *in = b->recv;
   switch (o->op) {
-    case ALL_GATHER: case GATHER: *in = b->recv + (size_t)rank * block; break;
+    case ALL_GATHER:
+    case GATHER: *in = b->recv + (size_t)rank * block; break;
     case SCATTER: *out = b->recv + (size_t)rank * block; break;
     default: break;
   }
@@ -422,35 +447,24 @@ static void run_once(const struct options *o, const struct layout *l, const stru
   const int root = o->root, is_root = rank == o->root;
   int rc = MPI_SUCCESS;
   switch (o->op) {
-    case ALL_REDUCE:
-      rc = MPI_Allreduce(inplace ? MPI_IN_PLACE : in, out, count, t, op, MPI_COMM_WORLD);
-      break;
-    case ALL_GATHER:
-      rc = MPI_Allgather(inplace ? MPI_IN_PLACE : in, count, t, out, count, t, MPI_COMM_WORLD);
-      break;
+    case ALL_REDUCE: rc = MPI_Allreduce(inplace ? MPI_IN_PLACE : in, out, count, t, op, MPI_COMM_WORLD); break;
+    case ALL_GATHER: rc = MPI_Allgather(inplace ? MPI_IN_PLACE : in, count, t, out, count, t, MPI_COMM_WORLD); break;
     case REDUCE_SCATTER:
       rc = MPI_Reduce_scatter_block(inplace ? MPI_IN_PLACE : in, out, count, t, op, MPI_COMM_WORLD);
       break;
-    case BROADCAST:
-      rc = MPI_Bcast(out, count, t, root, MPI_COMM_WORLD);
-      break;
+    case BROADCAST: rc = MPI_Bcast(out, count, t, root, MPI_COMM_WORLD); break;
     case REDUCE:
       rc = MPI_Reduce(inplace && is_root ? MPI_IN_PLACE : in, out, count, t, op, root, MPI_COMM_WORLD);
       break;
-    case ALL_TO_ALL:
-      rc = MPI_Alltoall(inplace ? MPI_IN_PLACE : in, count, t, out, count, t, MPI_COMM_WORLD);
-      break;
+    case ALL_TO_ALL: rc = MPI_Alltoall(inplace ? MPI_IN_PLACE : in, count, t, out, count, t, MPI_COMM_WORLD); break;
     case GATHER:
       rc = MPI_Gather(inplace && is_root ? MPI_IN_PLACE : in, count, t, out, count, t, root, MPI_COMM_WORLD);
       break;
     case SCATTER:
       rc = MPI_Scatter(in, count, t, inplace && is_root ? MPI_IN_PLACE : out, count, t, root, MPI_COMM_WORLD);
       break;
-    case BARRIER:
-      rc = MPI_Barrier(MPI_COMM_WORLD);
-      break;
-    case OP_COUNT:
-      break;
+    case BARRIER: rc = MPI_Barrier(MPI_COMM_WORLD); break;
+    case OP_COUNT: break;
   }
   if (rc != MPI_SUCCESS) die("%s failed (MPI error %d)", op_names[o->op], rc);
 }
@@ -497,14 +511,18 @@ static long long check_once(const struct options *o, const struct layout *l, con
   for (size_t i = 0; i < total; ++i) store(b->recv, t, i, SENTINEL);
   const int is_root = rank == o->root;
   switch (o->op) {
-    case ALL_REDUCE: case REDUCE: case REDUCE_SCATTER:
+    case ALL_REDUCE:
+    case REDUCE:
+    case REDUCE_SCATTER:
       for (size_t i = 0; i < l->send_elems; ++i) store(in, t, i, (double)reduce_input(rank, i, o->redop));
       break;
-    case ALL_GATHER: case GATHER:
+    case ALL_GATHER:
+    case GATHER:
       for (size_t i = 0; i < n; ++i) store(in, t, i, (double)move_input(rank, i));
       break;
     case BROADCAST:
-      if (is_root) for (size_t i = 0; i < n; ++i) store(out, t, i, (double)move_input(rank, i));
+      if (is_root)
+        for (size_t i = 0; i < n; ++i) store(out, t, i, (double)move_input(rank, i));
       break;
     case ALL_TO_ALL:
       for (size_t i = 0; i < l->send_elems; ++i) store(in, t, i, (double)move_input(rank, i));
@@ -519,7 +537,8 @@ static long long check_once(const struct options *o, const struct layout *l, con
   run_once(o, l, b, inplace);
   long long wrong = 0;
   switch (o->op) {
-    case ALL_REDUCE: case REDUCE:
+    case ALL_REDUCE:
+    case REDUCE:
       if (o->op == ALL_REDUCE || is_root) {
         for (size_t i = 0; i < n; ++i) wrong += !same(load(out, t, i), expected_reduction(i, o), o);
       }
@@ -527,10 +546,12 @@ static long long check_once(const struct options *o, const struct layout *l, con
     case REDUCE_SCATTER:
       for (size_t i = 0; i < n; ++i) wrong += !same(load(out, t, i), expected_reduction((size_t)rank * n + i, o), o);
       break;
-    case ALL_GATHER: case GATHER:
+    case ALL_GATHER:
+    case GATHER:
       if (o->op == ALL_GATHER || is_root) {
         for (int r = 0; r < nranks; ++r) {
-          for (size_t i = 0; i < n; ++i) wrong += load(out, t, (size_t)r * n + i) != as_type(t, (double)move_input(r, i));
+          for (size_t i = 0; i < n; ++i)
+            wrong += load(out, t, (size_t)r * n + i) != as_type(t, (double)move_input(r, i));
         }
       }
       break;
@@ -560,10 +581,14 @@ static long long check_once(const struct options *o, const struct layout *l, con
 /* Output. */
 
 static void format_time(char *out, size_t size, double us) {
-  if (us < 10) snprintf(out, size, "%.3f", us);
-  else if (us < 100) snprintf(out, size, "%.2f", us);
-  else if (us < 10000) snprintf(out, size, "%.1f", us);
-  else snprintf(out, size, "%.0f", us);
+  if (us < 10)
+    snprintf(out, size, "%.3f", us);
+  else if (us < 100)
+    snprintf(out, size, "%.2f", us);
+  else if (us < 10000)
+    snprintf(out, size, "%.1f", us);
+  else
+    snprintf(out, size, "%.0f", us);
 }
 
 static void format_bw(char *out, size_t size, double gbps) { snprintf(out, size, gbps < 10 ? "%.3f" : "%.2f", gbps); }
@@ -675,13 +700,17 @@ int main(int argc, char **argv) {
         format_time(t, sizeof t, us);
         format_bw(a, sizeof a, algbw);
         format_bw(u, sizeof u, busbw);
-        if (wrong >= 0) snprintf(w, sizeof w, "%lld", wrong);
-        else snprintf(w, sizeof w, "n/a");
+        if (wrong >= 0)
+          snprintf(w, sizeof w, "%lld", wrong);
+        else
+          snprintf(w, sizeof w, "n/a");
         snprintf(cells[inplace], sizeof cells[inplace], "  %8s  %7s  %7s  %6s", t, a, u, w);
         if (json != NULL) {
           char wrong_json[32];
-          if (wrong >= 0) snprintf(wrong_json, sizeof wrong_json, "%lld", wrong);
-          else snprintf(wrong_json, sizeof wrong_json, "null");
+          if (wrong >= 0)
+            snprintf(wrong_json, sizeof wrong_json, "%lld", wrong);
+          else
+            snprintf(wrong_json, sizeof wrong_json, "null");
           fprintf(json,
                   "{\"bench\":\"mpi\",\"transport\":\"%s\",\"op\":\"%s\",\"np\":%d,\"bytes\":%zu,\"count\":%zu,"
                   "\"type\":\"%s\",\"redop\":\"%s\",\"root\":%d,\"inplace\":%s,\"time_us\":%.4f,"
@@ -698,7 +727,8 @@ int main(int argc, char **argv) {
     }
   }
   if (rank == 0) {
-    printf("# Out of bounds values : %lld %s\n", all_wrong, o.check ? (all_wrong == 0 ? "OK" : "FAILED") : "(not checked)");
+    printf("# Out of bounds values : %lld %s\n", all_wrong,
+           o.check ? (all_wrong == 0 ? "OK" : "FAILED") : "(not checked)");
     printf("# Avg bus bandwidth    : %.4g\n#\n", bw_count > 0 ? bw_sum / bw_count : 0.0);
   }
   if (json != NULL) fclose(json);

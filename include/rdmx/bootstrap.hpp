@@ -86,7 +86,7 @@ struct LaunchInfo {
   std::string launcher;       // "rdmx", "torchrun", "openmpi", "mpich", "slurm"
   std::string store_host;     // empty when none was given
   std::uint16_t store_port = 0;
-  std::string store_file;     // RDMX_STORE=file:/path
+  std::string store_file;  // RDMX_STORE=file:/path
 };
 
 // Reads the environment: RDMX_RANK/RDMX_WORLD_SIZE/RDMX_STORE (host:port or

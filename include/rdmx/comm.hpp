@@ -69,7 +69,7 @@ enum class DataType : std::uint8_t {
   Float64,
 };
 inline constexpr int kDataTypeCount = 10;
-std::size_t size_of(DataType type) noexcept;  // bytes per element
+std::size_t size_of(DataType type) noexcept;    // bytes per element
 const char* to_string(DataType type) noexcept;  // "fp32", "bf16", "int8", ...
 bool is_floating(DataType type) noexcept;
 
@@ -118,10 +118,10 @@ class Work {
 
 // ---------------------------------------------------------------------------
 struct CommOptions {
-  std::string provider;                     // empty: RDMX_PROVIDER, else "auto"
-  std::string algo;                         // empty: RDMX_ALGO, else the selection table
-  std::chrono::milliseconds timeout{-1};    // negative: RDMX_TIMEOUT
-  std::string tag = "comm";                 // store key prefix (several communicators per store)
+  std::string provider;                   // empty: RDMX_PROVIDER, else "auto"
+  std::string algo;                       // empty: RDMX_ALGO, else the selection table
+  std::chrono::milliseconds timeout{-1};  // negative: RDMX_TIMEOUT
+  std::string tag = "comm";               // store key prefix (several communicators per store)
 };
 
 // Where a rank lives, as the communicator learnt it at creation.
@@ -215,11 +215,11 @@ class Communicator {
     CollOp op = CollOp::Barrier;
     const void* send = nullptr;
     void* recv = nullptr;
-    std::size_t count = 0;  // elements (send count for Send/SendRecv)
+    std::size_t count = 0;       // elements (send count for Send/SendRecv)
     std::size_t recv_count = 0;  // SendRecv only
     DataType type = DataType::Uint8;
     ReduceOp redop = ReduceOp::Sum;
-    int root = -1;  // root, or the peer for Send/Recv, the destination for SendRecv
+    int root = -1;    // root, or the peer for Send/Recv, the destination for SendRecv
     int source = -1;  // SendRecv only
     std::vector<std::size_t> send_counts, send_displs, recv_counts, recv_displs;  // AllToAllv
   };

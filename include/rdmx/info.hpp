@@ -19,12 +19,12 @@ namespace rdmx {
 // ---------------------------------------------------------------------------
 // Providers
 struct ProviderStatus {
-  std::string name;       // "shm", "tcp", "verbs", "cuda"
-  bool built = false;     // compiled into this library
-  bool usable = false;    // a device opens on this host now
-  std::string reason;     // why usable, or exactly why not (e.g. "no RDMA device: /sys/class/infiniband is empty")
-  std::string device;     // Device::name() when usable
-  DeviceCaps caps;        // when usable
+  std::string name;     // "shm", "tcp", "verbs", "cuda"
+  bool built = false;   // compiled into this library
+  bool usable = false;  // a device opens on this host now
+  std::string reason;   // why usable, or exactly why not (e.g. "no RDMA device: /sys/class/infiniband is empty")
+  std::string device;   // Device::name() when usable
+  DeviceCaps caps;      // when usable
 };
 // Every provider rdmx knows, built or not, in auto selection's order.
 std::vector<ProviderStatus> probe_providers();
@@ -42,10 +42,10 @@ AutoChoice probe_auto();
 // ---------------------------------------------------------------------------
 // Settings in force
 struct Setting {
-  std::string name;      // "RDMX_TIMEOUT"
-  std::string value;     // the value in force (the default when unset)
-  bool from_env = false; // set in the environment (else the default)
-  std::string meaning;   // one line
+  std::string name;           // "RDMX_TIMEOUT"
+  std::string value;          // the value in force (the default when unset)
+  bool from_env = false;      // set in the environment (else the default)
+  std::string meaning;        // one line
   std::string default_value;  // as it would be written in the environment; empty for an unknown variable
 };
 // Every RDMX_* setting the library reads, and any other RDMX_* variable set in
@@ -64,10 +64,10 @@ struct RdmaGid {
 };
 struct RdmaPort {
   int number = 0;
-  std::string state;       // "ACTIVE", "DOWN", ...
-  std::string link_layer;  // "InfiniBand", "Ethernet"
-  std::string rate;        // "100 Gb/sec (4X EDR)"
-  int lid = 0;             // InfiniBand only
+  std::string state;          // "ACTIVE", "DOWN", ...
+  std::string link_layer;     // "InfiniBand", "Ethernet"
+  std::string rate;           // "100 Gb/sec (4X EDR)"
+  int lid = 0;                // InfiniBand only
   std::vector<RdmaGid> gids;  // non-zero GIDs only
 };
 struct RdmaDevice {
@@ -97,15 +97,15 @@ struct Gpu {
 };
 struct HostTopology {
   std::string hostname;
-  int cores = 0;           // physical cores
-  int logical_cpus = 0;    // hardware threads
+  int cores = 0;         // physical cores
+  int logical_cpus = 0;  // hardware threads
   std::vector<NumaNode> numa_nodes;
-  std::string cpu_note;    // why the counts above are 0, when they are
+  std::string cpu_note;  // why the counts above are 0, when they are
   std::vector<NetInterface> interfaces;
   std::vector<RdmaDevice> rdma_devices;
-  std::string rdma_note;   // why rdma_devices is empty, when it is
+  std::string rdma_note;  // why rdma_devices is empty, when it is
   std::vector<Gpu> gpus;
-  std::string gpu_note;    // why gpus is empty, when it is
+  std::string gpu_note;  // why gpus is empty, when it is
 };
 HostTopology discover_topology();
 

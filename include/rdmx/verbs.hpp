@@ -119,13 +119,13 @@ struct Sge {
 struct SendWr {
   std::uint64_t wr_id = 0;
   Opcode opcode = Opcode::Send;
-  std::span<const Sge> sg_list;  // copied at post time; may be reused after post_send returns
-  bool signaled = true;          // false: no completion on success (errors always complete)
-  std::uint32_t imm_data = 0;    // SendWithImm / RdmaWriteWithImm (host order)
-  std::uint64_t remote_addr = 0; // RDMA and atomics: target virtual address
-  std::uint32_t rkey = 0;        // RDMA and atomics: target region key
-  std::uint64_t compare_add = 0; // FetchAdd: addend; CmpSwap: compare value
-  std::uint64_t swap = 0;        // CmpSwap: value written when equal
+  std::span<const Sge> sg_list;   // copied at post time; may be reused after post_send returns
+  bool signaled = true;           // false: no completion on success (errors always complete)
+  std::uint32_t imm_data = 0;     // SendWithImm / RdmaWriteWithImm (host order)
+  std::uint64_t remote_addr = 0;  // RDMA and atomics: target virtual address
+  std::uint32_t rkey = 0;         // RDMA and atomics: target region key
+  std::uint64_t compare_add = 0;  // FetchAdd: addend; CmpSwap: compare value
+  std::uint64_t swap = 0;         // CmpSwap: value written when equal
   // Atomics write the original 8-byte target value into sg_list[0] (8 bytes).
 };
 
@@ -271,9 +271,9 @@ class QueuePair {
 // ---------------------------------------------------------------------------
 // What a provider can do; collectives and tools choose by these, never by name.
 struct DeviceCaps {
-  bool remote_peers = false;        // can reach other hosts
-  bool same_host_peers = false;     // can reach processes on this host
-  bool auto_progress = false;       // READ/atomics served without target calls
+  bool remote_peers = false;     // can reach other hosts
+  bool same_host_peers = false;  // can reach processes on this host
+  bool auto_progress = false;    // READ/atomics served without target calls
   // The last 8 bytes of an RDMA WRITE (of at least 8 bytes, ending on an
   // 8-byte boundary) become visible to the target's CPUs only after every
   // other byte of it, and as one 8-byte store: a target may poll them to
@@ -287,7 +287,7 @@ struct DeviceCaps {
   // caller that keeps registrations of memory it does not own (a cache)
   // must drop them when that memory may have changed.
   bool registration_pins_memory = false;
-  std::uint64_t max_msg_size = 0;   // bytes per work request
+  std::uint64_t max_msg_size = 0;  // bytes per work request
   std::uint32_t max_qp_wr = 0;
   std::uint32_t max_sge = 0;
   std::uint32_t max_inline_data = 0;
@@ -304,8 +304,8 @@ class Device {
 
   virtual std::unique_ptr<ProtectionDomain> alloc_pd() = 0;
   virtual std::unique_ptr<CompletionQueue> create_cq(std::size_t depth) = 0;
-  virtual std::unique_ptr<QueuePair> create_qp(ProtectionDomain& pd, CompletionQueue& send_cq,
-                                               CompletionQueue& recv_cq, const QpCaps& caps) = 0;
+  virtual std::unique_ptr<QueuePair> create_qp(ProtectionDomain& pd, CompletionQueue& send_cq, CompletionQueue& recv_cq,
+                                               const QpCaps& caps) = 0;
   std::unique_ptr<QueuePair> create_qp(ProtectionDomain& pd, CompletionQueue& send_cq, CompletionQueue& recv_cq) {
     return create_qp(pd, send_cq, recv_cq, QpCaps{});
   }

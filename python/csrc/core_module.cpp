@@ -13,8 +13,9 @@ namespace py = pybind11;
 PYBIND11_MODULE(_core, m) {
   m.doc() = "rdmx library bindings that do not need torch";
   m.attr("__version__") = rdmx::version();
-  m.def("info_json", [] { return rdmx::info_json(-1); }, py::call_guard<py::gil_scoped_release>(),
-        "The `rdmx info --json` document as JSON text");
+  m.def(
+      "info_json", [] { return rdmx::info_json(-1); }, py::call_guard<py::gil_scoped_release>(),
+      "The `rdmx info --json` document as JSON text");
   m.def(
       "detect_launch",
       [] {

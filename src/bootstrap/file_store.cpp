@@ -113,7 +113,8 @@ class DirectoryWatch {
 
   // Blocks until the directory changes or `limit` passes, then drains the events.
   void wait_for_change(core::Clock::duration limit) {
-    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::min<core::Clock::duration>(limit, kRecheckInterval));
+    auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::min<core::Clock::duration>(limit, kRecheckInterval));
     int timeout_ms = static_cast<int>(std::max<std::int64_t>(ms.count(), 1));
     if (fd_ < 0) {
       ::poll(nullptr, 0, timeout_ms);
@@ -184,13 +185,15 @@ class FileStore final : public Store {
       if (!parsed) {
         throw Error(ErrorCode::InvalidArgument,
                     "store.add: the value at key " + printable_key(key) + " is not a decimal integer",
-                    ErrorContext{.op = "store.add", .peer_addr = address_,
+                    ErrorContext{.op = "store.add",
+                                 .peer_addr = address_,
                                  .sizes = "value_len=" + std::to_string(stored->size()),
                                  .hint = "add() only works on keys written by add() or set to a decimal string"});
       }
       current = *parsed;
     }
-    std::int64_t updated = static_cast<std::int64_t>(static_cast<std::uint64_t>(current) + static_cast<std::uint64_t>(delta));
+    std::int64_t updated =
+        static_cast<std::int64_t>(static_cast<std::uint64_t>(current) + static_cast<std::uint64_t>(delta));
     write_atomically(key, to_bytes(std::to_string(updated)), "store.add");
     return updated;
   }
@@ -246,7 +249,9 @@ class FileStore final : public Store {
   void make_directories() {
     if (directory_.empty()) {
       throw Error(ErrorCode::InvalidArgument, "file store directory must not be empty",
-                  ErrorContext{.op = "open_file_store", .hint = "pass a directory every rank can reach, e.g. RDMX_STORE=file:/shared/job-$SLURM_JOB_ID"});
+                  ErrorContext{
+                      .op = "open_file_store",
+                      .hint = "pass a directory every rank can reach, e.g. RDMX_STORE=file:/shared/job-$SLURM_JOB_ID"});
     }
     // mkdir -p: create each missing component; EEXIST is fine (another rank won the race).
     for (std::size_t slash = directory_.find('/', 1);; slash = directory_.find('/', slash + 1)) {
@@ -257,8 +262,9 @@ class FileStore final : public Store {
       }
       if (slash == std::string::npos) break;
     }
-    struct stat info{};
-    if (::stat(directory_.c_str(), &info) != 0) throw_system("cannot stat " + directory_, errno, "open_file_store", address_);
+    struct stat info {};
+    if (::stat(directory_.c_str(), &info) != 0)
+      throw_system("cannot stat " + directory_, errno, "open_file_store", address_);
     if (!S_ISDIR(info.st_mode)) {
       throw Error(ErrorCode::InvalidArgument, directory_ + " exists and is not a directory",
                   ErrorContext{.op = "open_file_store", .peer_addr = address_});
@@ -275,7 +281,7 @@ class FileStore final : public Store {
   }
 
   bool exists(const std::string& key) const {
-    struct stat info{};
+    struct stat info {};
     if (::stat(path_for(key).c_str(), &info) == 0) return true;
     if (errno == ENOENT) return false;
     throw_system("cannot stat " + path_for(key), errno, "store.check", address_);
@@ -311,7 +317,8 @@ class FileStore final : public Store {
     std::string temp = directory_ + "/.tmp." + host + "." + std::to_string(::getpid()) + "." +
                        std::to_string(counter.fetch_add(1, std::memory_order_relaxed));
     Fd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666));
-    if (fd.get() < 0) throw_system("cannot create " + temp, errno, op, address_, "the store directory must be writable by every rank");
+    if (fd.get() < 0)
+      throw_system("cannot create " + temp, errno, op, address_, "the store directory must be writable by every rank");
     std::size_t written = 0;
     while (written < value.size()) {
       ssize_t n = ::write(fd.get(), value.data() + written, value.size() - written);
@@ -355,13 +362,14 @@ class FileStore final : public Store {
       if (!exists(key)) missing.push_back(key);
     }
     if (result == core::WaitResult::Aborted) {
-      throw Error(ErrorCode::InvalidState, std::string(op) + " aborted while waiting for " + printable_keys(missing),
-                  ErrorContext{.op = op, .peer_addr = address_, .hint = "rdmx::core::abort_waits() was called (communicator abort)"});
+      throw Error(
+          ErrorCode::InvalidState, std::string(op) + " aborted while waiting for " + printable_keys(missing),
+          ErrorContext{
+              .op = op, .peer_addr = address_, .hint = "rdmx::core::abort_waits() was called (communicator abort)"});
     }
     throw Error(ErrorCode::Timeout,
                 std::string(op) + ": key" + (missing.size() == 1 ? " " : "s ") + printable_keys(missing) +
-                    " did not appear in file store " + directory_ + " within " +
-                    describe_timeout(timeout),
+                    " did not appear in file store " + directory_ + " within " + describe_timeout(timeout),
                 ErrorContext{.op = op,
                              .peer_addr = address_,
                              .sizes = "missing=" + std::to_string(missing.size()) + "/" + std::to_string(keys.size()) +

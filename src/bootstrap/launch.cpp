@@ -42,12 +42,27 @@ RDMX_SETTING(kStore);
 
 const std::vector<LauncherVariables>& launchers() {
   static const std::vector<LauncherVariables> table = {
-      {"rdmx", "rdmx", {kRank.name(), kWorldSize.name()}, kRank.name(), {kWorldSize.name()}, kLocalRank.name(),
+      {"rdmx",
+       "rdmx",
+       {kRank.name(), kWorldSize.name()},
+       kRank.name(),
+       {kWorldSize.name()},
+       kLocalRank.name(),
        kLocalWorldSize.name()},
       {"torchrun", "torchrun", {"RANK", "WORLD_SIZE"}, "RANK", {"WORLD_SIZE"}, "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
-      {"openmpi", "Open MPI", {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, "OMPI_COMM_WORLD_RANK",
-       {"OMPI_COMM_WORLD_SIZE"}, "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
-      {"mpich", "MPICH/Hydra", {"PMI_RANK", "PMI_SIZE"}, "PMI_RANK", {"PMI_SIZE"}, "MPI_LOCALRANKID",
+      {"openmpi",
+       "Open MPI",
+       {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+       "OMPI_COMM_WORLD_RANK",
+       {"OMPI_COMM_WORLD_SIZE"},
+       "OMPI_COMM_WORLD_LOCAL_RANK",
+       "OMPI_COMM_WORLD_LOCAL_SIZE"},
+      {"mpich",
+       "MPICH/Hydra",
+       {"PMI_RANK", "PMI_SIZE"},
+       "PMI_RANK",
+       {"PMI_SIZE"},
+       "MPI_LOCALRANKID",
        "MPI_LOCALNRANKS"},
       {"slurm", "Slurm", {"SLURM_PROCID"}, "SLURM_PROCID", {"SLURM_NTASKS", "SLURM_NPROCS"}, "SLURM_LOCALID", nullptr},
   };
@@ -216,13 +231,14 @@ LaunchInfo detect_launch() {
     if (launcher != nullptr) break;
   }
   if (launcher == nullptr) {
-    throw Error(ErrorCode::Config,
-                "no launcher recognised: none of " + recognised_launchers_text() +
-                    " is set, so this process does not know its rank (was it started on its own?)",
-                ErrorContext{.op = "detect_launch",
-                             .hint = "start N ranks of it with rdmx run -n N -- CMD (e.g. rdmx run -n 2 -- " +
-                                     program_name() + "), or under torchrun, mpirun or srun; or export RDMX_RANK, "
-                                     "RDMX_WORLD_SIZE and RDMX_STORE=host:port (or file:/shared/dir)"});
+    throw Error(
+        ErrorCode::Config,
+        "no launcher recognised: none of " + recognised_launchers_text() +
+            " is set, so this process does not know its rank (was it started on its own?)",
+        ErrorContext{.op = "detect_launch",
+                     .hint = "start N ranks of it with rdmx run -n N -- CMD (e.g. rdmx run -n 2 -- " + program_name() +
+                             "), or under torchrun, mpirun or srun; or export RDMX_RANK, "
+                             "RDMX_WORLD_SIZE and RDMX_STORE=host:port (or file:/shared/dir)"});
   }
 
   LaunchInfo info;
@@ -340,25 +356,28 @@ Bootstrap from_env() {
         std::string source = from_master ? "MASTER_ADDR/MASTER_PORT" : "RDMX_STORE";
         std::string hint = e.context().hint;
         if (from_master && info.launcher == "torchrun") {
-          hint = "under torchrun rdmx serves its store on MASTER_PORT+1 (torchrun's agent holds MASTER_PORT); that "
-                 "port is taken too: export RDMX_STORE=" + address.substr(0, address.rfind(':')) + ":<a free port>";
+          hint =
+              "under torchrun rdmx serves its store on MASTER_PORT+1 (torchrun's agent holds MASTER_PORT); that "
+              "port is taken too: export RDMX_STORE=" +
+              address.substr(0, address.rfind(':')) + ":<a free port>";
         }
         throw Error(e.code(),
-                    "rank 0 (launcher " + info.launcher + ") cannot serve the store at " + address + " (from " + source +
-                        "): " + e.message(),
+                    "rank 0 (launcher " + info.launcher + ") cannot serve the store at " + address + " (from " +
+                        source + "): " + e.message(),
                     ErrorContext{.op = "from_env", .peer_addr = address, .hint = hint});
       }
       RDMX_INFO("rank 0 (launcher %s): serving the store for %d ranks on %s", info.launcher.c_str(), info.world_size,
                 address.c_str());
     } else {
-      RDMX_INFO("rank 0 (launcher %s): store host %s is not an address of this machine; expecting a store "
-                "server there (rdmx_store)",
-                info.launcher.c_str(), info.store_host.c_str());
+      RDMX_INFO(
+          "rank 0 (launcher %s): store host %s is not an address of this machine; expecting a store "
+          "server there (rdmx_store)",
+          info.launcher.c_str(), info.store_host.c_str());
     }
   }
   joined.store = connect_tcp_store(info.store_host, info.store_port, core::timeout());
-  RDMX_INFO("rank %d/%d (launcher %s): connected to the store at %s", info.rank, info.world_size,
-            info.launcher.c_str(), address.c_str());
+  RDMX_INFO("rank %d/%d (launcher %s): connected to the store at %s", info.rank, info.world_size, info.launcher.c_str(),
+            address.c_str());
   return joined;
 }
 

@@ -25,7 +25,8 @@ Mesh connect_mesh(Store& store, int rank, int world_size, Device& device, Protec
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     throw Error(ErrorCode::InvalidArgument,
                 "connect_mesh: rank " + std::to_string(rank) + " is not in a world of " + std::to_string(world_size),
-                ErrorContext{.op = "connect_mesh", .rank = rank,
+                ErrorContext{.op = "connect_mesh",
+                             .rank = rank,
                              .hint = "pass the rank and world size from from_env() / detect_launch()"});
   }
   if (tag.empty()) {
@@ -43,9 +44,13 @@ Mesh connect_mesh(Store& store, int rank, int world_size, Device& device, Protec
     try {
       qp = device.create_qp(pd, send_cq, recv_cq, caps);
     } catch (const Error& e) {
-      throw Error(e.code(), "connect_mesh: cannot create the QP towards peer " + std::to_string(peer) + ": " + e.message(),
-                  ErrorContext{.op = "connect_mesh create_qp", .rank = rank, .peer_rank = peer,
-                               .sizes = "world_size=" + std::to_string(world_size), .hint = e.context().hint});
+      throw Error(e.code(),
+                  "connect_mesh: cannot create the QP towards peer " + std::to_string(peer) + ": " + e.message(),
+                  ErrorContext{.op = "connect_mesh create_qp",
+                               .rank = rank,
+                               .peer_rank = peer,
+                               .sizes = "world_size=" + std::to_string(world_size),
+                               .hint = e.context().hint});
     }
     store.set(mesh_key(tag, rank, peer), std::string_view(qp->local_address().to_hex()));
   }
@@ -62,9 +67,12 @@ Mesh connect_mesh(Store& store, int rank, int world_size, Device& device, Protec
     throw Error(e.code(),
                 "connect_mesh: rank " + std::to_string(rank) + " did not get the addresses of all " +
                     std::to_string(world_size - 1) + " peers: " + e.message(),
-                ErrorContext{.op = "connect_mesh", .rank = rank, .peer_addr = e.context().peer_addr,
+                ErrorContext{.op = "connect_mesh",
+                             .rank = rank,
+                             .peer_addr = e.context().peer_addr,
                              .sizes = e.context().sizes,
-                             .hint = "keys are \"" + tag + "/<source rank>/<this rank>\"; a missing one means that "
+                             .hint = "keys are \"" + tag +
+                                     "/<source rank>/<this rank>\"; a missing one means that "
                                      "rank did not reach connect_mesh (crashed, hung, or uses another tag/store)"});
   }
 
@@ -79,8 +87,11 @@ Mesh connect_mesh(Store& store, int rank, int world_size, Device& device, Protec
       throw Error(e.code(),
                   "connect_mesh: rank " + std::to_string(rank) + " cannot connect to peer " + std::to_string(peer) +
                       " (address from key " + bootstrap::printable_key(key) + "): " + e.message(),
-                  ErrorContext{.op = "connect_mesh connect", .rank = rank, .peer_rank = peer,
-                               .peer_addr = e.context().peer_addr, .sizes = e.context().sizes,
+                  ErrorContext{.op = "connect_mesh connect",
+                               .rank = rank,
+                               .peer_rank = peer,
+                               .peer_addr = e.context().peer_addr,
+                               .sizes = e.context().sizes,
                                .hint = e.context().hint.empty()
                                            ? "the peer may run another provider or rdmx version, or the key holds "
                                              "a stale address from an earlier job sharing the store"

@@ -42,7 +42,8 @@ std::vector<SocketAddress> resolve_tcp(const std::string& host, std::uint16_t po
 std::string to_string(const sockaddr* address, socklen_t length) {
   char host[NI_MAXHOST] = {};
   char service[NI_MAXSERV] = {};
-  if (::getnameinfo(address, length, host, sizeof(host), service, sizeof(service), NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+  if (::getnameinfo(address, length, host, sizeof(host), service, sizeof(service), NI_NUMERICHOST | NI_NUMERICSERV) !=
+      0) {
     return "?";
   }
   std::string text = host;

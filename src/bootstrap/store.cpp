@@ -33,11 +33,12 @@ void validate_key(const std::string& key, const char* op, const std::string& sto
 
 void validate_value(std::size_t value_size, const char* op, const std::string& key, const std::string& store_addr) {
   if (value_size <= kMaxValueBytes) return;
-  throw Error(ErrorCode::InvalidArgument, "value for store key " + printable_key(key) + " is larger than the limit",
-              ErrorContext{.op = op,
-                           .peer_addr = store_addr,
-                           .sizes = "value_len=" + std::to_string(value_size) + " max=" + std::to_string(kMaxValueBytes),
-                           .hint = "stores carry addresses and small metadata; move bulk data over a QP"});
+  throw Error(
+      ErrorCode::InvalidArgument, "value for store key " + printable_key(key) + " is larger than the limit",
+      ErrorContext{.op = op,
+                   .peer_addr = store_addr,
+                   .sizes = "value_len=" + std::to_string(value_size) + " max=" + std::to_string(kMaxValueBytes),
+                   .hint = "stores carry addresses and small metadata; move bulk data over a QP"});
 }
 
 std::string printable_key(std::string_view key) {
@@ -101,14 +102,17 @@ namespace {
 // Every key goes to the inner store as prefix + "/" + key; nothing else changes.
 class PrefixStore final : public Store {
  public:
-  PrefixStore(std::shared_ptr<Store> inner, std::string prefix) : inner_(std::move(inner)), prefix_(std::move(prefix) + "/") {}
+  PrefixStore(std::shared_ptr<Store> inner, std::string prefix)
+      : inner_(std::move(inner)), prefix_(std::move(prefix) + "/") {}
 
   using Store::get;
   using Store::set;
   using Store::wait;
 
   void set(const std::string& key, const Bytes& value) override { inner_->set(full(key), value); }
-  Bytes get(const std::string& key, std::chrono::milliseconds timeout) override { return inner_->get(full(key), timeout); }
+  Bytes get(const std::string& key, std::chrono::milliseconds timeout) override {
+    return inner_->get(full(key), timeout);
+  }
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
     std::vector<std::string> prefixed;
     prefixed.reserve(keys.size());
@@ -139,8 +143,9 @@ class PrefixStore final : public Store {
 
 std::unique_ptr<Store> prefix_store(std::shared_ptr<Store> inner, std::string prefix) {
   if (!inner) {
-    throw Error(ErrorCode::InvalidArgument, "prefix_store needs a store to wrap, got null",
-                ErrorContext{.op = "prefix_store", .hint = "pass the shared_ptr returned by from_env() or open_*_store()"});
+    throw Error(
+        ErrorCode::InvalidArgument, "prefix_store needs a store to wrap, got null",
+        ErrorContext{.op = "prefix_store", .hint = "pass the shared_ptr returned by from_env() or open_*_store()"});
   }
   return std::make_unique<bootstrap::PrefixStore>(std::move(inner), std::move(prefix));
 }

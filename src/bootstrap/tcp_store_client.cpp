@@ -137,7 +137,8 @@ class TcpStore final : public Store {
     if (keys.empty()) return;
     if (keys.size() > kMaxWaitKeys) {
       throw Error(ErrorCode::InvalidArgument, "store.wait: too many keys in one call",
-                  ErrorContext{.op = "store.wait", .peer_addr = address_,
+                  ErrorContext{.op = "store.wait",
+                               .peer_addr = address_,
                                .sizes = "keys=" + std::to_string(keys.size()) + " max=" + std::to_string(kMaxWaitKeys),
                                .hint = "wait in batches"});
     }
@@ -151,10 +152,11 @@ class TcpStore final : public Store {
     }
     if (total > wire::kMaxFrameArgBytes) {
       throw Error(ErrorCode::InvalidArgument, "store.wait: the keys of one call are too large together",
-                  ErrorContext{.op = "store.wait", .peer_addr = address_,
-                               .sizes = "key_bytes=" + std::to_string(total) + " max=" +
-                                        std::to_string(wire::kMaxFrameArgBytes),
-                               .hint = "wait in batches"});
+                  ErrorContext{
+                      .op = "store.wait",
+                      .peer_addr = address_,
+                      .sizes = "key_bytes=" + std::to_string(total) + " max=" + std::to_string(wire::kMaxFrameArgBytes),
+                      .hint = "wait in batches"});
     }
     call(Op::Wait, args, timeout, keys);
   }
@@ -205,12 +207,14 @@ class TcpStore final : public Store {
                 const std::vector<std::string>& keys) {
     std::lock_guard lock(mutex_);
     if (!broken_.empty()) {
-      throw Error(broken_code_, std::string(wire::op_name(op)) + ": the connection to the store server at " + address_ +
-                                    " is unusable: " + broken_,
-                  ErrorContext{.op = wire::op_name(op), .peer_addr = address_,
-                               .hint = broken_code_ == ErrorCode::PeerFailure
-                                           ? kServerGoneHint
-                                           : "open a new client with connect_tcp_store()"});
+      throw Error(
+          broken_code_,
+          std::string(wire::op_name(op)) + ": the connection to the store server at " + address_ +
+              " is unusable: " + broken_,
+          ErrorContext{.op = wire::op_name(op),
+                       .peer_addr = address_,
+                       .hint = broken_code_ == ErrorCode::PeerFailure ? kServerGoneHint
+                                                                      : "open a new client with connect_tcp_store()"});
     }
     // Non-blocking ops are answered at once by a live server; RDMX_TIMEOUT
     // bounds them against a server that stopped answering.
@@ -249,7 +253,8 @@ class TcpStore final : public Store {
         protocol_error(op, "the server at " + address_ + " answered with bytes that are not an rdmx store response");
       }
       auto status = static_cast<std::uint8_t>(header[5]);
-      if (status > static_cast<std::uint8_t>(Status::Invalid)) protocol_error(op, "unknown status " + std::to_string(status));
+      if (status > static_cast<std::uint8_t>(Status::Invalid))
+        protocol_error(op, "unknown status " + std::to_string(status));
       std::uint64_t answered = wire::get_u64(header + 8);
       std::uint32_t nargs = wire::get_u32(header + 16);
       if (nargs > kMaxWaitKeys) protocol_error(op, "answer with " + std::to_string(nargs) + " arguments");
@@ -273,7 +278,8 @@ class TcpStore final : public Store {
       }
       // An answer to a request we gave up on earlier: skip it.
       if (answered < id) continue;
-      if (answered != id) protocol_error(op, "answer to request " + std::to_string(answered) + ", expected " + std::to_string(id));
+      if (answered != id)
+        protocol_error(op, "answer to request " + std::to_string(answered) + ", expected " + std::to_string(id));
       return response;
     }
   }
@@ -299,16 +305,18 @@ class TcpStore final : public Store {
                   ErrorContext{.op = name, .peer_addr = address_});
     }
     if (op == Op::Get || op == Op::Wait) throw_timeout(op, keys, keys, bound, /*server_silent=*/true);
-    throw Error(ErrorCode::Timeout,
-                std::string(name) + ": the store server at " + address_ + " did not answer within " +
-                    describe_timeout(bound),
-                ErrorContext{.op = name, .peer_addr = address_, .sizes = keys_sizes(keys, bound),
-                             .hint = op == Op::Hello
-                                         ? "something accepted the connection but does not speak the rdmx store "
-                                           "protocol (e.g. torch.distributed's TCPStore on MASTER_PORT?); point "
-                                           "RDMX_STORE at an rdmx store"
-                                         : "the server is alive but not answering (stopped, overloaded or a network "
-                                           "problem); raise RDMX_TIMEOUT if it is just slow"});
+    throw Error(
+        ErrorCode::Timeout,
+        std::string(name) + ": the store server at " + address_ + " did not answer within " + describe_timeout(bound),
+        ErrorContext{.op = name,
+                     .peer_addr = address_,
+                     .sizes = keys_sizes(keys, bound),
+                     .hint = op == Op::Hello
+                                 ? "something accepted the connection but does not speak the rdmx store "
+                                   "protocol (e.g. torch.distributed's TCPStore on MASTER_PORT?); point "
+                                   "RDMX_STORE at an rdmx store"
+                                 : "the server is alive but not answering (stopped, overloaded or a network "
+                                   "problem); raise RDMX_TIMEOUT if it is just slow"});
   }
 
   // `server_silent`: the server did not even send its own timeout answer, so
@@ -331,7 +339,8 @@ class TcpStore final : public Store {
     broken_ = what;
     broken_code_ = ErrorCode::Protocol;
     throw Error(ErrorCode::Protocol, std::string(wire::op_name(op)) + ": " + what,
-                ErrorContext{.op = wire::op_name(op), .peer_addr = address_,
+                ErrorContext{.op = wire::op_name(op),
+                             .peer_addr = address_,
                              .hint = "is something else listening on this port (e.g. torch.distributed's TCPStore "
                                      "on MASTER_PORT)? point RDMX_STORE at an rdmx store"});
   }
@@ -339,8 +348,8 @@ class TcpStore final : public Store {
   void expect_args(const Response& response, std::size_t count, Op op) {
     if (response.args.size() != count) {
       std::lock_guard lock(mutex_);
-      protocol_error(op, "answer with " + std::to_string(response.args.size()) + " arguments, expected " +
-                             std::to_string(count));
+      protocol_error(
+          op, "answer with " + std::to_string(response.args.size()) + " arguments, expected " + std::to_string(count));
     }
   }
 
@@ -405,7 +414,8 @@ UniqueFd try_connect(const SocketAddress& address, Clock::time_point deadline, s
 }  // namespace
 }  // namespace bootstrap
 
-std::unique_ptr<Store> connect_tcp_store(const std::string& host, std::uint16_t port, std::chrono::milliseconds timeout) {
+std::unique_ptr<Store> connect_tcp_store(const std::string& host, std::uint16_t port,
+                                         std::chrono::milliseconds timeout) {
   using namespace bootstrap;
   std::string address = format_host_port(host, port);
   if (host.empty() || port == 0) {
@@ -450,7 +460,8 @@ std::unique_ptr<Store> connect_tcp_store(const std::string& host, std::uint16_t 
     auto now = Clock::now();
     if (now >= deadline) break;
     auto pause = std::min<Clock::duration>(backoff, deadline - now);
-    ::poll(nullptr, 0, static_cast<int>(std::max<std::int64_t>(1, std::chrono::duration_cast<milliseconds>(pause).count())));
+    ::poll(nullptr, 0,
+           static_cast<int>(std::max<std::int64_t>(1, std::chrono::duration_cast<milliseconds>(pause).count())));
     backoff = std::min(backoff * 2, milliseconds(100));
   }
   throw Error(ErrorCode::Timeout,

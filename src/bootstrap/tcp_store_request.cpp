@@ -35,7 +35,9 @@ ArgBounds arg_bounds(Op op, std::uint32_t index) {
   return kValue;
 }
 
-bool known_op(std::uint8_t op) { return op >= static_cast<std::uint8_t>(Op::Hello) && op <= static_cast<std::uint8_t>(Op::Check); }
+bool known_op(std::uint8_t op) {
+  return op >= static_cast<std::uint8_t>(Op::Hello) && op <= static_cast<std::uint8_t>(Op::Check);
+}
 
 }  // namespace
 

@@ -119,8 +119,7 @@ namespace bootstrap {
 namespace {
 
 [[noreturn]] void throw_listen_error(const std::string& address, const std::string& what, int err) {
-  throw Error(ErrorCode::System,
-              "store server cannot listen on " + address + ": " + what + ": " + std::strerror(err),
+  throw Error(ErrorCode::System, "store server cannot listen on " + address + ": " + what + ": " + std::strerror(err),
               ErrorContext{.op = "TcpStoreServer",
                            .peer_addr = address,
                            .hint = err == EADDRINUSE
@@ -174,7 +173,8 @@ TcpStoreServer::TcpStoreServer(const std::string& host, std::uint16_t port) : im
   }
   if (addresses.empty()) {
     throw Error(ErrorCode::InvalidArgument, "store server cannot listen on " + requested + ": " + resolve_error,
-                ErrorContext{.op = "TcpStoreServer", .peer_addr = requested,
+                ErrorContext{.op = "TcpStoreServer",
+                             .peer_addr = requested,
                              .hint = "give an address of this machine, \"0.0.0.0\", \"::\" or \"\" for all"});
   }
   int last_error = 0;
@@ -242,8 +242,10 @@ void TcpStoreServer::Impl::run() {
       } catch (const std::exception& e) {
         // Never let one client's request take the server down.
         auto it = connections.find(id);
-        if (it != connections.end()) drop(it->second, std::string("internal error: ") + e.what(), true);
-        else RDMX_WARN("store server %s: %s", address.c_str(), e.what());
+        if (it != connections.end())
+          drop(it->second, std::string("internal error: ") + e.what(), true);
+        else
+          RDMX_WARN("store server %s: %s", address.c_str(), e.what());
       }
     }
     expire_waiters();
@@ -271,9 +273,10 @@ void TcpStoreServer::Impl::accept_connections() {
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
         // Out of descriptors: stop accepting until a client leaves, instead
         // of spinning on a listener that stays readable.
-        RDMX_WARN("store server %s: cannot accept more clients (%s, %zu connected); waiting for one to leave "
-                  "(raise the open-files limit, ulimit -n)",
-                  address.c_str(), std::strerror(errno), connections.size());
+        RDMX_WARN(
+            "store server %s: cannot accept more clients (%s, %zu connected); waiting for one to leave "
+            "(raise the open-files limit, ulimit -n)",
+            address.c_str(), std::strerror(errno), connections.size());
         epoll_event event{};
         event.data.u64 = kListenerId;
         ::epoll_ctl(epoll.get(), EPOLL_CTL_MOD, listener.get(), &event);
@@ -314,8 +317,8 @@ bool TcpStoreServer::Impl::raise_open_files_limit() {
   rlim_t old_soft = limit.rlim_cur;
   limit.rlim_cur = limit.rlim_max;
   if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) return false;
-  RDMX_INFO("store server %s: %zu clients reached the open-files limit; raised it from %llu to %llu",
-            address.c_str(), connections.size(), static_cast<unsigned long long>(old_soft),
+  RDMX_INFO("store server %s: %zu clients reached the open-files limit; raised it from %llu to %llu", address.c_str(),
+            connections.size(), static_cast<unsigned long long>(old_soft),
             static_cast<unsigned long long>(limit.rlim_cur));
   return true;
 }
@@ -351,8 +354,9 @@ void TcpStoreServer::Impl::read_from(std::uint64_t id, bootstrap::Connection& co
       if (!connection.input.empty()) process_input(id, connection);
       if (connection.dead) return;
       if (!connection.input.empty()) {
-        drop(connection, "closed in the middle of a request (" + std::to_string(connection.input.size()) +
-                             " bytes of it received)", true);
+        drop(connection,
+             "closed in the middle of a request (" + std::to_string(connection.input.size()) + " bytes of it received)",
+             true);
       } else {
         drop(connection, "closed the connection", false);
       }
@@ -374,8 +378,7 @@ void TcpStoreServer::Impl::process_input(std::uint64_t id, bootstrap::Connection
          connection.output.size() - connection.output_sent <= kMaxQueuedOutput) {
     std::size_t consumed = 0;
     std::string why;
-    ParseResult result =
-        parse_request(std::string_view(connection.input).substr(offset), consumed, request, why);
+    ParseResult result = parse_request(std::string_view(connection.input).substr(offset), consumed, request, why);
     if (result == ParseResult::NeedMore) break;
     if (result == ParseResult::Malformed) {
       drop(connection, "malformed request: " + why, true);
@@ -392,9 +395,7 @@ void TcpStoreServer::Impl::handle(std::uint64_t id, bootstrap::Connection& conne
   using namespace bootstrap;
   auto& args = request.args;
   switch (request.op) {
-    case Op::Hello:
-      reply(id, request.id, Status::Ok, {"rdmx-store/1"});
-      return;
+    case Op::Hello: reply(id, request.id, Status::Ok, {"rdmx-store/1"}); return;
     case Op::Set:
       data[args[0]] = std::move(args[1]);
       reply(id, request.id, Status::Ok, {});
@@ -465,8 +466,8 @@ void TcpStoreServer::Impl::handle(std::uint64_t id, bootstrap::Connection& conne
   }
 }
 
-void TcpStoreServer::Impl::park(std::uint64_t id, bootstrap::Connection& connection,
-                                const bootstrap::Request& request, std::unordered_set<std::string> missing) {
+void TcpStoreServer::Impl::park(std::uint64_t id, bootstrap::Connection& connection, const bootstrap::Request& request,
+                                std::unordered_set<std::string> missing) {
   if (connection.waiters.size() >= bootstrap::kMaxParkedPerConnection) {
     drop(connection, "more than " + std::to_string(bootstrap::kMaxParkedPerConnection) + " parked get/wait requests",
          true);

@@ -187,7 +187,8 @@ void scatter(OpContext& ctx) {
     }
   }
   if (n > 1) ctx.run();
-  if (r == c.root) copy_if_distinct(c.recv, static_cast<const char*>(c.send) + static_cast<std::size_t>(r) * bytes, bytes);
+  if (r == c.root)
+    copy_if_distinct(c.recv, static_cast<const char*>(c.send) + static_cast<std::size_t>(r) * bytes, bytes);
 }
 
 // all_to_all and all_to_allv: every pair exchanges directly. An in-place
@@ -197,9 +198,13 @@ void all_to_all(OpContext& ctx) {
   const int r = ctx.rank, n = ctx.n;
   const std::size_t e = ctx.elem;
   const bool v = c.op == CollOp::AllToAllv;
-  auto send_off = [&](int j) { return (v ? c.send_displs[static_cast<std::size_t>(j)] : static_cast<std::size_t>(j) * c.count) * e; };
+  auto send_off = [&](int j) {
+    return (v ? c.send_displs[static_cast<std::size_t>(j)] : static_cast<std::size_t>(j) * c.count) * e;
+  };
   auto send_len = [&](int j) { return (v ? c.send_counts[static_cast<std::size_t>(j)] : c.count) * e; };
-  auto recv_off = [&](int j) { return (v ? c.recv_displs[static_cast<std::size_t>(j)] : static_cast<std::size_t>(j) * c.count) * e; };
+  auto recv_off = [&](int j) {
+    return (v ? c.recv_displs[static_cast<std::size_t>(j)] : static_cast<std::size_t>(j) * c.count) * e;
+  };
   auto recv_len = [&](int j) { return (v ? c.recv_counts[static_cast<std::size_t>(j)] : c.count) * e; };
   const char* in = static_cast<const char*>(c.send);
   if (c.send == c.recv) {
@@ -222,7 +227,8 @@ void all_to_all(OpContext& ctx) {
                     " bytes but expects " + std::to_string(recv_len(r)),
                 {.op = describe(ctx.desc), .rank = r, .hint = "send_counts[rank] must equal recv_counts[rank]"});
   }
-  if (recv_len(r) != 0 && out + recv_off(r) != in + send_off(r)) std::memmove(out + recv_off(r), in + send_off(r), recv_len(r));
+  if (recv_len(r) != 0 && out + recv_off(r) != in + send_off(r))
+    std::memmove(out + recv_off(r), in + send_off(r), recv_len(r));
 }
 
 // Dissemination: round k sends to rank + 2^k and hears from rank - 2^k, so

@@ -150,7 +150,10 @@ void all_reduce_hd(OpContext& ctx) {
     const Block give = lower ? range(mid, hi) : range(lo, mid);
     add_send(s, partner, at(in, give.off, e), give.len * e, last, false, true);
     last = add_recv(s, partner, at(c.recv, keep.off, e), keep.len * e, at(in, keep.off, e), last);
-    if (lower) hi = mid; else lo = mid;
+    if (lower)
+      hi = mid;
+    else
+      lo = mid;
     in = c.recv;
   }
   s.recvs[static_cast<std::size_t>(last)].finalize = true;
@@ -318,7 +321,10 @@ void reduce_scatter_hd(OpContext& ctx) {
     const auto give = lower ? range(mid, hi) : range(lo, mid);
     add_send(s, partner, in + give.first, give.second, last, false, true);
     last = add_recv(s, partner, acc + keep.first, keep.second, in + keep.first, last);
-    if (lower) hi = mid; else lo = mid;
+    if (lower)
+      hi = mid;
+    else
+      lo = mid;
     in = acc;
   }
   if (last >= 0) s.recvs[static_cast<std::size_t>(last)].finalize = true;

@@ -52,10 +52,10 @@ void Work::wait(std::chrono::milliseconds timeout) {
   auto r = core::wait_until([&] { return state_->status.load(std::memory_order_acquire) != State::kPending; },
                             &state_->word, core::deadline_after(timeout));
   if (r != core::WaitResult::Ready) {
-    throw Error(ErrorCode::Timeout,
-                state_->what + " is still running after " + std::to_string(timeout.count()) + " ms",
-                {.op = "Work::wait", .hint = "the operation goes on and is bounded by its own timeout; wait again or "
-                                             "abort the communicator"});
+    throw Error(ErrorCode::Timeout, state_->what + " is still running after " + std::to_string(timeout.count()) + " ms",
+                {.op = "Work::wait",
+                 .hint = "the operation goes on and is bounded by its own timeout; wait again or "
+                         "abort the communicator"});
   }
   test();
 }
@@ -264,7 +264,8 @@ class CommImpl final : public Communicator {
       bad(call, "count " + std::to_string(std::max(call.count, call.recv_count)) + " is too large");
     }
     auto need = [&](const void* p, std::size_t elems, const char* which) {
-      if (p == nullptr && elems != 0) bad(call, std::string(which) + " buffer is null with count " + std::to_string(elems));
+      if (p == nullptr && elems != 0)
+        bad(call, std::string(which) + " buffer is null with count " + std::to_string(elems));
     };
     const std::size_t n = static_cast<std::size_t>(size_);
     switch (call.op) {
@@ -309,8 +310,9 @@ class CommImpl final : public Communicator {
         }
         const auto r = static_cast<std::size_t>(rank_);
         if (call.send_counts[r] != call.recv_counts[r]) {
-          bad(call, "this rank sends itself " + std::to_string(call.send_counts[r]) + " elements but expects " +
-                        std::to_string(call.recv_counts[r]),
+          bad(call,
+              "this rank sends itself " + std::to_string(call.send_counts[r]) + " elements but expects " +
+                  std::to_string(call.recv_counts[r]),
               "send_counts[rank] must equal recv_counts[rank]");
         }
         break;
@@ -340,7 +342,8 @@ class CommImpl final : public Communicator {
 
   void execute(const Call& call) {
     if (links_->aborted()) {
-      throw Error(ErrorCode::InvalidState, "the communicator is unusable after an earlier error or abort: " + links_->abort_reason(),
+      throw Error(ErrorCode::InvalidState,
+                  "the communicator is unusable after an earlier error or abort: " + links_->abort_reason(),
                   {.op = to_string(call.op), .rank = rank_, .hint = "destroy it and create a new one"});
     }
     coll::OpDesc desc;
@@ -358,8 +361,7 @@ class CommImpl final : public Communicator {
     }
     if (size_ == 1 && !desc.p2p()) desc.algo = Algo::Local;
     if (core::log_enabled(core::LogLevel::Trace)) {
-      RDMX_TRACE("%s: %s", describe(desc).c_str(),
-                 selector_.explain(call.op, reported_bytes(call), size_).c_str());
+      RDMX_TRACE("%s: %s", describe(desc).c_str(), selector_.explain(call.op, reported_bytes(call), size_).c_str());
     }
     const std::size_t e = size_of(call.type);
     Combine combine;
@@ -372,8 +374,7 @@ class CommImpl final : public Communicator {
     const Call& run_call = guard_overlap(call, e, send_bytes, recv_bytes, copy);
     register_user_buffers(run_call, send_bytes, recv_bytes);
     schedule_.clear();
-    OpContext ctx{*links_, run_call, desc, schedule_, combine, timeout_, rank_, size_, e,
-                  direct_min_};
+    OpContext ctx{*links_, run_call, desc, schedule_, combine, timeout_, rank_, size_, e, direct_min_};
     links_->enter(desc);
     coll::run_algorithm(ctx);
     links_->leave(desc);
@@ -490,7 +491,8 @@ std::unique_ptr<Communicator> CommImpl::split(int color, int key) {
   if (color < 0) return nullptr;
   std::vector<std::pair<std::int64_t, int>> members;  // (key, old rank)
   for (int p = 0; p < size_; ++p) {
-    if (all[2 * static_cast<std::size_t>(p)] == color) members.emplace_back(all[2 * static_cast<std::size_t>(p) + 1], p);
+    if (all[2 * static_cast<std::size_t>(p)] == color)
+      members.emplace_back(all[2 * static_cast<std::size_t>(p) + 1], p);
   }
   std::sort(members.begin(), members.end());
   int new_rank = 0;
@@ -507,12 +509,13 @@ std::unique_ptr<Communicator> CommImpl::split(int color, int key) {
 // ---------------------------------------------------------------------------
 std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store, int rank, int size,
                                                    const CommOptions& options) {
-  if (!store) throw Error(ErrorCode::InvalidArgument, "Communicator::create: the store is null", {.op = "Communicator::create"});
+  if (!store)
+    throw Error(ErrorCode::InvalidArgument, "Communicator::create: the store is null", {.op = "Communicator::create"});
   if (size < 1 || rank < 0 || rank >= size) {
-    throw Error(ErrorCode::InvalidArgument,
-                "Communicator::create: rank " + std::to_string(rank) + " is not in a communicator of " +
-                    std::to_string(size),
-                {.op = "Communicator::create", .rank = rank});
+    throw Error(
+        ErrorCode::InvalidArgument,
+        "Communicator::create: rank " + std::to_string(rank) + " is not in a communicator of " + std::to_string(size),
+        {.op = "Communicator::create", .rank = rank});
   }
   if (options.tag.empty()) {
     throw Error(ErrorCode::InvalidArgument, "Communicator::create: the tag must not be empty",

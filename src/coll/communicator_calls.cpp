@@ -75,7 +75,8 @@ void Communicator::send(const void* b, std::size_t n, DataType t, int peer) {
 void Communicator::recv(void* b, std::size_t n, DataType t, int peer) {
   submit(make_call(CollOp::Recv, nullptr, b, n, t, ReduceOp::Sum, peer), false);
 }
-void Communicator::send_recv(const void* sb, std::size_t sc, int dest, void* rb, std::size_t rc, int source, DataType t) {
+void Communicator::send_recv(const void* sb, std::size_t sc, int dest, void* rb, std::size_t rc, int source,
+                             DataType t) {
   submit(make_sendrecv(sb, sc, dest, rb, rc, source, t), false);
 }
 

@@ -39,7 +39,8 @@ Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, c
     throw Error(ErrorCode::Config,
                 "collective buffers: chunk " + std::to_string(config_.chunk) + " bytes x " +
                     std::to_string(config_.slots) + " slots is not usable",
-                {.op = "communicator create", .rank = rank,
+                {.op = "communicator create",
+                 .rank = rank,
                  .hint = "RDMX_COLL_BUFFSIZE / RDMX_COLL_SLOTS must give chunks of at least 64 bytes (a multiple of "
                          "64) and at least 2 slots"});
   }
@@ -62,7 +63,8 @@ Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, c
   p2p_recv_seq_.assign(static_cast<std::size_t>(size), 0);
 
   Mesh mesh = connect_mesh(store, rank, size, *device_, *pd_, *send_cq_, *recv_cq_, QpCaps{}, tag + "/qp");
-  for (int p = 0; p < size; ++p) peers_[static_cast<std::size_t>(p)].qp = std::move(mesh.qps[static_cast<std::size_t>(p)]);
+  for (int p = 0; p < size; ++p)
+    peers_[static_cast<std::size_t>(p)].qp = std::move(mesh.qps[static_cast<std::size_t>(p)]);
 
   // Exchange where each region is: "<tag>/region/<rank>" = base:rkey:length.
   std::ostringstream mine;
@@ -75,8 +77,11 @@ Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, c
     try {
       text = store.get_string(key);
     } catch (const Error& e) {
-      throw Error(e.code(), "communicator create: no buffer address from rank " + std::to_string(p) + ": " + e.message(),
-                  {.op = "communicator create", .rank = rank, .peer_rank = p,
+      throw Error(e.code(),
+                  "communicator create: no buffer address from rank " + std::to_string(p) + ": " + e.message(),
+                  {.op = "communicator create",
+                   .rank = rank,
+                   .peer_rank = p,
                    .hint = "that rank did not reach communicator creation (crashed, hung, or another tag/store)"});
     }
     unsigned long long base = 0, length = 0;
@@ -85,7 +90,9 @@ Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, c
       throw Error(ErrorCode::Protocol,
                   "communicator create: rank " + std::to_string(p) + " published buffers '" + text +
                       "' that do not match this rank's layout (" + std::to_string(layout_->total) + " bytes)",
-                  {.op = "communicator create", .rank = rank, .peer_rank = p,
+                  {.op = "communicator create",
+                   .rank = rank,
+                   .peer_rank = p,
                    .hint = "every rank must use the same RDMX_COLL_BUFFSIZE and RDMX_COLL_SLOTS and rdmx version"});
     }
     Peer& peer = peers_[static_cast<std::size_t>(p)];
@@ -94,7 +101,8 @@ Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, c
     peer.salt = pair_salt(base, rank);
   }
   salts_from_.resize(static_cast<std::size_t>(size));
-  for (int p = 0; p < size; ++p) salts_from_[static_cast<std::size_t>(p)] = pair_salt(reinterpret_cast<std::uintptr_t>(base_), p);
+  for (int p = 0; p < size; ++p)
+    salts_from_[static_cast<std::size_t>(p)] = pair_salt(reinterpret_cast<std::uintptr_t>(base_), p);
   ordered_ = device_->caps().ordered_write_placement;
   RDMX_INFO("communicator %s: rank %d of %d, %zu x %zu B buffers per peer, %zu bytes registered", tag.c_str(), rank,
             size, static_cast<std::size_t>(config_.slots), config_.chunk, layout_->total);
@@ -110,7 +118,8 @@ Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, c
 Links::~Links() {
   const bool failed = aborted();
   const auto now = core::Clock::now();
-  const auto deadline = now + std::min(timeout_, failed ? std::chrono::milliseconds(2000) : std::chrono::milliseconds(5000));
+  const auto deadline =
+      now + std::min(timeout_, failed ? std::chrono::milliseconds(2000) : std::chrono::milliseconds(5000));
   std::vector<char> expected(static_cast<std::size_t>(size_), 0), skip(static_cast<std::size_t>(size_), 0);
   for (int p = 0; p < size_; ++p) {
     expected[static_cast<std::size_t>(p)] = live(p) && !(failed && unresponsive(p, now));
@@ -287,7 +296,8 @@ void Links::drain(core::Clock::time_point deadline, const std::vector<char>* ski
       [&] {
         poll_send_cq();
         for (int p = 0; p < size_; ++p) {
-          if (peers_[static_cast<std::size_t>(p)].signaled_out != 0 && (skip == nullptr || !(*skip)[static_cast<std::size_t>(p)])) {
+          if (peers_[static_cast<std::size_t>(p)].signaled_out != 0 &&
+              (skip == nullptr || !(*skip)[static_cast<std::size_t>(p)])) {
             return false;
           }
         }
@@ -325,8 +335,10 @@ void Links::notify_peers(ErrorCode code, const std::string& text, std::uint64_t 
 std::string Links::collect_notices(ErrorCode* code, std::uint64_t up_to) const {
   std::string out;
   for (int p = 0; p < size_; ++p) {
-    const auto* notice = reinterpret_cast<const Notice*>(base_ + layout_->notices + static_cast<std::size_t>(p) * sizeof(Notice));
-    if (p == rank_ || std::atomic_ref<const std::uint32_t>(notice->valid).load(std::memory_order_acquire) == 0) continue;
+    const auto* notice =
+        reinterpret_cast<const Notice*>(base_ + layout_->notices + static_cast<std::size_t>(p) * sizeof(Notice));
+    if (p == rank_ || std::atomic_ref<const std::uint32_t>(notice->valid).load(std::memory_order_acquire) == 0)
+      continue;
     if (notice->seq > up_to) continue;
     std::string text(notice->text, strnlen(notice->text, sizeof(notice->text)));
     if (!out.empty()) out += "; ";
@@ -360,13 +372,16 @@ void Links::fail_peer(const OpDesc& desc, int peer, const std::string& why) {
     text = describe(desc) + ": " + notices + " (rank " + std::to_string(peer) + " then disconnected: " + why + ")";
   } else {
     text = describe(desc) + ": rank " + std::to_string(peer) + " failed: " + why;
-    notify_peers(ErrorCode::PeerFailure, "rank " + std::to_string(peer) + " failed during " + describe(desc) + ": " + why,
+    notify_peers(ErrorCode::PeerFailure,
+                 "rank " + std::to_string(peer) + " failed during " + describe(desc) + ": " + why,
                  desc.p2p() ? 0 : desc.seq);
   }
   aborted_.store(true);
   abort_reason_ = text;
   throw Error(code, text,
-              {.op = describe(desc), .rank = rank_, .peer_rank = peer,
+              {.op = describe(desc),
+               .rank = rank_,
+               .peer_rank = peer,
                .hint = code == ErrorCode::Protocol
                            ? "every rank must call the same collectives in the same order with the same arguments"
                            : "the peer process died, aborted or destroyed its communicator; see its own log"});
@@ -375,14 +390,16 @@ void Links::fail_peer(const OpDesc& desc, int peer, const std::string& why) {
 void Links::fail_mismatch(const OpDesc& mine, int peer, const void* header_ptr, const char* what) {
   const auto& h = *static_cast<const WireHeader*>(header_ptr);
   const OpDesc theirs = wire::described_call(h, h.seq);
-  std::string text = "mismatched calls: rank " + std::to_string(peer) + " called " + describe(theirs) +
-                     " but rank " + std::to_string(rank_) + " called " + describe(mine);
+  std::string text = "mismatched calls: rank " + std::to_string(peer) + " called " + describe(theirs) + " but rank " +
+                     std::to_string(rank_) + " called " + describe(mine);
   if (what != nullptr) text += " (" + std::string(what) + ")";
   notify_peers(ErrorCode::Protocol, text, mine.p2p() ? 0 : mine.seq);
   aborted_.store(true);
   abort_reason_ = text;
   throw Error(ErrorCode::Protocol, text,
-              {.op = describe(mine), .rank = rank_, .peer_rank = peer,
+              {.op = describe(mine),
+               .rank = rank_,
+               .peer_rank = peer,
                .hint = "every rank must call the same collectives in the same order with the same type, count, "
                        "operation and root"});
 }

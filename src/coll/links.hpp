@@ -73,10 +73,10 @@ struct RecvOp {
   const void* reduce_with = nullptr;  // non-null: dst = reduce_with (op) incoming
   int after = -1;                     // index of a RecvOp that must have completed first
   bool stream = false;                // with `after`: byte i may arrive once that receive delivered byte i
-  int after_send = -1;  // index of a staged SendOp reading dst: byte i is written once it has posted byte i
-  bool finalize = false;              // these are final values: apply Combine's finalize (avg) per chunk
-  bool direct = false;                // the sender writes the payload into dst itself (SendOp::rtr)
-  bool announcement = false;          // receives a peer's ready-to-receive message (see SendOp::announce)
+  int after_send = -1;        // index of a staged SendOp reading dst: byte i is written once it has posted byte i
+  bool finalize = false;      // these are final values: apply Combine's finalize (avg) per chunk
+  bool direct = false;        // the sender writes the payload into dst itself (SendOp::rtr)
+  bool announcement = false;  // receives a peer's ready-to-receive message (see SendOp::announce)
   // progress, kept by run()
   std::size_t done = 0;
   std::uint64_t remote_addr = 0;  // an announcement's content
@@ -102,8 +102,8 @@ struct Schedule {
 };
 
 struct LinksConfig {
-  std::size_t chunk = 256 * 1024;  // payload bytes per slot (multiple of 64)
-  std::uint32_t slots = 16;        // slots per peer and direction
+  std::size_t chunk = 256 * 1024;       // payload bytes per slot (multiple of 64)
+  std::uint32_t slots = 16;             // slots per peer and direction
   std::size_t stage_limit = 16 * 1024;  // payloads up to this are copied into staging even when in place is allowed
   bool yield_when_waiting = false;      // more local ranks than cores: give the core away while spinning
 };
@@ -214,16 +214,16 @@ class Links {
   Control* control_ = nullptr;
   std::vector<std::uint64_t> credit_wait_;  // per peer: the credit this run must see before it ends
   core::Clock::time_point watch_started_{}, next_look_{}, next_beat_{};
-  std::uint64_t reads_outstanding_ = 0;  // READs of peers' progress in flight
+  std::uint64_t reads_outstanding_ = 0;                                // READs of peers' progress in flight
   std::vector<std::vector<std::uint32_t>> send_queues_, recv_queues_;  // reused by run()
   std::unique_ptr<RunScratch> run_scratch_;
-  bool ordered_ = false;                 // DeviceCaps::ordered_write_placement: one WRITE per message
+  bool ordered_ = false;                   // DeviceCaps::ordered_write_placement: one WRITE per message
   std::vector<std::uint64_t> salts_from_;  // per sender: see pair_salt()
   std::uint64_t salt_from(int sender) const;
   std::vector<std::uint64_t> p2p_send_seq_, p2p_recv_seq_;
   std::atomic<bool> aborted_{false};
   std::string abort_reason_;
-  std::uint64_t outstanding_signaled_ = 0;  // signaled WRITEs in flight
+  std::uint64_t outstanding_signaled_ = 0;       // signaled WRITEs in flight
   std::unique_ptr<RegistrationCache> user_mrs_;  // user buffers given to collectives
   std::unique_ptr<MemoryRegion> scratch_mr_;
   std::chrono::milliseconds timeout_;

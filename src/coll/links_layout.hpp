@@ -24,7 +24,9 @@ constexpr std::uint32_t kSignalEvery = 64;  // one signaled WR in this many, so 
 
 // wr_id of signaled WRs: kind in the top byte, peer below.
 enum WrKind : std::uint64_t { kRecycle = 1, kDiag = 3 };  // kDiag: a READ of a peer's Progress
-inline std::uint64_t make_wr_id(WrKind kind, int peer) { return (std::uint64_t{kind} << 56) | static_cast<std::uint32_t>(peer); }
+inline std::uint64_t make_wr_id(WrKind kind, int peer) {
+  return (std::uint64_t{kind} << 56) | static_cast<std::uint32_t>(peer);
+}
 inline WrKind wr_kind(std::uint64_t id) { return static_cast<WrKind>(id >> 56); }
 inline int wr_peer(std::uint64_t id) { return static_cast<int>(id & 0xffffffffu); }
 
@@ -119,10 +121,10 @@ inline std::string rank_list(const std::vector<int>& ranks) {
 // Per-rank control block at the start of the region; every field the peers
 // touch remotely has its own cache line.
 struct Links::Control {
-  wire::Word abort_flag;     // nonzero: some peer left a notice
-  wire::Word abort_source;   // source word of this rank's abort-flag WRITEs
-  wire::Progress progress;   // read by peers diagnosing a timeout
-  wire::Notice my_notice;    // source of this rank's notices
+  wire::Word abort_flag;    // nonzero: some peer left a notice
+  wire::Word abort_source;  // source word of this rank's abort-flag WRITEs
+  wire::Progress progress;  // read by peers diagnosing a timeout
+  wire::Notice my_notice;   // source of this rank's notices
   // followed by per-rank arrays, see Layout
 };
 
@@ -134,22 +136,39 @@ struct Layout {
   Layout(std::size_t n_, const LinksConfig& c)
       : slot_bytes(wire::align_up(wire::trailer_offset(c.chunk) + 8, wire::kLine)), slots(c.slots), n(n_) {
     std::size_t off = wire::align_up(sizeof(Links::Control), 4096);
-    credit = off;        off += n * wire::kLine;
-    consumed = off;      off += n * wire::kLine;
-    notices = off;       off += n * sizeof(Notice);
-    diag = off;          off += n * wire::kLine;
-    goodbye = off;       off += n * wire::kLine;
-    inbox_flags = off;   off += n * slots * wire::kLine;
-    staging_flags = off; off += n * slots * wire::kLine;
+    credit = off;
+    off += n * wire::kLine;
+    consumed = off;
+    off += n * wire::kLine;
+    notices = off;
+    off += n * sizeof(Notice);
+    diag = off;
+    off += n * wire::kLine;
+    goodbye = off;
+    off += n * wire::kLine;
+    inbox_flags = off;
+    off += n * slots * wire::kLine;
+    staging_flags = off;
+    off += n * slots * wire::kLine;
     off = wire::align_up(off, 4096);
-    inbox = off;         off += n * slots * slot_bytes;
-    staging = off;       off += n * slots * slot_bytes;
+    inbox = off;
+    off += n * slots * slot_bytes;
+    staging = off;
+    off += n * slots * slot_bytes;
     total = wire::align_up(off, 4096);
   }
-  std::size_t inbox_slot(int src, std::uint64_t slot) const { return inbox + (static_cast<std::size_t>(src) * slots + slot) * slot_bytes; }
-  std::size_t staging_slot(int dst, std::uint64_t slot) const { return staging + (static_cast<std::size_t>(dst) * slots + slot) * slot_bytes; }
-  std::size_t inbox_flag(int src, std::uint64_t slot) const { return inbox_flags + (static_cast<std::size_t>(src) * slots + slot) * wire::kLine; }
-  std::size_t staging_flag(int dst, std::uint64_t slot) const { return staging_flags + (static_cast<std::size_t>(dst) * slots + slot) * wire::kLine; }
+  std::size_t inbox_slot(int src, std::uint64_t slot) const {
+    return inbox + (static_cast<std::size_t>(src) * slots + slot) * slot_bytes;
+  }
+  std::size_t staging_slot(int dst, std::uint64_t slot) const {
+    return staging + (static_cast<std::size_t>(dst) * slots + slot) * slot_bytes;
+  }
+  std::size_t inbox_flag(int src, std::uint64_t slot) const {
+    return inbox_flags + (static_cast<std::size_t>(src) * slots + slot) * wire::kLine;
+  }
+  std::size_t staging_flag(int dst, std::uint64_t slot) const {
+    return staging_flags + (static_cast<std::size_t>(dst) * slots + slot) * wire::kLine;
+  }
 };
 
 struct Links::Peer {
@@ -161,17 +180,17 @@ struct Links::Peer {
   std::uint64_t credited = 0;  // `consumed` as last returned to the peer
   std::uint32_t unsignaled = 0;
   std::uint64_t signaled_out = 0;  // signaled WRITEs to it not completed yet
-  std::uint64_t salt = 0;      // flags of messages to this peer are their number ^ salt
-  std::string failure;         // why a WR towards this peer failed
+  std::uint64_t salt = 0;          // flags of messages to this peer are their number ^ salt
+  std::string failure;             // why a WR towards this peer failed
   // The watch over stalled runs (links_watch.cpp).
-  bool reading = false;        // a READ of its Progress is in flight
-  bool fresh = false;          // ... and has landed, not yet looked at
+  bool reading = false;                  // a READ of its Progress is in flight
+  bool fresh = false;                    // ... and has landed, not yet looked at
   core::Clock::time_point answered{};    // when a READ last came back
   core::Clock::time_point beat_moved{};  // when its beat was last seen to change
   std::uint64_t beat = 0;
-  wire::Progress seen{};       // the last whole copy of its Progress
+  wire::Progress seen{};  // the last whole copy of its Progress
   bool seen_valid = false;
-  bool suspect = false;        // that copy showed another call of this collective
+  bool suspect = false;  // that copy showed another call of this collective
 };
 
 }  // namespace rdmx::coll

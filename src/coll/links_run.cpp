@@ -157,8 +157,11 @@ class Links::RunState {
         op.announcement ? sizeof(Announcement) : std::min(l_.config_.chunk, op.bytes - op.done);
     const std::size_t polled = op.direct ? 0 : expected;
     const std::uint16_t flags = std::atomic_ref<const std::uint16_t>(h->flags).load(std::memory_order_relaxed);
-    const std::size_t theirs = (flags & kDirect) != 0 ? 0 : std::min<std::size_t>(
-        std::atomic_ref<const std::uint32_t>(h->len).load(std::memory_order_relaxed), l_.config_.chunk);
+    const std::size_t theirs =
+        (flags & kDirect) != 0
+            ? 0
+            : std::min<std::size_t>(std::atomic_ref<const std::uint32_t>(h->len).load(std::memory_order_relaxed),
+                                    l_.config_.chunk);
     if (theirs == polled || !arrived(p, slot, m, theirs)) return;
     const auto index = static_cast<std::size_t>(&op - s_.recvs.data());
     validate(p, *h, m, op, recv_state_[index], expected);
@@ -272,7 +275,8 @@ class Links::RunState {
         // follows on the same QP (WRITEs land in order) says it is there.
         const RecvOp& ann = s_.recvs[static_cast<std::size_t>(op.rtr)];
         if (len != 0) {
-          Sge data{reinterpret_cast<std::uint64_t>(src), static_cast<std::uint32_t>(len), l_.lkey_for(op.src, op.bytes)};
+          Sge data{reinterpret_cast<std::uint64_t>(src), static_cast<std::uint32_t>(len),
+                   l_.lkey_for(op.src, op.bytes)};
           SendWr dw;
           dw.opcode = Opcode::RdmaWrite;
           dw.sg_list = {&data, 1};
@@ -294,7 +298,8 @@ class Links::RunState {
       std::size_t nsge = 1;
       if (in_place && !direct) {
         sges[0] = {reinterpret_cast<std::uint64_t>(stage), static_cast<std::uint32_t>(kHeader), lkey};
-        sges[1] = {reinterpret_cast<std::uint64_t>(src), static_cast<std::uint32_t>(len), l_.lkey_for(op.src, op.bytes)};
+        sges[1] = {reinterpret_cast<std::uint64_t>(src), static_cast<std::uint32_t>(len),
+                   l_.lkey_for(op.src, op.bytes)};
         nsge = 2;
         if (one_write) {  // padding and trailer, from the staging slot
           sges[2] = {reinterpret_cast<std::uint64_t>(stage + kHeader + len),
@@ -517,8 +522,9 @@ void Links::run_schedule(Schedule& schedule, const OpDesc& desc, const Combine& 
         if (credit_word(p).load(std::memory_order_acquire) < need) {
           Peer& peer = peers_[static_cast<std::size_t>(p)];
           if (!peer.failure.empty() || peer.qp->state() == QpState::Error) {
-            fail_peer(desc, p, "it did not confirm receiving this rank's last message: " +
-                                   (!peer.failure.empty() ? peer.failure : peer.qp->error_reason()));
+            fail_peer(desc, p,
+                      "it did not confirm receiving this rank's last message: " +
+                          (!peer.failure.empty() ? peer.failure : peer.qp->error_reason()));
           }
           return false;
         }

@@ -65,9 +65,7 @@ void Links::enter(const OpDesc& desc) noexcept {
   user_mrs_->forget_unwatched();
   if (desc.p2p()) return;
   Progress& p = control_->progress;
-  auto store = [](auto& field, auto value) {
-    std::atomic_ref(field).store(value, std::memory_order_release);
-  };
+  auto store = [](auto& field, auto value) { std::atomic_ref(field).store(value, std::memory_order_release); };
   store(p.entered_again, std::uint64_t{0});
   store(p.count, desc.count);
   store(p.root, desc.root);
@@ -161,7 +159,9 @@ void Links::report_mismatch(const OpDesc& desc, const std::vector<int>& peers) {
   aborted_.store(true);
   abort_reason_ = text;
   throw Error(ErrorCode::Protocol, text,
-              {.op = describe(desc), .rank = rank_, .peer_rank = peers.size() == 1 ? peers[0] : -1,
+              {.op = describe(desc),
+               .rank = rank_,
+               .peer_rank = peers.size() == 1 ? peers[0] : -1,
                .hint = "every rank must call the same collectives in the same order with the same type, count, "
                        "operation and root (and the same RDMX_ALGO and RDMX_COLL_* settings)"});
 }
@@ -239,7 +239,8 @@ std::string Links::progress_report(const OpDesc& desc) {
                      " (stopped, hung, dead, or unreachable)");
   }
   std::string others;
-  if (!waiting.empty()) add(others, ranks_word(waiting) + (waiting.size() > 1 ? " are" : " is") + " in it, waiting too");
+  if (!waiting.empty())
+    add(others, ranks_word(waiting) + (waiting.size() > 1 ? " are" : " is") + " in it, waiting too");
   if (!finished.empty()) add(others, "finished: " + ranks_word(finished));
   if (missing.empty()) return "No rank is missing" + (others.empty() ? std::string() : ": " + others);
   return "Missing: " + missing + (others.empty() ? std::string() : ". Not missing: " + others);
@@ -252,7 +253,8 @@ void Links::fail_timeout(const OpDesc& desc, const std::string& waiting_for) {
   throw Error(ErrorCode::Timeout,
               describe(desc) + " timed out after " + std::to_string(timeout_.count()) + " ms on rank " +
                   std::to_string(rank_) + ", " + waiting_for + (report.empty() ? "" : ". " + report),
-              {.op = describe(desc), .rank = rank_,
+              {.op = describe(desc),
+               .rank = rank_,
                .hint = "every rank must call the same collectives in the same order; a rank listed as not having "
                        "called it is stuck elsewhere or dead. RDMX_TIMEOUT sets the bound"});
 }

@@ -82,10 +82,14 @@ F op_max(F a, F b) {
 
 template <ReduceOp Op, class F>
 F float_op(F a, F b) {
-  if constexpr (Op == ReduceOp::Sum) return op_sum(a, b);
-  else if constexpr (Op == ReduceOp::Prod) return op_prod(a, b);
-  else if constexpr (Op == ReduceOp::Min) return op_min(a, b);
-  else return op_max(a, b);
+  if constexpr (Op == ReduceOp::Sum)
+    return op_sum(a, b);
+  else if constexpr (Op == ReduceOp::Prod)
+    return op_prod(a, b);
+  else if constexpr (Op == ReduceOp::Min)
+    return op_min(a, b);
+  else
+    return op_max(a, b);
 }
 
 template <ReduceOp Op, class T>
@@ -218,12 +222,13 @@ const char* choose_reduce_isa(const char* requested, const char* best, std::stri
   if (requested == nullptr || *requested == '\0') return best;
   const int want = isa_rank(requested);
   if (want < 0) {
-    warning = std::string("ignoring RDMX_REDUCE_ISA=\"") + requested + "\" (expected scalar, avx2 or avx512); using " +
-              best;
+    warning =
+        std::string("ignoring RDMX_REDUCE_ISA=\"") + requested + "\" (expected scalar, avx2 or avx512); using " + best;
     return best;
   }
   if (want > isa_rank(best)) {
-    warning = std::string("RDMX_REDUCE_ISA=") + requested + " but this CPU supports at most " + best + "; using " + best;
+    warning =
+        std::string("RDMX_REDUCE_ISA=") + requested + " but this CPU supports at most " + best + "; using " + best;
     return best;
   }
   static const char* const kNames[] = {"scalar", "avx2", "avx512"};
@@ -281,9 +286,10 @@ ReduceFn reduce_function(DataType type, ReduceOp op) {
 void reduce(void* dst, const void* a, const void* b, std::size_t count, DataType type, ReduceOp op) {
   const ReduceFn fn = reduce_function(type, op);
   if (fn == nullptr)
-    throw Error(ErrorCode::InvalidArgument, "reduce: invalid data type or reduction op",
-                {.op = "reduce", .sizes = "type=" + std::to_string(static_cast<int>(type)) +
-                                          " op=" + std::to_string(static_cast<int>(op))});
+    throw Error(
+        ErrorCode::InvalidArgument, "reduce: invalid data type or reduction op",
+        {.op = "reduce",
+         .sizes = "type=" + std::to_string(static_cast<int>(type)) + " op=" + std::to_string(static_cast<int>(op))});
   fn(dst, a, b, count);
 }
 

@@ -183,9 +183,12 @@ struct OnPair {
 template <std::size_t Size>
 struct IntSum {
   static RDMX_AVX2_INLINE __m256i apply(__m256i a, __m256i b) {
-    if constexpr (Size == 1) return _mm256_add_epi8(a, b);
-    else if constexpr (Size == 4) return _mm256_add_epi32(a, b);
-    else return _mm256_add_epi64(a, b);
+    if constexpr (Size == 1)
+      return _mm256_add_epi8(a, b);
+    else if constexpr (Size == 4)
+      return _mm256_add_epi32(a, b);
+    else
+      return _mm256_add_epi64(a, b);
   }
 };
 
@@ -223,22 +226,32 @@ RDMX_AVX2_INLINE __m256i greater64(__m256i a, __m256i b) {
 template <class T>
 struct IntMin {
   static RDMX_AVX2_INLINE __m256i apply(__m256i a, __m256i b) {
-    if constexpr (std::is_same_v<T, std::int8_t>) return _mm256_min_epi8(a, b);
-    else if constexpr (std::is_same_v<T, std::uint8_t>) return _mm256_min_epu8(a, b);
-    else if constexpr (std::is_same_v<T, std::int32_t>) return _mm256_min_epi32(a, b);
-    else if constexpr (std::is_same_v<T, std::uint32_t>) return _mm256_min_epu32(a, b);
-    else return _mm256_blendv_epi8(a, b, greater64<T>(a, b));
+    if constexpr (std::is_same_v<T, std::int8_t>)
+      return _mm256_min_epi8(a, b);
+    else if constexpr (std::is_same_v<T, std::uint8_t>)
+      return _mm256_min_epu8(a, b);
+    else if constexpr (std::is_same_v<T, std::int32_t>)
+      return _mm256_min_epi32(a, b);
+    else if constexpr (std::is_same_v<T, std::uint32_t>)
+      return _mm256_min_epu32(a, b);
+    else
+      return _mm256_blendv_epi8(a, b, greater64<T>(a, b));
   }
 };
 
 template <class T>
 struct IntMax {
   static RDMX_AVX2_INLINE __m256i apply(__m256i a, __m256i b) {
-    if constexpr (std::is_same_v<T, std::int8_t>) return _mm256_max_epi8(a, b);
-    else if constexpr (std::is_same_v<T, std::uint8_t>) return _mm256_max_epu8(a, b);
-    else if constexpr (std::is_same_v<T, std::int32_t>) return _mm256_max_epi32(a, b);
-    else if constexpr (std::is_same_v<T, std::uint32_t>) return _mm256_max_epu32(a, b);
-    else return _mm256_blendv_epi8(b, a, greater64<T>(a, b));
+    if constexpr (std::is_same_v<T, std::int8_t>)
+      return _mm256_max_epi8(a, b);
+    else if constexpr (std::is_same_v<T, std::uint8_t>)
+      return _mm256_max_epu8(a, b);
+    else if constexpr (std::is_same_v<T, std::int32_t>)
+      return _mm256_max_epi32(a, b);
+    else if constexpr (std::is_same_v<T, std::uint32_t>)
+      return _mm256_max_epu32(a, b);
+    else
+      return _mm256_blendv_epi8(b, a, greater64<T>(a, b));
   }
 };
 
@@ -310,10 +323,14 @@ RDMX_AVX2 void divide_kernel(void* dst, std::size_t count, int divisor) {
 template <class Int, ReduceOp Op>
 ReduceFn int_kernel() {
   using L = LaneInt<Int>;
-  if constexpr (Op == ReduceOp::Sum) return &kernel<L, IntSum<sizeof(Int)>>;
-  else if constexpr (Op == ReduceOp::Prod) return &kernel<L, IntProd<sizeof(Int)>>;
-  else if constexpr (Op == ReduceOp::Min) return &kernel<L, IntMin<Int>>;
-  else return &kernel<L, IntMax<Int>>;
+  if constexpr (Op == ReduceOp::Sum)
+    return &kernel<L, IntSum<sizeof(Int)>>;
+  else if constexpr (Op == ReduceOp::Prod)
+    return &kernel<L, IntProd<sizeof(Int)>>;
+  else if constexpr (Op == ReduceOp::Min)
+    return &kernel<L, IntMin<Int>>;
+  else
+    return &kernel<L, IntMax<Int>>;
 }
 
 template <class FOp>

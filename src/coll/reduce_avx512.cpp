@@ -64,15 +64,21 @@ struct LaneInt {
   static constexpr std::size_t N = 64 / sizeof(Int);
   static RDMX_AVX512_INLINE R load(const T* p) { return _mm512_loadu_si512(p); }
   static RDMX_AVX512_INLINE R load(const T* p, M m) {
-    if constexpr (sizeof(Int) == 1) return _mm512_maskz_loadu_epi8(m, p);
-    else if constexpr (sizeof(Int) == 4) return _mm512_maskz_loadu_epi32(m, p);
-    else return _mm512_maskz_loadu_epi64(m, p);
+    if constexpr (sizeof(Int) == 1)
+      return _mm512_maskz_loadu_epi8(m, p);
+    else if constexpr (sizeof(Int) == 4)
+      return _mm512_maskz_loadu_epi32(m, p);
+    else
+      return _mm512_maskz_loadu_epi64(m, p);
   }
   static RDMX_AVX512_INLINE void store(T* p, R r) { _mm512_storeu_si512(p, r); }
   static RDMX_AVX512_INLINE void store(T* p, R r, M m) {
-    if constexpr (sizeof(Int) == 1) _mm512_mask_storeu_epi8(p, m, r);
-    else if constexpr (sizeof(Int) == 4) _mm512_mask_storeu_epi32(p, m, r);
-    else _mm512_mask_storeu_epi64(p, m, r);
+    if constexpr (sizeof(Int) == 1)
+      _mm512_mask_storeu_epi8(p, m, r);
+    else if constexpr (sizeof(Int) == 4)
+      _mm512_mask_storeu_epi32(p, m, r);
+    else
+      _mm512_mask_storeu_epi64(p, m, r);
   }
 };
 
@@ -223,9 +229,12 @@ struct OnPair {
 template <std::size_t Size>
 struct IntSum {
   static RDMX_AVX512_INLINE __m512i apply(__m512i a, __m512i b) {
-    if constexpr (Size == 1) return _mm512_add_epi8(a, b);
-    else if constexpr (Size == 4) return _mm512_add_epi32(a, b);
-    else return _mm512_add_epi64(a, b);
+    if constexpr (Size == 1)
+      return _mm512_add_epi8(a, b);
+    else if constexpr (Size == 4)
+      return _mm512_add_epi32(a, b);
+    else
+      return _mm512_add_epi64(a, b);
   }
 };
 
@@ -252,24 +261,36 @@ struct IntProd {
 template <class T>
 struct IntMin {
   static RDMX_AVX512_INLINE __m512i apply(__m512i a, __m512i b) {
-    if constexpr (std::is_same_v<T, std::int8_t>) return _mm512_min_epi8(a, b);
-    else if constexpr (std::is_same_v<T, std::uint8_t>) return _mm512_min_epu8(a, b);
-    else if constexpr (std::is_same_v<T, std::int32_t>) return _mm512_min_epi32(a, b);
-    else if constexpr (std::is_same_v<T, std::uint32_t>) return _mm512_min_epu32(a, b);
-    else if constexpr (std::is_same_v<T, std::int64_t>) return _mm512_min_epi64(a, b);
-    else return _mm512_min_epu64(a, b);
+    if constexpr (std::is_same_v<T, std::int8_t>)
+      return _mm512_min_epi8(a, b);
+    else if constexpr (std::is_same_v<T, std::uint8_t>)
+      return _mm512_min_epu8(a, b);
+    else if constexpr (std::is_same_v<T, std::int32_t>)
+      return _mm512_min_epi32(a, b);
+    else if constexpr (std::is_same_v<T, std::uint32_t>)
+      return _mm512_min_epu32(a, b);
+    else if constexpr (std::is_same_v<T, std::int64_t>)
+      return _mm512_min_epi64(a, b);
+    else
+      return _mm512_min_epu64(a, b);
   }
 };
 
 template <class T>
 struct IntMax {
   static RDMX_AVX512_INLINE __m512i apply(__m512i a, __m512i b) {
-    if constexpr (std::is_same_v<T, std::int8_t>) return _mm512_max_epi8(a, b);
-    else if constexpr (std::is_same_v<T, std::uint8_t>) return _mm512_max_epu8(a, b);
-    else if constexpr (std::is_same_v<T, std::int32_t>) return _mm512_max_epi32(a, b);
-    else if constexpr (std::is_same_v<T, std::uint32_t>) return _mm512_max_epu32(a, b);
-    else if constexpr (std::is_same_v<T, std::int64_t>) return _mm512_max_epi64(a, b);
-    else return _mm512_max_epu64(a, b);
+    if constexpr (std::is_same_v<T, std::int8_t>)
+      return _mm512_max_epi8(a, b);
+    else if constexpr (std::is_same_v<T, std::uint8_t>)
+      return _mm512_max_epu8(a, b);
+    else if constexpr (std::is_same_v<T, std::int32_t>)
+      return _mm512_max_epi32(a, b);
+    else if constexpr (std::is_same_v<T, std::uint32_t>)
+      return _mm512_max_epu32(a, b);
+    else if constexpr (std::is_same_v<T, std::int64_t>)
+      return _mm512_max_epi64(a, b);
+    else
+      return _mm512_max_epu64(a, b);
   }
 };
 
@@ -335,10 +356,14 @@ RDMX_AVX512 void divide_kernel(void* dst, std::size_t count, int divisor) {
 template <class Int, ReduceOp Op>
 ReduceFn int_kernel() {
   using L = LaneInt<Int>;
-  if constexpr (Op == ReduceOp::Sum) return &kernel<L, IntSum<sizeof(Int)>>;
-  else if constexpr (Op == ReduceOp::Prod) return &kernel<L, IntProd<sizeof(Int)>>;
-  else if constexpr (Op == ReduceOp::Min) return &kernel<L, IntMin<Int>>;
-  else return &kernel<L, IntMax<Int>>;
+  if constexpr (Op == ReduceOp::Sum)
+    return &kernel<L, IntSum<sizeof(Int)>>;
+  else if constexpr (Op == ReduceOp::Prod)
+    return &kernel<L, IntProd<sizeof(Int)>>;
+  else if constexpr (Op == ReduceOp::Min)
+    return &kernel<L, IntMin<Int>>;
+  else
+    return &kernel<L, IntMax<Int>>;
 }
 
 template <ReduceOp Op, class FOp>

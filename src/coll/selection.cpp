@@ -85,7 +85,8 @@ AlgoSelector::AlgoSelector(const std::string& spec) : spec_(spec) {
         }
       }
       if (!any) {
-        throw Error(ErrorCode::Config, "RDMX_ALGO: no operation implements '" + name + "'", {.op = "algorithm selection"});
+        throw Error(ErrorCode::Config, "RDMX_ALGO: no operation implements '" + name + "'",
+                    {.op = "algorithm selection"});
       }
       continue;
     }
@@ -95,8 +96,7 @@ AlgoSelector::AlgoSelector(const std::string& spec) : spec_(spec) {
       if (op_name != to_string(op)) continue;
       found = true;
       if (!supports(op, algo)) {
-        throw Error(ErrorCode::Config,
-                    "RDMX_ALGO: " + op_name + " has no algorithm '" + name + "'",
+        throw Error(ErrorCode::Config, "RDMX_ALGO: " + op_name + " has no algorithm '" + name + "'",
                     {.op = "algorithm selection", .hint = op_name + " implements: " + names(supported(op))});
       }
       forced_[static_cast<std::size_t>(op)] = algo;

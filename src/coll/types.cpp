@@ -7,19 +7,15 @@ namespace rdmx {
 std::size_t size_of(DataType type) noexcept {
   switch (type) {
     case DataType::Int8:
-    case DataType::Uint8:
-      return 1;
+    case DataType::Uint8: return 1;
     case DataType::Float16:
-    case DataType::BFloat16:
-      return 2;
+    case DataType::BFloat16: return 2;
     case DataType::Int32:
     case DataType::Uint32:
-    case DataType::Float32:
-      return 4;
+    case DataType::Float32: return 4;
     case DataType::Int64:
     case DataType::Uint64:
-    case DataType::Float64:
-      return 8;
+    case DataType::Float64: return 8;
   }
   return 0;
 }

@@ -29,13 +29,14 @@ std::vector<QpAddress> unbundle_addresses(const QpAddress& address) {
     std::size_t len = b[at] | (static_cast<std::size_t>(b[at + 1]) << 8);
     at += 2;
     if (at + len > b.size()) break;
-    parts.push_back(QpAddress{{b.begin() + static_cast<std::ptrdiff_t>(at),
-                               b.begin() + static_cast<std::ptrdiff_t>(at + len)}});
+    parts.push_back(
+        QpAddress{{b.begin() + static_cast<std::ptrdiff_t>(at), b.begin() + static_cast<std::ptrdiff_t>(at + len)}});
     at += len;
   }
   if (parts.size() != b[2] || at != b.size()) {
     throw Error(ErrorCode::InvalidArgument, "malformed multi-provider QP address",
-                {.op = "connect", .sizes = "bytes=" + std::to_string(b.size()),
+                {.op = "connect",
+                 .sizes = "bytes=" + std::to_string(b.size()),
                  .hint = "pass the peer's local_address() unchanged"});
   }
   return parts;

@@ -15,7 +15,8 @@ CompletionRing::CompletionRing(std::size_t depth, Hooks hooks) : ring_(depth), h
 void CompletionRing::throw_if_overflowed() const {
   if (overflowed()) {
     throw Error(ErrorCode::QueueFull, "completion queue overflowed: a completion arrived while it was full",
-                {.op = "poll_cq", .sizes = "depth=" + std::to_string(ring_.size()),
+                {.op = "poll_cq",
+                 .sizes = "depth=" + std::to_string(ring_.size()),
                  .hint = "create the CQ with depth >= the send and receive work the QPs using it can have "
                          "outstanding, and poll it often; the QPs using it were moved to ERROR"});
   }
@@ -86,7 +87,8 @@ std::size_t CompletionRing::wait(std::span<WorkCompletion> out, std::chrono::mil
   throw_if_overflowed();
   if (result == WaitResult::Timeout) {
     throw Error(ErrorCode::Timeout, "no completion arrived in time",
-                {.op = "cq.wait", .sizes = "timeout_ms=" + std::to_string(timeout.count()),
+                {.op = "cq.wait",
+                 .sizes = "timeout_ms=" + std::to_string(timeout.count()),
                  .hint = "check that the peer is alive and that work was posted; raise RDMX_TIMEOUT if the "
                          "operation is legitimately slow"});
   }

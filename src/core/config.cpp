@@ -23,7 +23,11 @@ RDMX_SETTING(kRnrTimeout);
 // The default is long enough that a progress engine receiving a stream does
 // not fall asleep between messages (docs/PERFORMANCE.md, "Waiting").
 constexpr IntegerSetting kSpinUs{
-    "RDMX_SPIN_US", 200, 0, kMaxSpin.count(), "microseconds",
+    "RDMX_SPIN_US",
+    200,
+    0,
+    kMaxSpin.count(),
+    "microseconds",
     "how long a waiter busy-polls before it sleeps, in microseconds (at most 1000000); lower it when ranks far "
     "outnumber cores"};
 RDMX_SETTING(kSpinUs);

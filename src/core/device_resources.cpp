@@ -18,8 +18,8 @@ QpParts check_qp_parts(ProtectionDomain& pd, CompletionQueue& send_cq, Completio
 }
 
 std::unique_ptr<CompletionQueue> make_device_cq(std::size_t depth, Device& device, EngineHandoff& handoff) {
-  return std::make_unique<CompletionRing>(
-      depth, CompletionRing::Hooks{[&device] { return device.progress(); }, [&handoff] { handoff.application_idle(); }});
+  return std::make_unique<CompletionRing>(depth, CompletionRing::Hooks{[&device] { return device.progress(); },
+                                                                       [&handoff] { handoff.application_idle(); }});
 }
 
 }  // namespace rdmx::core

@@ -117,10 +117,8 @@ std::string info_json(int indent) {
 
   auto& gpus = doc["gpus"] = Json::array();
   for (const auto& gpu : host.gpus) {
-    gpus.push_back({{"index", gpu.index},
-                    {"name", gpu.name},
-                    {"pci_bus_id", gpu.pci_bus_id},
-                    {"memory_bytes", gpu.memory_bytes}});
+    gpus.push_back(
+        {{"index", gpu.index}, {"name", gpu.name}, {"pci_bus_id", gpu.pci_bus_id}, {"memory_bytes", gpu.memory_bytes}});
   }
   doc["gpu_note"] = host.gpu_note;
 

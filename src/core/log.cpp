@@ -18,8 +18,8 @@ namespace {
 
 std::string level_in_force();
 constexpr const char* kLevelNames[] = {"WARN", "INFO", "TRACE", "NONE", "OFF", nullptr};
-constexpr ChoiceSetting kDebug{"RDMX_DEBUG", "WARN", kLevelNames, "log level: WARN (warnings only), INFO, TRACE or NONE",
-                               level_in_force};
+constexpr ChoiceSetting kDebug{"RDMX_DEBUG", "WARN", kLevelNames,
+                               "log level: WARN (warnings only), INFO, TRACE or NONE", level_in_force};
 RDMX_SETTING(kDebug);
 constexpr TextSetting kDebugFile{"RDMX_DEBUG_FILE", "stderr",
                                  "log to this file instead of stderr (%h: the host name, %p: the pid)"};
@@ -38,18 +38,28 @@ struct Sink {
     if (const auto text = kDebug.raw()) {
       std::string value(*text);
       for (auto& c : value) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-      if (value == "WARN") level = LogLevel::Warn;
-      else if (value == "INFO") level = LogLevel::Info;
-      else if (value == "TRACE") level = LogLevel::Trace;
-      else if (value == "NONE" || value == "OFF") level = LogLevel::None;
-      else std::fprintf(stderr, "rdmx: ignoring RDMX_DEBUG=\"%s\" (expected WARN, INFO or TRACE)\n", text->c_str());
+      if (value == "WARN")
+        level = LogLevel::Warn;
+      else if (value == "INFO")
+        level = LogLevel::Info;
+      else if (value == "TRACE")
+        level = LogLevel::Trace;
+      else if (value == "NONE" || value == "OFF")
+        level = LogLevel::None;
+      else
+        std::fprintf(stderr, "rdmx: ignoring RDMX_DEBUG=\"%s\" (expected WARN, INFO or TRACE)\n", text->c_str());
     }
     if (const auto pattern = kDebugFile.read()) {
       std::string path;
       for (const char* p = pattern->c_str(); *p != '\0'; ++p) {
-        if (p[0] == '%' && p[1] == 'h') { path += host; ++p; }
-        else if (p[0] == '%' && p[1] == 'p') { path += std::to_string(getpid()); ++p; }
-        else path += *p;
+        if (p[0] == '%' && p[1] == 'h') {
+          path += host;
+          ++p;
+        } else if (p[0] == '%' && p[1] == 'p') {
+          path += std::to_string(getpid());
+          ++p;
+        } else
+          path += *p;
       }
       if (FILE* f = std::fopen(path.c_str(), "a")) {
         file = f;

@@ -17,8 +17,8 @@ void log(LogLevel level, const char* format, ...) __attribute__((format(printf, 
 
 }  // namespace rdmx::core
 
-#define RDMX_LOG(level, ...)                                               \
-  do {                                                                     \
+#define RDMX_LOG(level, ...)                                                     \
+  do {                                                                           \
     if (::rdmx::core::log_enabled(level)) ::rdmx::core::log(level, __VA_ARGS__); \
   } while (0)
 #define RDMX_WARN(...) RDMX_LOG(::rdmx::core::LogLevel::Warn, __VA_ARGS__)

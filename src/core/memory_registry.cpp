@@ -4,9 +4,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <algorithm>
 #include <cstring>
 #include <new>
 
@@ -47,7 +47,8 @@ MemoryRegistry::Keys MemoryRegistry::add(const void* domain, void* addr, std::si
     // up remotely, and several can share it.
     if (by_lkey_.contains(given->lkey) || (given->rkey != 0 && by_rkey_.contains(given->rkey))) {
       throw Error(ErrorCode::System, "the RDMA device returned a key that is already registered",
-                  {.op = "register_memory", .sizes = "lkey=" + std::to_string(given->lkey),
+                  {.op = "register_memory",
+                   .sizes = "lkey=" + std::to_string(given->lkey),
                    .hint = "a driver bug; report it with RDMX_DEBUG=TRACE output"});
     }
     keys = *given;
@@ -57,8 +58,9 @@ MemoryRegistry::Keys MemoryRegistry::add(const void* domain, void* addr, std::si
       keys.rkey = fresh_key_locked();  // never 0
     } while (keys.rkey == keys.lkey);
   }
-  auto it = by_lkey_.emplace(keys.lkey, Entry{domain, reinterpret_cast<std::uint64_t>(addr), length, access,
-                                              keys.lkey, keys.rkey, shared})
+  auto it = by_lkey_
+                .emplace(keys.lkey, Entry{domain, reinterpret_cast<std::uint64_t>(addr), length, access, keys.lkey,
+                                          keys.rkey, shared})
                 .first;
   if (keys.rkey != 0) by_rkey_.emplace(keys.rkey, &it->second);
   return keys;
@@ -126,8 +128,8 @@ AccessCheck MemoryRegistry::check_locked(bool remote, const void* domain, std::u
 namespace {
 class RegisteredRegion final : public MemoryRegion {
  public:
-  RegisteredRegion(MemoryRegistry& registry, void* addr, std::size_t length, MemoryRegistry::Keys keys,
-                   Access access, std::unique_ptr<RegionBinder::Binding> binding)
+  RegisteredRegion(MemoryRegistry& registry, void* addr, std::size_t length, MemoryRegistry::Keys keys, Access access,
+                   std::unique_ptr<RegionBinder::Binding> binding)
       : MemoryRegion(addr, length, keys.lkey, keys.rkey, access), registry_(registry), binding_(std::move(binding)) {}
   // Out of the registry first (software providers stop), then out of the hardware.
   ~RegisteredRegion() override {
@@ -176,8 +178,9 @@ class AllocatedRegion final : public MemoryRegion {
       return true;
     };
     if (wait_until(idle, nullptr, deadline_after(timeout())) != WaitResult::Ready) {
-      RDMX_WARN("deregistering an allocated region: a peer's direct copy did not finish within RDMX_TIMEOUT "
-                "(was the peer killed in the middle of one?)");
+      RDMX_WARN(
+          "deregistering an allocated region: a peer's direct copy did not finish within RDMX_TIMEOUT "
+          "(was the peer killed in the middle of one?)");
     }
     ::munmap(base, shared_->map_length);
     ::close(shared_->memfd);
@@ -228,8 +231,7 @@ std::unique_ptr<MemoryRegion> RegistryProtectionDomain::allocate_memory(std::siz
                                            std::move(binding));
 }
 
-std::unique_ptr<MemoryRegion> RegistryProtectionDomain::register_memory(void* addr, std::size_t length,
-                                                                        Access access) {
+std::unique_ptr<MemoryRegion> RegistryProtectionDomain::register_memory(void* addr, std::size_t length, Access access) {
   char sizes[96];
   std::snprintf(sizes, sizeof(sizes), "addr=%p length=%zu", addr, length);
   if (addr == nullptr && length != 0) {

@@ -6,8 +6,8 @@
 // the moment deregistration returns.
 #pragma once
 
-#include <cstddef>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -72,8 +72,8 @@ class MemoryRegistry {
   // lkey) covers [addr, addr+length) in `domain` with `need`; returns the
   // verdict. Zero-length accesses need no key, as in IB.
   template <class Fn>
-  AccessCheck with_access(bool remote, const void* domain, std::uint32_t key, std::uint64_t addr,
-                          std::uint64_t length, Access need, Fn&& fn) const {
+  AccessCheck with_access(bool remote, const void* domain, std::uint32_t key, std::uint64_t addr, std::uint64_t length,
+                          Access need, Fn&& fn) const {
     std::shared_lock lock(mutex_);
     AccessCheck verdict = length == 0 ? AccessCheck::Ok : check_locked(remote, domain, key, addr, length, need);
     if (verdict == AccessCheck::Ok) fn(reinterpret_cast<char*>(addr));
@@ -107,8 +107,8 @@ class MemoryRegistry {
   // For accesses that span several keys (scatter-gather lists): hold the
   // lock, check each piece with check_locked(), then touch the memory.
   std::shared_lock<std::shared_mutex> read_lock() const { return std::shared_lock(mutex_); }
-  AccessCheck check_locked(bool remote, const void* domain, std::uint32_t key, std::uint64_t addr,
-                           std::uint64_t length, Access need) const;
+  AccessCheck check_locked(bool remote, const void* domain, std::uint32_t key, std::uint64_t addr, std::uint64_t length,
+                           Access need) const;
 
  private:
   struct Entry {

@@ -39,24 +39,24 @@ struct ProviderEntry {
 // In auto selection's order: the first that reaches a peer carries its QPs.
 const std::vector<ProviderEntry>& providers() {
   static const std::vector<ProviderEntry> kProviders = {
-      {"shm", [](const std::string& why, core::DeviceResources r) { return shm::open_shm_device(why, std::move(r)); },
-       [](const QpAddress& a) { return shm::ShmAddress::is_shm(a); },
-       [](const Device&, const QpAddress& a, std::string* why) {
-         return shm::reachable(shm::ShmAddress::decode(a), why);
-       }},
+    {"shm", [](const std::string& why, core::DeviceResources r) { return shm::open_shm_device(why, std::move(r)); },
+     [](const QpAddress& a) { return shm::ShmAddress::is_shm(a); },
+     [](const Device&, const QpAddress& a, std::string* why) {
+       return shm::reachable(shm::ShmAddress::decode(a), why);
+     }},
 #if RDMX_HAVE_VERBS
-      {"verbs",
-       [](const std::string& why, core::DeviceResources r) { return verbs::open_verbs_device(why, std::move(r)); },
-       [](const QpAddress& a) { return verbs::is_verbs_address(a); },
-       [](const Device& d, const QpAddress& a, std::string* why) { return verbs::reaches(d, a, why); },
-       /*optional=*/true},
+    {"verbs",
+     [](const std::string& why, core::DeviceResources r) { return verbs::open_verbs_device(why, std::move(r)); },
+     [](const QpAddress& a) { return verbs::is_verbs_address(a); },
+     [](const Device& d, const QpAddress& a, std::string* why) { return verbs::reaches(d, a, why); },
+     /*optional=*/true},
 #endif
-      {"tcp", [](const std::string& why, core::DeviceResources r) { return tcp::open_tcp_device(why, std::move(r)); },
-       [](const QpAddress& a) { return tcp::is_tcp_address(a); },
-       [](const Device&, const QpAddress&, std::string* why) {
-         *why = "tcp reaches processes on any host";
-         return true;
-       }},
+    {"tcp", [](const std::string& why, core::DeviceResources r) { return tcp::open_tcp_device(why, std::move(r)); },
+     [](const QpAddress& a) { return tcp::is_tcp_address(a); },
+     [](const Device&, const QpAddress&, std::string* why) {
+       *why = "tcp reaches processes on any host";
+       return true;
+     }},
   };
   return kProviders;
 }

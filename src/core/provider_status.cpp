@@ -116,7 +116,9 @@ std::vector<Setting> settings() {
     if (eq == nullptr || std::strncmp(*e, "RDMX_", 5) != 0) continue;
     const std::string name(*e, static_cast<std::size_t>(eq - *e));
     if (std::any_of(list.begin(), list.end(), [&](const Setting& s) { return s.name == name; })) continue;
-    unknown.push_back({.name = name, .value = eq + 1, .from_env = true,
+    unknown.push_back({.name = name,
+                       .value = eq + 1,
+                       .from_env = true,
                        .meaning = "not a known setting: the library does not read it (a typo?)"});
   }
   std::sort(unknown.begin(), unknown.end(), [](const Setting& a, const Setting& b) { return a.name < b.name; });

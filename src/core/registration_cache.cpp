@@ -29,8 +29,8 @@ RegistrationCache::~RegistrationCache() = default;
 void RegistrationCache::drop_stale() {
   if (!pins_) return;
   core::read_unmap_events();
-  const auto stale = std::remove_if(entries_.begin(), entries_.end(),
-                                    [](const auto& e) { return e->watch && e->watch->unmapped(); });
+  const auto stale =
+      std::remove_if(entries_.begin(), entries_.end(), [](const auto& e) { return e->watch && e->watch->unmapped(); });
   stats_.unmapped += static_cast<std::uint64_t>(entries_.end() - stale);
   entries_.erase(stale, entries_.end());
 }

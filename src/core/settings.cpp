@@ -62,10 +62,14 @@ std::optional<std::size_t> parse_size(const std::string& text) {
   unsigned long long n = std::strtoull(text.c_str(), &end, 10);
   if (end == text.c_str() || errno != 0) return std::nullopt;
   std::string unit(end);
-  if (unit == "K" || unit == "k") n <<= 10;
-  else if (unit == "M" || unit == "m") n <<= 20;
-  else if (unit == "G" || unit == "g") n <<= 30;
-  else if (!unit.empty()) return std::nullopt;
+  if (unit == "K" || unit == "k")
+    n <<= 10;
+  else if (unit == "M" || unit == "m")
+    n <<= 20;
+  else if (unit == "G" || unit == "g")
+    n <<= 30;
+  else if (!unit.empty())
+    return std::nullopt;
   return static_cast<std::size_t>(n);
 }
 
@@ -75,9 +79,8 @@ SettingRegistration::SettingRegistration(const Setting& setting) { registry().pu
 
 std::vector<const Setting*> registered_settings() {
   std::vector<const Setting*> list = registry();
-  std::sort(list.begin(), list.end(), [](const Setting* a, const Setting* b) {
-    return std::strcmp(a->name(), b->name()) < 0;
-  });
+  std::sort(list.begin(), list.end(),
+            [](const Setting* a, const Setting* b) { return std::strcmp(a->name(), b->name()) < 0; });
   return list;
 }
 
@@ -100,8 +103,9 @@ std::chrono::milliseconds DurationSetting::read() const {
   if (!text) return fallback_;
   const std::string accepted = "accepted: seconds (\"30\", \"2.5s\") or milliseconds (\"500ms\") from " +
                                format_duration(min_) + " to 30 days (" + format_duration(kMaxDuration) + ")";
-  const ErrorContext context{.op = "read settings", .hint = std::string("fix or unset ") + name() + " (default " +
-                                                            format_duration(fallback_) + ")"};
+  const ErrorContext context{
+      .op = "read settings",
+      .hint = std::string("fix or unset ") + name() + " (default " + format_duration(fallback_) + ")"};
   const auto ms = parse_milliseconds(*text);
   if (!ms) {
     throw Error(ErrorCode::Config, std::string(name()) + "=\"" + *text + "\" is not a duration; " + accepted, context);

@@ -95,8 +95,7 @@ class SizeSetting final : public Setting {
 // 0 or 1; anything else is ignored with a warning.
 class FlagSetting final : public Setting {
  public:
-  constexpr FlagSetting(const char* name, bool fallback, const char* doc)
-      : Setting(name, doc), fallback_(fallback) {}
+  constexpr FlagSetting(const char* name, bool fallback, const char* doc) : Setting(name, doc), fallback_(fallback) {}
   bool read() const;
   std::string default_text() const override { return fallback_ ? "1" : "0"; }
   std::string value_text() const override { return read() ? "1" : "0"; }
@@ -110,8 +109,7 @@ class FlagSetting final : public Setting {
 // ("auto", "unset"); `computed`, when given, is the value in force when unset.
 class TextSetting final : public Setting {
  public:
-  constexpr TextSetting(const char* name, const char* fallback, const char* doc,
-                        std::string (*computed)() = nullptr)
+  constexpr TextSetting(const char* name, const char* fallback, const char* doc, std::string (*computed)() = nullptr)
       : Setting(name, doc), fallback_(fallback), computed_(computed) {}
   // The variable's text, or nullopt when unset.
   std::optional<std::string> read() const { return raw(); }

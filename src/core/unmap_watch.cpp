@@ -134,14 +134,11 @@ class UnmapWatcher {
 
   std::string register_failure(int err) const {
     switch (err) {
-      case EBUSY:
-        return "its pages are already registered with another userfaultfd (the application's own?)";
+      case EBUSY: return "its pages are already registered with another userfaultfd (the application's own?)";
       case EINVAL:
         return "not private anonymous or shared memory, or not all mapped (a file mapping or device memory?)";
-      case ENOMEM:
-        return "not all mapped";
-      default:
-        return std::string("UFFDIO_REGISTER failed: ") + std::strerror(err);
+      case ENOMEM: return "not all mapped";
+      default: return std::string("UFFDIO_REGISTER failed: ") + std::strerror(err);
     }
   }
 
@@ -156,9 +153,10 @@ class UnmapWatcher {
       const int n = ::poll(&pfd, 1, -1);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 || (pfd.revents & (POLLERR | POLLNVAL)) != 0) {
-        RDMX_WARN("registration cache: stopped watching unmaps: poll on the userfaultfd failed (%s); "
-                  "registrations that pin pages now last one operation",
-                  n < 0 ? std::strerror(errno) : "POLLERR");
+        RDMX_WARN(
+            "registration cache: stopped watching unmaps: poll on the userfaultfd failed (%s); "
+            "registrations that pin pages now last one operation",
+            n < 0 ? std::strerror(errno) : "POLLERR");
         give_up();
         return;
       }
@@ -192,12 +190,8 @@ class UnmapWatcher {
   void handle(const uffd_msg& msg) {
     switch (msg.event) {
       case UFFD_EVENT_UNMAP:
-      case UFFD_EVENT_REMOVE:
-        mark(msg.arg.remove.start, msg.arg.remove.end);
-        break;
-      case UFFD_EVENT_REMAP:
-        mark(msg.arg.remap.from, msg.arg.remap.from + msg.arg.remap.len);
-        break;
+      case UFFD_EVENT_REMOVE: mark(msg.arg.remove.start, msg.arg.remove.end); break;
+      case UFFD_EVENT_REMAP: mark(msg.arg.remap.from, msg.arg.remap.from + msg.arg.remap.len); break;
       case UFFD_EVENT_PAGEFAULT: {
         // Nothing is write-protected, so no fault should come; if a kernel
         // sends one anyway, unprotect the page (which wakes the thread) and
@@ -213,8 +207,7 @@ class UnmapWatcher {
         }
         break;
       }
-      default:
-        break;
+      default: break;
     }
   }
 

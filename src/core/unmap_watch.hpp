@@ -38,10 +38,9 @@ class UnmapWatch {
 
  private:
   friend class UnmapWatcher;
-  UnmapWatch(UnmapWatcher* owner, std::uintptr_t start, std::uintptr_t end)
-      : owner_(owner), start_(start), end_(end) {}
+  UnmapWatch(UnmapWatcher* owner, std::uintptr_t start, std::uintptr_t end) : owner_(owner), start_(start), end_(end) {}
 
-  UnmapWatcher* owner_;  // never destroyed; its pid() tells a forked child it is the parent's
+  UnmapWatcher* owner_;         // never destroyed; its pid() tells a forked child it is the parent's
   std::uintptr_t start_, end_;  // page-aligned
   std::atomic<bool> unmapped_{false};
   UnmapWatch* prev_ = nullptr;  // the watcher's list: linking allocates nothing

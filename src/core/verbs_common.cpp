@@ -120,7 +120,8 @@ QpAddress QpAddress::from_hex(std::string_view hex) {
   };
   if (hex.size() % 2 != 0) {
     throw Error(ErrorCode::InvalidArgument, "QP address hex string has odd length",
-                {.op = "QpAddress::from_hex", .sizes = "chars=" + std::to_string(hex.size()),
+                {.op = "QpAddress::from_hex",
+                 .sizes = "chars=" + std::to_string(hex.size()),
                  .hint = "pass the exact string produced by QpAddress::to_hex()"});
   }
   QpAddress address;
@@ -130,7 +131,8 @@ QpAddress QpAddress::from_hex(std::string_view hex) {
     int lo = nibble(hex[i + 1]);
     if (hi < 0 || lo < 0) {
       throw Error(ErrorCode::InvalidArgument, "QP address hex string has a non-hex character",
-                  {.op = "QpAddress::from_hex", .sizes = "position=" + std::to_string(i),
+                  {.op = "QpAddress::from_hex",
+                   .sizes = "position=" + std::to_string(i),
                    .hint = "pass the exact string produced by QpAddress::to_hex()"});
     }
     address.bytes.push_back(static_cast<std::uint8_t>(hi << 4 | lo));

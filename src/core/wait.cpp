@@ -100,8 +100,8 @@ WaitResult wait_until(const std::function<bool()>& ready, WaitWord* word, Clock:
     if (word != nullptr) {
       word->block(seen, deadline);
     } else {
-      const Clock::duration slice = std::clamp<Clock::duration>((now - waiting_since) / 8, std::chrono::microseconds(20),
-                                                                std::chrono::microseconds(1000));
+      const Clock::duration slice = std::clamp<Clock::duration>(
+          (now - waiting_since) / 8, std::chrono::microseconds(20), std::chrono::microseconds(1000));
       std::this_thread::sleep_for(std::min<Clock::duration>(deadline - now, slice));
     }
   }

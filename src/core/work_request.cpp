@@ -30,9 +30,8 @@ QpCaps grant_qp_caps(const QpCaps& wanted, const DeviceCaps& limits, const std::
       wanted.max_send_sge > limits.max_sge || wanted.max_recv_sge > limits.max_sge) {
     throw Error(ErrorCode::InvalidArgument, "requested QP capabilities exceed the device's",
                 {.op = "create_qp",
-                 .sizes = "send_wr=" + std::to_string(wanted.max_send_wr) +
-                          " recv_wr=" + std::to_string(wanted.max_recv_wr) +
-                          " send_sge=" + std::to_string(wanted.max_send_sge) +
+                 .sizes = "send_wr=" + std::to_string(wanted.max_send_wr) + " recv_wr=" +
+                          std::to_string(wanted.max_recv_wr) + " send_sge=" + std::to_string(wanted.max_send_sge) +
                           " recv_sge=" + std::to_string(wanted.max_recv_sge),
                  .hint = provider + " allows up to " + std::to_string(limits.max_qp_wr) + " WRs and " +
                          std::to_string(limits.max_sge) + " SGEs"});
@@ -75,8 +74,9 @@ std::uint64_t validate_send_wr(const SendWr& wr, const QpCaps& caps, std::uint64
       (wr.sg_list.size() != 1 || wr.sg_list[0].length != 8 || wr.sg_list[0].addr % 8 != 0 || wr.remote_addr % 8 != 0)) {
     reject("malformed atomic work request",
            "num_sge=" + std::to_string(wr.sg_list.size()) + " remote_addr=" + hex(wr.remote_addr) +
-               (wr.sg_list.empty() ? "" : " local_addr=" + hex(wr.sg_list[0].addr) +
-                                              " local_len=" + std::to_string(wr.sg_list[0].length)),
+               (wr.sg_list.empty()
+                    ? ""
+                    : " local_addr=" + hex(wr.sg_list[0].addr) + " local_len=" + std::to_string(wr.sg_list[0].length)),
            "atomics take one 8-byte, 8-byte-aligned local SGE and an 8-byte-aligned remote address");
   }
   return is_atomic(wr.opcode) ? 8 : total;

@@ -46,9 +46,8 @@ GpuScan scan() {
   if (library == nullptr) {
     const char* error = ::dlerror();
     const std::string why = error != nullptr ? error : "unknown dlopen error";
-    scan.note = why.find("No such file") != std::string::npos
-                    ? "no CUDA driver: libcuda.so.1 not found"
-                    : "no CUDA driver: cannot load libcuda.so.1: " + why;
+    scan.note = why.find("No such file") != std::string::npos ? "no CUDA driver: libcuda.so.1 not found"
+                                                              : "no CUDA driver: cannot load libcuda.so.1: " + why;
     return scan;
   }
   const auto init = symbol<CuInit>(library, "cuInit");

@@ -24,11 +24,32 @@ using test::wait_exit;
 // Every variable detect_launch() reads. The guard clears them all (the test
 // may itself run under Slurm or MPI) and restores them afterwards.
 const char* const kLaunchVariables[] = {
-    "RDMX_RANK", "RDMX_WORLD_SIZE", "RDMX_LOCAL_RANK", "RDMX_LOCAL_WORLD_SIZE", "RDMX_STORE",
-    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
-    "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
-    "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_LOCALID", "SLURM_TASKS_PER_NODE", "SLURM_STEP_TASKS_PER_NODE", "SLURM_NODEID",
+    "RDMX_RANK",
+    "RDMX_WORLD_SIZE",
+    "RDMX_LOCAL_RANK",
+    "RDMX_LOCAL_WORLD_SIZE",
+    "RDMX_STORE",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "MPI_LOCALRANKID",
+    "MPI_LOCALNRANKS",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_NPROCS",
+    "SLURM_LOCALID",
+    "SLURM_TASKS_PER_NODE",
+    "SLURM_STEP_TASKS_PER_NODE",
+    "SLURM_NODEID",
 };
 
 class LaunchEnv {
@@ -43,8 +64,10 @@ class LaunchEnv {
   }
   ~LaunchEnv() {
     for (const auto& [name, value] : saved_) {
-      if (value) ::setenv(name.c_str(), value->c_str(), 1);
-      else ::unsetenv(name.c_str());
+      if (value)
+        ::setenv(name.c_str(), value->c_str(), 1);
+      else
+        ::unsetenv(name.c_str());
     }
   }
   LaunchEnv(const LaunchEnv&) = delete;
@@ -70,8 +93,11 @@ std::string config_error(const std::map<std::string, std::string>& values) {
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 TEST(DetectLaunch, RdmxVariables) {
-  LaunchEnv env({{"RDMX_RANK", "2"}, {"RDMX_WORLD_SIZE", "4"}, {"RDMX_LOCAL_RANK", "0"},
-                 {"RDMX_LOCAL_WORLD_SIZE", "2"}, {"RDMX_STORE", "node0:29500"}});
+  LaunchEnv env({{"RDMX_RANK", "2"},
+                 {"RDMX_WORLD_SIZE", "4"},
+                 {"RDMX_LOCAL_RANK", "0"},
+                 {"RDMX_LOCAL_WORLD_SIZE", "2"},
+                 {"RDMX_STORE", "node0:29500"}});
   LaunchInfo info = detect_launch();
   EXPECT_EQ(info.launcher, "rdmx");
   EXPECT_EQ(info.rank, 2);
@@ -108,8 +134,12 @@ TEST(DetectLaunch, StoreAddressForms) {
 }
 
 TEST(DetectLaunch, Torchrun) {
-  LaunchEnv env({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"},
-                 {"MASTER_ADDR", "10.1.2.3"}, {"MASTER_PORT", "29400"}});
+  LaunchEnv env({{"RANK", "5"},
+                 {"WORLD_SIZE", "8"},
+                 {"LOCAL_RANK", "1"},
+                 {"LOCAL_WORLD_SIZE", "4"},
+                 {"MASTER_ADDR", "10.1.2.3"},
+                 {"MASTER_PORT", "29400"}});
   LaunchInfo info = detect_launch();
   EXPECT_EQ(info.launcher, "torchrun");
   EXPECT_EQ(info.rank, 5);
@@ -121,8 +151,11 @@ TEST(DetectLaunch, Torchrun) {
 }
 
 TEST(DetectLaunch, OpenMpi) {
-  LaunchEnv env({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "16"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "3"},
-                 {"OMPI_COMM_WORLD_LOCAL_SIZE", "8"}, {"RDMX_STORE", "head:7000"}});
+  LaunchEnv env({{"OMPI_COMM_WORLD_RANK", "3"},
+                 {"OMPI_COMM_WORLD_SIZE", "16"},
+                 {"OMPI_COMM_WORLD_LOCAL_RANK", "3"},
+                 {"OMPI_COMM_WORLD_LOCAL_SIZE", "8"},
+                 {"RDMX_STORE", "head:7000"}});
   LaunchInfo info = detect_launch();
   EXPECT_EQ(info.launcher, "openmpi");
   EXPECT_EQ(info.rank, 3);
@@ -133,8 +166,12 @@ TEST(DetectLaunch, OpenMpi) {
 }
 
 TEST(DetectLaunch, Mpich) {
-  LaunchEnv env({{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}, {"MPI_LOCALRANKID", "1"}, {"MPI_LOCALNRANKS", "2"},
-                 {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}});
+  LaunchEnv env({{"PMI_RANK", "1"},
+                 {"PMI_SIZE", "2"},
+                 {"MPI_LOCALRANKID", "1"},
+                 {"MPI_LOCALNRANKS", "2"},
+                 {"MASTER_ADDR", "h"},
+                 {"MASTER_PORT", "1"}});
   LaunchInfo info = detect_launch();
   EXPECT_EQ(info.launcher, "mpich");
   EXPECT_EQ(info.rank, 1);
@@ -145,8 +182,11 @@ TEST(DetectLaunch, Mpich) {
 
 TEST(DetectLaunch, Slurm) {
   // Two tasks on each of three nodes, then one: node 3 runs one task.
-  LaunchEnv env({{"SLURM_PROCID", "6"}, {"SLURM_NTASKS", "7"}, {"SLURM_LOCALID", "0"},
-                 {"SLURM_TASKS_PER_NODE", "2(x3),1"}, {"SLURM_NODEID", "3"}});
+  LaunchEnv env({{"SLURM_PROCID", "6"},
+                 {"SLURM_NTASKS", "7"},
+                 {"SLURM_LOCALID", "0"},
+                 {"SLURM_TASKS_PER_NODE", "2(x3),1"},
+                 {"SLURM_NODEID", "3"}});
   LaunchInfo info = detect_launch();
   EXPECT_EQ(info.launcher, "slurm");
   EXPECT_EQ(info.rank, 6);
@@ -156,8 +196,11 @@ TEST(DetectLaunch, Slurm) {
 }
 
 TEST(DetectLaunch, SlurmLocalSizeFromRepeatedCounts) {
-  LaunchEnv env({{"SLURM_PROCID", "3"}, {"SLURM_NPROCS", "8"}, {"SLURM_LOCALID", "1"},
-                 {"SLURM_TASKS_PER_NODE", "4(x2)"}, {"SLURM_NODEID", "1"}});
+  LaunchEnv env({{"SLURM_PROCID", "3"},
+                 {"SLURM_NPROCS", "8"},
+                 {"SLURM_LOCALID", "1"},
+                 {"SLURM_TASKS_PER_NODE", "4(x2)"},
+                 {"SLURM_NODEID", "1"}});
   LaunchInfo info = detect_launch();
   EXPECT_EQ(info.world_size, 8);
   EXPECT_EQ(info.local_world_size, 4);
@@ -165,8 +208,11 @@ TEST(DetectLaunch, SlurmLocalSizeFromRepeatedCounts) {
 
 TEST(DetectLaunch, SlurmPrefersTheStepLayoutAndNeedsTheNodeId) {
   {
-    LaunchEnv env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_TASKS_PER_NODE", "8(x2)"},
-                   {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"}, {"SLURM_NODEID", "0"}});
+    LaunchEnv env({{"SLURM_PROCID", "0"},
+                   {"SLURM_NTASKS", "4"},
+                   {"SLURM_TASKS_PER_NODE", "8(x2)"},
+                   {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"},
+                   {"SLURM_NODEID", "0"}});
     EXPECT_EQ(detect_launch().local_world_size, 2);
   }
   {
@@ -177,14 +223,24 @@ TEST(DetectLaunch, SlurmPrefersTheStepLayoutAndNeedsTheNodeId) {
 
 TEST(DetectLaunch, Precedence) {
   std::map<std::string, std::string> all = {
-      {"RDMX_RANK", "1"},         {"RDMX_WORLD_SIZE", "2"},     {"RANK", "2"},       {"WORLD_SIZE", "3"},
-      {"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"PMI_RANK", "4"}, {"PMI_SIZE", "5"},
-      {"SLURM_PROCID", "5"},      {"SLURM_NTASKS", "6"},
+      {"RDMX_RANK", "1"},
+      {"RDMX_WORLD_SIZE", "2"},
+      {"RANK", "2"},
+      {"WORLD_SIZE", "3"},
+      {"OMPI_COMM_WORLD_RANK", "3"},
+      {"OMPI_COMM_WORLD_SIZE", "4"},
+      {"PMI_RANK", "4"},
+      {"PMI_SIZE", "5"},
+      {"SLURM_PROCID", "5"},
+      {"SLURM_NTASKS", "6"},
   };
-  const std::pair<const char*, int> order[] = {{"rdmx", 1}, {"torchrun", 2}, {"openmpi", 3}, {"mpich", 4}, {"slurm", 5}};
-  const std::vector<std::vector<const char*>> remove_before = {
-      {}, {"RDMX_RANK", "RDMX_WORLD_SIZE"}, {"RANK", "WORLD_SIZE"}, {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
-      {"PMI_RANK", "PMI_SIZE"}};
+  const std::pair<const char*, int> order[] = {
+      {"rdmx", 1}, {"torchrun", 2}, {"openmpi", 3}, {"mpich", 4}, {"slurm", 5}};
+  const std::vector<std::vector<const char*>> remove_before = {{},
+                                                               {"RDMX_RANK", "RDMX_WORLD_SIZE"},
+                                                               {"RANK", "WORLD_SIZE"},
+                                                               {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                                                               {"PMI_RANK", "PMI_SIZE"}};
   for (std::size_t i = 0; i < std::size(order); ++i) {
     for (const char* name : remove_before[i]) all.erase(name);
     LaunchEnv env(all);
@@ -195,8 +251,8 @@ TEST(DetectLaunch, Precedence) {
 }
 
 TEST(DetectLaunch, RdmxStoreOverridesMasterAddr) {
-  LaunchEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "a"}, {"MASTER_PORT", "1"},
-                 {"RDMX_STORE", "b:2"}});
+  LaunchEnv env(
+      {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "a"}, {"MASTER_PORT", "1"}, {"RDMX_STORE", "b:2"}});
   LaunchInfo info = detect_launch();
   EXPECT_EQ(info.store_host, "b");
   EXPECT_EQ(info.store_port, 2);
@@ -270,7 +326,9 @@ TEST(FromEnv, TorchrunStoreUsesThePortAfterMasterPort) {
   // torchrun's agent serves torch's TCPStore on MASTER_PORT: rdmx must not collide with it.
   TcpStoreServer occupant("127.0.0.1", 0);
   if (occupant.port() == 65535) GTEST_SKIP() << "ephemeral port 65535 leaves no port after it";
-  LaunchEnv env({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"},
+  LaunchEnv env({{"RANK", "0"},
+                 {"WORLD_SIZE", "1"},
+                 {"MASTER_ADDR", "127.0.0.1"},
                  {"MASTER_PORT", std::to_string(occupant.port())}});
   try {
     Bootstrap joined = from_env();
@@ -293,8 +351,8 @@ void join_ranks(int ranks, const std::string& store) {
   std::vector<pid_t> children;
   for (int rank = 0; rank < ranks; ++rank) {
     children.push_back(spawn([&, rank] {
-      LaunchEnv env({{"RDMX_RANK", std::to_string(rank)}, {"RDMX_WORLD_SIZE", std::to_string(ranks)},
-                     {"RDMX_STORE", store}});
+      LaunchEnv env(
+          {{"RDMX_RANK", std::to_string(rank)}, {"RDMX_WORLD_SIZE", std::to_string(ranks)}, {"RDMX_STORE", store}});
       Bootstrap joined = from_env();
       CHILD_REQUIRE(joined.info.rank == rank);
       CHILD_REQUIRE(core::current_rank() == rank);

@@ -110,7 +110,8 @@ TEST(ConnectMesh, FourRanksWriteToEveryPeer) {
   for (int rank = 0; rank < kWorld; ++rank) {
     ranks.push_back(spawn([&, rank] { return run_rank(store_dir, rank, kWorld); }));
   }
-  for (int rank = 0; rank < kWorld; ++rank) EXPECT_EQ(wait_exit(ranks[static_cast<std::size_t>(rank)]), 0) << "rank " << rank;
+  for (int rank = 0; rank < kWorld; ++rank)
+    EXPECT_EQ(wait_exit(ranks[static_cast<std::size_t>(rank)]), 0) << "rank " << rank;
 }
 
 // Forwards to a store but caps every blocking wait, so a test can provoke a

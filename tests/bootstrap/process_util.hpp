@@ -6,12 +6,12 @@
 // Every child arms alarm() so a hang kills it instead of the test run.
 #pragma once
 
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <netinet/in.h>
 
 #include <chrono>
 #include <cstdio>
@@ -31,10 +31,11 @@ namespace rdmx::test {
 inline constexpr unsigned kChildAlarmSeconds = 60;
 
 // Fails the child with a message naming the place.
-#define CHILD_REQUIRE(cond)                                                                          \
-  do {                                                                                               \
-    if (!(cond)) throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) +  \
-                                          ": requirement failed: " #cond);                           \
+#define CHILD_REQUIRE(cond)                                                             \
+  do {                                                                                  \
+    if (!(cond))                                                                        \
+      throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(__LINE__) + \
+                               ": requirement failed: " #cond);                         \
   } while (0)
 
 // Runs `body` in a child process; the child exits with body's return value,

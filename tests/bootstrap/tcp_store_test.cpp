@@ -366,12 +366,9 @@ TEST(TcpStore, RandomlyMutatedRequestsNeverCrashTheServer) {
   auto good = connect_to(server.port());
   good->set("guarded", std::string_view("v"));  // no frame below names this key
   const std::vector<std::string> valid = {
-      request_header(1, 2, 2) + arg("k") + arg("value"),
-      request_header(1, 3, 1) + arg("k"),
-      request_header(1, 4, 2) + arg("k") + arg("other"),
-      request_header(1, 5, 2) + arg("n") + arg(le64(3)),
-      request_header(1, 7, 3) + arg("c") + arg("") + arg("x"),
-      request_header(1, 8, 1) + arg("k"),
+      request_header(1, 2, 2) + arg("k") + arg("value"),       request_header(1, 3, 1) + arg("k"),
+      request_header(1, 4, 2) + arg("k") + arg("other"),       request_header(1, 5, 2) + arg("n") + arg(le64(3)),
+      request_header(1, 7, 3) + arg("c") + arg("") + arg("x"), request_header(1, 8, 1) + arg("k"),
   };
   std::uint64_t seed = 0x9e3779b97f4a7c15ull;  // fixed: failures reproduce
   auto next = [&seed] {

@@ -4,11 +4,11 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 
+#include <sched.h>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
-#include <sched.h>
 
 namespace rdmx::test {
 
@@ -103,9 +103,12 @@ float half_value(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000) << 16;
   const std::uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
   float v;
-  if (exp == 0) v = std::ldexp(static_cast<float>(mant), -24);
-  else if (exp == 31) v = mant == 0 ? INFINITY : NAN;
-  else return float_of(sign | (exp - 15 + 127) << 23 | mant << 13);
+  if (exp == 0)
+    v = std::ldexp(static_cast<float>(mant), -24);
+  else if (exp == 31)
+    v = mant == 0 ? INFINITY : NAN;
+  else
+    return float_of(sign | (exp - 15 + 127) << 23 | mant << 13);
   return sign ? -v : v;
 }
 
@@ -127,7 +130,9 @@ struct BF16 {
   static double value(bool prod, std::uint64_t h) {
     return prod ? (128.0 + static_cast<double>(h % 192) - 64) / 128 : (static_cast<double>(h % 511) - 255) / 128;
   }
-  static Bits encode(double v) { return static_cast<Bits>(float_bits(static_cast<float>(v)) >> 16); }  // low half is zero
+  static Bits encode(double v) {
+    return static_cast<Bits>(float_bits(static_cast<float>(v)) >> 16);
+  }  // low half is zero
   static double decode(Bits b) { return float_of(static_cast<std::uint32_t>(b) << 16); }
   static constexpr int kMantissa = 7;
 };
@@ -146,8 +151,10 @@ struct F64 {
   using Bits = std::uint64_t;
   using Acc = long double;  // sums of fp64 inputs need more than fp64 to be a reference
   static double value(bool prod, std::uint64_t h) {
-    return prod ? 1 + (static_cast<double>(h % (1ull << 40)) - static_cast<double>(1ull << 39)) / static_cast<double>(1ull << 40)
-                : (static_cast<double>(h % (1ull << 52)) - static_cast<double>(1ull << 51)) / static_cast<double>(1ull << 44);
+    return prod ? 1 + (static_cast<double>(h % (1ull << 40)) - static_cast<double>(1ull << 39)) /
+                          static_cast<double>(1ull << 40)
+                : (static_cast<double>(h % (1ull << 52)) - static_cast<double>(1ull << 51)) /
+                      static_cast<double>(1ull << 44);
   }
   static Bits encode(double v) {
     Bits b;
@@ -187,8 +194,8 @@ T load(const void* base, std::size_t i) {
 }
 
 template <typename T>
-std::string check_integer(ReduceOp op, int n, const void* got, std::size_t first, std::size_t count,
-                          std::uint64_t seed, DataType type) {
+std::string check_integer(ReduceOp op, int n, const void* got, std::size_t first, std::size_t count, std::uint64_t seed,
+                          DataType type) {
   for (std::size_t i = 0; i < count; ++i) {
     // Unsigned arithmetic wraps as the library's integers do; min/max compare in T.
     using U = std::make_unsigned_t<T>;

@@ -63,8 +63,8 @@ std::string check_reduced(DataType type, ReduceOp op, int n, const void* got, st
 // 64-bit FNV-1a of a buffer (to compare results across ranks and runs).
 std::uint64_t fingerprint(const void* data, std::size_t bytes);
 
-inline constexpr DataType kAllTypes[] = {DataType::Int8,    DataType::Uint8,    DataType::Int32,   DataType::Uint32,
-                                         DataType::Int64,   DataType::Uint64,   DataType::Float16, DataType::BFloat16,
+inline constexpr DataType kAllTypes[] = {DataType::Int8,    DataType::Uint8,  DataType::Int32,   DataType::Uint32,
+                                         DataType::Int64,   DataType::Uint64, DataType::Float16, DataType::BFloat16,
                                          DataType::Float32, DataType::Float64};
 inline constexpr ReduceOp kAllOps[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg};
 

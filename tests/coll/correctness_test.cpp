@@ -49,8 +49,8 @@ std::vector<std::string> algos_for(CollOp op) {
   const std::vector<std::string> supported = [&] {
     std::vector<std::string> s;
     const char* per_op[][2] = {{"all_reduce", "ring,rd,hd,tree,direct"}, {"all_gather", "ring,rd,direct"},
-                               {"reduce_scatter", "ring,hd,direct"},    {"broadcast", "tree,ring,direct"},
-                               {"reduce", "tree,ring,direct"},         {"barrier", "dissemination,direct"}};
+                               {"reduce_scatter", "ring,hd,direct"},     {"broadcast", "tree,ring,direct"},
+                               {"reduce", "tree,ring,direct"},           {"barrier", "dissemination,direct"}};
     for (auto& row : per_op) {
       if (std::string(row[0]) != rdmx::to_string(op)) continue;
       for (const char* name : names) {
@@ -96,8 +96,12 @@ struct Runner {
   // covers every element of every rank's result, at 1/n of the reference work.
   static constexpr std::size_t kShareBytes = std::size_t{1} << 20;
   bool shared_check(std::size_t bytes) const { return n > 1 && bytes >= kShareBytes; }
-  std::size_t share_begin(std::size_t count) const { return count * static_cast<std::size_t>(r) / static_cast<std::size_t>(n); }
-  std::size_t share_end(std::size_t count) const { return count * static_cast<std::size_t>(r + 1) / static_cast<std::size_t>(n); }
+  std::size_t share_begin(std::size_t count) const {
+    return count * static_cast<std::size_t>(r) / static_cast<std::size_t>(n);
+  }
+  std::size_t share_end(std::size_t count) const {
+    return count * static_cast<std::size_t>(r + 1) / static_cast<std::size_t>(n);
+  }
   void check_same_via_store(std::uint64_t fp, std::uint64_t seed, int round, const std::string& what) {
     const std::string key = "fp/" + std::to_string(seed) + "/" + std::to_string(round) + "/";
     Bytes value(sizeof fp);
@@ -117,7 +121,6 @@ bool in_default_matrix(const CollParam& p) {
   if (p.provider == "tcp") return p.n == 2 || p.n == 3 || p.n == 5 || p.n == 8;
   return true;
 }
-
 
 class Correctness : public ::testing::TestWithParam<CollParam> {
  protected:
@@ -172,8 +175,7 @@ void reducing_suite(Runner& R, CollOp op) {
               const std::uint64_t fp = has_result ? fingerprint(dst, count * e) : 0;
               if (op == CollOp::AllReduce && R.shared_check(count * e)) {
                 const std::size_t lo = R.share_begin(count), hi = R.share_end(count);
-                const std::string bad =
-                    check_reduced(t, o, R.n, static_cast<char*>(dst) + lo * e, lo, hi - lo, seed);
+                const std::string bad = check_reduced(t, o, R.n, static_cast<char*>(dst) + lo * e, lo, hi - lo, seed);
                 if (!bad.empty()) FAIL_RANK() << what << ": " << bad;
                 R.check_same_via_store(fp, seed, round, what);
               } else if (has_result) {
@@ -195,9 +197,15 @@ void reducing_suite(Runner& R, CollOp op) {
   }
 }
 
-TEST_P(Correctness, AllReduce) { run([](Runner& R) { reducing_suite(R, CollOp::AllReduce); }); }
-TEST_P(Correctness, Reduce) { run([](Runner& R) { reducing_suite(R, CollOp::Reduce); }); }
-TEST_P(Correctness, ReduceScatter) { run([](Runner& R) { reducing_suite(R, CollOp::ReduceScatter); }); }
+TEST_P(Correctness, AllReduce) {
+  run([](Runner& R) { reducing_suite(R, CollOp::AllReduce); });
+}
+TEST_P(Correctness, Reduce) {
+  run([](Runner& R) { reducing_suite(R, CollOp::Reduce); });
+}
+TEST_P(Correctness, ReduceScatter) {
+  run([](Runner& R) { reducing_suite(R, CollOp::ReduceScatter); });
+}
 
 // Data movement: values are the input bits of (source rank, index), compared exactly.
 void expect_block(const Runner& R, const std::string& what, DataType t, const void* got, int src_rank,
@@ -336,12 +344,24 @@ TEST_P(Correctness, DirectTransfers) {
   });
 }
 
-TEST_P(Correctness, AllGather) { run([](Runner& R) { movement_suite(R, CollOp::AllGather); }); }
-TEST_P(Correctness, Broadcast) { run([](Runner& R) { movement_suite(R, CollOp::Broadcast); }); }
-TEST_P(Correctness, Gather) { run([](Runner& R) { movement_suite(R, CollOp::Gather); }); }
-TEST_P(Correctness, Scatter) { run([](Runner& R) { movement_suite(R, CollOp::Scatter); }); }
-TEST_P(Correctness, AllToAll) { run([](Runner& R) { movement_suite(R, CollOp::AllToAll); }); }
-TEST_P(Correctness, AllToAllv) { run([](Runner& R) { movement_suite(R, CollOp::AllToAllv); }); }
+TEST_P(Correctness, AllGather) {
+  run([](Runner& R) { movement_suite(R, CollOp::AllGather); });
+}
+TEST_P(Correctness, Broadcast) {
+  run([](Runner& R) { movement_suite(R, CollOp::Broadcast); });
+}
+TEST_P(Correctness, Gather) {
+  run([](Runner& R) { movement_suite(R, CollOp::Gather); });
+}
+TEST_P(Correctness, Scatter) {
+  run([](Runner& R) { movement_suite(R, CollOp::Scatter); });
+}
+TEST_P(Correctness, AllToAll) {
+  run([](Runner& R) { movement_suite(R, CollOp::AllToAll); });
+}
+TEST_P(Correctness, AllToAllv) {
+  run([](Runner& R) { movement_suite(R, CollOp::AllToAllv); });
+}
 
 // Point to point: a ring of send_recv, then pairs of send and recv.
 TEST_P(Correctness, SendRecv) {
@@ -383,7 +403,8 @@ TEST_P(Correctness, Barrier) {
         const std::string key = "barrier/" + algo + "/" + std::to_string(round) + "/";
         R.env.store().set(key + std::to_string(R.r), std::string_view("x"));
         c.barrier();
-        for (int p = 0; p < R.n; ++p) CHECK(R.env.store().check(key + std::to_string(p))) << "rank " << p << " passed the barrier late";
+        for (int p = 0; p < R.n; ++p)
+          CHECK(R.env.store().check(key + std::to_string(p))) << "rank " << p << " passed the barrier late";
       }
     }
   });

@@ -59,7 +59,8 @@ TEST_P(CollErrors, MismatchedOperationsNameTheRanksAndCalls) {
           contains(text, "but rank 1 called all_gather"))
         << text;
     // The communicator is unusable afterwards, and says so.
-    expect_error(ErrorCode::InvalidState, [&] { comm->barrier(); }, "barrier after the mismatch");
+    expect_error(
+        ErrorCode::InvalidState, [&] { comm->barrier(); }, "barrier after the mismatch");
   }));
 }
 
@@ -101,7 +102,8 @@ TEST_P(CollErrors, MismatchedArgumentsAreDetected) {
       options.timeout = std::chrono::milliseconds(3000);  // both think they are root: found at the timeout at worst
       auto comm = Communicator::create(env.store_ptr(), env.rank(), env.world_size(), options);
       std::vector<std::int32_t> buf(16, 1);
-      const std::string text = expect_error(ErrorCode::Protocol, [&] { v.call(*comm, env.rank(), buf); }, v.name);
+      const std::string text = expect_error(
+          ErrorCode::Protocol, [&] { v.call(*comm, env.rank(), buf); }, v.name);
       CHECK(contains(text, v.mine) && contains(text, v.theirs)) << v.name << ": " << text;
     })) << v.name;
   }
@@ -175,7 +177,9 @@ TEST_P(CollErrors, MismatchesAreFoundWithinASecondWhateverTheAlgorithms) {
          c.all_reduce(b.data(), b.data(), r == 1 ? 1000 : big, DataType::Float32, ReduceOp::Sum);
        }},
       {"broadcast roots",
-       [](Communicator& c, int r, std::vector<float>& b) { c.broadcast(b.data(), 4096, DataType::Float32, r == 2 ? 3 : 0); }},
+       [](Communicator& c, int r, std::vector<float>& b) {
+         c.broadcast(b.data(), 4096, DataType::Float32, r == 2 ? 3 : 0);
+       }},
       {"reduce roots",
        [big](Communicator& c, int r, std::vector<float>& b) {
          c.reduce(b.data(), b.data(), big / 4, DataType::Float32, ReduceOp::Sum, r == 0 ? 1 : 2);
@@ -219,8 +223,8 @@ TEST_P(CollErrors, MismatchesAreFoundWithinASecondWhateverTheAlgorithms) {
           v.name);
       const auto took = std::chrono::steady_clock::now() - start;
       CHECK(contains(text, "mismatched calls")) << v.name << ": " << text;
-      CHECK_LT(took, std::chrono::seconds(5)) << v.name << ": found only after "
-                                              << std::chrono::duration<double>(took).count() << " s: " << text;
+      CHECK_LT(took, std::chrono::seconds(5))
+          << v.name << ": found only after " << std::chrono::duration<double>(took).count() << " s: " << text;
     })) << v.name;
   }
 }
@@ -282,8 +286,8 @@ TEST_P(CollErrors, StoppedRankIsNamedAloneAndTheOthersFailSoonAfterTheTimeout) {
         const std::size_t missing = text.find("Missing: ");
         const std::size_t not_missing = text.find("Not missing");
         CHECK(missing != std::string::npos) << text;
-        const std::string named = text.substr(missing, not_missing == std::string::npos ? std::string::npos
-                                                                                       : not_missing - missing);
+        const std::string named =
+            text.substr(missing, not_missing == std::string::npos ? std::string::npos : not_missing - missing);
         CHECK(contains(named, "rank 3")) << text;
         for (int r = 0; r < 3; ++r) {
           CHECK(!contains(named, "rank " + std::to_string(r)) && !contains(named, ", " + std::to_string(r)))
@@ -293,11 +297,12 @@ TEST_P(CollErrors, StoppedRankIsNamedAloneAndTheOthersFailSoonAfterTheTimeout) {
         const auto teardown = std::chrono::steady_clock::now();
         comm.reset();
         const auto took = std::chrono::steady_clock::now() - teardown;
-        CHECK_LT(took, std::chrono::milliseconds(1500)) << "teardown " << std::chrono::duration<double>(took).count()
-                                                        << " s";
+        CHECK_LT(took, std::chrono::milliseconds(1500))
+            << "teardown " << std::chrono::duration<double>(took).count() << " s";
         env.store().set("stopped/failed/" + std::to_string(env.rank()), std::string_view("1"));
         if (env.rank() == 0) {
-          env.store().wait({"stopped/failed/0", "stopped/failed/1", "stopped/failed/2"}, std::chrono::milliseconds(30'000));
+          env.store().wait({"stopped/failed/0", "stopped/failed/1", "stopped/failed/2"},
+                           std::chrono::milliseconds(30'000));
           ::kill(std::stoi(env.store().get_string("stopped/pid/3")), SIGKILL);
         }
       },
@@ -314,9 +319,11 @@ TEST_P(CollErrors, AbortFailsPendingWorkAndTellsPeers) {
       Work work = comm->iall_reduce(buf.data(), buf.data(), buf.size(), DataType::Float32, ReduceOp::Sum);
       CHECK(!work.test());
       comm->abort("stopping for the test");
-      const std::string text = expect_error(ErrorCode::InvalidState, [&] { work.wait(); }, "wait after abort");
+      const std::string text = expect_error(
+          ErrorCode::InvalidState, [&] { work.wait(); }, "wait after abort");
       CHECK(contains(text, "stopping for the test")) << text;
-      expect_error(ErrorCode::InvalidState, [&] { comm->barrier(); }, "barrier after abort");
+      expect_error(
+          ErrorCode::InvalidState, [&] { comm->barrier(); }, "barrier after abort");
       env.store().set("abort/done", std::string_view("1"));
     } else {
       env.store().get("abort/done", std::chrono::milliseconds(30'000));
@@ -339,16 +346,22 @@ TEST_P(CollErrors, BadArgumentsAreRefusedLocally) {
       const std::string text = expect_error(ErrorCode::InvalidArgument, call, what);
       CHECK(contains(text, part)) << what << ": " << text;
     };
-    bad("avg on integers", [&] { comm->all_reduce(buf.data(), buf.data(), 8, DataType::Int32, ReduceOp::Avg); },
+    bad(
+        "avg on integers", [&] { comm->all_reduce(buf.data(), buf.data(), 8, DataType::Int32, ReduceOp::Avg); },
         "avg is defined for floating types only");
-    bad("root out of range", [&] { comm->broadcast(buf.data(), 8, DataType::Int32, 2); }, "root 2");
-    bad("null buffer", [&] { comm->all_reduce(nullptr, buf.data(), 8, DataType::Int32, ReduceOp::Sum); },
+    bad(
+        "root out of range", [&] { comm->broadcast(buf.data(), 8, DataType::Int32, 2); }, "root 2");
+    bad(
+        "null buffer", [&] { comm->all_reduce(nullptr, buf.data(), 8, DataType::Int32, ReduceOp::Sum); },
         "send buffer is null");
-    bad("send to self", [&] { comm->send(buf.data(), 8, DataType::Int32, env.rank()); }, "not another rank");
+    bad(
+        "send to self", [&] { comm->send(buf.data(), 8, DataType::Int32, env.rank()); }, "not another rank");
     std::vector<std::size_t> one(1, 0);
-    bad("all_to_allv sizes",
-        [&] { comm->all_to_allv(buf.data(), one, one, buf.data(), one, one, DataType::Int32); }, "2 entries each");
-    bad("huge count",
+    bad(
+        "all_to_allv sizes", [&] { comm->all_to_allv(buf.data(), one, one, buf.data(), one, one, DataType::Int32); },
+        "2 entries each");
+    bad(
+        "huge count",
         [&] { comm->all_reduce(buf.data(), buf.data(), std::size_t{1} << 62, DataType::Int32, ReduceOp::Sum); },
         "too large");
     CHECK_EQ(comm->next_sequence(), std::uint64_t{1}) << "refused calls must not use a sequence number";

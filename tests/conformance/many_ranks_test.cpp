@@ -27,7 +27,8 @@ TEST_P(Conformance, EightRanksFullMeshOversubscribed) {
       if (peer == me) continue;
       qps[static_cast<std::size_t>(peer)] = make_qp(node);
       Sge note = in_mr->sge(0, 0);
-      qps[static_cast<std::size_t>(peer)]->post_recv(RecvWr{.wr_id = static_cast<std::uint64_t>(peer), .sg_list = {&note, 1}});
+      qps[static_cast<std::size_t>(peer)]->post_recv(
+          RecvWr{.wr_id = static_cast<std::uint64_t>(peer), .sg_list = {&note, 1}});
     }
     for (int peer = 0; peer < n; ++peer) {
       if (peer != me) connect_qp(env, *qps[static_cast<std::size_t>(peer)], peer, "mesh");

@@ -135,7 +135,8 @@ TEST_P(Conformance, OrderedWritePlacementWhenClaimed) {
           } else {
             sges = {src_mr->sge(0, static_cast<std::uint32_t>(size))};
           }
-          qp->post_send(rdma_wr(static_cast<std::uint64_t>(round), Opcode::RdmaWrite, sges, region.addr, region.rkey, true));
+          qp->post_send(
+              rdma_wr(static_cast<std::uint64_t>(round), Opcode::RdmaWrite, sges, region.addr, region.rkey, true));
           WAIT_WC(*node.send_cq, "ordered WRITE round " + std::to_string(round));
           await(env, "ordered/" + tag + "/" + std::to_string(round));
         }

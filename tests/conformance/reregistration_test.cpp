@@ -44,8 +44,7 @@ TEST_P(Conformance, SameBufferRegisteredTwice) {
       signal(env, "wrote-through-second");
       await(env, "both-gone");
       auto refused = RDMA_SYNC(*qp, *node.send_cq, Opcode::RdmaWrite, mr->sge(0, 512), r.addr + 4096, r.rkey, 2);
-      CHECK_WC(refused, "WRITE after both registrations were destroyed", .wr_id = 2,
-               .status = WcStatus::RemAccessErr);
+      CHECK_WC(refused, "WRITE after both registrations were destroyed", .wr_id = 2, .status = WcStatus::RemAccessErr);
       env.barrier("done");
     }
   }));

@@ -52,8 +52,7 @@ std::uint64_t seed_of(std::size_t phase, int from, std::uint64_t k) {
 // `window` slots (a slot is refilled only when its SEND has completed).
 class StreamSender {
  public:
-  StreamSender(QueuePair& qp, MemoryRegion& mr, std::uint8_t* slots, const StreamPhase& p, std::size_t phase,
-               int from)
+  StreamSender(QueuePair& qp, MemoryRegion& mr, std::uint8_t* slots, const StreamPhase& p, std::size_t phase, int from)
       : qp_(qp), mr_(mr), slots_(slots), p_(p), phase_(phase), from_(from) {}
   bool done() const { return completed_ == p_.messages; }
   std::string progress() const {
@@ -198,8 +197,7 @@ void run_stream(RankEnv& env, const std::vector<StreamPhase>& phases, bool both_
 // inline in one cache line or frame, and copied across memories (64 KiB, 1 MiB).
 TEST_P(Conformance, SendStreamToReceiverRepostingOneAtATime) {
   ASSERT_TRUE(run(2, [](RankEnv& env) {
-    run_stream(env, {{64, 20000, 64, 64, 10}, {64 * 1024, 2000, 32, 32, 10}, {1024 * 1024, 160, 16, 16, 5}},
-               false);
+    run_stream(env, {{64, 20000, 64, 64, 10}, {64 * 1024, 2000, 32, 32, 10}, {1024 * 1024, 160, 16, 16, 5}}, false);
   }));
 }
 
@@ -310,14 +308,14 @@ TEST_P(Conformance, UnsignaledSendDeliveredAfterRnrDoesNotFailLater) {
       for (int i = 0; i < 1000; ++i) node.device->progress();
       Sge sge = mr->sge(0, 4096);
       qp->post_recv(RecvWr{.wr_id = 1, .sg_list = {&sge, 1}});
-      CHECK_WC(WAIT_WC(*node.recv_cq, "the SEND that waited"), "late receive", .wr_id = 1,
-               .status = WcStatus::Success, .opcode = WcOpcode::Recv, .byte_len = 100);
+      CHECK_WC(WAIT_WC(*node.recv_cq, "the SEND that waited"), "late receive", .wr_id = 1, .status = WcStatus::Success,
+               .opcode = WcOpcode::Recv, .byte_len = 100);
       CHECK_PATTERN(buf.data(), 100, 31, 0, "payload after RNR");
       Sge sge2 = mr->sge(4096, 4096);
       qp->post_recv(RecvWr{.wr_id = 2, .sg_list = {&sge2, 1}});
       signal(env, "received");
-      CHECK_WC(WAIT_WC(*node.recv_cq, "the signaled SEND"), "second receive", .wr_id = 2,
-               .status = WcStatus::Success, .opcode = WcOpcode::Recv, .byte_len = 200);
+      CHECK_WC(WAIT_WC(*node.recv_cq, "the signaled SEND"), "second receive", .wr_id = 2, .status = WcStatus::Success,
+               .opcode = WcOpcode::Recv, .byte_len = 200);
       CHECK_PATTERN(buf.data() + 4096, 200, 32, 0, "second payload");
       env.barrier("done");
     } else {
@@ -376,9 +374,9 @@ TEST_P(Conformance, ReadAndAtomicCompleteWhilePeerSendWaitsForReceive) {
     CHECK_WC(WAIT_WC(*node.send_cq, "the first SEND"), "first SEND", .wr_id = 99, .status = WcStatus::Success);
     CHECK_WC(WAIT_WC(*node.recv_cq, "the first receive"), "first receive", .wr_id = 99, .status = WcStatus::Success);
     if (env.rank() == 0) {
-      fill_pattern(buf.data(), 65536, 61);             // what rank 1 READs, small
-      fill_pattern(buf.data() + 65536, 65536, 62);     // and large
-      *buf.u64(2 * 65536) = 1000;                      // the atomic's target
+      fill_pattern(buf.data(), 65536, 61);                   // what rank 1 READs, small
+      fill_pattern(buf.data() + 65536, 65536, 62);           // and large
+      *buf.u64(2 * 65536) = 1000;                            // the atomic's target
       fill_pattern(buf.data() + 2 * 65536 + 4096, 512, 63);  // the SEND's payload
       Sge sge = mr->sge(2 * 65536 + 4096, 512);
       qp->post_send(send_wr(1, Opcode::Send, {&sge, 1}));  // waits: rank 1 has no receive

@@ -266,83 +266,90 @@ std::size_t largest_message(const Node& node) {
 }
 
 TEST_P(Conformance, RdmaWriteOfTheLargestMessage) {
-  ASSERT_TRUE(run(2, [](RankEnv& env) {
-    Node node(env);
-    const std::size_t len = largest_message(node);
-    const std::string what = std::to_string(len) + "-byte RDMA WRITE (max_msg_size)";
-    if (env.rank() == kTarget) {
-      Buffer target(len + 4096);
-      Buffer note(64);
-      long_rendezvous(env, "prepared");
-      auto mr = node.pd->register_memory(target.data(), target.size(), Access::LocalWrite | Access::RemoteWrite);
-      auto nmr = node.pd->register_memory(note.data(), note.size(), Access::LocalWrite);
-      auto qp = make_qp(node);
-      Sge sge = nmr->sge(0, 64);
-      qp->post_recv(RecvWr{.wr_id = 1, .sg_list = {&sge, 1}});
-      publish_region(env, "region", *mr);
-      connect_qp(env, *qp, kInitiator, "t");
-      CHECK_WC(WAIT_WC_LONG(*node.recv_cq, "notification after the " + what), "notification", .wr_id = 1,
-               .status = WcStatus::Success, .opcode = WcOpcode::Recv);
-      CHECK_BYTES(target.data(), 5, 0, "before the " + what);
-      CHECK_PATTERN(target.data() + 5, len, 61, 0, what);
-      CHECK_BYTES(target.data() + 5 + len, 4096 - 5, 0, "after the " + what);
-      long_rendezvous(env, "done");
-    } else {
-      Buffer src(len);
-      fill_pattern(src.data(), len, 61);
-      long_rendezvous(env, "prepared");
-      auto mr = node.pd->register_memory(src.data(), src.size(), Access::LocalWrite);
-      auto qp = connected_qp(env, node, kTarget, "t");
-      RemoteRegion region = fetch_region(env, "region");
-      Sge sge = mr->sge(0, static_cast<std::uint32_t>(len));
-      auto start = std::chrono::steady_clock::now();
-      ScopedTrace trace([&] { return qp_status(*qp, start); });
-      qp->post_send(rdma_wr(1, Opcode::RdmaWrite, {&sge, 1}, region.addr + 5, region.rkey));
-      CHECK_WC(WAIT_WC_LONG(*node.send_cq, what), what, .wr_id = 1, .status = WcStatus::Success,
-               .opcode = WcOpcode::RdmaWrite);
-      std::fprintf(stderr, "[rank %d] %s: %s\n", env.rank(), what.c_str(),
-                   rate(len, std::chrono::steady_clock::now() - start).c_str());
-      Sge note = mr->sge(0, 8);
-      qp->post_send(send_wr(2, Opcode::Send, {&note, 1}));
-      CHECK_WC(WAIT_WC_LONG(*node.send_cq, "notification"), "notification", .wr_id = 2, .status = WcStatus::Success);
-      long_rendezvous(env, "done");
-    }
-  }, kLargestMessageRun));
+  ASSERT_TRUE(run(
+      2,
+      [](RankEnv& env) {
+        Node node(env);
+        const std::size_t len = largest_message(node);
+        const std::string what = std::to_string(len) + "-byte RDMA WRITE (max_msg_size)";
+        if (env.rank() == kTarget) {
+          Buffer target(len + 4096);
+          Buffer note(64);
+          long_rendezvous(env, "prepared");
+          auto mr = node.pd->register_memory(target.data(), target.size(), Access::LocalWrite | Access::RemoteWrite);
+          auto nmr = node.pd->register_memory(note.data(), note.size(), Access::LocalWrite);
+          auto qp = make_qp(node);
+          Sge sge = nmr->sge(0, 64);
+          qp->post_recv(RecvWr{.wr_id = 1, .sg_list = {&sge, 1}});
+          publish_region(env, "region", *mr);
+          connect_qp(env, *qp, kInitiator, "t");
+          CHECK_WC(WAIT_WC_LONG(*node.recv_cq, "notification after the " + what), "notification", .wr_id = 1,
+                   .status = WcStatus::Success, .opcode = WcOpcode::Recv);
+          CHECK_BYTES(target.data(), 5, 0, "before the " + what);
+          CHECK_PATTERN(target.data() + 5, len, 61, 0, what);
+          CHECK_BYTES(target.data() + 5 + len, 4096 - 5, 0, "after the " + what);
+          long_rendezvous(env, "done");
+        } else {
+          Buffer src(len);
+          fill_pattern(src.data(), len, 61);
+          long_rendezvous(env, "prepared");
+          auto mr = node.pd->register_memory(src.data(), src.size(), Access::LocalWrite);
+          auto qp = connected_qp(env, node, kTarget, "t");
+          RemoteRegion region = fetch_region(env, "region");
+          Sge sge = mr->sge(0, static_cast<std::uint32_t>(len));
+          auto start = std::chrono::steady_clock::now();
+          ScopedTrace trace([&] { return qp_status(*qp, start); });
+          qp->post_send(rdma_wr(1, Opcode::RdmaWrite, {&sge, 1}, region.addr + 5, region.rkey));
+          CHECK_WC(WAIT_WC_LONG(*node.send_cq, what), what, .wr_id = 1, .status = WcStatus::Success,
+                   .opcode = WcOpcode::RdmaWrite);
+          std::fprintf(stderr, "[rank %d] %s: %s\n", env.rank(), what.c_str(),
+                       rate(len, std::chrono::steady_clock::now() - start).c_str());
+          Sge note = mr->sge(0, 8);
+          qp->post_send(send_wr(2, Opcode::Send, {&note, 1}));
+          CHECK_WC(WAIT_WC_LONG(*node.send_cq, "notification"), "notification", .wr_id = 2,
+                   .status = WcStatus::Success);
+          long_rendezvous(env, "done");
+        }
+      },
+      kLargestMessageRun));
 }
 
 TEST_P(Conformance, RdmaReadOfTheLargestMessage) {
-  ASSERT_TRUE(run(2, [](RankEnv& env) {
-    Node node(env);
-    const std::size_t len = largest_message(node);
-    const std::string what = std::to_string(len) + "-byte RDMA READ (max_msg_size)";
-    if (env.rank() == kTarget) {
-      Buffer source(len + 4096);
-      fill_pattern(source.data() + 3, len, 62);
-      long_rendezvous(env, "prepared");
-      auto mr = node.pd->register_memory(source.data(), source.size(), Access::RemoteRead);
-      auto qp = connected_qp(env, node, kInitiator, "t");
-      publish_region(env, "region", *mr);
-      long_rendezvous(env, "done");
-    } else {
-      Buffer dst(len + 4096);
-      long_rendezvous(env, "prepared");
-      auto mr = node.pd->register_memory(dst.data(), dst.size(), Access::LocalWrite);
-      auto qp = connected_qp(env, node, kTarget, "t");
-      RemoteRegion region = fetch_region(env, "region");
-      Sge sge = mr->sge(7, static_cast<std::uint32_t>(len));
-      auto start = std::chrono::steady_clock::now();
-      ScopedTrace trace([&] { return qp_status(*qp, start); });
-      qp->post_send(rdma_wr(1, Opcode::RdmaRead, {&sge, 1}, region.addr + 3, region.rkey));
-      CHECK_WC(WAIT_WC_LONG(*node.send_cq, what), what, .wr_id = 1, .status = WcStatus::Success,
-               .opcode = WcOpcode::RdmaRead, .byte_len = static_cast<std::uint32_t>(len));
-      std::fprintf(stderr, "[rank %d] %s: %s\n", env.rank(), what.c_str(),
-                   rate(len, std::chrono::steady_clock::now() - start).c_str());
-      CHECK_BYTES(dst.data(), 7, 0, "before the " + what);
-      CHECK_PATTERN(dst.data() + 7, len, 62, 0, what);
-      CHECK_BYTES(dst.data() + 7 + len, 4096 - 7, 0, "after the " + what);
-      long_rendezvous(env, "done");
-    }
-  }, kLargestMessageRun));
+  ASSERT_TRUE(run(
+      2,
+      [](RankEnv& env) {
+        Node node(env);
+        const std::size_t len = largest_message(node);
+        const std::string what = std::to_string(len) + "-byte RDMA READ (max_msg_size)";
+        if (env.rank() == kTarget) {
+          Buffer source(len + 4096);
+          fill_pattern(source.data() + 3, len, 62);
+          long_rendezvous(env, "prepared");
+          auto mr = node.pd->register_memory(source.data(), source.size(), Access::RemoteRead);
+          auto qp = connected_qp(env, node, kInitiator, "t");
+          publish_region(env, "region", *mr);
+          long_rendezvous(env, "done");
+        } else {
+          Buffer dst(len + 4096);
+          long_rendezvous(env, "prepared");
+          auto mr = node.pd->register_memory(dst.data(), dst.size(), Access::LocalWrite);
+          auto qp = connected_qp(env, node, kTarget, "t");
+          RemoteRegion region = fetch_region(env, "region");
+          Sge sge = mr->sge(7, static_cast<std::uint32_t>(len));
+          auto start = std::chrono::steady_clock::now();
+          ScopedTrace trace([&] { return qp_status(*qp, start); });
+          qp->post_send(rdma_wr(1, Opcode::RdmaRead, {&sge, 1}, region.addr + 3, region.rkey));
+          CHECK_WC(WAIT_WC_LONG(*node.send_cq, what), what, .wr_id = 1, .status = WcStatus::Success,
+                   .opcode = WcOpcode::RdmaRead, .byte_len = static_cast<std::uint32_t>(len));
+          std::fprintf(stderr, "[rank %d] %s: %s\n", env.rank(), what.c_str(),
+                       rate(len, std::chrono::steady_clock::now() - start).c_str());
+          CHECK_BYTES(dst.data(), 7, 0, "before the " + what);
+          CHECK_PATTERN(dst.data() + 7, len, 62, 0, what);
+          CHECK_BYTES(dst.data() + 7 + len, 4096 - 7, 0, "after the " + what);
+          long_rendezvous(env, "done");
+        }
+      },
+      kLargestMessageRun));
 }
 
 }  // namespace

@@ -22,12 +22,16 @@ class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) {
     if (const char* old = std::getenv(name)) old_ = old;
-    if (value != nullptr) ::setenv(name, value, 1);
-    else ::unsetenv(name);
+    if (value != nullptr)
+      ::setenv(name, value, 1);
+    else
+      ::unsetenv(name);
   }
   ~ScopedEnv() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
   }
   ScopedEnv(const ScopedEnv&) = delete;
   ScopedEnv& operator=(const ScopedEnv&) = delete;
@@ -101,7 +105,8 @@ TEST(ConfigDuration, NegativeAndZeroTimeoutsAreRefused) {
     ScopedEnv env("RDMX_RNR_TIMEOUT", "0");
     EXPECT_EQ(core::read_rnr_timeout(), 0ms);
   }
-  EXPECT_TRUE(contains(refusal("RDMX_RNR_TIMEOUT", "-1", core::read_rnr_timeout), "RDMX_RNR_TIMEOUT=\"-1\" is out of range"));
+  EXPECT_TRUE(
+      contains(refusal("RDMX_RNR_TIMEOUT", "-1", core::read_rnr_timeout), "RDMX_RNR_TIMEOUT=\"-1\" is out of range"));
   EXPECT_TRUE(contains(refusal("RDMX_RNR_TIMEOUT", "1e17", core::read_rnr_timeout), "30 days"));
 }
 

@@ -37,12 +37,15 @@ TEST(InProcess, WriteThenRead) {
   std::vector<std::uint8_t> src(1 << 20), dst(1 << 20, 0), back(1 << 20, 0);
   std::iota(src.begin(), src.end(), 0);
   auto src_mr = p.pd->register_memory(src.data(), src.size(), Access::LocalWrite);
-  auto dst_mr = p.pd->register_memory(dst.data(), dst.size(),
-                                      Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead);
+  auto dst_mr =
+      p.pd->register_memory(dst.data(), dst.size(), Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead);
   auto back_mr = p.pd->register_memory(back.data(), back.size(), Access::LocalWrite);
   Sge sge = src_mr->sge(0, static_cast<std::uint32_t>(src.size()));
-  SendWr wr{.wr_id = 7, .opcode = Opcode::RdmaWrite, .sg_list = {&sge, 1},
-            .remote_addr = reinterpret_cast<std::uint64_t>(dst.data()), .rkey = dst_mr->rkey()};
+  SendWr wr{.wr_id = 7,
+            .opcode = Opcode::RdmaWrite,
+            .sg_list = {&sge, 1},
+            .remote_addr = reinterpret_cast<std::uint64_t>(dst.data()),
+            .rkey = dst_mr->rkey()};
   p.a->post_send(wr);
   auto wc = Pair::one(*p.cq_a);
   EXPECT_EQ(wc.status, WcStatus::Success) << to_string(wc.status);
@@ -51,8 +54,11 @@ TEST(InProcess, WriteThenRead) {
   EXPECT_EQ(src, dst);
 
   Sge back_sge = back_mr->sge(0, static_cast<std::uint32_t>(back.size()));
-  SendWr rd{.wr_id = 8, .opcode = Opcode::RdmaRead, .sg_list = {&back_sge, 1},
-            .remote_addr = reinterpret_cast<std::uint64_t>(dst.data()), .rkey = dst_mr->rkey()};
+  SendWr rd{.wr_id = 8,
+            .opcode = Opcode::RdmaRead,
+            .sg_list = {&back_sge, 1},
+            .remote_addr = reinterpret_cast<std::uint64_t>(dst.data()),
+            .rkey = dst_mr->rkey()};
   p.a->post_send(rd);
   wc = Pair::one(*p.cq_a);
   EXPECT_EQ(wc.status, WcStatus::Success) << to_string(wc.status);
@@ -87,10 +93,16 @@ TEST(InProcess, WrongRkeyIsRemoteAccessErrorAndFlushes) {
   auto smr = p.pd->register_memory(&src, 8, Access::None);
   auto dmr = p.pd->register_memory(&dst, 8, Access::LocalWrite | Access::RemoteWrite);
   Sge s = smr->sge(0, 8);
-  p.a->post_send({.wr_id = 1, .opcode = Opcode::RdmaWrite, .sg_list = {&s, 1},
-                  .remote_addr = reinterpret_cast<std::uint64_t>(&dst), .rkey = dmr->rkey() ^ 1});
-  p.a->post_send({.wr_id = 2, .opcode = Opcode::RdmaWrite, .sg_list = {&s, 1},
-                  .remote_addr = reinterpret_cast<std::uint64_t>(&dst), .rkey = dmr->rkey()});
+  p.a->post_send({.wr_id = 1,
+                  .opcode = Opcode::RdmaWrite,
+                  .sg_list = {&s, 1},
+                  .remote_addr = reinterpret_cast<std::uint64_t>(&dst),
+                  .rkey = dmr->rkey() ^ 1});
+  p.a->post_send({.wr_id = 2,
+                  .opcode = Opcode::RdmaWrite,
+                  .sg_list = {&s, 1},
+                  .remote_addr = reinterpret_cast<std::uint64_t>(&dst),
+                  .rkey = dmr->rkey()});
   auto wc = Pair::one(*p.cq_a);
   EXPECT_EQ(wc.wr_id, 1u);
   EXPECT_EQ(wc.status, WcStatus::RemAccessErr) << to_string(wc.status);
@@ -108,13 +120,21 @@ TEST(InProcess, AtomicsAndRnr) {
   auto cmr = p.pd->register_memory(&counter, 8, Access::LocalWrite | Access::RemoteAtomic);
   auto rmr = p.pd->register_memory(&result, 8, Access::LocalWrite);
   Sge r = rmr->sge(0, 8);
-  p.a->post_send({.wr_id = 1, .opcode = Opcode::AtomicFetchAdd, .sg_list = {&r, 1},
-                  .remote_addr = reinterpret_cast<std::uint64_t>(&counter), .rkey = cmr->rkey(), .compare_add = 5});
+  p.a->post_send({.wr_id = 1,
+                  .opcode = Opcode::AtomicFetchAdd,
+                  .sg_list = {&r, 1},
+                  .remote_addr = reinterpret_cast<std::uint64_t>(&counter),
+                  .rkey = cmr->rkey(),
+                  .compare_add = 5});
   EXPECT_EQ(Pair::one(*p.cq_a).status, WcStatus::Success);
   EXPECT_EQ(result, 10u);
   EXPECT_EQ(counter, 15u);
-  p.a->post_send({.wr_id = 2, .opcode = Opcode::AtomicCmpSwap, .sg_list = {&r, 1},
-                  .remote_addr = reinterpret_cast<std::uint64_t>(&counter), .rkey = cmr->rkey(), .compare_add = 15,
+  p.a->post_send({.wr_id = 2,
+                  .opcode = Opcode::AtomicCmpSwap,
+                  .sg_list = {&r, 1},
+                  .remote_addr = reinterpret_cast<std::uint64_t>(&counter),
+                  .rkey = cmr->rkey(),
+                  .compare_add = 15,
                   .swap = 100});
   EXPECT_EQ(Pair::one(*p.cq_a).status, WcStatus::Success);
   EXPECT_EQ(result, 15u);

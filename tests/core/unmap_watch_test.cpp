@@ -4,8 +4,8 @@
 // report is visible as soon as the call that made it has returned.
 #include "core/unmap_watch.hpp"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/statfs.h>
@@ -158,7 +158,8 @@ TEST_F(UnmapWatchTest, AForkedChildDistrustsInheritedWatchesAndWatchesItsOwn) {
   int status = 0;
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "bits: 1 inherited watch trusted, 2 cannot watch, 4 false report, 8 missed unmap";
+  EXPECT_EQ(WEXITSTATUS(status), 0)
+      << "bits: 1 inherited watch trusted, 2 cannot watch, 4 false report, 8 missed unmap";
   EXPECT_FALSE(unmapped(*w.watch)) << "the child's exit is not the parent's unmap";
   ::munmap(p, kLen);
 }

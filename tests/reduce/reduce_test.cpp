@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "reduce/reference.hpp"
 #include "rdmx/error.hpp"
+#include "reduce/reference.hpp"
 
 namespace rdmx::coll {
 namespace {
@@ -170,9 +170,12 @@ TEST(ReduceKernels, Commutative) {
         for (std::size_t i = 0; i < d.n; ++i) {
           const std::uint64_t x = get(d.a.data(), i, t.size), y = get(d.b.data(), i, t.size);
           bool has_nan = false;
-          if (t.kind == Kind::F16) has_nan = nan16(static_cast<std::uint16_t>(x)) || nan16(static_cast<std::uint16_t>(y));
-          if (t.kind == Kind::BF16) has_nan = nanbf(static_cast<std::uint16_t>(x)) || nanbf(static_cast<std::uint16_t>(y));
-          if (t.kind == Kind::F32) has_nan = nan32(static_cast<std::uint32_t>(x)) || nan32(static_cast<std::uint32_t>(y));
+          if (t.kind == Kind::F16)
+            has_nan = nan16(static_cast<std::uint16_t>(x)) || nan16(static_cast<std::uint16_t>(y));
+          if (t.kind == Kind::BF16)
+            has_nan = nanbf(static_cast<std::uint16_t>(x)) || nanbf(static_cast<std::uint16_t>(y));
+          if (t.kind == Kind::F32)
+            has_nan = nan32(static_cast<std::uint32_t>(x)) || nan32(static_cast<std::uint32_t>(y));
           if (t.kind == Kind::F64) has_nan = nan64(x) || nan64(y);
           if (!minmax && has_nan) continue;
           ASSERT_EQ(get(ab.data(), i, t.size), get(ba.data(), i, t.size))
@@ -192,8 +195,10 @@ TEST(ReduceKernels, IsasAgreeOnLargeRandomInput) {
       for (const char* isa : isas) {
         std::vector<std::uint8_t> out(d.n * t.size);
         reduce_function_for(isa, t.type, op)(out.data(), d.a.data(), d.b.data(), d.n);
-        if (first.empty()) first = out;
-        else ASSERT_TRUE(same_bits(t, out.data(), first.data(), d.a.data(), d.b.data(), d.n)) << label(t, op, isa);
+        if (first.empty())
+          first = out;
+        else
+          ASSERT_TRUE(same_bits(t, out.data(), first.data(), d.a.data(), d.b.data(), d.n)) << label(t, op, isa);
       }
     }
   }
@@ -324,7 +329,8 @@ TEST(ReduceDivide, EveryFloatTypeAndIsa) {
     }
     for (int divisor : {1, 2, 3, 7, -3, 1000, 12345}) {
       std::vector<std::uint8_t> want(d.n * t.size);
-      for (std::size_t i = 0; i < d.n; ++i) put(want.data(), i, t.size, ref_divide(t, get(d.a.data(), i, t.size), divisor));
+      for (std::size_t i = 0; i < d.n; ++i)
+        put(want.data(), i, t.size, ref_divide(t, get(d.a.data(), i, t.size), divisor));
       for (const char* isa : isas) {
         const DivideFn fn = divide_function_for(isa, t.type);
         ASSERT_NE(fn, nullptr);

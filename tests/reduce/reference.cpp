@@ -68,7 +68,7 @@ std::uint32_t encode_ref(double v, int mant, int bias, int exp_bits) {
   const int emin = 1 - bias;  // exponent of the smallest normal
   int e;
   std::frexp(v, &e);
-  e -= 1;  // v in [2^e, 2^(e+1))
+  e -= 1;          // v in [2^e, 2^(e+1))
   if (e < emin) {  // denormal range: units of 2^(emin - mant)
     const double q = std::nearbyint(std::ldexp(v, mant - emin));
     return sign | static_cast<std::uint32_t>(q);  // q == 2^mant is the smallest normal's encoding
@@ -79,8 +79,7 @@ std::uint32_t encode_ref(double v, int mant, int bias, int exp_bits) {
     ++e;
   }
   if (e + bias >= (1 << exp_bits) - 1) return sign | inf;
-  return sign | (static_cast<std::uint32_t>(e + bias) << mant) |
-         (static_cast<std::uint32_t>(q) - (1u << mant));
+  return sign | (static_cast<std::uint32_t>(e + bias) << mant) | (static_cast<std::uint32_t>(q) - (1u << mant));
 }
 std::uint16_t enc16(double v) { return static_cast<std::uint16_t>(encode_ref(v, 10, 15, 5)); }
 std::uint16_t encbf(double v) { return static_cast<std::uint16_t>(encode_ref(v, 7, 127, 8)); }
@@ -144,8 +143,10 @@ std::uint64_t ref_element(const TypeInfo& t, ReduceOp op, std::uint64_t a, std::
       if (op == ReduceOp::Sum) return (a + b) & mask;
       if (op == ReduceOp::Prod) return (a * b) & mask;
       bool less;  // a < b
-      if (t.kind == Kind::SInt) less = sext(a, t.size) < sext(b, t.size);
-      else less = a < b;
+      if (t.kind == Kind::SInt)
+        less = sext(a, t.size) < sext(b, t.size);
+      else
+        less = a < b;
       if (op == ReduceOp::Min) return less ? a : b;
       return less ? b : a;
     }
@@ -169,7 +170,8 @@ std::uint64_t ref_element(const TypeInfo& t, ReduceOp op, std::uint64_t a, std::
       const auto ua = static_cast<std::uint32_t>(a), ub = static_cast<std::uint32_t>(b);
       const bool na = nan32(ua), nb = nan32(ub);
       const double da = na ? 0 : dec32(ua), db = nb ? 0 : dec32(ub);
-      if (!arith) return ref_minmax<std::uint32_t>(op == ReduceOp::Min, ua, ub, da, db, na, nb, 0x7FC00000u, 0x80000000u);
+      if (!arith)
+        return ref_minmax<std::uint32_t>(op == ReduceOp::Min, ua, ub, da, db, na, nb, 0x7FC00000u, 0x80000000u);
       if (na) return ua | 0x00400000u;
       if (nb) return ub | 0x00400000u;
       const float r = static_cast<float>(op == ReduceOp::Sum ? da + db : da * db);
@@ -212,16 +214,28 @@ std::vector<std::uint64_t> specials(Kind k) {
   switch (k) {
     case Kind::SInt:
     case Kind::UInt:
-      return {0, 1, 2, 0x7F, 0x80, 0xFF, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF, 0x7FFFFFFFFFFFFFFFull,
-              0x8000000000000000ull, ~0ull, 0x100000001ull, 3, 0xFE};
+      return {0,
+              1,
+              2,
+              0x7F,
+              0x80,
+              0xFF,
+              0x7FFFFFFF,
+              0x80000000,
+              0xFFFFFFFF,
+              0x7FFFFFFFFFFFFFFFull,
+              0x8000000000000000ull,
+              ~0ull,
+              0x100000001ull,
+              3,
+              0xFE};
     case Kind::F16:
-      return {0x0000, 0x8000, 0x3C00, 0xBC00, 0x0001, 0x8001, 0x03FF, 0x0400, 0x8400, 0x7BFF, 0xFBFF, 0x7C00,
-              0xFC00, 0x7E00, 0xFE00, 0x7C01, 0x7D23, 0xFC05, 0x7FFF, 0x3C01, 0x4000, 0x3800, 0x1400, 0x0200,
-              0x7800, 0x5BFF, 0x0002};
+      return {0x0000, 0x8000, 0x3C00, 0xBC00, 0x0001, 0x8001, 0x03FF, 0x0400, 0x8400,
+              0x7BFF, 0xFBFF, 0x7C00, 0xFC00, 0x7E00, 0xFE00, 0x7C01, 0x7D23, 0xFC05,
+              0x7FFF, 0x3C01, 0x4000, 0x3800, 0x1400, 0x0200, 0x7800, 0x5BFF, 0x0002};
     case Kind::BF16:
-      return {0x0000, 0x8000, 0x3F80, 0xBF80, 0x0001, 0x8001, 0x007F, 0x0080, 0x8080, 0x7F7F, 0xFF7F, 0x7F80,
-              0xFF80, 0x7FC0, 0xFFC0, 0x7F81, 0x7FA3, 0xFF81, 0x7FFF, 0x3F81, 0x4000, 0x3F00, 0x0040, 0x7F00,
-              0x0002, 0x5F80};
+      return {0x0000, 0x8000, 0x3F80, 0xBF80, 0x0001, 0x8001, 0x007F, 0x0080, 0x8080, 0x7F7F, 0xFF7F, 0x7F80, 0xFF80,
+              0x7FC0, 0xFFC0, 0x7F81, 0x7FA3, 0xFF81, 0x7FFF, 0x3F81, 0x4000, 0x3F00, 0x0040, 0x7F00, 0x0002, 0x5F80};
     case Kind::F32:
       return {0x00000000, 0x80000000, 0x3F800000, 0xBF800000, 0x00000001, 0x80000001, 0x007FFFFF, 0x00800000,
               0x80800000, 0x7F7FFFFF, 0xFF7FFFFF, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00000, 0x7F800001,
@@ -250,16 +264,20 @@ struct Gen {
       case Kind::F16: return (sign << 15) | (static_cast<std::uint64_t>(15 + de) << 10) | (rng() & 0x3FF);
       case Kind::BF16: return (sign << 15) | (static_cast<std::uint64_t>(127 + de) << 7) | (rng() & 0x7F);
       case Kind::F32: return (sign << 31) | (static_cast<std::uint64_t>(127 + de) << 23) | (rng() & 0x7FFFFF);
-      case Kind::F64: return (sign << 63) | (static_cast<std::uint64_t>(1023 + de) << 52) | (rng() & 0xFFFFFFFFFFFFFull);
+      case Kind::F64:
+        return (sign << 63) | (static_cast<std::uint64_t>(1023 + de) << 52) | (rng() & 0xFFFFFFFFFFFFFull);
       default: return (rng() % 7) - 3;  // small integers (masked by the caller)
     }
   }
   std::uint64_t any(const TypeInfo& t, const std::vector<std::uint64_t>& sp) {
     const unsigned c = rng() % 10;
     std::uint64_t v;
-    if (c < 3) v = bits(t);
-    else if (c < 8) v = moderate(t);
-    else v = sp[rng() % sp.size()];
+    if (c < 3)
+      v = bits(t);
+    else if (c < 8)
+      v = moderate(t);
+    else
+      v = sp[rng() % sp.size()];
     return v & mask_of(t.size);
   }
   // b correlated with a sometimes: equal, negated, a few ulps away.
@@ -356,8 +374,9 @@ std::string label(const TypeInfo& t, ReduceOp op, const char* isa) {
 
 // Runs fn on [offset, offset+n) of d into a destination at dst_offset, with
 // canaries around it, and compares with want; also dst == a and dst == b.
-::testing::AssertionResult check_run(const TypeInfo& t, ReduceFn fn, const Data& d, const std::vector<std::uint8_t>& want,
-                                     std::size_t offset, std::size_t n, std::size_t dst_offset) {
+::testing::AssertionResult check_run(const TypeInfo& t, ReduceFn fn, const Data& d,
+                                     const std::vector<std::uint8_t>& want, std::size_t offset, std::size_t n,
+                                     std::size_t dst_offset) {
   const std::size_t guard = 16;
   const std::size_t es = t.size;
   std::vector<std::uint8_t> dst((n + dst_offset + 2 * guard) * es, 0xA5);

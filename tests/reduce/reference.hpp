@@ -23,9 +23,9 @@ struct TypeInfo {
   std::size_t size;
 };
 constexpr TypeInfo kTypes[] = {
-    {DataType::Int8, Kind::SInt, 1},     {DataType::Uint8, Kind::UInt, 1},  {DataType::Int32, Kind::SInt, 4},
-    {DataType::Uint32, Kind::UInt, 4},   {DataType::Int64, Kind::SInt, 8},  {DataType::Uint64, Kind::UInt, 8},
-    {DataType::Float16, Kind::F16, 2},   {DataType::BFloat16, Kind::BF16, 2}, {DataType::Float32, Kind::F32, 4},
+    {DataType::Int8, Kind::SInt, 1},   {DataType::Uint8, Kind::UInt, 1},    {DataType::Int32, Kind::SInt, 4},
+    {DataType::Uint32, Kind::UInt, 4}, {DataType::Int64, Kind::SInt, 8},    {DataType::Uint64, Kind::UInt, 8},
+    {DataType::Float16, Kind::F16, 2}, {DataType::BFloat16, Kind::BF16, 2}, {DataType::Float32, Kind::F32, 4},
     {DataType::Float64, Kind::F64, 8},
 };
 constexpr ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max, ReduceOp::Avg};
@@ -75,7 +75,8 @@ std::vector<std::uint8_t> reference(const TypeInfo& t, ReduceOp op, const Data& 
 std::string label(const TypeInfo& t, ReduceOp op, const char* isa);
 // Runs fn on [offset, offset+n) of d into a destination at dst_offset, with
 // canaries around it, and compares with want; also dst == a and dst == b.
-::testing::AssertionResult check_run(const TypeInfo& t, ReduceFn fn, const Data& d, const std::vector<std::uint8_t>& want,
-                                     std::size_t offset, std::size_t n, std::size_t dst_offset);
+::testing::AssertionResult check_run(const TypeInfo& t, ReduceFn fn, const Data& d,
+                                     const std::vector<std::uint8_t>& want, std::size_t offset, std::size_t n,
+                                     std::size_t dst_offset);
 
 }  // namespace rdmx::coll::ref

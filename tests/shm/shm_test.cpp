@@ -30,7 +30,6 @@ std::set<std::string> list_dir(const std::string& dir) {
   return names;
 }
 
-
 // Whether a process has exited: no such pid, or a zombie not reaped yet.
 bool process_exited(int pid) {
   if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
@@ -81,7 +80,8 @@ TEST(ShmProvider, SigkillLeavesNothingBehind) {
         // A new device on this host sweeps sockets whose process is gone.
         auto fresh = open_device("shm");
         struct stat st {};
-        CHECK_NE(::stat(dead_socket.c_str(), &st), 0) << "the killed rank's socket " << dead_socket << " is still there";
+        CHECK_NE(::stat(dead_socket.c_str(), &st), 0)
+            << "the killed rank's socket " << dead_socket << " is still there";
       },
       options));
   const std::set<std::string> dev_shm_after = list_dir("/dev/shm");
@@ -151,8 +151,7 @@ TEST(AutoSelection, AtomicsFromEveryProviderAreAtomicTogether) {
         if (env.rank() == 0) {
           Node node(env);
           Buffer counter(4096);
-          auto mr =
-              node.pd->register_memory(counter.data(), counter.size(), Access::LocalWrite | Access::RemoteAtomic);
+          auto mr = node.pd->register_memory(counter.data(), counter.size(), Access::LocalWrite | Access::RemoteAtomic);
           auto q1 = connected_qp(env, node, 1, "t");
           auto q2 = connected_qp(env, node, 2, "s");
           CHECK_EQ(q1->provider(), std::string("tcp")) << "rank 1 offers only tcp";

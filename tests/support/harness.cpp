@@ -256,15 +256,9 @@ std::string failure_path(const std::string& dir, int rank) { return dir + "/rank
   }
   ::setenv("RDMX_SOCKET_IFNAME", setup.ifname.c_str(), 1);
   switch (setup.placement) {
-    case Placement::Local:
-      ::unsetenv("RDMX_SOCKET_FAMILY");
-      break;
-    case Placement::NetNsIPv4:
-      ::setenv("RDMX_SOCKET_FAMILY", "AF_INET", 1);
-      break;
-    case Placement::NetNsIPv6:
-      ::setenv("RDMX_SOCKET_FAMILY", "AF_INET6", 1);
-      break;
+    case Placement::Local: ::unsetenv("RDMX_SOCKET_FAMILY"); break;
+    case Placement::NetNsIPv4: ::setenv("RDMX_SOCKET_FAMILY", "AF_INET", 1); break;
+    case Placement::NetNsIPv6: ::setenv("RDMX_SOCKET_FAMILY", "AF_INET6", 1); break;
   }
 
   try {
@@ -317,12 +311,9 @@ bool succeeded(const Options& options, int rank, const Child& child) {
 
 const char* to_string(Placement placement) noexcept {
   switch (placement) {
-    case Placement::Local:
-      return "Local";
-    case Placement::NetNsIPv4:
-      return "NetNsIPv4";
-    case Placement::NetNsIPv6:
-      return "NetNsIPv6";
+    case Placement::Local: return "Local";
+    case Placement::NetNsIPv4: return "NetNsIPv4";
+    case Placement::NetNsIPv6: return "NetNsIPv6";
   }
   return "?";
 }

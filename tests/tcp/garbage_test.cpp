@@ -43,26 +43,16 @@ enum class Attack {
 
 const char* to_string(Attack a) {
   switch (a) {
-    case Attack::RandomBytes:
-      return "RandomBytes";
-    case Attack::ZeroBytes:
-      return "ZeroBytes";
-    case Attack::WrongMagic:
-      return "WrongMagic";
-    case Attack::WrongVersion:
-      return "WrongVersion";
-    case Attack::UnknownFrameType:
-      return "UnknownFrameType";
-    case Attack::UnknownFlags:
-      return "UnknownFlags";
-    case Attack::OversizedChunk:
-      return "OversizedChunk";
-    case Attack::HugeMessage:
-      return "HugeMessage";
-    case Attack::TruncatedHeader:
-      return "TruncatedHeader";
-    case Attack::TruncatedPayload:
-      return "TruncatedPayload";
+    case Attack::RandomBytes: return "RandomBytes";
+    case Attack::ZeroBytes: return "ZeroBytes";
+    case Attack::WrongMagic: return "WrongMagic";
+    case Attack::WrongVersion: return "WrongVersion";
+    case Attack::UnknownFrameType: return "UnknownFrameType";
+    case Attack::UnknownFlags: return "UnknownFlags";
+    case Attack::OversizedChunk: return "OversizedChunk";
+    case Attack::HugeMessage: return "HugeMessage";
+    case Attack::TruncatedHeader: return "TruncatedHeader";
+    case Attack::TruncatedPayload: return "TruncatedPayload";
   }
   return "?";
 }
@@ -73,21 +63,14 @@ const char* expected_reason(Attack a) {
   switch (a) {
     case Attack::RandomBytes:
     case Attack::ZeroBytes:
-    case Attack::WrongMagic:
-      return "magic";
-    case Attack::WrongVersion:
-      return "version";
-    case Attack::UnknownFrameType:
-      return "frame type";
-    case Attack::UnknownFlags:
-      return "flag";
-    case Attack::OversizedChunk:
-      return "chunk";
-    case Attack::HugeMessage:
-      return "length";
+    case Attack::WrongMagic: return "magic";
+    case Attack::WrongVersion: return "version";
+    case Attack::UnknownFrameType: return "frame type";
+    case Attack::UnknownFlags: return "flag";
+    case Attack::OversizedChunk: return "chunk";
+    case Attack::HugeMessage: return "length";
     case Attack::TruncatedHeader:
-    case Attack::TruncatedPayload:
-      return "closed";
+    case Attack::TruncatedPayload: return "closed";
   }
   return "";
 }
@@ -124,9 +107,7 @@ Payload make_payload(Attack attack) {
       if (p.bytes[0] == (wire::kMagic & 0xff)) p.bytes[0] ^= 0xff;
       break;
     }
-    case Attack::ZeroBytes:
-      p.bytes.assign(4096, 0);
-      break;
+    case Attack::ZeroBytes: p.bytes.assign(4096, 0); break;
     case Attack::WrongMagic:
       h.magic = 0x12345678;
       h.type = wire::FrameType::Ack;

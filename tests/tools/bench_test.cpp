@@ -26,8 +26,7 @@ TEST(BenchCommand, QuickRunWritesSummaryJsonAndReport) {
   char dir_template[] = "/tmp/rdmx-bench-test.XXXXXX";
   ASSERT_NE(::mkdtemp(dir_template), nullptr);
   const std::filesystem::path dir = dir_template;
-  const CliResult r = run_cli({"bench", "--quick", "--np", "2", "--out", dir.string()}, {},
-                              std::chrono::seconds(240));
+  const CliResult r = run_cli({"bench", "--quick", "--np", "2", "--out", dir.string()}, {}, std::chrono::seconds(240));
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   // The summary: one line per usable provider, and why the others are not usable.
   EXPECT_NE(r.out.find("best latency"), std::string::npos) << r.out;

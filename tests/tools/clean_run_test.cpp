@@ -31,8 +31,8 @@ TEST_P(CleanJob, FourRanksOfAProgramLogNothingAtWarn) {
     const CliResult r = run_cli({"run", "-n", "4", "--provider", GetParam(), "--time-limit", "60", "--",
                                  example_path("rdmx_all_reduce"), "100000"},
                                 {{"RDMX_DEBUG", "WARN"}, {"RDMX_TIMEOUT", "30"}});
-    expect_no_warning(r, "rdmx run -n 4 --provider " + GetParam() + " -- rdmx_all_reduce (run " +
-                             std::to_string(i + 1) + ")");
+    expect_no_warning(
+        r, "rdmx run -n 4 --provider " + GetParam() + " -- rdmx_all_reduce (run " + std::to_string(i + 1) + ")");
     EXPECT_NE(r.out.find("every element correct"), std::string::npos) << r.out;
   }
 }

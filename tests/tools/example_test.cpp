@@ -23,8 +23,9 @@ TEST(AllReduceExample, ThreeRanksUnderRdmxRunEachCheckTheSum) {
   for (int rank = 0; rank < 3; ++rank) {
     const std::string n = std::to_string(rank);
     // Ranks on one host reach each other over shm under auto selection.
-    EXPECT_EQ(count(r.out, "[" + n + "] rank " + n + " of 3: all_reduce (sum) of 100000 floats over shm: every "
-                           "element correct (element 0 = 6 = 1 + ... + 3)\n"),
+    EXPECT_EQ(count(r.out, "[" + n + "] rank " + n +
+                               " of 3: all_reduce (sum) of 100000 floats over shm: every "
+                               "element correct (element 0 = 6 = 1 + ... + 3)\n"),
               1u)
         << r.out;
   }

@@ -74,7 +74,8 @@ TEST(InfoCommand, SaysWhetherRegistrationsAreKeptAndWhyNot) {
   EXPECT_FALSE(cache["unmap_detection"].get<bool>()) << cache.dump();
   EXPECT_NE(cache["how"].get<std::string>().find("seccomp"), std::string::npos) << cache.dump();
   const CliResult text = run_cli({"info"}, {}, std::chrono::seconds(120), SYS_userfaultfd);
-  EXPECT_TRUE(has_line(text.out, R"(^  pinning registrations last one operation; unmap watching off: userfaultfd\(2\) failed)"))
+  EXPECT_TRUE(
+      has_line(text.out, R"(^  pinning registrations last one operation; unmap watching off: userfaultfd\(2\) failed)"))
       << text.out;
 }
 
@@ -129,8 +130,8 @@ TEST(InfoCommand, SettingsShowWhatTheEnvironmentSetsAndFlagUnknownNames) {
   EXPECT_NE((*foo)["meaning"].get<std::string>().find("not a known setting"), std::string::npos) << foo->dump();
   // Every setting the library reads is listed; names from its sources.
   for (const char* name : {"RDMX_DEBUG", "RDMX_DEBUG_FILE", "RDMX_PROVIDER", "RDMX_RNR_TIMEOUT", "RDMX_ALGO",
-                           "RDMX_SOCKET_IFNAME", "RDMX_SOCKET_FAMILY", "RDMX_IB_HCA", "RDMX_IB_GID_INDEX",
-                           "RDMX_STORE", "RDMX_RANK", "RDMX_WORLD_SIZE", "RDMX_SHM_DIR", "RDMX_COLL_BUFFSIZE"}) {
+                           "RDMX_SOCKET_IFNAME", "RDMX_SOCKET_FAMILY", "RDMX_IB_HCA", "RDMX_IB_GID_INDEX", "RDMX_STORE",
+                           "RDMX_RANK", "RDMX_WORLD_SIZE", "RDMX_SHM_DIR", "RDMX_COLL_BUFFSIZE"}) {
     EXPECT_NE(find_named(doc["settings"], name), nullptr) << name;
   }
 

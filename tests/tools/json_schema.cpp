@@ -16,7 +16,7 @@ using nlohmann::json;
 
 // The keywords json_schema.hpp promises; anything else in a schema is an error.
 const std::set<std::string> kKeywords = {
-    "$schema", "$id",   "title", "description", "type",    "properties", "required",
+    "$schema", "$id",  "title", "description", "type",    "properties", "required",
     "items",   "enum", "const", "minimum",     "maximum", "minItems",   "additionalProperties",
 };
 const std::set<std::string> kTypes = {"object", "array", "string", "integer", "number", "boolean", "null"};
@@ -123,8 +123,8 @@ void validate(const json& doc, const json& schema, const std::string& path, std:
     }
   }
   if (doc.is_array()) {
-    if (auto it = schema.find("minItems"); it != schema.end() && it->is_number() &&
-                                           doc.size() < it->get<std::size_t>()) {
+    if (auto it = schema.find("minItems");
+        it != schema.end() && it->is_number() && doc.size() < it->get<std::size_t>()) {
       errors.push_back(path + ": " + std::to_string(doc.size()) + " items, fewer than minItems " + it->dump());
     }
     if (auto it = schema.find("items"); it != schema.end() && it->is_object()) {

@@ -42,8 +42,8 @@ void expect_valid(const json& doc, const std::string& schema) {
 class PerfOnProvider : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PerfOnProvider, P2pRunsEveryTestAndMatchesItsSchema) {
-  const CliResult r = run_cli({"perf", "p2p", "all", "--provider", GetParam(), "-s", "8,4K", "-n", "100", "--warmup",
-                               "10", "--json"});
+  const CliResult r =
+      run_cli({"perf", "p2p", "all", "--provider", GetParam(), "-s", "8,4K", "-n", "100", "--warmup", "10", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json doc = parse_or_fail(r);
   expect_valid(doc, "perf_p2p.schema.json");
@@ -84,8 +84,8 @@ TEST_P(PerfOnProvider, P2pTableHasPerftestColumns) {
 
 // `perf coll -c 1` reports 0 wrong on every collective.
 TEST_P(PerfOnProvider, CollCheckFindsNothingWrongInAnyCollective) {
-  const CliResult r = run_cli({"perf", "coll", "all", "--provider", GetParam(), "--np", "3", "-b", "1K", "-e", "64K",
-                               "-f", "8", "-n", "3", "-w", "1", "-c", "1", "--json"});
+  const CliResult r = run_cli({"perf", "coll", "all", "--provider", GetParam(), "--np", "3", "-b", "1K", "-e",
+                               "64K",  "-f",   "8",   "-n",         "3",        "-w",   "1", "-c", "1",  "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json doc = parse_or_fail(r);
   expect_valid(doc, "perf_coll.schema.json");
@@ -101,8 +101,8 @@ TEST_P(PerfOnProvider, CollCheckFindsNothingWrongInAnyCollective) {
 }
 
 TEST_P(PerfOnProvider, CollTableHasNcclTestsColumnsAndFooter) {
-  const CliResult r = run_cli({"perf", "coll", "all_reduce,broadcast", "--provider", GetParam(), "--np", "2", "-b",
-                               "8", "-e", "4K", "-f", "8", "-n", "3", "-w", "1"});
+  const CliResult r = run_cli({"perf", "coll", "all_reduce,broadcast", "--provider", GetParam(), "--np", "2", "-b", "8",
+                               "-e", "4K", "-f", "8", "-n", "3", "-w", "1"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("size         count      type   redop    root      time    algbw    busbw  #wrong"),
             std::string::npos)
@@ -158,8 +158,8 @@ TEST(PerfCommand, JsonLinesAreAppendedPerRow) {
   char dir_template[] = "/tmp/rdmx-perf-test.XXXXXX";
   ASSERT_NE(::mkdtemp(dir_template), nullptr);
   const std::string path = std::string(dir_template) + "/rows.jsonl";
-  const CliResult r = run_cli({"perf", "coll", "all_reduce", "--np", "2", "--sizes", "8,1K", "-n", "2", "-w", "0",
-                               "--json-lines", path});
+  const CliResult r = run_cli(
+      {"perf", "coll", "all_reduce", "--np", "2", "--sizes", "8,1K", "-n", "2", "-w", "0", "--json-lines", path});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::ifstream in(path);
   int rows = 0;
@@ -216,8 +216,8 @@ TEST(PerfCommand, VerbsWithoutADeviceFailsClearly) {
   EXPECT_NE(r.err.find("] rdmx: no RDMA device: "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("rdmx perf p2p: rank "), std::string::npos) << r.err;
   // The same under rdmx run, whose ranks each run perf p2p as a launched rank.
-  const CliResult run = run_cli({"run", "-n", "2", "--", cli_path(), "perf", "p2p", "write_lat"},
-                                {{"RDMX_PROVIDER", "verbs"}});
+  const CliResult run =
+      run_cli({"run", "-n", "2", "--", cli_path(), "perf", "p2p", "write_lat"}, {{"RDMX_PROVIDER", "verbs"}});
   EXPECT_EQ(run.exit_code, 1) << run.err;
   EXPECT_EQ(count(run.err, "no RDMA device"), 1u) << run.err;
   EXPECT_EQ(run.err.find("rdmx not found"), std::string::npos) << run.err;

@@ -33,8 +33,14 @@ json latency_rows(double base_us) {
   json rows = json::array();
   for (const int bytes : {2, 64, 1024, 4096, 65536}) {
     const double t = base_us + bytes / 5000.0;
-    rows.push_back({{"bytes", bytes}, {"iterations", 1000}, {"t_min_us", t * 0.9}, {"t_max_us", t * 4},
-                    {"t_typical_us", t}, {"t_avg_us", t * 1.1}, {"t_stdev_us", t * 0.1}, {"p99_us", t * 1.5},
+    rows.push_back({{"bytes", bytes},
+                    {"iterations", 1000},
+                    {"t_min_us", t * 0.9},
+                    {"t_max_us", t * 4},
+                    {"t_typical_us", t},
+                    {"t_avg_us", t * 1.1},
+                    {"t_stdev_us", t * 0.1},
+                    {"p99_us", t * 1.5},
                     {"p999_us", t * 3}});
   }
   return rows;
@@ -44,8 +50,12 @@ json bandwidth_rows(double peak_gb_s) {
   json rows = json::array();
   for (const int bytes : {1024, 65536, 1048576}) {
     const double gb = peak_gb_s * bytes / (bytes + 8192.0);
-    rows.push_back({{"bytes", bytes}, {"iterations", 5000}, {"bw_peak_mib_s", gb * 1.1e9 / 1048576},
-                    {"bw_avg_mib_s", gb * 1e9 / 1048576}, {"msg_rate_mpps", gb * 1e3 / bytes}, {"bw_avg_gb_s", gb}});
+    rows.push_back({{"bytes", bytes},
+                    {"iterations", 5000},
+                    {"bw_peak_mib_s", gb * 1.1e9 / 1048576},
+                    {"bw_avg_mib_s", gb * 1e9 / 1048576},
+                    {"msg_rate_mpps", gb * 1e3 / bytes},
+                    {"bw_avg_gb_s", gb}});
   }
   return rows;
 }
@@ -55,9 +65,17 @@ json allreduce_rows(double base_us, double gb_s) {
   for (const int bytes : {8, 4096, 1048576}) {
     for (const bool inplace : {false, true}) {
       const double t = base_us + bytes / (gb_s * 1e3);
-      rows.push_back({{"bytes", bytes}, {"count", bytes / 4}, {"type", "float"}, {"redop", "sum"}, {"root", -1},
-                      {"inplace", inplace}, {"time_us", t}, {"algbw_GBps", bytes / t / 1e3},
-                      {"busbw_GBps", bytes / t / 1e3}, {"wrong", inplace ? -1 : 0}, {"iters", 100}});
+      rows.push_back({{"bytes", bytes},
+                      {"count", bytes / 4},
+                      {"type", "float"},
+                      {"redop", "sum"},
+                      {"root", -1},
+                      {"inplace", inplace},
+                      {"time_us", t},
+                      {"algbw_GBps", bytes / t / 1e3},
+                      {"busbw_GBps", bytes / t / 1e3},
+                      {"wrong", inplace ? -1 : 0},
+                      {"iters", 100}});
     }
   }
   return rows;
@@ -71,26 +89,26 @@ json summary_entry(const std::string& provider, double lat, double bw) {
           {"best_bw_gb_s", bw},
           {"best_bw_test", "write_bw"},
           {"best_bw_bytes", 1048576},
-          {"allreduce_busbw_GBps", json::array({{{"bytes", 4096}, {"busbw_GBps", bw / 8}},
-                                                {{"bytes", 1048576}, {"busbw_GBps", bw / 2}}})}};
+          {"allreduce_busbw_GBps",
+           json::array({{{"bytes", 4096}, {"busbw_GBps", bw / 8}}, {{"bytes", 1048576}, {"busbw_GBps", bw / 2}}})}};
 }
 
 json empty_bench() {
-  return {{"schema", "rdmx.bench/1"},
-          {"rdmx_version", "0.1.0"},
-          {"started", "2026-11-22T15:47:44Z"},
-          {"duration_s", 80.1},
-          {"host", {{"hostname", "testhost"}, {"cores", 2}, {"logical_cpus", 2}, {"numa_nodes", 1}}},
-          {"ranks", 2},
-          {"quick", true},
-          {"providers", json::array({{{"name", "verbs"},
-                                      {"usable", false},
-                                      {"reason", "not built: libibverbs not found"},
-                                      {"device", ""}}})},
-          {"p2p", json::array()},
-          {"coll", json::array()},
-          {"summary", json::array()},
-          {"errors", json::array()}};
+  return {
+      {"schema", "rdmx.bench/1"},
+      {"rdmx_version", "0.1.0"},
+      {"started", "2026-11-22T15:47:44Z"},
+      {"duration_s", 80.1},
+      {"host", {{"hostname", "testhost"}, {"cores", 2}, {"logical_cpus", 2}, {"numa_nodes", 1}}},
+      {"ranks", 2},
+      {"quick", true},
+      {"providers",
+       json::array(
+           {{{"name", "verbs"}, {"usable", false}, {"reason", "not built: libibverbs not found"}, {"device", ""}}})},
+      {"p2p", json::array()},
+      {"coll", json::array()},
+      {"summary", json::array()},
+      {"errors", json::array()}};
 }
 
 // Two usable providers with latency, bandwidth and all_reduce rows, one
@@ -195,9 +213,9 @@ TEST(ReportHtml, OnePlotEachWithTitledAxes) {
 
 TEST(ReportHtml, LegendsNameEveryProvider) {
   const std::string legend = legends(render_html_report(sample_bench()));
-  for (const char* label : {">shm write_lat<", ">tcp write_lat<", ">shm send_lat<", ">tcp send_lat<",
-                            ">shm write_bw<", ">tcp write_bw<", ">shm, out of place<", ">shm, in place<",
-                            ">tcp, out of place<", ">tcp, in place<"}) {
+  for (const char* label :
+       {">shm write_lat<", ">tcp write_lat<", ">shm send_lat<", ">tcp send_lat<", ">shm write_bw<", ">tcp write_bw<",
+        ">shm, out of place<", ">shm, in place<", ">tcp, out of place<", ">tcp, in place<"}) {
     EXPECT_NE(legend.find(label), std::string::npos) << label;
   }
 }
@@ -317,7 +335,8 @@ struct DrawnLine {
 std::vector<DrawnLine> drawn_lines(const std::string& page) {
   std::vector<DrawnLine> lines;
   int plot = -1;
-  const std::regex line_re(R"re(<g><title>([^<]*)</title><polyline fill="none" stroke-width="2" stroke="([^"]*)"(?: stroke-dasharray="([^"]*)")? points=)re");
+  const std::regex line_re(
+      R"re(<g><title>([^<]*)</title><polyline fill="none" stroke-width="2" stroke="([^"]*)"(?: stroke-dasharray="([^"]*)")? points=)re");
   for (std::size_t at = page.find("<svg"); at != std::string::npos; at = page.find("<svg", at + 1)) {
     ++plot;
     const std::string svg = page.substr(at, page.find("</svg>", at) - at);
@@ -366,15 +385,14 @@ TEST(ReportHtml, OneColourPerProviderAndOneLineStylePerTestInEveryPlot) {
       if (l.plot != plot) continue;
       const std::string test = provider_and_test(l.label).second;
       const auto [it, fresh] = test_of_dash.emplace(l.dash, test);
-      EXPECT_TRUE(fresh || it->second == test) << "plot " << plot << ": " << test << " and " << it->second
-                                              << " share the dash pattern '" << l.dash << "'";
+      EXPECT_TRUE(fresh || it->second == test)
+          << "plot " << plot << ": " << test << " and " << it->second << " share the dash pattern '" << l.dash << "'";
     }
   }
   const std::string legend = legends(page);
   EXPECT_NE(legend.find("stroke-dasharray=\"9 4\""), std::string::npos);  // read, and in place
   EXPECT_NE(legend.find("stroke-dasharray=\"2 3\""), std::string::npos);  // send
-  EXPECT_NE(page.find("one line style per test: write: solid line, circles; read: dashed, squares"),
-            std::string::npos);
+  EXPECT_NE(page.find("one line style per test: write: solid line, circles; read: dashed, squares"), std::string::npos);
 }
 
 TEST(SvgPlot, FormatsSizesInBinaryUnits) {

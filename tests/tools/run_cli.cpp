@@ -42,8 +42,10 @@ CliResult run_program(const std::vector<std::string>& argv_text, const std::map<
     if (eq != nullptr) merged[std::string(*e, static_cast<std::size_t>(eq - *e))] = eq + 1;
   }
   for (const auto& [key, value] : env) {
-    if (value.empty()) merged.erase(key);
-    else merged[key] = value;
+    if (value.empty())
+      merged.erase(key);
+    else
+      merged[key] = value;
   }
   std::vector<std::string> env_text;
   for (const auto& [key, value] : merged) env_text.push_back(key + "=" + value);
@@ -75,7 +77,8 @@ CliResult run_program(const std::vector<std::string>& argv_text, const std::map<
   int open_fds = 2;
   bool killed = false;
   while (open_fds > 0) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       ::kill(-pid, SIGKILL);
       killed = true;

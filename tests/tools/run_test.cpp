@@ -42,8 +42,8 @@ TEST(RunCommand, AFailedRankStopsTheOthersAndItsStatusIsTheJobs) {
 }
 
 TEST(RunCommand, ARankKilledByASignalIsNamed) {
-  const CliResult r = run_cli({"run", "-n", "2", "--", "sh", "-c",
-                               "if [ $RDMX_RANK = 0 ]; then kill -SEGV $$; fi; exec sleep 60"});
+  const CliResult r =
+      run_cli({"run", "-n", "2", "--", "sh", "-c", "if [ $RDMX_RANK = 0 ]; then kill -SEGV $$; fi; exec sleep 60"});
   EXPECT_EQ(r.exit_code, 128 + 11) << r.err;
   EXPECT_NE(r.err.find("rank 0"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("SIGSEGV"), std::string::npos) << r.err;
@@ -64,10 +64,14 @@ TEST(RunCommand, RunsAnRdmxProgram) {
 }
 
 TEST(RunCommand, ArgumentErrorsGiveUsage) {
-  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
-           {"run"}, {"run", "--", "true"}, {"run", "-n", "0", "--", "true"}, {"run", "-n", "two", "--", "true"},
-           {"run", "-n", "2"}, {"run", "-n", "2", "--bogus", "--", "true"},
-           {"run", "-n", "2", "--provider", "carrier-pigeon", "--", "true"}}) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"run"},
+                                             {"run", "--", "true"},
+                                             {"run", "-n", "0", "--", "true"},
+                                             {"run", "-n", "two", "--", "true"},
+                                             {"run", "-n", "2"},
+                                             {"run", "-n", "2", "--bogus", "--", "true"},
+                                             {"run", "-n", "2", "--provider", "carrier-pigeon", "--", "true"}}) {
     const CliResult r = run_cli(args);
     EXPECT_EQ(r.exit_code, 2) << args.size() << " args: " << r.err;
     EXPECT_NE(r.err.find("Usage: rdmx run"), std::string::npos) << r.err;

@@ -28,7 +28,8 @@ constexpr std::size_t kBytes = kCount * sizeof(float);
 
 void all_reduce_and_check(Communicator& comm, float* buf, float base, const char* what) {
   const int n = comm.size();
-  for (std::size_t i = 0; i < kCount; ++i) buf[i] = base * static_cast<float>(comm.rank() + 1) + static_cast<float>(i % 7);
+  for (std::size_t i = 0; i < kCount; ++i)
+    buf[i] = base * static_cast<float>(comm.rank() + 1) + static_cast<float>(i % 7);
   comm.all_reduce(buf, buf, kCount, DataType::Float32, ReduceOp::Sum);
   const float ranks = static_cast<float>(n * (n + 1) / 2);
   for (std::size_t i = 0; i < kCount; i += 4093) {
@@ -65,21 +66,27 @@ Options on_verbs() {
 
 TEST(VerbsCollectives, UserBuffersWhosePagesChangeBetweenOperations) {
   if (!has_rdma_device()) GTEST_SKIP() << "no RDMA device here (the soft-RoCE guest runs this)";
-  ASSERT_TRUE(run_ranks(2, Placement::Local, [](RankEnv& env) {
-    CHECK(unmap_detection().available) << unmap_detection().how;
-    pages_change_between_operations(env, "watched");
-  }, on_verbs()));
+  ASSERT_TRUE(run_ranks(
+      2, Placement::Local,
+      [](RankEnv& env) {
+        CHECK(unmap_detection().available) << unmap_detection().how;
+        pages_change_between_operations(env, "watched");
+      },
+      on_verbs()));
 }
 
 // Where userfaultfd is refused (Docker's default seccomp profile), the
 // cache cannot see unmaps and must not keep pinning registrations.
 TEST(VerbsCollectives, WithoutUnmapWatchingRegistrationsLastOneOperation) {
   if (!has_rdma_device()) GTEST_SKIP() << "no RDMA device here (the soft-RoCE guest runs this)";
-  ASSERT_TRUE(run_ranks(2, Placement::Local, [](RankEnv& env) {
-    CHECK(deny_syscall(SYS_userfaultfd)) << std::strerror(errno);
-    CHECK(!unmap_detection().available) << unmap_detection().how;
-    pages_change_between_operations(env, "unwatched");
-  }, on_verbs()));
+  ASSERT_TRUE(run_ranks(
+      2, Placement::Local,
+      [](RankEnv& env) {
+        CHECK(deny_syscall(SYS_userfaultfd)) << std::strerror(errno);
+        CHECK(!unmap_detection().available) << unmap_detection().how;
+        pages_change_between_operations(env, "unwatched");
+      },
+      on_verbs()));
 }
 
 }  // namespace

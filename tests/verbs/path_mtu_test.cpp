@@ -73,37 +73,41 @@ TEST(VerbsPathMtu, PortsWithDifferentMtusAgreeOnTheSmaller) {
 
   Options options;
   options.provider = "verbs";
-  const bool ok = run_ranks(2, Placement::Local, [&](RankEnv& env) {
-    constexpr std::size_t kLen = 64 * 1024;
-    const int peer = 1 - env.rank();
-    if (env.rank() == 1) await(env, "big-opened");
-    Node node(env);
-    const int mine = rxe_active_mtu();
-    if (env.rank() == 0) {
-      CHECK_EQ(mine, 4096);
-      CHECK_EQ(set_mtu(netdev, 1500), 0);
-      signal(env, "big-opened");
-    } else {
-      CHECK_EQ(mine, 1024) << "rxe follows " << netdev << "'s MTU of 1500";
-    }
-    Buffer mem(2 * kLen);
-    auto mr = node.pd->register_memory(mem.data(), mem.size(),
-                                       Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead);
-    publish_region(env, "r" + std::to_string(env.rank()), *mr);
-    auto qp = connected_qp(env, node, peer, "mtu");
-    const RemoteRegion there = fetch_region(env, "r" + std::to_string(peer));
-    // Each rank WRITEs 64 KiB (64 packets of 1024) into the other, then READs it back.
-    fill_pattern(mem.data(), kLen, 40 + static_cast<std::uint64_t>(env.rank()));
-    auto w = RDMA_SYNC(*qp, *node.send_cq, Opcode::RdmaWrite, mr->sge(0, kLen), there.addr + kLen, there.rkey, 1);
-    CHECK_WC(w, "64 KiB WRITE across ports of different MTUs", .wr_id = 1, .status = WcStatus::Success);
-    env.barrier("written");
-    CHECK_PATTERN(mem.data() + kLen, kLen, 40 + static_cast<std::uint64_t>(peer), 0, "the peer's WRITE");
-    std::memset(mem.data(), 0, kLen);
-    auto r = RDMA_SYNC(*qp, *node.send_cq, Opcode::RdmaRead, mr->sge(0, kLen), there.addr + kLen, there.rkey, 2);
-    CHECK_WC(r, "64 KiB READ across ports of different MTUs", .wr_id = 2, .status = WcStatus::Success);
-    CHECK_PATTERN(mem.data(), kLen, 40 + static_cast<std::uint64_t>(env.rank()), 0, "READ back what this rank wrote");
-    env.barrier("done");
-  }, options);
+  const bool ok = run_ranks(
+      2, Placement::Local,
+      [&](RankEnv& env) {
+        constexpr std::size_t kLen = 64 * 1024;
+        const int peer = 1 - env.rank();
+        if (env.rank() == 1) await(env, "big-opened");
+        Node node(env);
+        const int mine = rxe_active_mtu();
+        if (env.rank() == 0) {
+          CHECK_EQ(mine, 4096);
+          CHECK_EQ(set_mtu(netdev, 1500), 0);
+          signal(env, "big-opened");
+        } else {
+          CHECK_EQ(mine, 1024) << "rxe follows " << netdev << "'s MTU of 1500";
+        }
+        Buffer mem(2 * kLen);
+        auto mr = node.pd->register_memory(mem.data(), mem.size(),
+                                           Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead);
+        publish_region(env, "r" + std::to_string(env.rank()), *mr);
+        auto qp = connected_qp(env, node, peer, "mtu");
+        const RemoteRegion there = fetch_region(env, "r" + std::to_string(peer));
+        // Each rank WRITEs 64 KiB (64 packets of 1024) into the other, then READs it back.
+        fill_pattern(mem.data(), kLen, 40 + static_cast<std::uint64_t>(env.rank()));
+        auto w = RDMA_SYNC(*qp, *node.send_cq, Opcode::RdmaWrite, mr->sge(0, kLen), there.addr + kLen, there.rkey, 1);
+        CHECK_WC(w, "64 KiB WRITE across ports of different MTUs", .wr_id = 1, .status = WcStatus::Success);
+        env.barrier("written");
+        CHECK_PATTERN(mem.data() + kLen, kLen, 40 + static_cast<std::uint64_t>(peer), 0, "the peer's WRITE");
+        std::memset(mem.data(), 0, kLen);
+        auto r = RDMA_SYNC(*qp, *node.send_cq, Opcode::RdmaRead, mr->sge(0, kLen), there.addr + kLen, there.rkey, 2);
+        CHECK_WC(r, "64 KiB READ across ports of different MTUs", .wr_id = 2, .status = WcStatus::Success);
+        CHECK_PATTERN(mem.data(), kLen, 40 + static_cast<std::uint64_t>(env.rank()), 0,
+                      "READ back what this rank wrote");
+        env.barrier("done");
+      },
+      options);
   EXPECT_EQ(set_mtu(netdev, original), 0) << "restoring " << netdev << "'s MTU";
   EXPECT_TRUE(ok);
 }

@@ -57,12 +57,18 @@ std::vector<Step> plan_steps(const BenchOptions& o, const std::vector<std::strin
   const std::string volume = o.quick ? "32M" : "256M";
   std::vector<Step> steps;
   for (const auto& p : providers) {
-    steps.push_back({p, "p2p", p + ": p2p latency", 2,
-                     {"perf", "p2p", "write_lat,read_lat,send_lat,atomic_lat", "--provider", p, "-s", lat_sizes,
-                      "-n", o.quick ? "300" : "1000", "--json"}});
-    steps.push_back({p, "p2p", p + ": p2p bandwidth", 2,
-                     {"perf", "p2p", "write_bw,read_bw,send_bw", "--provider", p, "-s", bw_sizes, "--volume", volume,
-                      "--json"}});
+    steps.push_back({p,
+                     "p2p",
+                     p + ": p2p latency",
+                     2,
+                     {"perf", "p2p", "write_lat,read_lat,send_lat,atomic_lat", "--provider", p, "-s", lat_sizes, "-n",
+                      o.quick ? "300" : "1000", "--json"}});
+    steps.push_back(
+        {p,
+         "p2p",
+         p + ": p2p bandwidth",
+         2,
+         {"perf", "p2p", "write_bw,read_bw,send_bw", "--provider", p, "-s", bw_sizes, "--volume", volume, "--json"}});
     std::vector<std::string> coll = {"perf", "coll", "all_reduce", "--provider", p, "--json", "-c", "1"};
     if (o.quick) {
       coll.insert(coll.end(), {"--sizes", "8,4K,64K,1M"});
@@ -131,9 +137,10 @@ json summarize(const json& doc, const std::vector<std::string>& providers) {
   const std::uint64_t min_bw_bytes = std::min(largest, kMinBandwidthBytes);
   json summary = json::array();
   for (const auto& p : providers) {
-    json entry = {{"provider", p},     {"best_latency_us", nullptr}, {"best_latency_test", ""},
-                  {"best_latency_bytes", 0}, {"best_bw_gb_s", nullptr}, {"best_bw_test", ""},
-                  {"best_bw_bytes", 0}, {"allreduce_busbw_GBps", json::array()}};
+    json entry = {{"provider", p},           {"best_latency_us", nullptr},
+                  {"best_latency_test", ""}, {"best_latency_bytes", 0},
+                  {"best_bw_gb_s", nullptr}, {"best_bw_test", ""},
+                  {"best_bw_bytes", 0},      {"allreduce_busbw_GBps", json::array()}};
     for (const auto& run : doc["p2p"]) {
       if (run["provider"] != p) continue;
       for (const auto& row : run["results"]) {
@@ -230,7 +237,8 @@ void print_summary(const json& doc) {
   }
   for (const auto& p : doc["providers"]) {
     if (!p["usable"].get<bool>()) {
-      std::printf("%-8s  not usable: %s\n", p["name"].get<std::string>().c_str(), p["reason"].get<std::string>().c_str());
+      std::printf("%-8s  not usable: %s\n", p["name"].get<std::string>().c_str(),
+                  p["reason"].get<std::string>().c_str());
     }
   }
   for (const auto& e : doc["errors"]) {
@@ -274,8 +282,8 @@ int run_bench(const BenchOptions& o) {
   std::vector<std::string> usable;
   for (const ProviderStatus& p : probe_providers()) {
     doc["providers"].push_back({{"name", p.name}, {"usable", p.usable}, {"reason", p.reason}, {"device", p.device}});
-    const bool wanted = o.providers.empty() ||
-                        std::find(o.providers.begin(), o.providers.end(), p.name) != o.providers.end();
+    const bool wanted =
+        o.providers.empty() || std::find(o.providers.begin(), o.providers.end(), p.name) != o.providers.end();
     if (p.usable && wanted && p.caps.same_host_peers) usable.push_back(p.name);
   }
   for (const auto& name : o.providers) {
@@ -284,14 +292,15 @@ int run_bench(const BenchOptions& o) {
                   {.op = "rdmx bench", .hint = "rdmx info lists the providers and why each is or is not usable"});
     }
   }
-  std::fprintf(stderr, "rdmx bench: providers %s; %d local ranks for all_reduce; results in %s/\n",
-               [&] {
-                 std::string list;
-                 for (const auto& p : usable) list += (list.empty() ? "" : ", ") + p;
-                 return list.empty() ? std::string("(none usable)") : list;
-               }()
-                   .c_str(),
-               o.np, o.out_dir.c_str());
+  std::fprintf(
+      stderr, "rdmx bench: providers %s; %d local ranks for all_reduce; results in %s/\n",
+      [&] {
+        std::string list;
+        for (const auto& p : usable) list += (list.empty() ? "" : ", ") + p;
+        return list.empty() ? std::string("(none usable)") : list;
+      }()
+          .c_str(),
+      o.np, o.out_dir.c_str());
 
   const std::vector<Step> steps = plan_steps(o, usable);
   ProgressBar bar(steps.size());

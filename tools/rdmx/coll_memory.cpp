@@ -94,10 +94,10 @@ void refuse_local_ranks_beyond_memory(int ranks, std::size_t test_bytes) {
               "--np " + std::to_string(ranks) + ": " + std::to_string(ranks) + " local ranks need about " +
                   human_size(need(ranks, buffsize)) + " of memory and this host has " + human_size(available) +
                   " available (MemAvailable in /proc/meminfo): each rank holds an inbox and a staging area of "
-                  "RDMX_COLL_BUFFSIZE=" + human_size(static_cast<double>(buffsize)) + " for each of the " +
-                  std::to_string(ranks) + " ranks (" + human_size(coll_buffer_bytes_per_rank(ranks, buffsize)) +
-                  " per rank), plus " + human_size(tests) + " of test buffers and about " + human_size(kPerProcess) +
-                  " for the process",
+                  "RDMX_COLL_BUFFSIZE=" +
+                  human_size(static_cast<double>(buffsize)) + " for each of the " + std::to_string(ranks) + " ranks (" +
+                  human_size(coll_buffer_bytes_per_rank(ranks, buffsize)) + " per rank), plus " + human_size(tests) +
+                  " of test buffers and about " + human_size(kPerProcess) + " for the process",
               {.op = "perf coll", .hint = hint});
 }
 

@@ -32,7 +32,7 @@ std::string self_executable();
 
 void register_info(CLI::App& root);
 void register_run(CLI::App& root);
-void register_perf(CLI::App& root);   // perf p2p, perf coll
+void register_perf(CLI::App& root);  // perf p2p, perf coll
 void register_bench(CLI::App& root);
 
 }  // namespace rdmx::cli

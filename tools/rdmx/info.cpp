@@ -107,9 +107,10 @@ void print_providers(const Report& report) {
   // Where registration pins memory, collectives keep user-buffer
   // registrations between operations only where unmaps can be seen.
   std::printf("\nRegistration cache (user buffers of collectives, RegistrationCache)\n");
-  const std::string line = report.registration_cache.available
-                               ? "kept between operations; unmaps seen through " + report.registration_cache.how
-                               : "pinning registrations last one operation; unmap watching " + report.registration_cache.how;
+  const std::string line =
+      report.registration_cache.available
+          ? "kept between operations; unmaps seen through " + report.registration_cache.how
+          : "pinning registrations last one operation; unmap watching " + report.registration_cache.how;
   std::printf("  %s\n", line.c_str());
 }
 
@@ -172,8 +173,7 @@ void print_settings(const std::vector<Setting>& settings) {
   const std::size_t value_width = std::min<std::size_t>(widest(settings, [](const auto& s) { return s.value; }), 20);
   for (const auto& s : settings) {
     std::printf("  %-*s = %-*s  %-9s  %s\n", static_cast<int>(name_width), s.name.c_str(),
-                static_cast<int>(value_width), s.value.c_str(), s.from_env ? "(set)" : "(default)",
-                s.meaning.c_str());
+                static_cast<int>(value_width), s.value.c_str(), s.from_env ? "(set)" : "(default)", s.meaning.c_str());
   }
 }
 
@@ -224,9 +224,10 @@ void run_info(const InfoOptions& options) {
 
 void register_info(CLI::App& root) {
   auto options = std::make_shared<InfoOptions>();
-  CLI::App* info = root.add_subcommand(
-      "info", "Providers and why each is or is not usable; RDMA devices, interfaces, CPUs/NUMA, GPUs; "
-              "settings in force");
+  CLI::App* info =
+      root.add_subcommand("info",
+                          "Providers and why each is or is not usable; RDMA devices, interfaces, CPUs/NUMA, GPUs; "
+                          "settings in force");
   info->add_flag("--json", options->json, "Print one JSON document (docs/schemas/info.schema.json)");
   info->add_flag("--settings-markdown", options->settings_markdown,
                  "Print the table of settings (name, default, meaning) as the README has it");

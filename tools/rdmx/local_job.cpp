@@ -54,7 +54,7 @@ std::string resolve_program(const std::string& name) {
     std::string dir = dirs.substr(start, colon - start);
     if (dir.empty()) dir = ".";
     const std::string candidate = dir + "/" + name;
-    struct stat st{};
+    struct stat st {};
     if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(candidate.c_str(), X_OK) == 0) {
       return candidate;
     }
@@ -156,10 +156,9 @@ constexpr std::size_t kMaxRememberedLines = 10000;
 // Only these are shown once for all ranks; any other line is the program's
 // own and every rank's copy is shown.
 bool is_rdmx_error(std::string_view line) {
-  static constexpr std::string_view kKinds[] = {"invalid argument", "invalid state", "not supported",
-                                                "not found",        "timeout",       "peer failure",
-                                                "protocol error",   "queue full",    "system error",
-                                                "configuration error"};
+  static constexpr std::string_view kKinds[] = {
+      "invalid argument", "invalid state",  "not supported", "not found",    "timeout",
+      "peer failure",     "protocol error", "queue full",    "system error", "configuration error"};
   const std::size_t start = line.find("rdmx: ");
   if (start == std::string_view::npos) return false;
   for (std::size_t open = line.find(" [", start); open != std::string_view::npos; open = line.find(" [", open + 2)) {
@@ -182,29 +181,30 @@ class Job {
 
   LocalJobResult run() {
     if (options_.ranks < 1) {
-      throw Error(ErrorCode::InvalidArgument, "the number of ranks must be at least 1, got " +
-                                                  std::to_string(options_.ranks),
+      throw Error(ErrorCode::InvalidArgument,
+                  "the number of ranks must be at least 1, got " + std::to_string(options_.ranks),
                   {.op = options_.name});
     }
     if (options_.command.empty()) {
-      throw Error(ErrorCode::InvalidArgument, "no command to run", {.op = options_.name,
-                                                                    .hint = "rdmx run -n 2 -- ./my_program args"});
+      throw Error(ErrorCode::InvalidArgument, "no command to run",
+                  {.op = options_.name, .hint = "rdmx run -n 2 -- ./my_program args"});
     }
     const std::string program = resolve_program(options_.command.front());
     char store_template[] = "/tmp/rdmx-run.XXXXXX";
     const char* store_dir = ::mkdtemp(store_template);
     if (store_dir == nullptr) {
-      throw Error(ErrorCode::System, std::string("cannot create the job's store directory in /tmp: ") +
-                                         std::strerror(errno),
+      throw Error(ErrorCode::System,
+                  std::string("cannot create the job's store directory in /tmp: ") + std::strerror(errno),
                   {.op = options_.name});
     }
     store_dir_ = store_dir;
-    struct sigaction forward{};
+    struct sigaction forward {};
     forward.sa_handler = remember_signal;  // no SA_RESTART: poll() returns at once
-    struct sigaction old_int{}, old_term{}, old_pipe{};
+    struct sigaction old_int {
+    }, old_term{}, old_pipe{};
     ::sigaction(SIGINT, &forward, &old_int);
     ::sigaction(SIGTERM, &forward, &old_term);
-    struct sigaction ignore{};
+    struct sigaction ignore {};
     ignore.sa_handler = SIG_IGN;
     ::sigaction(SIGPIPE, &ignore, &old_pipe);
     g_forward_signal = 0;
@@ -278,7 +278,8 @@ class Job {
 
       int out_pipe[2];
       int err_pipe[2];
-      if (::pipe2(out_pipe, O_CLOEXEC) != 0) throw Error(ErrorCode::System, std::string("pipe2: ") + std::strerror(errno));
+      if (::pipe2(out_pipe, O_CLOEXEC) != 0)
+        throw Error(ErrorCode::System, std::string("pipe2: ") + std::strerror(errno));
       if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
         ::close(out_pipe[0]);
         ::close(out_pipe[1]);
@@ -510,7 +511,8 @@ class Job {
       const Rank& r = ranks_[i];
       if (static_cast<int>(i) == first || r.running) continue;
       const bool exited_badly = WIFEXITED(r.status) && WEXITSTATUS(r.status) != 0;
-      const bool stopped_by_us = WIFSIGNALED(r.status) && (WTERMSIG(r.status) == SIGTERM || WTERMSIG(r.status) == SIGKILL);
+      const bool stopped_by_us =
+          WIFSIGNALED(r.status) && (WTERMSIG(r.status) == SIGTERM || WTERMSIG(r.status) == SIGKILL);
       if (!exited_badly && (!WIFSIGNALED(r.status) || stopped_by_us)) continue;
       if (r.status == f.status && r.last_stderr_key == f.last_stderr_key) {
         same.push_back(static_cast<int>(i));
@@ -560,7 +562,8 @@ class Job {
       lines += ranks_[i].held_back;
     }
     if (lines == 0) return;
-    std::fprintf(stderr, "%s: %zu error line%s of rank%s %s %s not shown again: another rank had printed the same "
+    std::fprintf(stderr,
+                 "%s: %zu error line%s of rank%s %s %s not shown again: another rank had printed the same "
                  "(rank numbers aside)\n",
                  options_.name.c_str(), lines, lines == 1 ? "" : "s", from.size() == 1 ? "" : "s",
                  rank_list(from).c_str(), lines == 1 ? "was" : "were");

@@ -24,12 +24,12 @@ enum class OutputMode {
 
 struct LocalJobOptions {
   int ranks = 2;
-  std::vector<std::string> command;         // argv; command[0] is looked up in PATH
-  std::map<std::string, std::string> env;   // added to each rank's environment
+  std::vector<std::string> command;        // argv; command[0] is looked up in PATH
+  std::map<std::string, std::string> env;  // added to each rank's environment
   OutputMode output = OutputMode::PrefixAll;
-  std::chrono::seconds time_limit{0};       // 0: no limit
-  std::size_t tail_lines = 10;              // lines kept per rank for the report
-  std::string name = "rdmx run";            // how messages introduce themselves
+  std::chrono::seconds time_limit{0};  // 0: no limit
+  std::size_t tail_lines = 10;         // lines kept per rank for the report
+  std::string name = "rdmx run";       // how messages introduce themselves
 };
 
 struct LocalJobResult {
@@ -37,10 +37,10 @@ struct LocalJobResult {
   // code, or 128 + signal), or 124 when the time limit ended the job.
   int exit_code = 0;
   int failed_rank = -1;
-  std::string failure;                      // one line: which rank, how; empty on success
-  std::vector<std::string> failed_tail;     // that rank's last lines
+  std::string failure;                   // one line: which rank, how; empty on success
+  std::vector<std::string> failed_tail;  // that rank's last lines
   double seconds = 0;
-  std::string rank0_stdout;                 // OutputMode::Capture only
+  std::string rank0_stdout;  // OutputMode::Capture only
 };
 
 // Runs the job to the end. When a rank fails, the others get SIGTERM, then

@@ -21,12 +21,11 @@ enum class Op { AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll
 constexpr const char* kOpNames[] = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
                                     "all_to_all", "gather",     "scatter",        "barrier"};
 // nccl-tests' binary names without "_perf" (allreduce_perf is all_reduce_perf's old spelling elsewhere).
-constexpr const char* kOpAliases[] = {"allreduce", "allgather", "reducescatter", "bcast", "",
-                                      "alltoall",  "",          "",              ""};
+constexpr const char* kOpAliases[] = {"allreduce", "allgather", "reducescatter", "bcast", "", "alltoall", "", "", ""};
 
 // nccl-tests' type names first; rdmx's names (DataType) are accepted too.
-constexpr const char* kTypeNames[] = {"int8", "uint8", "int32", "uint32", "int64",
-                                      "uint64", "half", "bfloat16", "float", "double"};
+constexpr const char* kTypeNames[] = {"int8",   "uint8", "int32",    "uint32", "int64",
+                                      "uint64", "half",  "bfloat16", "float",  "double"};
 constexpr const char* kTypeAliases[] = {"", "", "int", "", "", "", "fp16", "bf16", "fp32", "fp64"};
 constexpr rdmx::DataType kTypes[] = {rdmx::DataType::Int8,    rdmx::DataType::Uint8,    rdmx::DataType::Int32,
                                      rdmx::DataType::Uint32,  rdmx::DataType::Int64,    rdmx::DataType::Uint64,
@@ -51,7 +50,6 @@ struct Options {
   long warmup = -1;  // -1: max(5, iters / 10)
   bool check = true;
 };
-
 
 struct Layout {
   std::size_t count = 0;       // the count passed to the call

@@ -38,7 +38,8 @@ void Bench::placement(const Layout& l, bool inplace, unsigned char*& in, unsigne
   if (!inplace) return;
   in = b_.recv;
   switch (o_.op) {
-    case Op::AllGather: case Op::Gather: in = b_.recv + static_cast<std::size_t>(rank_) * block; break;
+    case Op::AllGather:
+    case Op::Gather: in = b_.recv + static_cast<std::size_t>(rank_) * block; break;
     case Op::Scatter: out = b_.recv + static_cast<std::size_t>(rank_) * block; break;
     case Op::ReduceScatter: out = b_.recv + static_cast<std::size_t>(rank_) * block; break;
     default: break;
@@ -63,9 +64,7 @@ void Bench::run_once(const Layout& l, bool inplace) {
   }
 }
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // Seconds per call on this rank, averaged over the ranks.
 double Bench::time_calls(const Layout& l, bool inplace, long iters) {
@@ -103,9 +102,10 @@ double Bench::warm_up_sweep(const std::vector<std::size_t>& sizes, std::size_t e
   const bool inplace = !has_mode(o_.op, false);
   const long calls = o_.warmup >= 0 ? o_.warmup : kSweepWarmupCalls;
   const long large_calls =
-      large.bytes == 0 ? calls
-                       : std::max(calls, std::min(kMaxSweepWarmup, static_cast<long>(std::ceil(
-                                                                       kSweepWarmupBytes / static_cast<double>(large.bytes)))));
+      large.bytes == 0
+          ? calls
+          : std::max(calls, std::min(kMaxSweepWarmup, static_cast<long>(std::ceil(kSweepWarmupBytes /
+                                                                                  static_cast<double>(large.bytes)))));
   comm_.barrier();
   const double start = now_s();
   run_once(large, inplace);
@@ -124,7 +124,8 @@ double Bench::expected_reduction(std::size_t i) const {
   for (int r = 1; r < n_; ++r) {
     const std::int64_t v = reduce_input(r, i, o_.redop);
     switch (o_.redop) {
-      case kSum: case kAvg: acc += v; break;
+      case kSum:
+      case kAvg: acc += v; break;
       case kProd: acc *= v; break;
       case kMin: acc = std::min(acc, v); break;
       case kMax: acc = std::max(acc, v); break;
@@ -160,10 +161,14 @@ long long Bench::check_once(const Layout& l, bool inplace) {
   for (std::size_t i = 0; i < total; ++i) store(b_.recv, t, i, kSentinel);
   const bool is_root = rank_ == o_.root;
   switch (o_.op) {
-    case Op::AllReduce: case Op::Reduce: case Op::ReduceScatter:
-      for (std::size_t i = 0; i < l.send_elems; ++i) store(in, t, i, static_cast<double>(reduce_input(rank_, i, o_.redop)));
+    case Op::AllReduce:
+    case Op::Reduce:
+    case Op::ReduceScatter:
+      for (std::size_t i = 0; i < l.send_elems; ++i)
+        store(in, t, i, static_cast<double>(reduce_input(rank_, i, o_.redop)));
       break;
-    case Op::AllGather: case Op::Gather:
+    case Op::AllGather:
+    case Op::Gather:
       for (std::size_t i = 0; i < n; ++i) store(in, t, i, static_cast<double>(move_input(rank_, i)));
       break;
     case Op::Broadcast:
@@ -185,7 +190,8 @@ long long Bench::check_once(const Layout& l, bool inplace) {
   std::int64_t wrong = 0;
   const auto un = static_cast<std::size_t>(rank_);
   switch (o_.op) {
-    case Op::AllReduce: case Op::Reduce:
+    case Op::AllReduce:
+    case Op::Reduce:
       if (o_.op == Op::AllReduce || is_root) {
         for (std::size_t i = 0; i < n; ++i) wrong += !same(load(out, t, i), expected_reduction(i));
       }
@@ -193,11 +199,13 @@ long long Bench::check_once(const Layout& l, bool inplace) {
     case Op::ReduceScatter:
       for (std::size_t i = 0; i < n; ++i) wrong += !same(load(out, t, i), expected_reduction(un * n + i));
       break;
-    case Op::AllGather: case Op::Gather:
+    case Op::AllGather:
+    case Op::Gather:
       if (o_.op == Op::AllGather || is_root) {
         for (int r = 0; r < n_; ++r) {
           for (std::size_t i = 0; i < n; ++i) {
-            wrong += load(out, t, static_cast<std::size_t>(r) * n + i) != as_type(t, static_cast<double>(move_input(r, i)));
+            wrong +=
+                load(out, t, static_cast<std::size_t>(r) * n + i) != as_type(t, static_cast<double>(move_input(r, i)));
           }
         }
       }
@@ -353,9 +361,9 @@ long long Bench::run(JsonLines& lines, json& run, bool table) {
       std::snprintf(cell, sizeof cell, "  %8s  %7s  %7s  %6s", format_time(us).c_str(), format_bw(algbw).c_str(),
                     format_bw(busbw).c_str(), w.c_str());
       cells[mode] = cell;
-      json row = {{"bytes", l.bytes},     {"count", l.count},     {"type", type_name},   {"redop", redop_col},
-                  {"root", root_col},     {"inplace", inplace},   {"time_us", us},       {"algbw_GBps", algbw},
-                  {"busbw_GBps", busbw},  {"wrong", wrong},       {"iters", iters}};
+      json row = {{"bytes", l.bytes},    {"count", l.count},   {"type", type_name}, {"redop", redop_col},
+                  {"root", root_col},    {"inplace", inplace}, {"time_us", us},     {"algbw_GBps", algbw},
+                  {"busbw_GBps", busbw}, {"wrong", wrong},     {"iters", iters}};
       json line = row;
       line["bench"] = "rdmx";
       line["transport"] = transport_name;
@@ -375,16 +383,23 @@ long long Bench::run(JsonLines& lines, json& run, bool table) {
     std::printf("# Out of bounds values : %lld %s\n", all_wrong,
                 o_.check ? (all_wrong == 0 ? "OK" : "FAILED") : "(not checked)");
     std::printf("# Avg bus bandwidth    : %.4g\n", avg_busbw);
-    std::printf("# First call           : %s us (%zu B, %s, before the sweep's warm-up; %s us per call in its row)\n#\n",
-                format_time(first_call_us).c_str(), layout_for(op, largest, esize, n_).bytes,
-                has_mode(op, false) ? "out-of-place" : "in-place", format_time(largest_steady_us).c_str());
+    std::printf(
+        "# First call           : %s us (%zu B, %s, before the sweep's warm-up; %s us per call in its row)\n#\n",
+        format_time(first_call_us).c_str(), layout_for(op, largest, esize, n_).bytes,
+        has_mode(op, false) ? "out-of-place" : "in-place", format_time(largest_steady_us).c_str());
   }
-  run = {{"collective", op_name},      {"np", n_},
-         {"transport", transport_name}, {"type", type_name},
-         {"redop", redop_col},         {"root", root_col},
-         {"check", o_.check},          {"wrong", o_.check ? all_wrong : -1},
-         {"avg_busbw_GBps", avg_busbw}, {"first_call_us", first_call_us},
-         {"first_call_steady_us", largest_steady_us}, {"results", std::move(rows)}};
+  run = {{"collective", op_name},
+         {"np", n_},
+         {"transport", transport_name},
+         {"type", type_name},
+         {"redop", redop_col},
+         {"root", root_col},
+         {"check", o_.check},
+         {"wrong", o_.check ? all_wrong : -1},
+         {"avg_busbw_GBps", avg_busbw},
+         {"first_call_us", first_call_us},
+         {"first_call_steady_us", largest_steady_us},
+         {"results", std::move(rows)}};
   // Nobody leaves while a peer may still read from it.
   comm_.barrier();
   return all_wrong;

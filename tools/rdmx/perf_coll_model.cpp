@@ -24,22 +24,25 @@ bool has_mode(Op op, bool inplace) {
   return true;
 }
 
-
 Layout layout_for(Op op, std::size_t bytes, std::size_t esize, int n) {
   Layout l;
   const std::size_t un = static_cast<std::size_t>(n);
   const std::size_t per_rank = bytes / esize / un;
   switch (op) {
-    case Op::AllReduce: case Op::Broadcast: case Op::Reduce:
+    case Op::AllReduce:
+    case Op::Broadcast:
+    case Op::Reduce:
       l.count = bytes / esize;
       l.send_elems = l.recv_elems = l.count;
       break;
-    case Op::AllGather: case Op::Gather:
+    case Op::AllGather:
+    case Op::Gather:
       l.count = per_rank;
       l.send_elems = per_rank;
       l.recv_elems = per_rank * un;
       break;
-    case Op::ReduceScatter: case Op::Scatter:
+    case Op::ReduceScatter:
+    case Op::Scatter:
       l.count = per_rank;
       l.send_elems = per_rank * un;
       l.recv_elems = per_rank;
@@ -48,8 +51,7 @@ Layout layout_for(Op op, std::size_t bytes, std::size_t esize, int n) {
       l.count = per_rank;
       l.send_elems = l.recv_elems = per_rank * un;
       break;
-    case Op::Barrier:
-      break;
+    case Op::Barrier: break;
   }
   l.bytes = std::max(l.send_elems, l.recv_elems) * esize;
   return l;
@@ -58,8 +60,8 @@ Layout layout_for(Op op, std::size_t bytes, std::size_t esize, int n) {
 // Why layout_for() rounds a size down: whole elements, and for the
 // operations that split the buffer, the same number of them per rank.
 std::string rounding_reason(Op op, std::size_t esize, int n, const char* type) {
-  const bool split = op == Op::AllGather || op == Op::Gather || op == Op::ReduceScatter || op == Op::Scatter ||
-                     op == Op::AllToAll;
+  const bool split =
+      op == Op::AllGather || op == Op::Gather || op == Op::ReduceScatter || op == Op::Scatter || op == Op::AllToAll;
   std::string why = std::string("whole ") + type + " elements (" + std::to_string(esize) + " B each)";
   if (!split) return why + ", so a multiple of " + std::to_string(esize) + " B";
   return why + ", the same number per rank, so a multiple of " + std::to_string(esize * static_cast<std::size_t>(n)) +
@@ -69,8 +71,11 @@ std::string rounding_reason(Op op, std::size_t esize, int n, const char* type) {
 double bus_factor(Op op, int n) {
   switch (op) {
     case Op::AllReduce: return 2.0 * (n - 1) / n;
-    case Op::AllGather: case Op::ReduceScatter: case Op::AllToAll: case Op::Gather: case Op::Scatter:
-      return static_cast<double>(n - 1) / n;
+    case Op::AllGather:
+    case Op::ReduceScatter:
+    case Op::AllToAll:
+    case Op::Gather:
+    case Op::Scatter: return static_cast<double>(n - 1) / n;
     default: return 1.0;
   }
 }

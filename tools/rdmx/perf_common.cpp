@@ -14,9 +14,12 @@ std::size_t parse_size(const std::string& text, const std::string& option) {
   unsigned shift = 0;
   if (!digits.empty()) {
     switch (digits.back()) {
-      case 'K': case 'k': shift = 10; break;
-      case 'M': case 'm': shift = 20; break;
-      case 'G': case 'g': shift = 30; break;
+      case 'K':
+      case 'k': shift = 10; break;
+      case 'M':
+      case 'm': shift = 20; break;
+      case 'G':
+      case 'g': shift = 30; break;
       default: break;
     }
   }
@@ -72,8 +75,8 @@ JsonLines::JsonLines(const std::string& path, const char* option) {
   if (path.empty()) return;
   file_ = std::fopen(path.c_str(), "a");
   if (file_ == nullptr) {
-    throw Error(ErrorCode::System, std::string("cannot open the ") + option + " file '" + path + "': " +
-                                       std::strerror(errno),
+    throw Error(ErrorCode::System,
+                std::string("cannot open the ") + option + " file '" + path + "': " + std::strerror(errno),
                 {.hint = "give a path in a writable directory"});
   }
 }

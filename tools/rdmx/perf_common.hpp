@@ -2,9 +2,9 @@
 // What `rdmx perf p2p` and `rdmx perf coll` share: size lists and JSON lines.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <cstddef>
 #include <cstdio>
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>

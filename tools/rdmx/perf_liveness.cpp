@@ -61,7 +61,8 @@ void Heartbeat::wait_completion(CompletionQueue& cq, const QueuePair& qp, WorkCo
         throw Error(ErrorCode::Timeout,
                     std::string("gave up waiting for ") + what + ": nothing arrived and rank " + std::to_string(peer_) +
                         " showed no progress for " + std::to_string(timeout_.count()) + " ms",
-                    {.op = "perf p2p", .peer_rank = peer_,
+                    {.op = "perf p2p",
+                     .peer_rank = peer_,
                      .hint = "is the peer alive? its output says why; raise --timeout or RDMX_TIMEOUT"});
       }
     }

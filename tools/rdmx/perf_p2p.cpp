@@ -36,11 +36,11 @@
 #include "local_job.hpp"
 #include "perf_common.hpp"
 #include "perf_liveness.hpp"
+#include "perf_p2p.hpp"
 #include "perf_stats.hpp"
 #include "rdmx/bootstrap.hpp"
 #include "rdmx/info.hpp"
 #include "rdmx/verbs.hpp"
-#include "perf_p2p.hpp"
 
 namespace rdmx::cli {
 namespace perf_p2p {
@@ -71,8 +71,9 @@ std::vector<std::size_t> sizes_for(const Options& o, const TestInfo& t) {
 
 void check_completion(const WorkCompletion& wc, const QueuePair& qp, const char* what) {
   if (wc.status != WcStatus::Success) {
-    throw Error(ErrorCode::PeerFailure, std::string(what) + " (work request " + std::to_string(wc.wr_id) +
-                                            ") completed with " + to_string(wc.status) + ": " + qp.error_reason(),
+    throw Error(ErrorCode::PeerFailure,
+                std::string(what) + " (work request " + std::to_string(wc.wr_id) + ") completed with " +
+                    to_string(wc.status) + ": " + qp.error_reason(),
                 {.op = "perf p2p"});
   }
 }
@@ -95,9 +96,10 @@ void set_up(Session& s) {
     for (std::size_t size : sizes_for(s.options, *t)) largest = std::max(largest, size);
   }
   if (caps.max_msg_size != 0 && largest > caps.max_msg_size) {
-    throw Error(ErrorCode::InvalidArgument, "size " + std::to_string(largest) + " exceeds the provider's max_msg_size " +
-                                                std::to_string(caps.max_msg_size),
-                {.op = "perf p2p", .hint = "pick smaller --size values"});
+    throw Error(
+        ErrorCode::InvalidArgument,
+        "size " + std::to_string(largest) + " exceeds the provider's max_msg_size " + std::to_string(caps.max_msg_size),
+        {.op = "perf p2p", .hint = "pick smaller --size values"});
   }
   s.area = (largest + 63) / 64 * 64;
   // Unsignaled WRs hold their send-queue slots until a later signaled one completes.
@@ -164,8 +166,11 @@ void send_done_token(Session& s) {
   const std::uint64_t saved = *local;
   *local = value;
   const Sge sge = s.mr->sge(s.area, 8);
-  s.qp->post_send({.wr_id = ~0ull, .opcode = Opcode::RdmaWrite, .sg_list = std::span(&sge, 1),
-                   .remote_addr = s.peer_base + s.token_offset(), .rkey = s.peer_rkey});
+  s.qp->post_send({.wr_id = ~0ull,
+                   .opcode = Opcode::RdmaWrite,
+                   .sg_list = std::span(&sge, 1),
+                   .remote_addr = s.peer_base + s.token_offset(),
+                   .rkey = s.peer_rkey});
   WorkCompletion wc;
   s.send_cq->wait(std::span(&wc, 1), s.timeout);
   check_completion(wc, *s.qp, "the done token's WRITE");
@@ -202,44 +207,42 @@ void print_banner(const Session& s, const TestInfo& t) {
                                                      "bytes; Mpps = 1e6 messages/sec");
   print_rule();
   if (t.latency) {
-    std::printf(" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]"
-                "   99%% percentile[usec]   99.9%% percentile[usec] \n");
+    std::printf(
+        " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]"
+        "   99%% percentile[usec]   99.9%% percentile[usec] \n");
   } else {
-    std::printf(" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]   BW average[GB/sec]\n");
+    std::printf(
+        " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]   BW average[GB/sec]\n");
   }
 }
 
 void print_row(const TestInfo& t, const json& row) {
   if (t.latency) {
-    std::printf(" %-7zu %-10llu     %-7.2f        %-7.2f      %-7.2f            %-7.2f        %-7.2f          %-7.2f"
-                "                %-7.2f\n",
-                row["bytes"].get<std::size_t>(), row["iterations"].get<unsigned long long>(),
-                row["t_min_us"].get<double>(), row["t_max_us"].get<double>(), row["t_typical_us"].get<double>(),
-                row["t_avg_us"].get<double>(), row["t_stdev_us"].get<double>(), row["p99_us"].get<double>(),
-                row["p999_us"].get<double>());
+    std::printf(
+        " %-7zu %-10llu     %-7.2f        %-7.2f      %-7.2f            %-7.2f        %-7.2f          %-7.2f"
+        "                %-7.2f\n",
+        row["bytes"].get<std::size_t>(), row["iterations"].get<unsigned long long>(), row["t_min_us"].get<double>(),
+        row["t_max_us"].get<double>(), row["t_typical_us"].get<double>(), row["t_avg_us"].get<double>(),
+        row["t_stdev_us"].get<double>(), row["p99_us"].get<double>(), row["p999_us"].get<double>());
   } else {
-    std::printf(" %-10zu %-10llu     %-13.2f      %-13.2f        %-10.6f      %-8.3f\n", row["bytes"].get<std::size_t>(),
-                row["iterations"].get<unsigned long long>(), row["bw_peak_mib_s"].get<double>(),
-                row["bw_avg_mib_s"].get<double>(), row["msg_rate_mpps"].get<double>(),
-                row["bw_avg_gb_s"].get<double>());
+    std::printf(" %-10zu %-10llu     %-13.2f      %-13.2f        %-10.6f      %-8.3f\n",
+                row["bytes"].get<std::size_t>(), row["iterations"].get<unsigned long long>(),
+                row["bw_peak_mib_s"].get<double>(), row["bw_avg_mib_s"].get<double>(),
+                row["msg_rate_mpps"].get<double>(), row["bw_avg_gb_s"].get<double>());
   }
 }
 
 void run(Options options) {
   Session s;
   s.options = std::move(options);
-  s.timeout = s.options.timeout_s > 0 ? std::chrono::milliseconds(std::llround(s.options.timeout_s * 1000))
-                                      : default_timeout();
+  s.timeout =
+      s.options.timeout_s > 0 ? std::chrono::milliseconds(std::llround(s.options.timeout_s * 1000)) : default_timeout();
   set_up(s);
   JsonLines lines(s.rank == 0 ? s.options.json_lines : std::string(), "--json-lines");
-  json document = {{"schema", "rdmx.perf.p2p/1"},
-                   {"provider", s.device->provider()},
-                   {"device", s.device->name()},
-                   {"transport", s.qp->provider()},
-                   {"tx_depth", s.options.window},
-                   {"cq_mod", s.options.cq_mod},
-                   {"progress", s.options.drive_progress},
-                   {"runs", json::array()}};
+  json document = {{"schema", "rdmx.perf.p2p/1"},          {"provider", s.device->provider()},
+                   {"device", s.device->name()},           {"transport", s.qp->provider()},
+                   {"tx_depth", s.options.window},         {"cq_mod", s.options.cq_mod},
+                   {"progress", s.options.drive_progress}, {"runs", json::array()}};
   const bool table = s.rank == 0 && !s.options.json;
   for (const TestInfo* t : s.options.tests) {
     if (table) print_banner(s, *t);
@@ -257,8 +260,8 @@ void run(Options options) {
       rows.push_back(std::move(row));
     }
     if (table) print_rule();
-    document["runs"].push_back({{"test", t->name}, {"latency", t->latency}, {"convention", t->convention},
-                                {"results", std::move(rows)}});
+    document["runs"].push_back(
+        {{"test", t->name}, {"latency", t->latency}, {"convention", t->convention}, {"results", std::move(rows)}});
   }
   if (s.rank == 0 && s.options.json) std::printf("%s\n", document.dump(2).c_str());
   // Neither side tears its QP down while the other may still use it.
@@ -288,7 +291,8 @@ void register_perf_p2p(CLI::App& perf) {
   cmd->add_option("-s,--size", o->size_text,
                   "message sizes: 8 | 64K,1M | 64K..16M (doubling) | all (2 B..8 MiB); default 2 (latency), 64K "
                   "(bandwidth), as perftest");
-  cmd->add_option("-n,--iters", o->iters, "iterations per size (default: 1000 latency; about 1 GiB, 64..5000, bandwidth)")
+  cmd->add_option("-n,--iters", o->iters,
+                  "iterations per size (default: 1000 latency; about 1 GiB, 64..5000, bandwidth)")
       ->check(CLI::Range(std::uint64_t{2}, std::uint64_t{100000000}));
   cmd->add_option("--volume", o->volume_text, "bandwidth: bytes to move per size when -n is not given (default 1G)");
   cmd->add_option("--warmup", o->warmup, "untimed iterations before each size (default: 100 latency; -t bandwidth)")

@@ -46,9 +46,10 @@ struct Options {
   bool json = false;
   std::string json_lines;
   bool drive_progress = true;  // call Device::progress() while spinning
-  bool allocate = true;        // buffers from allocate_memory (as ucx_perftest maps with ucp_mem_map); --heap: registered heap
+  bool allocate =
+      true;  // buffers from allocate_memory (as ucx_perftest maps with ucp_mem_map); --heap: registered heap
   double timeout_s = 0;
-  std::string volume_text;     // --volume as given
+  std::string volume_text;                    // --volume as given
   std::size_t volume = std::size_t{1} << 30;  // bandwidth: bytes to move per size when -n is not given
 };
 

@@ -20,11 +20,11 @@
 #include "local_job.hpp"
 #include "perf_common.hpp"
 #include "perf_liveness.hpp"
+#include "perf_p2p.hpp"
 #include "perf_stats.hpp"
 #include "rdmx/bootstrap.hpp"
 #include "rdmx/info.hpp"
 #include "rdmx/verbs.hpp"
-#include "perf_p2p.hpp"
 
 namespace rdmx::cli::perf_p2p {
 namespace {
@@ -58,9 +58,12 @@ BwResult stream(Session& s, const TestInfo& t, std::size_t size, std::uint64_t c
       ++posted;
       const bool last = posted == count;
       wr.wr_id = posted;  // a signaled completion covers every WR up to its id
-      if (read) wr.opcode = Opcode::RdmaRead;
-      else if (t.test == Test::SendBw) wr.opcode = Opcode::Send;
-      else wr.opcode = last && final_imm ? Opcode::RdmaWriteWithImm : Opcode::RdmaWrite;
+      if (read)
+        wr.opcode = Opcode::RdmaRead;
+      else if (t.test == Test::SendBw)
+        wr.opcode = Opcode::Send;
+      else
+        wr.opcode = last && final_imm ? Opcode::RdmaWriteWithImm : Opcode::RdmaWrite;
       wr.imm_data = static_cast<std::uint32_t>(size);
       wr.signaled = last || posted % signal_every == 0;
       s.qp->post_send(wr);
@@ -101,9 +104,9 @@ BwResult stream(Session& s, const TestInfo& t, std::size_t size, std::uint64_t c
 void check_pattern(const std::uint8_t* data, std::size_t size, const char* what) {
   for (std::size_t i = 0; i < size; ++i) {
     if (data[i] != pattern_byte(i)) {
-      throw Error(ErrorCode::Protocol, std::string(what) + ": wrong byte at offset " + std::to_string(i) + " of " +
-                                           std::to_string(size) + " (got " + std::to_string(data[i]) + ", expected " +
-                                           std::to_string(pattern_byte(i)) + ")",
+      throw Error(ErrorCode::Protocol,
+                  std::string(what) + ": wrong byte at offset " + std::to_string(i) + " of " + std::to_string(size) +
+                      " (got " + std::to_string(data[i]) + ", expected " + std::to_string(pattern_byte(i)) + ")",
                   {.op = "perf p2p"});
     }
   }
@@ -161,8 +164,9 @@ json run_bandwidth(Session& s, const TestInfo& t, std::size_t size) {
       s.heartbeat->wait_completion(*s.recv_cq, *s.qp, wc, "the closing WRITE_WITH_IMM");
       check_completion(wc, *s.qp, "the closing WRITE_WITH_IMM");
       if (wc.opcode != WcOpcode::RecvRdmaWithImm || wc.imm_data != static_cast<std::uint32_t>(size)) {
-        throw Error(ErrorCode::Protocol, std::string("expected WRITE_WITH_IMM(") + std::to_string(size) + "), got " +
-                                             to_string(wc.opcode) + " imm=" + std::to_string(wc.imm_data),
+        throw Error(ErrorCode::Protocol,
+                    std::string("expected WRITE_WITH_IMM(") + std::to_string(size) + "), got " + to_string(wc.opcode) +
+                        " imm=" + std::to_string(wc.imm_data),
                     {.op = "perf p2p write_bw", .peer_rank = s.peer});
       }
       check_pattern(s.receive_area(), size, "write_bw: the data rank 0 wrote");

@@ -20,11 +20,11 @@
 #include "local_job.hpp"
 #include "perf_common.hpp"
 #include "perf_liveness.hpp"
+#include "perf_p2p.hpp"
 #include "perf_stats.hpp"
 #include "rdmx/bootstrap.hpp"
 #include "rdmx/info.hpp"
 #include "rdmx/verbs.hpp"
-#include "perf_p2p.hpp"
 
 namespace rdmx::cli::perf_p2p {
 
@@ -35,8 +35,10 @@ std::vector<double> ping_pong(Session& s, const TestInfo& t, std::size_t size, s
   const bool use_send = t.test == Test::SendLat;
   const Sge sge = s.mr->sge(s.area, static_cast<std::uint32_t>(size));
   const Sge recv_sge = s.mr->sge(0, static_cast<std::uint32_t>(size));
-  SendWr wr{.opcode = use_send ? Opcode::Send : Opcode::RdmaWrite, .sg_list = std::span(&sge, 1),
-            .remote_addr = s.peer_base, .rkey = s.peer_rkey};
+  SendWr wr{.opcode = use_send ? Opcode::Send : Opcode::RdmaWrite,
+            .sg_list = std::span(&sge, 1),
+            .remote_addr = s.peer_base,
+            .rkey = s.peer_rkey};
   constexpr std::uint64_t kRecvDepth = 16;
   if (use_send) {
     for (std::uint64_t i = 0; i < std::min(kRecvDepth, total); ++i) {
@@ -151,8 +153,9 @@ std::vector<double> one_sided(Session& s, const TestInfo& t, std::size_t size, s
       std::uint64_t original = 0;
       std::memcpy(&original, s.receive_area(), 8);
       if (original != target_value) {
-        throw Error(ErrorCode::Protocol, std::string(t.name) + ": the atomic returned " + std::to_string(original) +
-                                             ", expected " + std::to_string(target_value),
+        throw Error(ErrorCode::Protocol,
+                    std::string(t.name) + ": the atomic returned " + std::to_string(original) + ", expected " +
+                        std::to_string(target_value),
                     {.op = "perf p2p", .peer_rank = s.peer});
       }
       ++target_value;
@@ -171,9 +174,9 @@ json run_latency(Session& s, const TestInfo& t, std::size_t size) {
   if (s.rank != 0) return {};
   samples.erase(samples.begin(), samples.begin() + static_cast<std::ptrdiff_t>(warmup));
   const LatencyStats st = summarize(samples);
-  return {{"bytes", size},         {"iterations", iters}, {"t_min_us", st.min},       {"t_max_us", st.max},
-          {"t_typical_us", st.typical}, {"t_avg_us", st.average}, {"t_stdev_us", st.stdev}, {"p99_us", st.p99},
-          {"p999_us", st.p999}};
+  return {{"bytes", size},          {"iterations", iters},        {"t_min_us", st.min},
+          {"t_max_us", st.max},     {"t_typical_us", st.typical}, {"t_avg_us", st.average},
+          {"t_stdev_us", st.stdev}, {"p99_us", st.p99},           {"p999_us", st.p999}};
 }
 
 }  // namespace rdmx::cli::perf_p2p

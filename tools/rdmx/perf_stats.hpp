@@ -23,9 +23,9 @@ LatencyStats summarize(std::vector<double>& samples);
 inline std::uint64_t ticks() { return __builtin_ia32_rdtsc(); }
 #else
 inline std::uint64_t ticks() {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                        std::chrono::steady_clock::now().time_since_epoch())
-                                        .count());
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
 }
 #endif
 // Calibrated once (50 ms) on first use; call it before timing starts.

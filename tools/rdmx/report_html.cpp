@@ -149,8 +149,8 @@ std::string providers_section(const json& bench) {
   out += "<table>\n<tr><th>Provider</th><th>Usable</th><th>Device</th><th>Reason</th></tr>\n";
   for (const auto& p : providers) {
     const bool usable = flag(p, "usable");
-    out += "<tr><td><b>" + esc(p, "name") + "</b></td><td class=\"" + (usable ? "yes\">yes" : "no\">no") +
-           "</td><td>" + esc(p, "device") + "</td><td>" + esc(p, "reason") + "</td></tr>\n";
+    out += "<tr><td><b>" + esc(p, "name") + "</b></td><td class=\"" + (usable ? "yes\">yes" : "no\">no") + "</td><td>" +
+           esc(p, "device") + "</td><td>" + esc(p, "reason") + "</td></tr>\n";
   }
   return out + "</table>\n";
 }
@@ -175,8 +175,9 @@ std::string summary_section(const json& bench) {
       if (const auto b = number(r, "bytes")) sizes.insert(*b);
     }
   }
-  out += "<table>\n<tr><th rowspan=\"2\">Provider</th><th rowspan=\"2\">Best latency</th>"
-         "<th rowspan=\"2\">Best bandwidth</th>";
+  out +=
+      "<table>\n<tr><th rowspan=\"2\">Provider</th><th rowspan=\"2\">Best latency</th>"
+      "<th rowspan=\"2\">Best bandwidth</th>";
   out += sizes.empty() ? std::string("<th rowspan=\"2\">all_reduce bus bandwidth</th></tr>\n<tr>")
                        : "<th colspan=\"" + std::to_string(sizes.size()) +
                              "\">all_reduce bus bandwidth (GB/s) at</th></tr>\n<tr>";
@@ -216,8 +217,7 @@ std::string series_table(const std::vector<PlotSeries>& series, const std::strin
     out += "<tr><td class=\"num\">" + format_bytes(x) + "</td>";
     for (const auto& s : series) {
       const auto it = std::find_if(s.points.begin(), s.points.end(), [x](const PlotPoint& p) { return p.x == x; });
-      out += it == s.points.end() ? std::string("<td></td>")
-                                  : "<td class=\"num\">" + format_number(it->y, 4) + "</td>";
+      out += it == s.points.end() ? std::string("<td></td>") : "<td class=\"num\">" + format_number(it->y, 4) + "</td>";
     }
     out += "</tr>\n";
   }
@@ -290,7 +290,8 @@ void apply(PlotSeries& s, const json& bench, const std::string& provider, const 
 
 std::string style_key() {
   std::string out = "One colour per provider in every plot; one line style per test: ";
-  for (std::size_t i = 0; i < std::size(kTestStyles); ++i) out += (i == 0 ? "" : "; ") + std::string(kTestStyles[i].words);
+  for (std::size_t i = 0; i < std::size(kTestStyles); ++i)
+    out += (i == 0 ? "" : "; ") + std::string(kTestStyles[i].words);
   return out + ".";
 }
 
@@ -365,8 +366,10 @@ bool has_p2p_rows(const json& bench, const std::string& provider, const std::str
 }
 
 std::string p2p_section(const json& bench) {
-  std::string out = "<h2>Point-to-point</h2>\n<p class=\"meta\">Two ranks, perftest style: one line per provider "
-                    "and test. " + style_key() + "</p>\n";
+  std::string out =
+      "<h2>Point-to-point</h2>\n<p class=\"meta\">Two ranks, perftest style: one line per provider "
+      "and test. " +
+      style_key() + "</p>\n";
   PlotSpec lat;
   lat.title = "Point-to-point latency (typical)";
   lat.x_title = kSizeTitle;
@@ -390,7 +393,6 @@ std::string p2p_section(const json& bench) {
 
 // ---------------------------------------------------------------------------
 // Collectives
-
 
 std::string coll_setup(const json& entry) {
   return text(entry, "type") + ", " + text(entry, "redop") + ", " + plural(number(entry, "np"), "rank", "ranks");
@@ -442,8 +444,8 @@ std::string wrong_note(const CollGroup& g) {
       if (number(row, "wrong").value_or(0) > 0) ++wrong_rows;
     }
     if (wrong_rows > 0) {
-      out += note("<b>" + esc(*entry, "provider") + "</b>: " + std::to_string(wrong_rows) +
-                  " row(s) with wrong results.");
+      out +=
+          note("<b>" + esc(*entry, "provider") + "</b>: " + std::to_string(wrong_rows) + " row(s) with wrong results.");
     }
   }
   return out;
@@ -501,8 +503,9 @@ std::string errors_section(const json& bench) {
   std::string out = "<h2>Errors</h2>\n";
   const json& errors = list(bench, "errors");
   if (errors.empty()) return out + "<p class=\"meta\">No step failed.</p>\n";
-  out += "<p class=\"meta\">These steps failed; the bench went on without them.</p>\n"
-         "<table>\n<tr><th>Provider</th><th>Step</th><th>Message</th></tr>\n";
+  out +=
+      "<p class=\"meta\">These steps failed; the bench went on without them.</p>\n"
+      "<table>\n<tr><th>Provider</th><th>Step</th><th>Message</th></tr>\n";
   for (const auto& e : errors) {
     out += "<tr><td>" + esc(e, "provider") + "</td><td>" + esc(e, "what") + "</td><td>" + esc(e, "message") +
            "</td></tr>\n";

@@ -73,10 +73,10 @@ constexpr std::array<const char*, 10> kColours{"#1f77b4", "#d62728", "#2ca02c", 
                                                "#8c564b", "#e377c2", "#17becf", "#6f6f6f", "#a4a520"};
 constexpr int kMarkerKinds = 6;
 
-constexpr int kLeft = 84;     // room for y tick labels and the rotated y title
+constexpr int kLeft = 84;  // room for y tick labels and the rotated y title
 constexpr int kRight = 24;
-constexpr int kTop = 40;      // the plot title
-constexpr int kBottom = 64;   // x tick labels and the x title
+constexpr int kTop = 40;     // the plot title
+constexpr int kBottom = 64;  // x tick labels and the x title
 constexpr int kLegendRow = 24;
 constexpr double kCharWidth = 7.4;  // average width of a 13 px sans-serif glyph
 
@@ -184,19 +184,14 @@ std::string marker(int kind, double cx, double cy, const char* colour, bool holl
   switch (kind % kMarkerKinds) {
     case 0: return fmt("<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4.5\"", cx, cy) + fill + "/>";
     case 1: return fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"8\" height=\"8\"", cx - 4, cy - 4) + fill + "/>";
-    case 2:
-      return fmt("<path d=\"M%.1f %.1fl5 9h-10z\"", cx, cy - 5.5) + fill + "/>";
-    case 3:
-      return fmt("<path d=\"M%.1f %.1fl5.5 5.5l-5.5 5.5l-5.5 -5.5z\"", cx, cy - 5.5) + fill + "/>";
-    case 4:
-      return fmt("<path d=\"M%.1f %.1fl5 -9h-10z\"", cx, cy + 5.5) + fill + "/>";
-    default:
-      return fmt("<path d=\"M%.1f %.1fh3v3h3v3h-3v3h-3v-3h-3v-3h3z\"", cx - 1.5, cy - 4.5) + fill + "/>";
+    case 2: return fmt("<path d=\"M%.1f %.1fl5 9h-10z\"", cx, cy - 5.5) + fill + "/>";
+    case 3: return fmt("<path d=\"M%.1f %.1fl5.5 5.5l-5.5 5.5l-5.5 -5.5z\"", cx, cy - 5.5) + fill + "/>";
+    case 4: return fmt("<path d=\"M%.1f %.1fl5 -9h-10z\"", cx, cy + 5.5) + fill + "/>";
+    default: return fmt("<path d=\"M%.1f %.1fh3v3h3v3h-3v3h-3v-3h-3v-3h3z\"", cx - 1.5, cy - 4.5) + fill + "/>";
   }
 }
 
-std::string grid_and_ticks(const Axis& xa, const std::vector<Tick>& xt, const Axis& ya,
-                           const std::vector<Tick>& yt) {
+std::string grid_and_ticks(const Axis& xa, const std::vector<Tick>& xt, const Axis& ya, const std::vector<Tick>& yt) {
   std::string out = "<g class=\"grid\">";
   for (const auto& t : xt) {
     const double x = xa.to_px(t.value);
@@ -244,8 +239,7 @@ std::string dash_attribute(const PlotSeries& s) {
 }
 
 // Callers pass series that all have drawable points (render_svg_plot filters).
-std::string series_lines(const PlotSpec& spec, const std::vector<PlotSeries>& series, const Axis& xa,
-                         const Axis& ya) {
+std::string series_lines(const PlotSpec& spec, const std::vector<PlotSeries>& series, const Axis& xa, const Axis& ya) {
   std::string out;
   for (std::size_t i = 0; i < series.size(); ++i) {
     const auto pts = drawable(series[i], spec.y_log);
@@ -281,8 +275,8 @@ LegendLayout legend_layout(const PlotSpec& spec, const std::vector<PlotSeries>& 
   LegendLayout l;
   l.column_width = std::min(area, static_cast<int>(44 + kCharWidth * static_cast<double>(longest)) + 16);
   l.columns = std::max(1, area / l.column_width);
-  l.rows = static_cast<int>((series.size() + static_cast<std::size_t>(l.columns) - 1) /
-                            static_cast<std::size_t>(l.columns));
+  l.rows =
+      static_cast<int>((series.size() + static_cast<std::size_t>(l.columns) - 1) / static_cast<std::size_t>(l.columns));
   return l;
 }
 
@@ -294,8 +288,8 @@ std::string legend(const std::vector<PlotSeries>& series, const LegendLayout& l,
     const double x = kLeft + col * l.column_width;
     const double y = top + row * kLegendRow + kLegendRow / 2.0;
     const char* colour = colour_of(series[i], i);
-    out += fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke-width=\"2\" stroke=\"%s\"", x, y,
-               x + 32, y, colour) +
+    out += fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke-width=\"2\" stroke=\"%s\"", x, y, x + 32,
+               y, colour) +
            dash_attribute(series[i]) + "/>";
     out += marker(marker_of(series[i], i), x + 16, y, colour, series[i].hollow);
     out += fmt("<text x=\"%.1f\" y=\"%.1f\">", x + 40, y + 4.5) + html_escape(series[i].label) + "</text>";
@@ -332,10 +326,10 @@ std::string render_svg_plot(const PlotSpec& spec, const std::vector<PlotSeries>&
 
   const LegendLayout l = legend_layout(spec, series);
   const int total_height = spec.height + l.rows * kLegendRow + 8;
-  std::string out = fmt(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" role=\"img\" "
-      "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" fill=\"#222\">",
-      spec.width, total_height, spec.width, total_height);
+  std::string out =
+      fmt("<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 %d %d\" width=\"%d\" height=\"%d\" role=\"img\" "
+          "font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\" fill=\"#222\">",
+          spec.width, total_height, spec.width, total_height);
   out += "<title>" + html_escape(spec.title) + "</title>";
   out += fmt("<rect width=\"%d\" height=\"%d\" fill=\"#fff\"/>", spec.width, total_height);
   out += grid_and_ticks(xa, xt, ya, yt);

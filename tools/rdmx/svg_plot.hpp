@@ -38,10 +38,10 @@ struct PlotSpec {
   std::string title;
   std::string x_title;  // the x axis is always bytes on a log2 scale
   std::string y_title;
-  std::string y_unit;   // appended to values in tooltips ("us", "GB/s")
+  std::string y_unit;  // appended to values in tooltips ("us", "GB/s")
   bool y_log = true;
-  int width = 1100;     // SVG user units; the page shows them about 1:1
-  int height = 420;     // plot area and axes; the legend adds rows below
+  int width = 1100;  // SVG user units; the page shows them about 1:1
+  int height = 420;  // plot area and axes; the legend adds rows below
 };
 
 // The plot, or an empty string when no series has a point that the axes can

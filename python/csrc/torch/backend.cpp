@@ -132,8 +132,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::_allgather_base(at::Tensor& out
   check_same_dtype(input, output, op, "input and output");
   if (output.numel() != input.numel() * getSize()) {
     bad_argument(op, "the output has " + std::to_string(output.numel()) + " elements; expected " +
-                     std::to_string(input.numel() * getSize()) + " (the input's " + std::to_string(input.numel()) +
-                     " times the group size " + std::to_string(getSize()) + ")");
+                         std::to_string(input.numel() * getSize()) + " (the input's " + std::to_string(input.numel()) +
+                         " times the group size " + std::to_string(getSize()) + ")");
   }
   const DataType type = data_type_of(input.scalar_type(), op);
   at::Tensor in = input, out = output;
@@ -210,8 +210,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::_reduce_scatter_base(at::Tensor
   check_same_dtype(input, output, op, "input and output");
   if (input.numel() != output.numel() * getSize()) {
     bad_argument(op, "the input has " + std::to_string(input.numel()) + " elements; expected " +
-                     std::to_string(output.numel() * getSize()) + " (the output's " +
-                     std::to_string(output.numel()) + " times the group size " + std::to_string(getSize()) + ")");
+                         std::to_string(output.numel() * getSize()) + " (the output's " +
+                         std::to_string(output.numel()) + " times the group size " + std::to_string(getSize()) + ")");
   }
   const DataType type = data_type_of(output.scalar_type(), op);
   const ReduceOp redop = reduce_op_of(opts.reduceOp, output.scalar_type(), op);
@@ -237,7 +237,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::alltoall_base(at::Tensor& outpu
   at::Tensor in = input, out = output;
   if (output_splits.empty() && input_splits.empty()) {
     if (input.numel() != output.numel() || input.numel() % getSize() != 0) {
-      bad_argument(op, "without split sizes, input and output need the same element count, divisible by the group size " +
+      bad_argument(op,
+                   "without split sizes, input and output need the same element count, divisible by the group size " +
                        std::to_string(getSize()) + "; got " + std::to_string(input.numel()) + " and " +
                        std::to_string(output.numel()));
     }
@@ -251,20 +252,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::alltoall_base(at::Tensor& outpu
   // Splits count slices along dim 0; an empty list means equal slices.
   auto counts_of = [&](const at::Tensor& t, const std::vector<int64_t>& splits, const char* which) {
     std::vector<std::size_t> counts(n);
-    if (t.dim() == 0) bad_argument(op, std::string("the ") + which + " is a scalar; split sizes need a first dimension");
+    if (t.dim() == 0)
+      bad_argument(op, std::string("the ") + which + " is a scalar; split sizes need a first dimension");
     const std::int64_t rows = t.size(0);
     const std::int64_t row = rows == 0 ? 0 : t.numel() / rows;
     if (splits.empty()) {
       if (rows % getSize() != 0) {
         bad_argument(op, std::string("the ") + which + "'s first dimension " + std::to_string(rows) +
-                         " does not divide into " + std::to_string(getSize()) + " equal splits");
+                             " does not divide into " + std::to_string(getSize()) + " equal splits");
       }
       std::fill(counts.begin(), counts.end(), static_cast<std::size_t>(rows / getSize() * row));
       return counts;
     }
     if (splits.size() != n) {
       bad_argument(op, std::string(which) + " split sizes have " + std::to_string(splits.size()) +
-                       " entries; expected one per rank (" + std::to_string(n) + ")");
+                           " entries; expected one per rank (" + std::to_string(n) + ")");
     }
     std::int64_t total = 0;
     for (std::size_t i = 0; i < n; ++i) {
@@ -274,7 +276,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::alltoall_base(at::Tensor& outpu
     }
     if (total != rows) {
       bad_argument(op, std::string(which) + " split sizes add up to " + std::to_string(total) +
-                       ", not the first dimension " + std::to_string(rows));
+                           ", not the first dimension " + std::to_string(rows));
     }
     return counts;
   };
@@ -298,7 +300,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::alltoall(std::vector<at::Tensor
   const auto n = static_cast<std::size_t>(getSize());
   if (inputs.size() != n || outputs.size() != n) {
     bad_argument(op, "takes one input and one output tensor per rank (" + std::to_string(n) + "), got " +
-                     std::to_string(inputs.size()) + " and " + std::to_string(outputs.size()));
+                         std::to_string(inputs.size()) + " and " + std::to_string(outputs.size()));
   }
   for (std::size_t i = 0; i < n; ++i) {
     check_tensor(inputs[i], op);
@@ -314,15 +316,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::alltoall(std::vector<at::Tensor
   }
   const auto send_displs = displacements(send_counts), recv_displs = displacements(recv_counts);
   std::vector<at::Tensor> ins = inputs, outs = outputs;
-  return enqueue(c10d::OpType::ALLTOALL, op, outs,
-                 [this, ins, outs, type, send_counts, recv_counts, send_displs, recv_displs] {
-                   at::Tensor in = flatten(ins);
-                   const std::size_t total = recv_displs.back() + recv_counts.back();
-                   at::Tensor out = at::empty({static_cast<std::int64_t>(total)}, in.options());
-                   comm_->all_to_allv(in.data_ptr(), send_counts, send_displs, out.data_ptr(), recv_counts,
-                                      recv_displs, type);
-                   unflatten(out, outs);
-                 });
+  return enqueue(
+      c10d::OpType::ALLTOALL, op, outs, [this, ins, outs, type, send_counts, recv_counts, send_displs, recv_displs] {
+        at::Tensor in = flatten(ins);
+        const std::size_t total = recv_displs.back() + recv_counts.back();
+        at::Tensor out = at::empty({static_cast<std::int64_t>(total)}, in.options());
+        comm_->all_to_allv(in.data_ptr(), send_counts, send_displs, out.data_ptr(), recv_counts, recv_displs, type);
+        unflatten(out, outs);
+      });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::barrier(const c10d::BarrierOptions&) {

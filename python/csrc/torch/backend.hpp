@@ -20,8 +20,7 @@ class ProcessGroupRdmx : public BackendBase {
  public:
   // Collective over the group: rendezvous through `store` (torch's, already
   // prefixed for this group) and connect every pair, bounded by `timeout`.
-  ProcessGroupRdmx(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                   std::chrono::milliseconds timeout);
+  ProcessGroupRdmx(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout);
   ~ProcessGroupRdmx() override;
 
   const std::string getBackendName() const override { return "rdmx"; }

@@ -48,7 +48,9 @@ void ProcessGroupRdmx::recv_tagged(const at::Tensor& tensor, int src, int tag) {
     return Error(ErrorCode::InvalidArgument,
                  "recv: rank " + std::to_string(src) + " sent " + std::to_string(sent) + " bytes with tag " +
                      std::to_string(tag) + "; this recv's tensor holds " + std::to_string(want),
-                 {.op = "recv", .rank = getRank(), .peer_rank = src,
+                 {.op = "recv",
+                  .rank = getRank(),
+                  .peer_rank = src,
                   .hint = "send and recv tensors of the same size and dtype"});
   };
   auto early = early_.find({src, tag});

@@ -6,8 +6,8 @@
 // ProcessGroup registered for the devices the backend names.
 #pragma once
 
-#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/version.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 
 #if TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/distributed/c10d/Backend.hpp>

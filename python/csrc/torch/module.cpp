@@ -17,10 +17,10 @@ PYBIND11_MODULE(_torch, m) {
   py::module_::import("torch.distributed");
   m.attr("torch_version_built") = TORCH_VERSION;
   py::class_<ProcessGroupRdmx, BackendBase, c10::intrusive_ptr<ProcessGroupRdmx>>(m, "ProcessGroupRdmx")
-      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                       std::chrono::milliseconds timeout) {
-             return c10::make_intrusive<ProcessGroupRdmx>(store, rank, size, timeout);
-           }),
+      .def(py::init(
+               [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout) {
+                 return c10::make_intrusive<ProcessGroupRdmx>(store, rank, size, timeout);
+               }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
            py::call_guard<py::gil_scoped_release>(),
            "Joins the group: rendezvous through `store` (torch's) and connect every pair within `timeout`")

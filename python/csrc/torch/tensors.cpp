@@ -48,7 +48,8 @@ DataType data_type_of(at::ScalarType type, const char* op) {
     case at::kInt: return DataType::Int32;
     case at::kLong: return DataType::Int64;
     default:
-      bad_argument(op, "dtype " + dtype_name(type) + " is not supported by the rdmx backend",
+      bad_argument(
+          op, "dtype " + dtype_name(type) + " is not supported by the rdmx backend",
           std::string("rdmx reduces and moves ") + kSupported + "; convert the tensor, e.g. .to(torch.float32)");
   }
 }
@@ -63,7 +64,7 @@ ReduceOp reduce_op_of(const c10d::ReduceOp& op, at::ScalarType type, const char*
     case c10d::ReduceOp::AVG:
       if (!at::isFloatingType(type)) {
         bad_argument(op_name, "ReduceOp.AVG needs a floating dtype, not " + dtype_name(type),
-            "use ReduceOp.SUM and divide, or a floating dtype");
+                     "use ReduceOp.SUM and divide, or a floating dtype");
       }
       return ReduceOp::Avg;
     case c10d::ReduceOp::BAND:
@@ -71,7 +72,8 @@ ReduceOp reduce_op_of(const c10d::ReduceOp& op, at::ScalarType type, const char*
     case c10d::ReduceOp::BXOR:
     case c10d::ReduceOp::PREMUL_SUM:
     default:
-      bad_argument(op_name, "this ReduceOp is not supported by the rdmx backend",
+      bad_argument(
+          op_name, "this ReduceOp is not supported by the rdmx backend",
           "rdmx reduces with SUM, PRODUCT, MIN, MAX and AVG (bitwise operations and PREMUL_SUM are not provided)");
   }
 }
@@ -80,7 +82,7 @@ void check_tensor(const at::Tensor& t, const char* op) {
   if (!t.defined()) bad_argument(op, "got an undefined tensor");
   if (!t.device().is_cpu()) {
     bad_argument(op, "tensor is on " + t.device().str() + "; the rdmx backend takes CPU tensors",
-        "move it with .cpu(), or use nccl for CUDA tensors until rdmx has GPU memory");
+                 "move it with .cpu(), or use nccl for CUDA tensors until rdmx has GPU memory");
   }
   if (t.layout() != at::kStrided) bad_argument(op, "sparse and other non-strided tensors are not supported");
   (void)data_type_of(t.scalar_type(), op);
@@ -89,7 +91,7 @@ void check_tensor(const at::Tensor& t, const char* op) {
 void check_single(const std::vector<at::Tensor>& tensors, const char* op) {
   if (tensors.size() != 1) {
     bad_argument(op, "takes one tensor per call, got " + std::to_string(tensors.size()),
-        "one tensor per process (multi-device lists are for CUDA backends)");
+                 "one tensor per process (multi-device lists are for CUDA backends)");
   }
   check_tensor(tensors[0], op);
 }
@@ -98,24 +100,25 @@ void check_list(const std::vector<at::Tensor>& tensors, const at::Tensor& like, 
                 const char* op, const char* which) {
   if (tensors.size() != expected_size) {
     bad_argument(op, std::string(which) + " holds " + std::to_string(tensors.size()) + " tensors; expected " +
-                std::to_string(expected_size) + " (one per rank of the group)");
+                         std::to_string(expected_size) + " (one per rank of the group)");
   }
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     check_tensor(tensors[i], op);
     if (tensors[i].scalar_type() != like.scalar_type()) {
       bad_argument(op, std::string(which) + "[" + std::to_string(i) + "] is " + dtype_name(tensors[i].scalar_type()) +
-                  ", not " + dtype_name(like.scalar_type()));
+                           ", not " + dtype_name(like.scalar_type()));
     }
     if (tensors[i].numel() != like.numel()) {
       bad_argument(op, std::string(which) + "[" + std::to_string(i) + "] has " + std::to_string(tensors[i].numel()) +
-                  " elements, not " + std::to_string(like.numel()));
+                           " elements, not " + std::to_string(like.numel()));
     }
   }
 }
 
 void check_root(int root, int size, const char* op) {
   if (root < 0 || root >= size) {
-    bad_argument(op, "root " + std::to_string(root) + " is not a rank of this group (size " + std::to_string(size) + ")");
+    bad_argument(op,
+                 "root " + std::to_string(root) + " is not a rank of this group (size " + std::to_string(size) + ")");
   }
 }
 

@@ -137,9 +137,9 @@ bool RdmxWork::wait(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
   if (timeout > std::chrono::milliseconds(0)) {
     if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
-      throw Error(ErrorCode::Timeout,
-                  what_ + " is still running after " + std::to_string(timeout.count()) + " ms",
-                  {.op = "Work.wait", .rank = rank_,
+      throw Error(ErrorCode::Timeout, what_ + " is still running after " + std::to_string(timeout.count()) + " ms",
+                  {.op = "Work.wait",
+                   .rank = rank_,
                    .hint = "the operation goes on, bounded by the group's timeout; wait again to see its outcome"});
     }
   } else {

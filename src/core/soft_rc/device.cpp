@@ -33,8 +33,9 @@ SoftRcDevice::SoftRcDevice(const char* provider, DeviceResources resources, std:
     const int saved = errno;
     if (epoll_fd_ >= 0) ::close(epoll_fd_);
     if (wake_fd_ >= 0) ::close(wake_fd_);
-    throw Error(ErrorCode::System, std::string("epoll/eventfd creation failed: ") + std::strerror(saved),
-                {.op = std::string("open_device ") + provider, .hint = "check the process's descriptor limit (ulimit -n)"});
+    throw Error(
+        ErrorCode::System, std::string("epoll/eventfd creation failed: ") + std::strerror(saved),
+        {.op = std::string("open_device ") + provider, .hint = "check the process's descriptor limit (ulimit -n)"});
   }
   epoll_event ev{};
   ev.events = EPOLLIN;
@@ -155,8 +156,8 @@ void SoftRcDevice::accept_all_locked() {
     std::string who = accepted_locked(fd, from);
     const std::string source = who.empty() ? "" : " from " + who;
     if (pending_.size() >= kMaxPendingConnections) {
-      RDMX_WARN("%s %s: refusing a connection%s: %zu connections already wait for their QP", provider_,
-                name_.c_str(), source.c_str(), pending_.size());
+      RDMX_WARN("%s %s: refusing a connection%s: %zu connections already wait for their QP", provider_, name_.c_str(),
+                source.c_str(), pending_.size());
       ::close(fd);
       continue;
     }
@@ -197,13 +198,9 @@ void SoftRcDevice::hello_progress_locked(int fd) {
   auto qp = qps_.find(p.target_qpn);
   if (qp == qps_.end()) return drop_pending_locked(fd, "HELLO names a QP number that does not exist");
   switch (qp->second->offer_locked(p)) {
-    case Offer::Taken:
-      pending_.erase(it);
-      return;
-    case Offer::NotYet:
-      return;  // claimed later by connect()
-    case Offer::Refused:
-      return drop_pending_locked(fd, "HELLO comes from a peer this QP is not connected to");
+    case Offer::Taken: pending_.erase(it); return;
+    case Offer::NotYet: return;  // claimed later by connect()
+    case Offer::Refused: return drop_pending_locked(fd, "HELLO comes from a peer this QP is not connected to");
   }
 }
 

@@ -26,8 +26,8 @@
 
 #include "core/device_lock.hpp"
 #include "core/device_resources.hpp"
-#include "core/soft_rc/connection.hpp"
 #include "core/engine_parking.hpp"
+#include "core/soft_rc/connection.hpp"
 #include "core/wait.hpp"
 #include "rdmx/verbs.hpp"
 

@@ -55,7 +55,9 @@ void SoftRcQp::begin_connect_locked(std::uint64_t own_nonce, const Peer& peer, c
   if (state() == QpState::Reset) state_.store(QpState::Init);
   if (state() != QpState::Init) {
     throw Error(ErrorCode::InvalidState, std::string("connect() needs a QP in INIT, this one is ") + to_string(state()),
-                {.op = "connect", .peer_rank = options.peer_rank, .peer_addr = peer.address,
+                {.op = "connect",
+                 .peer_rank = options.peer_rank,
+                 .peer_addr = peer.address,
                  .hint = "create a new QP for a new connection"});
   }
   if (peer.nonce == own_nonce && peer.qpn == qpn_) {
@@ -193,8 +195,7 @@ bool SoftRcQp::push_send_completion_locked(const SendEntry& e, WcStatus status) 
   return push_send_completion_locked(e.wr_id, e.opcode, e.total, status);
 }
 
-bool SoftRcQp::push_send_completion_locked(std::uint64_t wr_id, Opcode opcode, std::uint64_t total,
-                                           WcStatus status) {
+bool SoftRcQp::push_send_completion_locked(std::uint64_t wr_id, Opcode opcode, std::uint64_t total, WcStatus status) {
   WorkCompletion wc;
   wc.wr_id = wr_id;
   wc.status = status;
@@ -206,8 +207,8 @@ bool SoftRcQp::push_send_completion_locked(std::uint64_t wr_id, Opcode opcode, s
   return false;
 }
 
-bool SoftRcQp::push_recv_completion_locked(const RecvEntry& e, WcStatus status, WcOpcode opcode,
-                                           std::uint32_t byte_len, bool with_imm, std::uint32_t imm) {
+bool SoftRcQp::push_recv_completion_locked(const RecvEntry& e, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
+                                           bool with_imm, std::uint32_t imm) {
   WorkCompletion wc;
   wc.wr_id = e.wr_id;
   wc.status = status;

@@ -209,7 +209,8 @@ void AutoQp::connect(const QpAddress& remote, const ConnectOptions& options) {
   const std::string who = options.peer_rank >= 0 ? "rank " + std::to_string(options.peer_rank) : "the peer";
   if (pick == candidates.size()) {
     throw Error(ErrorCode::InvalidArgument, "no provider of this process can reach " + who,
-                {.op = "connect", .peer_rank = options.peer_rank,
+                {.op = "connect",
+                 .peer_rank = options.peer_rank,
                  .hint = (refused.empty() ? "the peer offers no provider built here" : refused) +
                          "; both sides must run the same rdmx build (RDMX_PROVIDER must match)"});
   }
@@ -244,7 +245,8 @@ void AutoQp::post_recv(const RecvWr& wr) {
   if (state_ == QpState::Error) return flush_recv(wr.wr_id);
   if (pending_recvs_.size() >= c.max_recv_wr) {
     throw Error(ErrorCode::QueueFull, "receive queue full",
-                {.op = "post_recv", .sizes = "max_recv_wr=" + std::to_string(c.max_recv_wr),
+                {.op = "post_recv",
+                 .sizes = "max_recv_wr=" + std::to_string(c.max_recv_wr),
                  .hint = "poll the receive CQ before posting more"});
   }
   pending_recvs_.push_back({wr.wr_id, std::vector<Sge>(wr.sg_list.begin(), wr.sg_list.end())});

@@ -63,7 +63,8 @@ ShmAddress ShmAddress::decode(const QpAddress& address) {
   if (is_shm(address)) std::memcpy(&len, b.data() + kFixedSize - 2, 2);
   if (!is_shm(address) || len == 0 || len > kMaxPath || b.size() != kFixedSize + len) {
     throw Error(ErrorCode::InvalidArgument, "not a shm provider QP address",
-                {.op = "connect", .sizes = "bytes=" + std::to_string(b.size()),
+                {.op = "connect",
+                 .sizes = "bytes=" + std::to_string(b.size()),
                  .hint = "both QPs must use the shm provider; pass the peer's local_address() unchanged"});
   }
   ShmAddress a;

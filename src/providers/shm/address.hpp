@@ -15,7 +15,7 @@
 namespace rdmx::shm {
 
 struct HostIdentity {
-  std::string boot_id;     // /proc/sys/kernel/random/boot_id
+  std::string boot_id;              // /proc/sys/kernel/random/boot_id
   std::uint64_t pid_namespace = 0;  // inode of /proc/self/ns/pid
   static const HostIdentity& self();
 };

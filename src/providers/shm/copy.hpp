@@ -51,7 +51,7 @@ class ParallelCopy {
   const bool enabled_;
   std::atomic<std::uint32_t> state_{kIdle};
   std::atomic<bool> helper_awake_{false};  // spinning for the next job, not asleep
-  core::Clock::time_point last_end_{};    // when the last large copy finished
+  core::Clock::time_point last_end_{};     // when the last large copy finished
   std::atomic<bool> stopping_{false};
   core::WaitWord posted_word_;
   void* dst_ = nullptr;

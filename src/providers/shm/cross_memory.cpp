@@ -22,10 +22,10 @@ namespace {
 
 using CrossCopy = ssize_t (*)(pid_t, const iovec*, unsigned long, const iovec*, unsigned long, unsigned long);
 
-ssize_t copy_all(CrossCopy call, pid_t pid, const iovec* local, int local_count, const iovec* remote,
-                 int remote_count, std::uint64_t length) {
-  ssize_t n = call(pid, local, static_cast<unsigned long>(local_count), remote,
-                   static_cast<unsigned long>(remote_count), 0);
+ssize_t copy_all(CrossCopy call, pid_t pid, const iovec* local, int local_count, const iovec* remote, int remote_count,
+                 std::uint64_t length) {
+  ssize_t n =
+      call(pid, local, static_cast<unsigned long>(local_count), remote, static_cast<unsigned long>(remote_count), 0);
   if (n < 0 || static_cast<std::uint64_t>(n) >= length) return n;
   // A short count: the rest from where the kernel stopped. Each further call
   // moves at least a page or ends the loop, so it is bounded by length.
@@ -35,8 +35,8 @@ ssize_t copy_all(CrossCopy call, pid_t pid, const iovec* local, int local_count,
   while (done < length) {
     const int lc = tail_iovecs(local, local_count, done, local_rest.data());
     const int rc = tail_iovecs(remote, remote_count, done, remote_rest.data());
-    const ssize_t more =
-        call(pid, local_rest.data(), static_cast<unsigned long>(lc), remote_rest.data(), static_cast<unsigned long>(rc), 0);
+    const ssize_t more = call(pid, local_rest.data(), static_cast<unsigned long>(lc), remote_rest.data(),
+                              static_cast<unsigned long>(rc), 0);
     if (more <= 0) break;  // errno, if any, says why the rest could not move
     done += static_cast<std::uint64_t>(more);
   }

@@ -94,7 +94,8 @@ std::string cross_memory_hint(int error) {
            "permission (kernel.yama.ptrace_scope <= 1; containers need CAP_SYS_PTRACE or a seccomp profile that "
            "allows process_vm_readv); or use RDMX_PROVIDER=tcp";
   }
-  if (error == ENOSYS) return "the kernel lacks cross-memory attach (CONFIG_CROSS_MEMORY_ATTACH); use RDMX_PROVIDER=tcp";
+  if (error == ENOSYS)
+    return "the kernel lacks cross-memory attach (CONFIG_CROSS_MEMORY_ATTACH); use RDMX_PROVIDER=tcp";
   if (error == ESRCH) return "the peer process no longer exists";
   return "cross-memory attach failed (" + std::string(std::strerror(error)) + "); use RDMX_PROVIDER=tcp";
 }

@@ -32,7 +32,6 @@ bool ShmQp::post_direct_locked(const SendWr& wr, std::uint64_t total) {
   return true;
 }
 
-
 bool ShmQp::direct_locals_ok_locked(const SendWr& wr) {
   const Access need = wr.opcode == Opcode::RdmaRead ? Access::LocalWrite : Access::None;
   for (const Sge& sge : wr.sg_list) {
@@ -112,11 +111,11 @@ void ShmQp::take_offer_locked(const ShareOffer& offer, int fd) {
   struct stat st {};
   const bool sane = offer.state_offset >= offer.length &&
                     offer.map_length >= offer.state_offset + sizeof(core::SharedRegionState) &&
-                    offer.slot < core::kDirectSlots &&
-                    ::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) >= offer.map_length;
+                    offer.slot < core::kDirectSlots && ::fstat(fd, &st) == 0 &&
+                    static_cast<std::uint64_t>(st.st_size) >= offer.map_length;
   // Page tables filled now rather than page by page inside the copies.
-  void* map = sane ? ::mmap(nullptr, offer.map_length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0)
-                   : MAP_FAILED;
+  void* map =
+      sane ? ::mmap(nullptr, offer.map_length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0) : MAP_FAILED;
   ::close(fd);
   if (map == MAP_FAILED) {
     RDMX_WARN("shm qp %u: cannot map the region rkey 0x%x offered by %s; its WRITEs and READs keep using the ring",
@@ -133,8 +132,8 @@ void ShmQp::take_offer_locked(const ShareOffer& offer, int fd) {
   auto* state = reinterpret_cast<core::SharedRegionState*>(base + offer.state_offset);
   peer_regions_.push_back({offer.rkey, offer.base, offer.length, static_cast<Access>(offer.access), base,
                            offer.map_length, state, &state->slots[offer.slot].busy});
-  RDMX_TRACE("shm qp %u: mapped %s's region rkey 0x%x (%llu bytes) for direct access", qpn_,
-             describe_peer().c_str(), offer.rkey, static_cast<unsigned long long>(offer.length));
+  RDMX_TRACE("shm qp %u: mapped %s's region rkey 0x%x (%llu bytes) for direct access", qpn_, describe_peer().c_str(),
+             offer.rkey, static_cast<unsigned long long>(offer.length));
 }
 
 void ShmQp::drop_peer_region_locked(std::size_t index) {

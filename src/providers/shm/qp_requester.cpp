@@ -66,10 +66,9 @@ bool ShmQp::put_request_locked(SendEntry& e) {
   Record* r = out_.reserve(payload);
   if (r == nullptr) return false;
   r->type = type;
-  r->flags = static_cast<std::uint8_t>((cross ? kCrossMemory : 0) |
-                                       (e.opcode == Opcode::SendWithImm || e.opcode == Opcode::RdmaWriteWithImm
-                                            ? kWithImm
-                                            : 0));
+  r->flags = static_cast<std::uint8_t>(
+      (cross ? kCrossMemory : 0) |
+      (e.opcode == Opcode::SendWithImm || e.opcode == Opcode::RdmaWriteWithImm ? kWithImm : 0));
   e.ack_requested = !needs_response(e.opcode) && (e.signaled || sq_.size() * 2 >= sq_.capacity());
   if (e.ack_requested) {
     r->flags |= kAckRequest;
@@ -210,11 +209,8 @@ ShmQp::Step ShmQp::handle_response_locked(const Record* r, std::uint16_t slots, 
                   status, msn);
       return Step::Failed;
     }
-    case RecordType::Bye:
-      peer_gone_locked(describe_peer() + "'s QP entered ERROR", false);
-      return Step::Done;
-    default:
-      return bad("unknown record type " + std::to_string(static_cast<int>(type)));
+    case RecordType::Bye: peer_gone_locked(describe_peer() + "'s QP entered ERROR", false); return Step::Done;
+    default: return bad("unknown record type " + std::to_string(static_cast<int>(type)));
   }
 }
 

@@ -65,8 +65,8 @@ ShmQp::Step ShmQp::execute_request_locked(const Record* r, std::uint16_t slots) 
   const std::uint64_t iov_count = cross ? r->arg1 : 0;
   const bool payload_op = type == RecordType::Send || type == RecordType::Write;
   std::size_t payload = cross ? iov_count * sizeof(RemoteIov) : (payload_op ? length : 0);
-  if (iov_count > kMaxSge || (cross && type != RecordType::Send && type != RecordType::Write &&
-                              type != RecordType::Read) ||
+  if (iov_count > kMaxSge ||
+      (cross && type != RecordType::Send && type != RecordType::Write && type != RecordType::Read) ||
       !in_.well_formed(slots, payload)) {
     protocol_error_locked("malformed " + std::to_string(static_cast<int>(type)) + " request record (msn " +
                           std::to_string(msn) + ", " + std::to_string(slots) + " slots, length " +

@@ -54,11 +54,11 @@ struct Record {
   std::atomic<std::uint32_t> stamp;
   RecordType type;
   std::uint8_t flags;
-  std::uint16_t slots;    // slots of the whole record, header included
+  std::uint16_t slots;  // slots of the whole record, header included
   std::uint32_t msn;
   std::uint32_t rkey;
   std::uint32_t imm;
-  std::uint32_t length;   // message bytes (inline, or copied across memories)
+  std::uint32_t length;  // message bytes (inline, or copied across memories)
   std::uint64_t remote_addr;
   std::uint64_t arg0;     // atomics: compare/add; Nak: status; AtomicResponse: the old value
   std::uint64_t arg1;     // CmpSwap: swap

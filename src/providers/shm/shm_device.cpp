@@ -17,13 +17,13 @@
 #include <cstring>
 #include <random>
 
+#include "core/asymmetric_fence.hpp"
 #include "core/completion_queue.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
 #include "core/settings.hpp"
 #include "providers/shm/shm_factory.hpp"
 #include "providers/shm/shm_qp.hpp"
-#include "core/asymmetric_fence.hpp"
 
 namespace rdmx::shm {
 namespace {
@@ -47,7 +47,8 @@ RDMX_SETTING(kShmDir);
 
 [[noreturn]] void throw_system(const std::string& what, const std::string& where) {
   throw Error(ErrorCode::System, what + ": " + std::strerror(errno),
-              {.op = "open_device shm", .peer_addr = where,
+              {.op = "open_device shm",
+               .peer_addr = where,
                .hint = "set RDMX_SHM_DIR to a writable local directory, or use RDMX_PROVIDER=tcp"});
 }
 

@@ -83,7 +83,7 @@ class ShmDevice final : public core::SoftRcDevice {
   static constexpr std::size_t kProbes = 256;
   std::array<Probe, kProbes> probes_;
   std::vector<bool> probe_used_ = std::vector<bool>(kProbes, false);
-  std::atomic<std::uint32_t> probe_high_{0};   // probes_[0, high) may be in use
+  std::atomic<std::uint32_t> probe_high_{0};    // probes_[0, high) may be in use
   std::atomic<std::uint32_t> unprobed_qps_{0};  // QPs without a probe
   std::uint32_t passes_ = 0;
   ParallelCopy copier_;

@@ -11,4 +11,4 @@
 namespace rdmx::shm {
 // `resources` are shared with other devices of this process (auto selection).
 std::shared_ptr<Device> open_shm_device(const std::string& why, core::DeviceResources resources = {});
-}
+}  // namespace rdmx::shm

@@ -27,7 +27,6 @@
 
 namespace rdmx::shm {
 
-
 namespace {
 
 constexpr auto kMaxConnectBackoff = std::chrono::milliseconds(100);
@@ -102,7 +101,9 @@ void ShmQp::connect(const QpAddress& remote, const ConnectOptions& options) {
   std::string why;
   if (!reachable(peer, &why)) {
     throw Error(ErrorCode::InvalidArgument, "the shm provider cannot reach this peer: " + why,
-                {.op = "connect", .peer_rank = options.peer_rank, .peer_addr = peer.to_string(),
+                {.op = "connect",
+                 .peer_rank = options.peer_rank,
+                 .peer_addr = peer.to_string(),
                  .hint = "shm connects processes on one host; use RDMX_PROVIDER=auto or tcp for other hosts"});
   }
   StateGuard lock(*this);
@@ -300,7 +301,7 @@ bool ShmQp::on_socket_locked(std::uint32_t events) {
     if (error != 0 || reply.magic != kAcceptMagic) {
       close_socket_locked();
       peer_gone_locked("connection closed by " + describe_peer() + " during the handshake" +
-                       (error == ECONNRESET ? std::string() : std::string(": ") + std::strerror(error)),
+                           (error == ECONNRESET ? std::string() : std::string(": ") + std::strerror(error)),
                        true);
       return true;
     }
@@ -318,8 +319,7 @@ bool ShmQp::on_socket_locked(std::uint32_t events) {
       return true;
     }
     accepted_ = true;
-    RDMX_INFO("shm qp %u: connected to %s (pid %d), cross-memory attach verified", qpn_, peer_text_.c_str(),
-              peer_pid_);
+    RDMX_INFO("shm qp %u: connected to %s (pid %d), cross-memory attach verified", qpn_, peer_text_.c_str(), peer_pid_);
     return true;
   }
   if ((events & EPOLLIN) != 0) {
@@ -394,7 +394,6 @@ bool ShmQp::on_timer_locked(core::Clock::time_point now) {
   }
   return busy;
 }
-
 
 void ShmQp::protocol_error_locked(const std::string& what) {
   fail_locked("malformed data in the ring shared with " + describe_peer() + ": " + what +

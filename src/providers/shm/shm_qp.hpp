@@ -154,10 +154,10 @@ class ShmQp final : public core::SoftRcQp {
 
   // Connection.
   int socket_ = -1;
-  int memfd_ = -1;  // initiator: the segment, until HELLO has carried it
+  int memfd_ = -1;                 // initiator: the segment, until HELLO has carried it
   bool socket_connected_ = false;  // initiator: the Unix socket is connected and HELLO sent
   bool accepted_ = false;          // both: the handshake finished
-  std::string peer_gone_;  // why the peer is gone, while no work has failed on it yet
+  std::string peer_gone_;          // why the peer is gone, while no work has failed on it yet
   void* segment_ = nullptr;
   std::size_t segment_bytes_ = 0;
   RingProducer out_;
@@ -185,9 +185,9 @@ class ShmQp final : public core::SoftRcQp {
   // region was deregistered (the device lock is the registry's access lock).
   core::CachedKey remote_key_;
 
-  std::vector<PeerRegion> peer_regions_;   // the peer's regions we mapped
-  std::vector<std::uint32_t> offered_;     // our rkeys whose memory we offered the peer
-  bool rnr_nak_sent_ = false;  // for the request at the ring's head
+  std::vector<PeerRegion> peer_regions_;  // the peer's regions we mapped
+  std::vector<std::uint32_t> offered_;    // our rkeys whose memory we offered the peer
+  bool rnr_nak_sent_ = false;             // for the request at the ring's head
   // Inbound ring position up to which skim_locked() has handled the answers
   // (requests there still wait their turn).
   std::uint64_t skimmed_to_ = 0;

@@ -44,7 +44,8 @@ TcpAddress TcpAddress::decode(const QpAddress& address) {
   const auto& b = address.bytes;
   if (b.size() != kAddressSize || b[0] != kAddressMagic || b[1] != kAddressVersion || (b[2] != 4 && b[2] != 6)) {
     throw Error(ErrorCode::InvalidArgument, "not a tcp provider QP address",
-                {.op = "connect", .sizes = "bytes=" + std::to_string(b.size()),
+                {.op = "connect",
+                 .sizes = "bytes=" + std::to_string(b.size()),
                  .hint = "both QPs must use the tcp provider; pass the peer's local_address() unchanged"});
   }
   TcpAddress out;
@@ -79,6 +80,5 @@ bool is_tcp_address(const QpAddress& address) {
 std::string TcpAddress::to_string() const {
   return format_address(reinterpret_cast<const sockaddr*>(&socket)) + "/qp" + std::to_string(qpn);
 }
-
 
 }  // namespace rdmx::tcp

@@ -17,7 +17,6 @@
 
 namespace rdmx::tcp {
 
-
 namespace {
 
 constexpr std::uint64_t kLargeFrame = 1024;
@@ -98,8 +97,7 @@ bool TcpQp::receive_locked(int frame_budget) {
       Header ack;
       ack.type = FrameType::Ack;
       // Only an application thread can be about to reply; the engine thread acknowledges at once.
-      only_ack = device_.in_application_pass_locked() && control_.empty() && !tx_.active &&
-                 !has_data_frames_locked();
+      only_ack = device_.in_application_pass_locked() && control_.empty() && !tx_.active && !has_data_frames_locked();
       queue_control_locked(ack);
     }
     // A full socket is retried when epoll reports room, not on every poll:
@@ -151,7 +149,6 @@ void TcpQp::start_discard_locked(const Header& h) {
   rx_left_ = h.length;
   rx_in_payload_ = h.length > 0;
 }
-
 
 bool TcpQp::consume_payload_locked() {
   while (rx_left_ > 0) {
@@ -224,11 +221,13 @@ std::size_t TcpQp::deliver_locked(const std::uint8_t* from, std::size_t n) {
       const bool hold = core::has_last_word(incoming_.base, total);
       const std::uint64_t before_tail = hold ? total - 8 : total;
       const std::uint64_t off = rx_target_offset_;
-      const std::size_t direct = off < before_tail ? static_cast<std::size_t>(std::min<std::uint64_t>(n, before_tail - off)) : 0;
+      const std::size_t direct =
+          off < before_tail ? static_cast<std::size_t>(std::min<std::uint64_t>(n, before_tail - off)) : 0;
       auto verdict = registry.with_access(true, &pd_, incoming_.rkey, addr, n, Access::RemoteWrite, [&](char* p) {
         count = 0;
         if (direct > 0) iov[static_cast<std::size_t>(count++)] = {p, direct};
-        if (direct < n) iov[static_cast<std::size_t>(count++)] = {tail_hold_ + (off + direct - before_tail), n - direct};
+        if (direct < n)
+          iov[static_cast<std::size_t>(count++)] = {tail_hold_ + (off + direct - before_tail), n - direct};
         land();
       });
       if (verdict == core::AccessCheck::Ok && hold && got > 0 && off + static_cast<std::uint64_t>(got) == total) {
@@ -308,8 +307,7 @@ void TcpQp::finish_frame_locked() {
         }
       }
       break;
-    default:
-      break;
+    default: break;
   }
 }
 

@@ -107,7 +107,7 @@ int TcpQp::gather_locked(const std::array<Sge, kMaxSge>& sges, std::uint32_t num
     }
     std::uint64_t take = std::min<std::uint64_t>(sge.length - offset, length);
     if (check_write && device_.registry().check_locked(false, &pd_, sge.lkey, sge.addr + offset, take,
-                                                      Access::LocalWrite) != core::AccessCheck::Ok) {
+                                                       Access::LocalWrite) != core::AccessCheck::Ok) {
       return -1;
     }
     iov[count].iov_base = reinterpret_cast<void*>(sge.addr + offset);
@@ -172,8 +172,10 @@ bool TcpQp::build_frame_locked() {
           auto chunk = static_cast<std::uint32_t>(std::min<std::uint64_t>(wire::kMaxChunk, e.total - tx_offset_));
           h.type = send ? FrameType::SendReq : FrameType::WriteReq;
           h.length = chunk;
-          if (send) h.rkey = 0;
-          else h.addr = e.remote_addr + tx_offset_;
+          if (send)
+            h.rkey = 0;
+          else
+            h.addr = e.remote_addr + tx_offset_;
           if (tx_offset_ == 0) {
             h.flags |= wire::kFirst;
             h.arg0 = e.total;
@@ -241,8 +243,9 @@ bool TcpQp::write_frame_locked() {
     ssize_t n = -1;
     if (tx_.remote_source) {
       // A READ response reads the target's registered memory: only while the region is still registered.
-      auto verdict = device_.registry().with_access(true, &pd_, tx_.rkey, tx_.addr, tx_.length, Access::RemoteRead,
-                                                    [&](char*) { n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT); });
+      auto verdict =
+          device_.registry().with_access(true, &pd_, tx_.rkey, tx_.addr, tx_.length, Access::RemoteRead,
+                                         [&](char*) { n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT); });
       if (verdict != core::AccessCheck::Ok) {
         fail_locked("memory region deregistered while serving a READ for " + peer_text_, WcStatus::WrFlushErr);
         return false;
@@ -419,7 +422,9 @@ void TcpQp::process_ack_locked(std::uint32_t ack_msn) {
   }
 }
 
-core::SendEntry* TcpQp::entry_for_msn_locked(std::uint32_t msn) { return SoftRcQp::entry_for_msn_locked(msn, sq_.size()); }
+core::SendEntry* TcpQp::entry_for_msn_locked(std::uint32_t msn) {
+  return SoftRcQp::entry_for_msn_locked(msn, sq_.size());
+}
 
 void TcpQp::complete_in_order_locked() { complete_done_locked(sq_.size()); }
 

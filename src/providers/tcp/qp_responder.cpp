@@ -14,7 +14,6 @@
 
 namespace rdmx::tcp {
 
-
 bool TcpQp::handle_request_locked(const Header& h) {
   static constexpr FrameHandlers kHandlers = frame_handlers({
       {FrameType::AckReq, &TcpQp::on_ack_request_locked},
@@ -143,8 +142,9 @@ bool TcpQp::on_send_request_locked(const Header& h) {
     lock.unlock();
     push_recv_completion_locked(incoming_.recv, WcStatus::LocProtErr, WcOpcode::Recv, 0, false, 0);
     incoming_.has_recv = false;
-    nak_locked(h.msn, Syndrome::RemOp, "posted receive wr_id " + std::to_string(incoming_.recv.wr_id) +
-                                           " has an SGE that is not registered for local write");
+    nak_locked(h.msn, Syndrome::RemOp,
+               "posted receive wr_id " + std::to_string(incoming_.recv.wr_id) +
+                   " has an SGE that is not registered for local write");
     return false;
   }
   return begin_message_locked(h, (h.flags & wire::kWithImm) != 0);
@@ -236,8 +236,7 @@ void TcpQp::nak_locked(std::uint32_t msn, Syndrome syndrome, const std::string& 
   nak.arg0 = static_cast<std::uint64_t>(syndrome);
   control_.push_front(nak);
   // As in IB, the responder's QP fails too; the NAK is flushed before the socket closes.
-  fail_locked("refused request msn " + std::to_string(msn) + " from " + peer_text_ + ": " + why,
-              WcStatus::WrFlushErr);
+  fail_locked("refused request msn " + std::to_string(msn) + " from " + peer_text_ + ": " + why, WcStatus::WrFlushErr);
 }
 
 }  // namespace rdmx::tcp

@@ -88,8 +88,10 @@ SocketInterface choose_interface() {
   auto family_text = kSocketFamily.read();
   int family = AF_UNSPEC;
   if (family_text) {
-    if (*family_text == "AF_INET" || *family_text == "4" || *family_text == "ipv4") family = AF_INET;
-    else if (*family_text == "AF_INET6" || *family_text == "6" || *family_text == "ipv6") family = AF_INET6;
+    if (*family_text == "AF_INET" || *family_text == "4" || *family_text == "ipv4")
+      family = AF_INET;
+    else if (*family_text == "AF_INET6" || *family_text == "6" || *family_text == "ipv6")
+      family = AF_INET6;
     else {
       throw Error(ErrorCode::Config, "RDMX_SOCKET_FAMILY=\"" + *family_text + "\" is not an address family",
                   {.op = "open_device tcp", .hint = "use AF_INET or AF_INET6"});

@@ -18,7 +18,7 @@ struct SocketInterface {
   std::string name;  // "eth0"
   sockaddr_storage address{};
   socklen_t address_len = 0;
-  std::string why;   // how it was chosen
+  std::string why;  // how it was chosen
 };
 
 // Throws rdmx::Error (Config/NotFound) naming the variables and interfaces seen.

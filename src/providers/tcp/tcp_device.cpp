@@ -27,7 +27,8 @@ constexpr std::uint32_t kFullPassEvery = 16;
 
 [[noreturn]] void throw_system(const std::string& what, const std::string& where) {
   throw Error(ErrorCode::System, what + ": " + std::strerror(errno),
-              {.op = "open_device tcp", .peer_addr = where,
+              {.op = "open_device tcp",
+               .peer_addr = where,
                .hint = "check RDMX_SOCKET_IFNAME and that the interface has an address"});
 }
 }  // namespace
@@ -45,8 +46,10 @@ TcpDevice::TcpDevice(SocketInterface iface, std::string why, core::DeviceResourc
   int one = 1;
   setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_storage bind_address = iface_.address;
-  if (bind_address.ss_family == AF_INET) reinterpret_cast<sockaddr_in*>(&bind_address)->sin_port = 0;
-  else reinterpret_cast<sockaddr_in6*>(&bind_address)->sin6_port = 0;
+  if (bind_address.ss_family == AF_INET)
+    reinterpret_cast<sockaddr_in*>(&bind_address)->sin_port = 0;
+  else
+    reinterpret_cast<sockaddr_in6*>(&bind_address)->sin6_port = 0;
   if (::bind(listen_fd, reinterpret_cast<sockaddr*>(&bind_address), iface_.address_len) != 0) {
     int saved = errno;
     ::close(listen_fd);

@@ -53,7 +53,7 @@ class TcpDevice final : public core::SoftRcDevice {
   SocketInterface iface_;
   sockaddr_storage listen_address_{};
   std::unordered_map<int, core::Clock::time_point> lingering_;  // fd -> when to close it anyway
-  std::uint32_t spin_passes_ = 0;  // device lock
+  std::uint32_t spin_passes_ = 0;                               // device lock
 };
 
 }  // namespace rdmx::tcp

@@ -13,4 +13,4 @@ namespace rdmx::tcp {
 // Whether `address` is a tcp QP address.
 bool is_tcp_address(const QpAddress& address);
 std::shared_ptr<Device> open_tcp_device(const std::string& why, core::DeviceResources resources = {});
-}
+}  // namespace rdmx::tcp

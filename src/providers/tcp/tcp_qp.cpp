@@ -22,7 +22,6 @@
 
 namespace rdmx::tcp {
 
-
 namespace {
 
 constexpr auto kAckRequestAfter = std::chrono::milliseconds(5);

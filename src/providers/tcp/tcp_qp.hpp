@@ -18,8 +18,8 @@
 #include <sys/uio.h>
 
 #include <array>
-#include <initializer_list>
 #include <deque>
+#include <initializer_list>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -191,11 +191,11 @@ class TcpQp final : public core::SoftRcQp {
 
   // Connection.
   int fd_ = -1;
-  bool connecting_ = false;   // initiator: TCP connect in flight
+  bool connecting_ = false;  // initiator: TCP connect in flight
   bool established_ = false;
   bool want_write_ = false;
-  bool tx_blocked_ = false;  // the last send hit EAGAIN: wait for EPOLLOUT
-  bool draining_ = false;    // ERROR: NAK sent, reading until the peer closes
+  bool tx_blocked_ = false;     // the last send hit EAGAIN: wait for EPOLLOUT
+  bool draining_ = false;       // ERROR: NAK sent, reading until the peer closes
   bool peer_said_bye_ = false;  // the peer destroyed its QP in order: its end of file is no crash
   bool write_shut_ = false;
   core::Clock::time_point drain_deadline_{};
@@ -205,8 +205,8 @@ class TcpQp final : public core::SoftRcQp {
   bool rx_seen_ = false;  // bytes arrived since the last timer scan (which stamps last_rx_)
 
   // Requester.
-  std::uint32_t tx_msn_ = 0;     // next WR to put on the wire
-  std::uint64_t tx_offset_ = 0;  // bytes of that WR already framed
+  std::uint32_t tx_msn_ = 0;         // next WR to put on the wire
+  std::uint64_t tx_offset_ = 0;      // bytes of that WR already framed
   std::uint32_t sent_msn_high_ = 0;  // every MSN before this has started on the wire
   bool rnr_paused_ = false;
   std::uint32_t rnr_msn_ = 0;

@@ -8,4 +8,4 @@
 namespace rdmx::tcp::testing {
 // The connected socket of a tcp QP, or -1 (not tcp, or not connected yet).
 int socket_fd(QueuePair& qp);
-}
+}  // namespace rdmx::tcp::testing

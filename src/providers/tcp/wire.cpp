@@ -25,8 +25,8 @@ const char* validate(const Header& h) {
   if (h.magic != kMagic) return "bad magic number (not an rdmx tcp frame)";
   if (h.version != kVersion) return "unsupported wire version";
   if ((h.flags & ~kKnownFlags) != 0) return "unknown flag bits";
-  const bool has_payload = h.type == FrameType::SendReq || h.type == FrameType::WriteReq ||
-                           h.type == FrameType::ReadResp;
+  const bool has_payload =
+      h.type == FrameType::SendReq || h.type == FrameType::WriteReq || h.type == FrameType::ReadResp;
   if (!has_payload && h.length != 0) return "payload on a frame type that carries none";
   if (h.length > kMaxChunk) return "frame payload larger than the maximum chunk";
   switch (h.type) {
@@ -41,8 +41,7 @@ const char* validate(const Header& h) {
       if (h.arg0 > kMaxMessage) return "READ length above 2 GiB";
       return nullptr;
     case FrameType::FetchAddReq:
-    case FrameType::CmpSwapReq:
-      return nullptr;  // alignment is the responder's call: it answers REM_INV_REQ
+    case FrameType::CmpSwapReq: return nullptr;  // alignment is the responder's call: it answers REM_INV_REQ
     case FrameType::Nak:
       if (h.arg0 < static_cast<std::uint64_t>(Syndrome::Rnr) || h.arg0 > static_cast<std::uint64_t>(Syndrome::RemOp)) {
         return "unknown NAK syndrome";
@@ -53,8 +52,7 @@ const char* validate(const Header& h) {
     case FrameType::ReadResp:
     case FrameType::AtomicResp:
     case FrameType::Ack:
-    case FrameType::Bye:
-      return nullptr;
+    case FrameType::Bye: return nullptr;
   }
   return "unknown frame type";
 }

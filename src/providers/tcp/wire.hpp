@@ -35,12 +35,12 @@ enum class FrameType : std::uint8_t {
 };
 
 enum Flags : std::uint16_t {
-  kFirst = 1u << 0,     // first frame of a message
-  kLast = 1u << 1,      // last frame of a message
-  kAckNow = 1u << 2,    // requester wants an ACK promptly (signaled WR, full queue)
-  kWithImm = 1u << 3,   // the message carries immediate data (every chunk; the value rides on the last)
-  kAckValid = 1u << 4,  // ack_msn is valid (piggybacked acknowledgement)
-  kRespError = 1u << 5, // ReadResp: the responder failed mid-response; syndrome in arg0
+  kFirst = 1u << 0,      // first frame of a message
+  kLast = 1u << 1,       // last frame of a message
+  kAckNow = 1u << 2,     // requester wants an ACK promptly (signaled WR, full queue)
+  kWithImm = 1u << 3,    // the message carries immediate data (every chunk; the value rides on the last)
+  kAckValid = 1u << 4,   // ack_msn is valid (piggybacked acknowledgement)
+  kRespError = 1u << 5,  // ReadResp: the responder failed mid-response; syndrome in arg0
   kKnownFlags = (1u << 6) - 1,
 };
 

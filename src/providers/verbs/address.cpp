@@ -65,7 +65,8 @@ VerbsAddress VerbsAddress::decode(const QpAddress& address) {
   const auto& b = address.bytes;
   auto reject = [&](const std::string& why) {
     throw Error(ErrorCode::InvalidArgument, "not a valid verbs provider QP address: " + why,
-                {.op = "connect", .sizes = "bytes=" + std::to_string(b.size()),
+                {.op = "connect",
+                 .sizes = "bytes=" + std::to_string(b.size()),
                  .hint = "both QPs must use the verbs provider; pass the peer's local_address() unchanged"});
   };
   if (!is_verbs(address)) reject("wrong size or magic");

@@ -16,15 +16,15 @@ enum class LinkLayer : std::uint8_t { InfiniBand = 1, Ethernet = 2 };
 
 struct VerbsAddress {
   LinkLayer link_layer = LinkLayer::InfiniBand;
-  std::uint8_t mtu = 0;         // the port's active MTU (enum ibv_mtu: 1=256 .. 5=4096)
+  std::uint8_t mtu = 0;  // the port's active MTU (enum ibv_mtu: 1=256 .. 5=4096)
   std::uint8_t port = 0;
-  std::uint8_t rd_atomic = 0;   // READ/atomic requests this QP answers at once (max_dest_rd_atomic)
-  std::uint8_t gid_type = 0;    // GidType of `gid` (Ethernet: RoCE v1 or v2)
-  std::uint16_t lid = 0;        // InfiniBand
+  std::uint8_t rd_atomic = 0;  // READ/atomic requests this QP answers at once (max_dest_rd_atomic)
+  std::uint8_t gid_type = 0;   // GidType of `gid` (Ethernet: RoCE v1 or v2)
+  std::uint16_t lid = 0;       // InfiniBand
   std::array<std::uint8_t, 16> gid{};
-  std::uint32_t hw_qpn = 0;     // the device's QP number
-  std::uint32_t psn = 0;        // first packet sequence number (24 bits)
-  std::uint32_t qpn = 0;        // rdmx's QP number (logs only)
+  std::uint32_t hw_qpn = 0;  // the device's QP number
+  std::uint32_t psn = 0;     // first packet sequence number (24 bits)
+  std::uint32_t qpn = 0;     // rdmx's QP number (logs only)
 
   QpAddress encode() const;
   // Throws InvalidArgument when `address` is not a well-formed verbs address.

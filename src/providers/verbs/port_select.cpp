@@ -95,9 +95,9 @@ GidChoice choose_gid(const std::vector<GidEntry>& table, std::optional<int> forc
   if (forced) {
     auto it = std::find_if(table.begin(), table.end(), [&](const GidEntry& e) { return e.index == *forced; });
     if (it == table.end()) {
-      throw Error(ErrorCode::Config,
-                  "RDMX_IB_GID_INDEX=" + std::to_string(*forced) + " names no valid GID on " + where,
-                  {.op = "open_device verbs", .sizes = "GIDs: " + listing,
+      throw Error(ErrorCode::Config, "RDMX_IB_GID_INDEX=" + std::to_string(*forced) + " names no valid GID on " + where,
+                  {.op = "open_device verbs",
+                   .sizes = "GIDs: " + listing,
                    .hint = "pick one of the listed indices (RoCE v2 with an IPv4 address is what most fabrics "
                            "route), or unset RDMX_IB_GID_INDEX"});
     }
@@ -108,15 +108,17 @@ GidChoice choose_gid(const std::vector<GidEntry>& table, std::optional<int> forc
   if (it != table.end()) return {*it, "GID " + describe(*it) + ": RoCE v2 with an IPv4 address, preferred"};
   it = pick([](const GidEntry& e) { return e.type == GidType::RoceV2; });
   if (it != table.end()) {
-    return {*it, "GID " + describe(*it) + ": RoCE v2 (no IPv4-mapped RoCE v2 GID; give the netdev an IPv4 "
-                 "address for one that routes across subnets)"};
+    return {*it, "GID " + describe(*it) +
+                     ": RoCE v2 (no IPv4-mapped RoCE v2 GID; give the netdev an IPv4 "
+                     "address for one that routes across subnets)"};
   }
   it = pick([](const GidEntry& e) { return e.type == GidType::RoceV1 || e.type == GidType::Ib; });
   if (it != table.end()) {
     return {*it, "GID " + describe(*it) + ": RoCE v1, the only kind this port has (v1 does not cross IP subnets)"};
   }
   throw Error(ErrorCode::NotFound, "no usable RoCE GID on " + where,
-              {.op = "open_device verbs", .sizes = "GIDs: " + listing,
+              {.op = "open_device verbs",
+               .sizes = "GIDs: " + listing,
                .hint = "give the port's netdev an IP address (ip addr add ...), check it is up, or set "
                        "RDMX_IB_GID_INDEX"});
 }

@@ -83,8 +83,9 @@ Opened open_first_usable() {
     if (list != nullptr) ibv_free_device_list(list);
     const topo::RdmaScan scan = topo::scan_rdma_devices();
     // The sysfs scan says why in words ("no RDMA device: ... no RDMA driver is loaded").
-    std::string why = scan.devices.empty() ? scan.note : "no RDMA device: libibverbs has no driver for the devices "
-                                                         "in /sys/class/infiniband (is ibverbs-providers installed?)";
+    std::string why = scan.devices.empty() ? scan.note
+                                           : "no RDMA device: libibverbs has no driver for the devices "
+                                             "in /sys/class/infiniband (is ibverbs-providers installed?)";
     if (list == nullptr && err != 0 && err != ENOSYS) why += "; ibv_get_device_list: " + errno_text(err);
     throw Error(ErrorCode::NotFound, why,
                 {.op = "open_device verbs",
@@ -161,7 +162,8 @@ Opened open_first_usable() {
   if (gid_error && filter.empty() == false) throw *gid_error;
   if (gid_error && count == 1) throw *gid_error;
   throw Error(ErrorCode::NotFound, "no usable RDMA port: " + rejected,
-              {.op = "open_device verbs", .sizes = "devices: " + list_devices(list, count),
+              {.op = "open_device verbs",
+               .sizes = "devices: " + list_devices(list, count),
                .hint = "bring a port up (ibv_devinfo shows its state), fix RDMX_IB_HCA / RDMX_IB_GID_INDEX, or "
                        "choose another provider: RDMX_PROVIDER=tcp"});
 }
@@ -230,8 +232,8 @@ ibv_pd* VerbsBinder::pd_of(const Domain& domain) { return static_cast<const PdDo
 std::unique_ptr<core::RegionBinder::Binding> VerbsBinder::bind(Domain& domain, void* addr, std::size_t length,
                                                                Access access) {
   ibv_pd* pd = pd_of(domain);
-  ibv_mr* mr = length == 0 ? ibv_reg_mr(pd, &g_empty_region_byte, 1, 0)
-                           : ibv_reg_mr(pd, addr, length, access_flags(access));
+  ibv_mr* mr =
+      length == 0 ? ibv_reg_mr(pd, &g_empty_region_byte, 1, 0) : ibv_reg_mr(pd, addr, length, access_flags(access));
   if (mr == nullptr) {
     const int err = errno;
     char sizes[96];
@@ -277,7 +279,8 @@ VerbsDevice::VerbsDevice(ContextHandle context, const ibv_device_attr& attr, Por
   // rxe, 1 GiB on ConnectX) is split into several work requests.
   caps_.max_msg_size = 1ull << 31;
   caps_.max_qp_wr = static_cast<std::uint32_t>(std::min(attr_.max_qp_wr / 2, 16384));
-  caps_.max_sge = static_cast<std::uint32_t>(std::min({attr_.max_sge, attr_.max_sge_rd > 0 ? attr_.max_sge_rd : attr_.max_sge, 32}));
+  caps_.max_sge = static_cast<std::uint32_t>(
+      std::min({attr_.max_sge, attr_.max_sge_rd > 0 ? attr_.max_sge_rd : attr_.max_sge, 32}));
   inline_limit_ = 0;
   caps_.max_inline_data = 0;
 
@@ -419,9 +422,8 @@ bool reaches(const Device& device, const QpAddress& address, std::string* why) {
     *why = "verbs: one side addresses by IPv4 GID, the other by IPv6 (set RDMX_IB_GID_INDEX alike)";
     return false;
   }
-  *why = "verbs: both sides have " +
-         std::string(self.link_layer == LinkLayer::Ethernet ? "RoCE" : "InfiniBand") + " ports (" +
-         device.name() + " to " + peer.to_string() + ")";
+  *why = "verbs: both sides have " + std::string(self.link_layer == LinkLayer::Ethernet ? "RoCE" : "InfiniBand") +
+         " ports (" + device.name() + " to " + peer.to_string() + ")";
   return true;
 }
 

@@ -80,9 +80,7 @@ class VerbsDevice final : public Device, public core::EngineHandoff {
   const PortChoice& port() const { return port_; }
   const ibv_device_attr& attr() const { return attr_; }
   // READ/atomic requests a QP answers at once, as the address advertises it.
-  std::uint8_t responder_resources() const {
-    return static_cast<std::uint8_t>(std::min(attr_.max_qp_rd_atom, 255));
-  }
+  std::uint8_t responder_resources() const { return static_cast<std::uint8_t>(std::min(attr_.max_qp_rd_atom, 255)); }
   std::uint32_t inline_limit() const { return inline_limit_; }
   std::uint64_t port_max_message() const { return port_.max_msg_size; }
   std::uint32_t next_qpn() { return resources_.next_qpn(); }
@@ -105,7 +103,7 @@ class VerbsDevice final : public Device, public core::EngineHandoff {
 
   ibv_comp_channel* channel_ = nullptr;
   int wake_fd_ = -1;
-  std::mutex mutex_;             // the QP list; held while draining
+  std::mutex mutex_;  // the QP list; held while draining
   std::vector<VerbsQp*> qps_;
   core::EngineParking parking_;
   std::atomic<bool> stopping_{false};

@@ -36,14 +36,14 @@ ibv_wr_opcode wr_opcode(Opcode op) {
 // rdmx's WcStatus is ibv_wc_status, value for value.
 WcStatus status_of(ibv_wc_status status) {
   return static_cast<int>(status) <= static_cast<int>(WcStatus::GeneralErr) ? static_cast<WcStatus>(status)
-                                                                             : WcStatus::GeneralErr;
+                                                                            : WcStatus::GeneralErr;
 }
 
 // IB's RNR timer codes (IBTA table 45) in microseconds, by code.
-constexpr std::uint32_t kRnrTimerUs[32] = {655360, 10,   20,   30,    40,    60,    80,    120,   160,   240,   320,
-                                           480,    640,  960,  1280,  1920,  2560,  3840,  5120,  7680,  10240, 15360,
-                                           20480,  30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520};
-constexpr int kRnrRetries = 6;   // the most IB counts; 7 means "retry forever"
+constexpr std::uint32_t kRnrTimerUs[32] = {
+    655360, 10,   20,   30,   40,    60,    80,    120,   160,   240,   320,   480,    640,    960,    1280,   1920,
+    2560,   3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520};
+constexpr int kRnrRetries = 6;  // the most IB counts; 7 means "retry forever"
 constexpr int kRnrForever = 7;
 constexpr std::uint8_t kShortRnrTimer = 14;  // 1.28 ms
 
@@ -105,7 +105,8 @@ VerbsQp::VerbsQp(VerbsDevice& device, core::RegistryProtectionDomain& pd, core::
   cq_ = ibv_create_cq(device.context(), cqe, this, device.channel(), 0);
   if (cq_ == nullptr) {
     throw Error(ErrorCode::System, "ibv_create_cq failed on " + device.port().device + ": " + errno_text(errno),
-                {.op = "create_qp", .sizes = "cqe=" + std::to_string(cqe),
+                {.op = "create_qp",
+                 .sizes = "cqe=" + std::to_string(cqe),
                  .hint = "lower max_send_wr/max_recv_wr, or check the device's limits (ibv_devinfo -v)"});
   }
   ibv_qp_init_attr init{};
@@ -233,7 +234,9 @@ void VerbsQp::connect(const QpAddress& remote, const ConnectOptions& options) {
   peer_ = peer.to_string();
   if (state() != QpState::Init) {
     throw Error(ErrorCode::InvalidState, std::string("connect() needs a QP in INIT, this one is ") + to_string(state()),
-                {.op = "connect", .peer_rank = options.peer_rank, .peer_addr = peer_,
+                {.op = "connect",
+                 .peer_rank = options.peer_rank,
+                 .peer_addr = peer_,
                  .hint = "create a new QP for a new connection"});
   }
   const PortChoice& port = device_.port();
@@ -241,7 +244,9 @@ void VerbsQp::connect(const QpAddress& remote, const ConnectOptions& options) {
     throw Error(ErrorCode::InvalidArgument,
                 std::string("the peer's port is ") + (peer.link_layer == LinkLayer::Ethernet ? "RoCE" : "InfiniBand") +
                     " and this one is not: they cannot talk",
-                {.op = "connect", .peer_rank = options.peer_rank, .peer_addr = peer_,
+                {.op = "connect",
+                 .peer_rank = options.peer_rank,
+                 .peer_addr = peer_,
                  .hint = "choose ports of the same fabric on both sides (RDMX_IB_HCA), or use RDMX_PROVIDER=tcp"});
   }
   const std::chrono::milliseconds rnr = options.rnr_timeout.count() >= 0 ? options.rnr_timeout : core::rnr_timeout();
@@ -286,16 +291,16 @@ void VerbsQp::connect(const QpAddress& remote, const ConnectOptions& options) {
     ibv_qp_attr now{};
     ibv_qp_init_attr init{};
     if (ibv_query_qp(qp_, &now, IBV_QP_STATE, &init) == 0 && now.qp_state == IBV_QPS_ERR) {
-      error_reason_ = "moved to ERROR while connecting: a request from " + peer_ +
-                      " failed here (its receive completion says how)";
+      error_reason_ =
+          "moved to ERROR while connecting: a request from " + peer_ + " failed here (its receive completion says how)";
       state_.store(QpState::Error, std::memory_order_release);
       return;
     }
     modify(rts, rts_mask, "RTS", peer_);  // throws with the device's reason
   }
   state_.store(QpState::Rts, std::memory_order_release);
-  RDMX_INFO("verbs qp %u (hw 0x%x) connected to %s: path MTU %d, ack timeout code %u, RNR timer code %u",
-            qpn_, qp_->qp_num, peer_.c_str(), 128 << mtu, rts.timeout, rtr.min_rnr_timer);
+  RDMX_INFO("verbs qp %u (hw 0x%x) connected to %s: path MTU %d, ack timeout code %u, RNR timer code %u", qpn_,
+            qp_->qp_num, peer_.c_str(), 128 << mtu, rts.timeout, rtr.min_rnr_timer);
 }
 
 void VerbsQp::enter_error(const std::string& reason) {
@@ -414,8 +419,8 @@ void VerbsQp::append(const SendWr& wr, Doorbell& db) {
   const bool lkeys_ok = lkeys_valid(wr.sg_list, Access::None, send_key_cache_);
   const std::uint64_t last = first + pieces - 1;
   const WcOpcode wc_opcode = core::completion_opcode(wr.opcode);
-  std::size_t sge_index = 0;      // where the next piece starts in wr.sg_list
-  std::uint64_t sge_offset = 0;   // ... and how far into that SGE
+  std::size_t sge_index = 0;     // where the next piece starts in wr.sg_list
+  std::uint64_t sge_offset = 0;  // ... and how far into that SGE
   std::uint64_t remote_offset = 0;
   for (std::uint64_t seq = first; seq <= last; ++seq) {
     if (db.count == Doorbell::kMax) ring(db, wr.opcode);
@@ -458,8 +463,8 @@ void VerbsQp::append(const SendWr& wr, Doorbell& db) {
       w.wr.atomic.swap = wr.swap;
     }
     remote_offset += piece;
-    send_slots_[seq % send_slots_.size()] = {wr.wr_id, last, static_cast<std::uint32_t>(bytes), wc_opcode, shown,
-                                             !lkeys_ok};
+    send_slots_[seq % send_slots_.size()] = {wr.wr_id,  last,  static_cast<std::uint32_t>(bytes),
+                                             wc_opcode, shown, !lkeys_ok};
     ++db.count;
   }
 }
@@ -562,8 +567,9 @@ void VerbsQp::handle(const ibv_wc& hw) {
     std::string why = std::string(to_string(slot.opcode)) + " (wr_id " + std::to_string(slot.wr_id) +
                       ") completed with " + to_string(wc.status) + " (vendor error " + core::hex(hw.vendor_err) + ")";
     if (wc.status == WcStatus::RetryExcErr) {
-      why += ": the peer stopped acknowledging (dead process, or a QP that never connected) within the retry "
-             "window (RDMX_TIMEOUT)";
+      why +=
+          ": the peer stopped acknowledging (dead process, or a QP that never connected) within the retry "
+          "window (RDMX_TIMEOUT)";
     } else if (wc.status == WcStatus::RnrRetryExcErr) {
       why += ": the peer posted no receive within the RNR window (RDMX_RNR_TIMEOUT)";
     } else if (wc.status == WcStatus::RemAccessErr) {
@@ -589,8 +595,8 @@ void VerbsQp::handle(const ibv_wc& hw) {
 //    which rxe reports the same way: documented in docs/VERBS_PROVIDER.md.
 WcStatus VerbsQp::normalized(WcStatus status, bool recv, bool bad_lkey, WcOpcode opcode) const {
   if (status == WcStatus::Success || status == WcStatus::WrFlushErr) return status;
-  if (bad_lkey && (status == WcStatus::LocQpOpErr || status == WcStatus::LocProtErr ||
-                   status == WcStatus::LocAccessErr)) {
+  if (bad_lkey &&
+      (status == WcStatus::LocQpOpErr || status == WcStatus::LocProtErr || status == WcStatus::LocAccessErr)) {
     return WcStatus::LocProtErr;
   }
   if (rxe_quirks_ && recv && status == WcStatus::LocQpOpErr) return WcStatus::LocLenErr;
@@ -613,11 +619,13 @@ void VerbsQp::hold_flush(std::uint64_t wr_id, WcOpcode opcode) {
 
 void VerbsQp::release_held_flushes() {
   std::lock_guard held(held_mutex_);
-  if (!held_sends_.empty() && send_done_.load(std::memory_order_acquire) == send_next_.load(std::memory_order_acquire)) {
+  if (!held_sends_.empty() &&
+      send_done_.load(std::memory_order_acquire) == send_next_.load(std::memory_order_acquire)) {
     for (const auto& wc : held_sends_) send_cq_.push(wc);
     held_sends_.clear();
   }
-  if (!held_recvs_.empty() && recv_done_.load(std::memory_order_acquire) == recv_next_.load(std::memory_order_acquire)) {
+  if (!held_recvs_.empty() &&
+      recv_done_.load(std::memory_order_acquire) == recv_next_.load(std::memory_order_acquire)) {
     for (const auto& wc : held_recvs_) recv_cq_.push(wc);
     held_recvs_.clear();
   }

@@ -65,8 +65,8 @@ class VerbsQp final : public QueuePair {
     std::uint64_t last_seq = 0;  // the last hardware WR of this rdmx WR (split RDMA: several)
     std::uint32_t bytes = 0;
     WcOpcode opcode = WcOpcode::Send;
-    bool signaled = true;        // show a successful completion (the last piece of a signaled WR)
-    bool bad_lkey = false;       // the registry refused a local key at post time
+    bool signaled = true;   // show a successful completion (the last piece of a signaled WR)
+    bool bad_lkey = false;  // the registry refused a local key at post time
   };
   struct RecvSlot {
     std::uint64_t wr_id = 0;
@@ -106,7 +106,7 @@ class VerbsQp final : public QueuePair {
   std::atomic<QpState> state_{QpState::Reset};
   mutable std::mutex control_mutex_;  // state changes, error reason, peer
   std::string error_reason_;
-  std::string peer_;        // for errors: "rank 3 (GID ... QP 0x12)"
+  std::string peer_;  // for errors: "rank 3 (GID ... QP 0x12)"
   int peer_rank_ = -1;
 
   std::mutex send_mutex_;
@@ -115,9 +115,9 @@ class VerbsQp final : public QueuePair {
   std::atomic<std::uint64_t> send_done_{0};  // every send before it has completed
   std::uint32_t since_signal_ = 0;
   std::uint64_t suppress_through_ = 0;  // drain: later pieces of a split WR that already failed (seq + 1)
-  core::CachedKey send_key_cache_;  // under send_mutex_
-  bool rxe_quirks_ = false;    // see normalized()
-  std::uint64_t chunk_limit_;  // the port's largest message: longer RDMA WRITE/READ go in pieces
+  core::CachedKey send_key_cache_;      // under send_mutex_
+  bool rxe_quirks_ = false;             // see normalized()
+  std::uint64_t chunk_limit_;           // the port's largest message: longer RDMA WRITE/READ go in pieces
 
   std::mutex recv_mutex_;
   std::vector<RecvSlot> recv_slots_;
