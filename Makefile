@@ -5,7 +5,7 @@ COLL_JOBS ?= 2
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all deps build build-cli build-examples run example test test-coll-full bench bench-shm bench-coll bench-peers bench-torch bench-verbs clean
+.PHONY: all deps build build-cli build-examples run example format-check test test-coll-full bench bench-shm bench-coll bench-peers bench-torch bench-verbs clean
 
 all: build
 
@@ -51,7 +51,12 @@ example: build-examples
 	RDMX_TIMEOUT=$${RDMX_TIMEOUT:-30} $(BUILD)/tools/rdmx run -n 4 --time-limit $(RDMX_EXAMPLE_TIMEOUT) -- \
 	    $(BUILD)/examples/rdmx_all_reduce
 
-test: build
+# Every tracked C/C++ file as clang-format (.clang-format) makes it.
+format-check: deps
+	@echo "== format check (scripts/check-format.sh)"
+	@bash scripts/check-format.sh
+
+test: format-check build
 	@echo "== test (ctest; needs root for the network-namespace cases; the verbs cases boot a soft-RoCE guest)"
 	cd $(BUILD) && ctest --output-on-failure -j 2 --timeout 300
 
