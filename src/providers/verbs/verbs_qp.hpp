@@ -60,6 +60,9 @@ class VerbsQp final : public QueuePair {
   static std::uint32_t probe_inline_limit(VerbsDevice& device);
 
  private:
+  // Marks a receive's wr_id on the hardware queue (the rest is its sequence number).
+  static constexpr std::uint64_t kRecvBit = 1ull << 63;
+
   struct SendSlot {
     std::uint64_t wr_id = 0;
     std::uint64_t last_seq = 0;  // the last hardware WR of this rdmx WR (split RDMA: several)
