@@ -52,7 +52,7 @@ fi
 build=$1
 here=$(cd "$(dirname "$0")" && pwd)
 rdmx_bin=$build/tools/rdmx
-mpi_src=$here/coll/mpi_coll_perf.c
+mpi_srcs=("$here"/coll/mpi_coll_perf.c "$here"/coll/mpi_coll_args.c "$here"/coll/mpi_coll_model.c)
 gloo_src=$here/coll/torch_coll_perf.py
 # Debian's python3-torch is importable only by the system interpreter;
 # RDMX_BENCH_PYTHON names another (a machine whose python3 holds torch).
@@ -285,8 +285,8 @@ else
 fi
 if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
   echo "run_coll: $(mpirun --version 2>/dev/null | head -1)"
-  show mpicc -O2 -std=c11 -o "$work/mpi_coll_perf" "$mpi_src" -lm
-  if ! mpicc -O2 -std=c11 -o "$work/mpi_coll_perf" "$mpi_src" -lm >"$work/mpicc.log" 2>&1; then
+  show mpicc -O2 -std=c11 -o "$work/mpi_coll_perf" "${mpi_srcs[@]}" -lm
+  if ! mpicc -O2 -std=c11 -o "$work/mpi_coll_perf" "${mpi_srcs[@]}" -lm >"$work/mpicc.log" 2>&1; then
     cat "$work/mpicc.log" >&2
     echo "run_coll: mpicc failed: mpi columns skipped" >&2
     skip[mpi-vader]="skipped (mpicc failed)"
