@@ -3,10 +3,8 @@
 // library itself. Providers are probed by opening them exactly as an
 // application would, so a reason printed here is the error it would get;
 // settings are the registry's (core/settings.hpp), each with its value in force.
-#include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstring>
 
 #include "core/config.hpp"
