@@ -124,6 +124,9 @@ TEST(AutoSelection, PeersThatCannotShareMemoryUseTcp) {
         Node node(env);
         auto qp = connected_qp(env, node, 1 - env.rank(), "a");
         CHECK_EQ(qp->provider(), std::string("tcp")) << "the peer's shm socket is invisible here";
+        // The QP chose a later candidate than the first (shm), which it let go.
+        const QpCaps caps = qp->caps();
+        CHECK_GE(caps.max_send_wr, 1u) << "caps() of an auto QP that chose tcp";
         Buffer buf(4096);
         auto mr = node.pd->register_memory(buf.data(), buf.size(), Access::LocalWrite | Access::RemoteWrite);
         publish_region(env, "r" + std::to_string(env.rank()), *mr);

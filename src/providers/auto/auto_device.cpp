@@ -29,7 +29,13 @@ class AutoQp final : public QueuePair {
     if (QueuePair* q = chosen()) return q->state();
     return state_;
   }
-  QpCaps caps() const noexcept override { return subs_.front()->caps(); }
+  QpCaps caps() const noexcept override {
+    // connect() drops the candidates it did not choose, the first among them perhaps.
+    if (QueuePair* q = chosen()) return q->caps();
+    std::lock_guard lock(mutex_);
+    if (QueuePair* q = chosen()) return q->caps();
+    return subs_.front()->caps();
+  }
   std::string provider() const override {
     std::lock_guard lock(mutex_);
     if (QueuePair* q = chosen()) return q->provider();
