@@ -43,6 +43,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "size_arg.h"
+
 #define MAX_SIZES 64
 #define MAX_BYTES ((size_t)1 << 30)      /* one message at most: 1 GiB */
 #define WINDOW_BYTES ((size_t)256 << 20) /* stream: bytes in flight at most */
@@ -91,29 +93,14 @@ static long parse_count(const char *text, const char *option) {
   return value;
 }
 
-/* "8", "64K", "16M", "1G": binary multiples, as rdmx perf and perftest. */
 static size_t parse_size(const char *text, size_t length) {
-  char buffer[32];
-  if (length == 0 || length >= sizeof buffer) die("bad size in --size '%s'", text);
-  memcpy(buffer, text, length);
-  buffer[length] = '\0';
-  unsigned shift = 0;
-  switch (buffer[length - 1]) {
-    case 'K':
-    case 'k': shift = 10; break;
-    case 'M':
-    case 'm': shift = 20; break;
-    case 'G':
-    case 'g': shift = 30; break;
-    default: break;
+  size_t size = 0;
+  switch (parse_size_arg(text, length, MAX_BYTES, &size)) {
+    case SIZE_ARG_OK: break;
+    case SIZE_ARG_MALFORMED: die("bad size in --size '%s'", text);
+    case SIZE_ARG_OUT_OF_RANGE: die("size out of [1, 1 GiB] in --size '%s'", text);
   }
-  if (shift != 0) buffer[length - 1] = '\0';
-  char *end = NULL;
-  unsigned long long value = strtoull(buffer, &end, 10);
-  if (end == buffer || *end != '\0') die("bad size in --size '%s'", text);
-  value <<= shift;
-  if (value == 0 || value > MAX_BYTES) die("size out of [1, 1 GiB] in --size '%s'", text);
-  return (size_t)value;
+  return size;
 }
 
 static void add_size(struct options *o, size_t size, const char *text) {

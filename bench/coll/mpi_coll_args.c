@@ -4,6 +4,8 @@
  */
 #include "mpi_coll_perf.h"
 
+#include "../size_arg.h"
+
 /* ------------------------------------------------------------------------- */
 /* Arguments. */
 
@@ -16,29 +18,14 @@ static long parse_count(const char *text, const char *option) {
   return value;
 }
 
-/* "4", "64K", "16M", "1G": binary multiples. */
 static size_t parse_size(const char *text, size_t length) {
-  char buffer[32];
-  if (length == 0 || length >= sizeof buffer) quit(EXIT_USAGE, "bad size in --sizes '%s'", text);
-  memcpy(buffer, text, length);
-  buffer[length] = '\0';
-  unsigned shift = 0;
-  switch (buffer[length - 1]) {
-    case 'K':
-    case 'k': shift = 10; break;
-    case 'M':
-    case 'm': shift = 20; break;
-    case 'G':
-    case 'g': shift = 30; break;
-    default: break;
+  size_t size = 0;
+  switch (parse_size_arg(text, length, MAX_BYTES, &size)) {
+    case SIZE_ARG_OK: break;
+    case SIZE_ARG_MALFORMED: quit(EXIT_USAGE, "bad size in --sizes '%s'", text);
+    case SIZE_ARG_OUT_OF_RANGE: quit(EXIT_USAGE, "size out of [1, 4G] in --sizes '%s'", text);
   }
-  if (shift != 0) buffer[length - 1] = '\0';
-  char *end = NULL;
-  unsigned long long value = strtoull(buffer, &end, 10);
-  if (end == buffer || *end != '\0') quit(EXIT_USAGE, "bad size in --sizes '%s'", text);
-  value <<= shift;
-  if (value == 0 || value > MAX_BYTES) quit(EXIT_USAGE, "size out of [1, 4G] in --sizes '%s'", text);
-  return (size_t)value;
+  return size;
 }
 
 static void parse_sizes(struct options *o, const char *text) {
