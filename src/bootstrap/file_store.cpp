@@ -18,13 +18,13 @@
 #include <cerrno>
 #include <cstring>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <utility>
 
 #include "bootstrap/store_common.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
+#include "core/mutex.hpp"
 #include "core/wait.hpp"
 
 namespace rdmx {
@@ -239,7 +239,7 @@ class FileStore final : public Store {
     LockedSection& operator=(const LockedSection&) = delete;
 
    private:
-    std::lock_guard<std::mutex> thread_lock_;
+    core::LockGuard<core::Mutex> thread_lock_;
     Fd fd_;
   };
 
@@ -379,7 +379,7 @@ class FileStore final : public Store {
 
   std::string directory_;
   std::string address_;
-  std::mutex mutex_;
+  core::Mutex mutex_;  // one LockedSection at a time among this process's threads
 };
 
 }  // namespace

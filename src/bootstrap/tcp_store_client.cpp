@@ -12,13 +12,13 @@
 
 #include <cerrno>
 #include <cstring>
-#include <mutex>
 #include <optional>
 
 #include "bootstrap/net.hpp"
 #include "bootstrap/tcp_store_protocol.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
+#include "core/mutex.hpp"
 #include "core/wait.hpp"
 
 namespace rdmx {
@@ -166,7 +166,10 @@ class TcpStore final : public Store {
     std::string encoded = wire::encode_i64(delta);
     Response response = call(Op::Add, {key, encoded}, std::nullopt, {key});
     expect_args(response, 1, Op::Add);
-    if (response.args[0].size() != 8) protocol_error(Op::Add, "add answer is not 8 bytes");
+    if (response.args[0].size() != 8) {
+      core::LockGuard lock(mutex_);
+      protocol_error(Op::Add, "add answer is not 8 bytes");
+    }
     return static_cast<std::int64_t>(wire::get_u64(response.args[0].data()));
   }
 
@@ -191,7 +194,7 @@ class TcpStore final : public Store {
 
   // The connection handshake: proves the server speaks this protocol.
   void hello(Clock::time_point deadline, milliseconds timeout) {
-    std::lock_guard lock(mutex_);
+    core::LockGuard lock(mutex_);
     Response response = exchange(Op::Hello, {}, -1, deadline, {}, timeout);
     if (response.status != Status::Ok) protocol_error(Op::Hello, "the server refused the handshake");
   }
@@ -205,7 +208,7 @@ class TcpStore final : public Store {
   // that park on the server (get, wait).
   Response call(Op op, const std::vector<std::string_view>& args, std::optional<milliseconds> timeout,
                 const std::vector<std::string>& keys) {
-    std::lock_guard lock(mutex_);
+    core::LockGuard lock(mutex_);
     if (!broken_.empty()) {
       throw Error(
           broken_code_,
@@ -235,7 +238,7 @@ class TcpStore final : public Store {
 
   Response exchange(Op op, const std::vector<std::string_view>& args, std::int64_t timeout_ms,
                     Clock::time_point deadline, const std::vector<std::string>& keys,
-                    milliseconds bound = milliseconds(-1)) {
+                    milliseconds bound = milliseconds(-1)) RDMX_REQUIRES(mutex_) {
     std::uint64_t id = ++next_request_id_;
     std::string frame = wire::encode_request(op, id, timeout_ms, args);
     IoResult sent = send_all(fd_.get(), frame.data(), frame.size(), deadline);
@@ -285,7 +288,7 @@ class TcpStore final : public Store {
   }
 
   [[noreturn]] void fail_io(Op op, const IoResult& result, const std::vector<std::string>& keys, milliseconds bound,
-                            bool stream_intact) {
+                            bool stream_intact) RDMX_REQUIRES(mutex_) {
     const char* name = wire::op_name(op);
     if (result.failure == IoFailure::Closed) {
       std::string why = result.error != 0 ? std::strerror(result.error) : std::string("connection closed");
@@ -335,7 +338,7 @@ class TcpStore final : public Store {
                              .hint = kMissingKeyHint});
   }
 
-  [[noreturn]] void protocol_error(Op op, const std::string& what) {
+  [[noreturn]] void protocol_error(Op op, const std::string& what) RDMX_REQUIRES(mutex_) {
     broken_ = what;
     broken_code_ = ErrorCode::Protocol;
     throw Error(ErrorCode::Protocol, std::string(wire::op_name(op)) + ": " + what,
@@ -347,7 +350,7 @@ class TcpStore final : public Store {
 
   void expect_args(const Response& response, std::size_t count, Op op) {
     if (response.args.size() != count) {
-      std::lock_guard lock(mutex_);
+      core::LockGuard lock(mutex_);
       protocol_error(
           op, "answer with " + std::to_string(response.args.size()) + " arguments, expected " + std::to_string(count));
     }
@@ -356,18 +359,19 @@ class TcpStore final : public Store {
   bool flag_answer(const Response& response, Op op) {
     expect_args(response, 1, op);
     if (response.args[0].size() != 1) {
-      std::lock_guard lock(mutex_);
+      core::LockGuard lock(mutex_);
       protocol_error(op, "flag answer is not 1 byte");
     }
     return response.args[0][0] != 0;
   }
 
-  std::mutex mutex_;
-  UniqueFd fd_;
+  core::Mutex mutex_;
+  UniqueFd fd_ RDMX_GUARDED_BY(mutex_);
   std::string address_;
-  std::uint64_t next_request_id_ = 0;
-  std::string broken_;  // why the connection cannot be used any more; empty while it can
-  ErrorCode broken_code_ = ErrorCode::PeerFailure;
+  std::uint64_t next_request_id_ RDMX_GUARDED_BY(mutex_) = 0;
+  // Why the connection cannot be used any more; empty while it can.
+  std::string broken_ RDMX_GUARDED_BY(mutex_);
+  ErrorCode broken_code_ RDMX_GUARDED_BY(mutex_) = ErrorCode::PeerFailure;
 };
 
 // One non-blocking connect attempt bounded by `deadline`; returns the socket

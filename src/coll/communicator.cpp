@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <deque>
 #include <fstream>
 #include <mutex>
@@ -19,6 +18,7 @@
 #include "coll/settings.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
+#include "core/mutex.hpp"
 #include "core/settings.hpp"
 #include "core/wait.hpp"
 
@@ -135,7 +135,7 @@ class CommImpl final : public Communicator {
 
   ~CommImpl() override {
     {
-      std::lock_guard lock(queue_mutex_);
+      core::LockGuard lock(queue_mutex_);
       stopping_ = true;
     }
     queue_cv_.notify_all();
@@ -160,7 +160,7 @@ class CommImpl final : public Communicator {
     links_->abort(reason);
     std::deque<Job> dropped;
     {
-      std::lock_guard lock(queue_mutex_);
+      core::LockGuard lock(queue_mutex_);
       dropped.swap(queue_);
     }
     async_pending_.fetch_sub(static_cast<std::uint32_t>(dropped.size()), std::memory_order_acq_rel);
@@ -187,7 +187,7 @@ class CommImpl final : public Communicator {
     state->timeout = timeout_;
     state->what = std::string(to_string(call.op)) + " on rank " + std::to_string(rank_);
     {
-      std::lock_guard lock(queue_mutex_);
+      core::LockGuard lock(queue_mutex_);
       if (!worker_.joinable()) worker_ = std::thread([this] { worker_main(); });
       async_pending_.fetch_add(1, std::memory_order_acq_rel);
       queue_.push_back(Job{std::move(call), state});
@@ -205,9 +205,9 @@ class CommImpl final : public Communicator {
   };
 
   void worker_main() {
-    std::unique_lock lock(queue_mutex_);
+    core::UniqueLock lock(queue_mutex_);
     for (;;) {
-      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      while (!stopping_ && queue_.empty()) queue_cv_.wait(lock);
       if (queue_.empty()) return;  // stopping with nothing left
       Job job = std::move(queue_.front());
       queue_.pop_front();
@@ -468,12 +468,12 @@ class CommImpl final : public Communicator {
   std::uint64_t seq_ = 0;
   std::uint64_t splits_ = 0;
 
-  std::mutex queue_mutex_;
-  std::condition_variable queue_cv_;
-  std::deque<Job> queue_;
+  core::Mutex queue_mutex_;
+  core::ConditionVariable queue_cv_;
+  std::deque<Job> queue_ RDMX_GUARDED_BY(queue_mutex_);
   std::atomic<std::uint32_t> async_pending_{0};  // asynchronous operations queued or running
-  bool stopping_ = false;
-  std::thread worker_;
+  bool stopping_ RDMX_GUARDED_BY(queue_mutex_) = false;
+  std::thread worker_ RDMX_GUARDED_BY(queue_mutex_);
 };
 
 std::shared_ptr<Device> open_for(const CommOptions& options) {

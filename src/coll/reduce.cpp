@@ -3,6 +3,10 @@
 // The AVX2 and AVX-512 kernels are in reduce_avx2.cpp and reduce_avx512.cpp.
 #include "coll/reduce.hpp"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include <bit>
 #include <cstring>
 #include <string>
@@ -170,6 +174,15 @@ ReduceFn scalar_for_op(DataType type) noexcept {
   return nullptr;
 }
 
+#if defined(__x86_64__)
+// CPUID leaf 1, ECX bit 29; asked directly because clang's
+// __builtin_cpu_supports does not know "f16c".
+bool cpu_has_f16c() noexcept {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+#endif
+
 }  // namespace
 
 namespace detail {
@@ -198,7 +211,7 @@ DivideFn scalar_divide(DataType type) noexcept {
 const char* best_reduce_isa() noexcept {
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  const bool avx2 = __builtin_cpu_supports("avx2") && cpu_has_f16c();
   if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl"))
     return "avx512";

@@ -24,7 +24,7 @@ void CompletionRing::throw_if_overflowed() const {
 
 bool CompletionRing::push(const WorkCompletion& wc) {
   {
-    std::lock_guard lock(mutex_);
+    LockGuard lock(mutex_);
     std::size_t count = count_.load(std::memory_order_relaxed);
     if (count == ring_.size()) {
       if (!overflowed_.exchange(true)) {
@@ -64,7 +64,7 @@ std::size_t CompletionRing::poll(std::span<WorkCompletion> out) {
     throw_if_overflowed();
     return 0;
   }
-  std::lock_guard lock(mutex_);
+  LockGuard lock(mutex_);
   return take_locked(out);
 }
 
@@ -79,7 +79,7 @@ std::size_t CompletionRing::wait(std::span<WorkCompletion> out, std::chrono::mil
   auto result = wait_until(
       [&] {
         if (overflowed() || count_.load(std::memory_order_acquire) == 0) return overflowed();
-        std::lock_guard lock(mutex_);
+        LockGuard lock(mutex_);
         got = take_locked(out);
         return got > 0;
       },

@@ -7,9 +7,9 @@
 
 #include <atomic>
 #include <functional>
-#include <mutex>
 #include <vector>
 
+#include "core/mutex.hpp"
 #include "core/wait.hpp"
 #include "rdmx/verbs.hpp"
 
@@ -34,12 +34,12 @@ class CompletionRing final : public CompletionQueue {
   bool overflowed() const noexcept { return overflowed_.load(std::memory_order_acquire); }
 
  private:
-  std::size_t take_locked(std::span<WorkCompletion> out);
+  std::size_t take_locked(std::span<WorkCompletion> out) RDMX_REQUIRES(mutex_);
   void throw_if_overflowed() const;
 
-  std::mutex mutex_;
+  Mutex mutex_;
   std::vector<WorkCompletion> ring_;
-  std::size_t head_ = 0;
+  std::size_t head_ RDMX_GUARDED_BY(mutex_) = 0;
   std::atomic<std::size_t> count_{0};
   std::atomic<bool> overflowed_{false};
   WaitWord word_;

@@ -11,28 +11,34 @@
 #include <chrono>
 #include <cstdint>
 
+#include "core/thread_annotations.hpp"
+
 namespace rdmx::core {
 
-class DeviceLock {
+class RDMX_CAPABILITY("device lock") DeviceLock {
  public:
   static constexpr auto kWaiterSlice = std::chrono::microseconds(50);
 
-  bool try_lock() noexcept {
+  bool try_lock() noexcept RDMX_TRY_ACQUIRE(true) {
     std::uint32_t expected = 0;
     return state_.load(std::memory_order_relaxed) == 0 &&
            state_.compare_exchange_strong(expected, 1, std::memory_order_acquire, std::memory_order_relaxed);
   }
-  void lock() noexcept {
+  void lock() noexcept RDMX_ACQUIRE() {
     if (try_lock()) return;
     lock_slow();
   }
-  void unlock() noexcept {
+  void unlock() noexcept RDMX_RELEASE() {
     state_.store(0, std::memory_order_release);
     if (waiters_.load(std::memory_order_relaxed) != 0) wake_one();
   }
+  // Where the analysis cannot see that the caller holds this lock (it was
+  // taken through another object's reference to it).
+  void assert_held() const noexcept RDMX_ASSERT_CAPABILITY(this) {}
 
  private:
-  void lock_slow() noexcept;
+  // The analysis cannot follow a lock taken by a try_lock() loop.
+  void lock_slow() noexcept RDMX_ACQUIRE() RDMX_NO_THREAD_SAFETY_ANALYSIS;
   void wake_one() noexcept;
 
   std::atomic<std::uint32_t> state_{0};  // 0 free, 1 held

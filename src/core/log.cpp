@@ -7,10 +7,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <string>
 
 #include "core/config.hpp"
+#include "core/mutex.hpp"
 #include "core/settings.hpp"
 
 namespace rdmx::core {
@@ -29,7 +29,7 @@ struct Sink {
   LogLevel level = LogLevel::Warn;
   FILE* file = stderr;
   std::string host;
-  std::mutex mutex;
+  Mutex mutex;
 
   Sink() {
     char name[256] = {};
@@ -100,7 +100,7 @@ void log(LogLevel level, const char* format, ...) {
   va_start(args, format);
   std::vsnprintf(body, sizeof(body), format, args);
   va_end(args);
-  std::lock_guard lock(s.mutex);
+  LockGuard lock(s.mutex);
   std::fprintf(s.file, "%s:%d:%ld [%d] RDMX %s %s\n", s.host.c_str(), getpid(), static_cast<long>(syscall(SYS_gettid)),
                current_rank(), level_name(level), body);
   std::fflush(s.file);

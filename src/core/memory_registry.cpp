@@ -39,7 +39,7 @@ std::uint32_t MemoryRegistry::fresh_key_locked() {
 
 MemoryRegistry::Keys MemoryRegistry::add(const void* domain, void* addr, std::size_t length, Access access,
                                          const SharedRegion* shared, const Keys* given) {
-  std::unique_lock lock(mutex_);
+  LockGuard lock(mutex_);
   Keys keys{};
   if (given != nullptr) {
     // Hardware keys are unique among the device's live regions.
@@ -68,7 +68,7 @@ MemoryRegistry::Keys MemoryRegistry::add(const void* domain, void* addr, std::si
 
 void MemoryRegistry::remove(std::uint32_t lkey) {
   {
-    std::unique_lock lock(mutex_);
+    LockGuard lock(mutex_);
     auto it = by_lkey_.find(lkey);
     if (it == by_lkey_.end()) return;
     if (auto r = by_rkey_.find(it->second.rkey); r != by_rkey_.end() && r->second == &it->second) by_rkey_.erase(r);
@@ -76,22 +76,22 @@ void MemoryRegistry::remove(std::uint32_t lkey) {
     generation_.fetch_add(1, std::memory_order_acq_rel);
   }
   // Wait out accesses that checked through a cache before the bump.
-  std::lock_guard users(access_locks_mutex_);
-  for (DeviceLock* m : access_locks_) std::lock_guard wait(*m);
+  LockGuard users(access_locks_mutex_);
+  for (DeviceLock* m : access_locks_) LockGuard wait(*m);
 }
 
 void MemoryRegistry::add_access_lock(DeviceLock* lock) {
-  std::lock_guard users(access_locks_mutex_);
+  LockGuard users(access_locks_mutex_);
   access_locks_.push_back(lock);
 }
 
 void MemoryRegistry::remove_access_lock(DeviceLock* lock) {
-  std::lock_guard users(access_locks_mutex_);
+  LockGuard users(access_locks_mutex_);
   std::erase(access_locks_, lock);
 }
 
 bool MemoryRegistry::lookup(bool remote, std::uint32_t key, Verdict* out) const {
-  std::shared_lock lock(mutex_);
+  SharedLockGuard lock(mutex_);
   const Entry* entry = nullptr;
   if (remote) {
     auto it = by_rkey_.find(key);

@@ -7,17 +7,17 @@
 #pragma once
 
 #include <atomic>
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <random>
-#include <shared_mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "core/device_lock.hpp"
+#include "core/mutex.hpp"
 #include "core/region_binder.hpp"
 #include "rdmx/verbs.hpp"
 
@@ -74,7 +74,7 @@ class MemoryRegistry {
   template <class Fn>
   AccessCheck with_access(bool remote, const void* domain, std::uint32_t key, std::uint64_t addr, std::uint64_t length,
                           Access need, Fn&& fn) const {
-    std::shared_lock lock(mutex_);
+    SharedLockGuard lock(mutex_);
     AccessCheck verdict = length == 0 ? AccessCheck::Ok : check_locked(remote, domain, key, addr, length, need);
     if (verdict == AccessCheck::Ok) fn(reinterpret_cast<char*>(addr));
     return verdict;
@@ -104,11 +104,34 @@ class MemoryRegistry {
   // The region behind a key, for caching (nullopt when there is none).
   bool lookup(bool remote, std::uint32_t key, Verdict* out) const;
 
-  // For accesses that span several keys (scatter-gather lists): hold the
-  // lock, check each piece with check_locked(), then touch the memory.
-  std::shared_lock<std::shared_mutex> read_lock() const { return std::shared_lock(mutex_); }
-  AccessCheck check_locked(bool remote, const void* domain, std::uint32_t key, std::uint64_t addr, std::uint64_t length,
-                           Access need) const;
+  // A read lock on the table, held while the object lives (or until
+  // unlock()): accesses that span several keys (scatter-gather lists) check
+  // each piece through it, then touch the memory; deregistration waits.
+  class RDMX_SCOPED_CAPABILITY Reader {
+   public:
+    explicit Reader(const MemoryRegistry& registry) RDMX_ACQUIRE_SHARED(registry.mutex_) : registry_(registry) {
+      registry_.mutex_.lock_shared();
+    }
+    ~Reader() RDMX_RELEASE() {
+      if (held_) registry_.mutex_.unlock_shared();
+    }
+    void unlock() RDMX_RELEASE() {
+      held_ = false;
+      registry_.mutex_.unlock_shared();
+    }
+    AccessCheck check(bool remote, const void* domain, std::uint32_t key, std::uint64_t addr, std::uint64_t length,
+                      Access need) const {
+      assert(held_);
+      registry_.mutex_.assert_held_shared();
+      return registry_.check_locked(remote, domain, key, addr, length, need);
+    }
+    Reader(const Reader&) = delete;
+    Reader& operator=(const Reader&) = delete;
+
+   private:
+    const MemoryRegistry& registry_;
+    bool held_ = true;
+  };
 
  private:
   struct Entry {
@@ -120,17 +143,19 @@ class MemoryRegistry {
     std::uint32_t rkey;
     const SharedRegion* shared;
   };
-  std::uint32_t fresh_key_locked();
+  std::uint32_t fresh_key_locked() RDMX_REQUIRES(mutex_);
+  AccessCheck check_locked(bool remote, const void* domain, std::uint32_t key, std::uint64_t addr, std::uint64_t length,
+                           Access need) const RDMX_REQUIRES_SHARED(mutex_);
 
-  mutable std::shared_mutex mutex_;
-  std::unordered_map<std::uint32_t, Entry> by_lkey_;
+  mutable SharedMutex mutex_;
+  std::unordered_map<std::uint32_t, Entry> by_lkey_ RDMX_GUARDED_BY(mutex_);
   // rkey -> entry in by_lkey_ (unordered_map nodes never move), so a remote
   // check is one lookup.
-  std::unordered_map<std::uint32_t, const Entry*> by_rkey_;
-  std::mt19937_64 random_{std::random_device{}()};
+  std::unordered_map<std::uint32_t, const Entry*> by_rkey_ RDMX_GUARDED_BY(mutex_);
+  std::mt19937_64 random_ RDMX_GUARDED_BY(mutex_){std::random_device{}()};
   std::atomic<std::uint64_t> generation_{0};
-  std::mutex access_locks_mutex_;
-  std::vector<DeviceLock*> access_locks_;
+  Mutex access_locks_mutex_;
+  std::vector<DeviceLock*> access_locks_ RDMX_GUARDED_BY(access_locks_mutex_);
   std::shared_ptr<RegionBinder> binder_;
 };
 

@@ -12,13 +12,13 @@
 
 #include <cerrno>
 #include <cstring>
-#include <mutex>
 #include <new>
 #include <system_error>
 #include <thread>
 
 #include "core/config.hpp"
 #include "core/log.hpp"
+#include "core/mutex.hpp"
 
 namespace rdmx::core {
 
@@ -31,7 +31,10 @@ class UnmapWatcher {
   UnmapWatcher() : pid_(static_cast<int>(::getpid())) {
     const long page = ::sysconf(_SC_PAGESIZE);
     page_ = page > 0 ? static_cast<std::uintptr_t>(page) : 4096;
-    open_fd();
+    {
+      LockGuard lock(mu_);
+      open_fd_locked();
+    }
     if (fd_ < 0) return;
     try {
       std::thread([this] { read_events_forever(); }).detach();
@@ -46,7 +49,7 @@ class UnmapWatcher {
 
   int pid() const { return pid_; }
   UnmapWatchSupport support() {
-    std::lock_guard lock(mu_);
+    LockGuard lock(mu_);
     return {fd_ >= 0, how_};
   }
 
@@ -54,7 +57,7 @@ class UnmapWatcher {
     const auto a = reinterpret_cast<std::uintptr_t>(addr);
     const std::uintptr_t start = a & ~(page_ - 1);
     const std::uintptr_t end = length == 0 ? start : (a + length + page_ - 1) & ~(page_ - 1);
-    std::lock_guard lock(mu_);
+    LockGuard lock(mu_);
     if (fd_ < 0) return {nullptr, how_};
     if (end > start) {
       uffdio_register reg{};
@@ -73,7 +76,7 @@ class UnmapWatcher {
   }
 
   void forget(UnmapWatch* w) {
-    std::lock_guard lock(mu_);
+    LockGuard lock(mu_);
     if (fd_ < 0) return;  // gave up: the list was let go with the descriptor
     (w->prev_ != nullptr ? w->prev_->next_ : head_) = w->next_;
     if (w->next_ != nullptr) w->next_->prev_ = w->prev_;
@@ -90,15 +93,15 @@ class UnmapWatcher {
   // The kernel lets munmap return only once its event was read, and the
   // reader reads and marks under mu_: taking mu_ after such a call returned
   // therefore waits for its marks. No system call needed.
-  void sync() { std::lock_guard lock(mu_); }
+  void sync() { LockGuard lock(mu_); }
 
   void drain() {
-    std::lock_guard lock(mu_);
+    LockGuard lock(mu_);
     if (fd_ >= 0) drain_locked();
   }
 
  private:
-  void open_fd() {
+  void open_fd_locked() RDMX_REQUIRES(mu_) {
     if (!registration_cache_enabled()) {
       how_ = "off: RDMX_REGISTRATION_CACHE=0";
       return;
@@ -167,7 +170,7 @@ class UnmapWatcher {
   // Closing the descriptor drops every registration (the kernel stops
   // holding munmaps for us); every watch reads as unmapped from then on.
   void give_up() {
-    std::lock_guard lock(mu_);
+    LockGuard lock(mu_);
     mark(0, UINTPTR_MAX);
     head_ = nullptr;
     ::close(fd_);
@@ -175,7 +178,7 @@ class UnmapWatcher {
     how_ = "off: the userfaultfd reader failed";
   }
 
-  void drain_locked() {
+  void drain_locked() RDMX_REQUIRES(mu_) {
     uffd_msg msgs[16];
     for (;;) {
       const ssize_t n = ::read(fd_, msgs, sizeof msgs);
@@ -187,7 +190,7 @@ class UnmapWatcher {
     }
   }
 
-  void handle(const uffd_msg& msg) {
+  void handle(const uffd_msg& msg) RDMX_REQUIRES(mu_) {
     switch (msg.event) {
       case UFFD_EVENT_UNMAP:
       case UFFD_EVENT_REMOVE: mark(msg.arg.remove.start, msg.arg.remove.end); break;
@@ -211,7 +214,7 @@ class UnmapWatcher {
     }
   }
 
-  void mark(std::uintptr_t start, std::uintptr_t end) {
+  void mark(std::uintptr_t start, std::uintptr_t end) RDMX_REQUIRES(mu_) {
     for (UnmapWatch* w = head_; w != nullptr; w = w->next_) {
       if (w->start_ < end && start < w->end_) w->unmapped_.store(true, std::memory_order_release);
     }
@@ -220,13 +223,13 @@ class UnmapWatcher {
   const int pid_;
   std::uintptr_t page_ = 4096;
   int fd_ = -1;
-  std::string how_;
-  std::mutex mu_;
-  UnmapWatch* head_ = nullptr;
+  std::string how_ RDMX_GUARDED_BY(mu_);
+  Mutex mu_;
+  UnmapWatch* head_ RDMX_GUARDED_BY(mu_) = nullptr;
 };
 
 namespace {
-std::mutex g_create_mu;
+Mutex g_create_mu;
 std::atomic<UnmapWatcher*> g_watcher{nullptr};
 // getpid() is a system call on every use; this is kept current instead
 // (fork() runs the child handler below).
@@ -235,7 +238,7 @@ std::atomic<int> g_pid{static_cast<int>(::getpid())};
 const bool g_atfork_registered = [] {
   // A child must not wait on a lock some parent thread held at fork().
   pthread_atfork(nullptr, nullptr, [] {
-    new (&g_create_mu) std::mutex;
+    new (&g_create_mu) Mutex;
     g_pid.store(static_cast<int>(::getpid()), std::memory_order_relaxed);
   });
   return true;
@@ -246,7 +249,7 @@ int current_pid() { return g_pid.load(std::memory_order_relaxed); }
 UnmapWatcher& watcher() {
   UnmapWatcher* w = g_watcher.load(std::memory_order_acquire);
   if (w != nullptr && w->pid() == current_pid()) return *w;
-  std::lock_guard lock(g_create_mu);
+  LockGuard lock(g_create_mu);
   w = g_watcher.load(std::memory_order_relaxed);
   if (w == nullptr || w->pid() != current_pid()) {
     w = new UnmapWatcher();  // the parent's copy stays behind in a child, unused

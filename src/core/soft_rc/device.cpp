@@ -13,6 +13,7 @@
 #include "core/config.hpp"
 #include "core/log.hpp"
 #include "core/memory_registry.hpp"
+#include "core/mutex.hpp"
 #include "core/soft_rc/qp.hpp"
 
 namespace rdmx::core {
@@ -132,7 +133,11 @@ std::size_t SoftRcDevice::epoll_pass_locked() {
         break;
       }
       case Watch::Qp:
-        if (auto it = qps_.find(id); it != qps_.end() && it->second->on_socket_locked(events[i].events)) ++did;
+        if (auto it = qps_.find(id); it != qps_.end()) {
+          SoftRcQp* qp = it->second;
+          qp->device_lock_held(lock_);
+          if (qp->on_socket_locked(events[i].events)) ++did;
+        }
         break;
       default:
         if (on_watch_locked(kind, id, events[i].events)) ++did;
@@ -197,6 +202,7 @@ void SoftRcDevice::hello_progress_locked(int fd) {
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
   auto qp = qps_.find(p.target_qpn);
   if (qp == qps_.end()) return drop_pending_locked(fd, "HELLO names a QP number that does not exist");
+  qp->second->device_lock_held(lock_);
   switch (qp->second->offer_locked(p)) {
     case Offer::Taken: pending_.erase(it); return;
     case Offer::NotYet: return;  // claimed later by connect()
@@ -222,6 +228,7 @@ void SoftRcDevice::maybe_run_timers_locked() {
   if (now < next_timer_scan_) return;
   bool busy = device_timers_locked(now);
   for (SoftRcQp* qp : qp_list_) {
+    qp->device_lock_held(lock_);
     if (qp->on_timer_locked(now)) busy = true;
   }
   const auto limit = timeout();
@@ -244,18 +251,21 @@ void SoftRcDevice::engine_main() {
   int idle_wakeups = 0;
   while (!stopping_.load(std::memory_order_relaxed)) {
     if (parking_.park_while_application_drives()) continue;
+    // One clock read a turn: it tells the pass whether the engine is idle,
+    // and dates the work the pass does.
+    const auto now = Clock::now();
+    const bool idle = now - last_work > spin;
     std::size_t did = 0;
-    {
-      std::unique_lock guard(lock_, std::try_to_lock);
-      if (guard.owns_lock()) did = engine_pass_locked(Clock::now() - last_work > spin);
+    if (lock_.try_lock()) {
+      LockGuard guard(lock_, kAdoptLock);
+      did = engine_pass_locked(idle);
     }
-    auto now = Clock::now();
     if (did != 0) {
       last_work = now;
       idle_wakeups = 0;
       continue;
     }
-    if (now - last_work < spin) {
+    if (!idle) {
 #if defined(__x86_64__)
       __builtin_ia32_pause();
 #endif

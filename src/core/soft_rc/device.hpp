@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <cassert>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -57,16 +58,21 @@ class SoftRcDevice : public Device, public EngineHandoff {
   int epoll_fd() const { return epoll_fd_; }
   std::uint32_t next_qpn() { return resources_.next_qpn(); }
   // Guards the device's tables and the engine's pass.
-  DeviceLock& lock() { return lock_; }
+  DeviceLock& lock() RDMX_RETURN_CAPABILITY(lock_) { return lock_; }
+  // Tells the analysis that `held`, the lock a QP's caller holds (the QP's
+  // reference to it), is this device's (checked in debug builds).
+  void lock_held([[maybe_unused]] const DeviceLock& held) const RDMX_REQUIRES(held) RDMX_ASSERT_CAPABILITY(lock_) {
+    assert(&held == &lock_);
+  }
   // An application thread is working the device (posting): the background
   // engine stays parked, as it does while the application calls progress().
   void note_application_activity() { parking_.note_application_activity(); }
   // Device lock held.
-  void add_qp_locked(SoftRcQp* qp);
-  void remove_qp_locked(SoftRcQp* qp);
+  void add_qp_locked(SoftRcQp* qp) RDMX_REQUIRES(lock_);
+  void remove_qp_locked(SoftRcQp* qp) RDMX_REQUIRES(lock_);
   // A parked connection whose HELLO named this QP and peer, handed over.
   std::optional<PendingConnection> claim_pending_locked(std::uint32_t qpn, std::uint32_t remote_qpn,
-                                                        std::uint64_t remote_nonce);
+                                                        std::uint64_t remote_nonce) RDMX_REQUIRES(lock_);
 
  protected:
   // `remote_peers`: the transport reaches other hosts (else only this one).
@@ -80,35 +86,37 @@ class SoftRcDevice : public Device, public EngineHandoff {
   // ---- hooks ----
   virtual std::unique_ptr<QueuePair> make_qp(const QpParts& parts, const QpCaps& caps) = 0;
   // The engine's pass (device lock held); `idle`: nothing happened for a spin budget.
-  virtual std::size_t engine_pass_locked(bool idle) = 0;
+  virtual std::size_t engine_pass_locked(bool idle) RDMX_REQUIRES(lock_) = 0;
   // Before the engine blocks: false when there is work after all. Takes the lock itself.
   virtual bool prepare_sleep() { return true; }
   virtual void end_sleep() {}
   // An epoll event of a kind the base does not handle (Linger).
-  virtual bool on_watch_locked(Watch /*kind*/, std::uint32_t /*id*/, std::uint32_t /*events*/) { return false; }
+  virtual bool on_watch_locked(Watch /*kind*/, std::uint32_t /*id*/, std::uint32_t /*events*/) RDMX_REQUIRES(lock_) {
+    return false;
+  }
   // Right after accept: the source as text (empty when it says nothing).
-  virtual std::string accepted_locked(int /*fd*/, const sockaddr_storage& /*from*/) { return {}; }
+  virtual std::string accepted_locked(int /*fd*/, const sockaddr_storage& /*from*/) RDMX_REQUIRES(lock_) { return {}; }
   // Reads what arrived of the HELLO into `p`; returns null while incomplete
   // and fine, "" once complete and checked (target and source filled in),
   // else why the connection is dropped.
-  virtual const char* read_hello_locked(PendingConnection& p) = 0;
+  virtual const char* read_hello_locked(PendingConnection& p) RDMX_REQUIRES(lock_) = 0;
   // Timers of the device's own (device lock held); true while they need scanning soon.
-  virtual bool device_timers_locked(Clock::time_point /*now*/) { return false; }
+  virtual bool device_timers_locked(Clock::time_point /*now*/) RDMX_REQUIRES(lock_) { return false; }
 
   // ---- for the provider, device lock held ----
   // Handles the ready epoll events; returns how many did work.
-  std::size_t epoll_pass_locked();
+  std::size_t epoll_pass_locked() RDMX_REQUIRES(lock_);
   // Runs the timers once a millisecond has passed since the last scan.
-  void maybe_run_timers_locked();
+  void maybe_run_timers_locked() RDMX_REQUIRES(lock_);
 
-  std::unordered_map<std::uint32_t, SoftRcQp*> qps_;
-  std::vector<SoftRcQp*> qp_list_;  // the same QPs, for the hot pass
-  bool application_pass_ = false;   // the current pass runs on an application thread
+  DeviceLock lock_;
+  std::unordered_map<std::uint32_t, SoftRcQp*> qps_ RDMX_GUARDED_BY(lock_);
+  std::vector<SoftRcQp*> qp_list_ RDMX_GUARDED_BY(lock_);  // the same QPs, for the hot pass
 
  private:
-  void accept_all_locked();
-  void hello_progress_locked(int fd);
-  void drop_pending_locked(int fd, const char* why);
+  void accept_all_locked() RDMX_REQUIRES(lock_);
+  void hello_progress_locked(int fd) RDMX_REQUIRES(lock_);
+  void drop_pending_locked(int fd, const char* why) RDMX_REQUIRES(lock_);
   void engine_main();
 
   const char* const provider_;
@@ -122,9 +130,8 @@ class SoftRcDevice : public Device, public EngineHandoff {
   int epoll_fd_ = -1;
   int wake_fd_ = -1;  // eventfd that interrupts the engine's epoll_wait
 
-  DeviceLock lock_;
-  std::unordered_map<int, PendingConnection> pending_;
-  Clock::time_point next_timer_scan_{};
+  std::unordered_map<int, PendingConnection> pending_ RDMX_GUARDED_BY(lock_);
+  Clock::time_point next_timer_scan_ RDMX_GUARDED_BY(lock_){};
   std::atomic<bool> timers_busy_{false};  // read by the engine thread before it blocks, outside the lock
 
   std::atomic<bool> stopping_{false};

@@ -11,28 +11,31 @@
 namespace rdmx::core {
 
 SoftRcQp::SoftRcQp(const char* provider, std::uint32_t qpn, std::uint64_t max_message, RegistryProtectionDomain& pd,
-                   CompletionRing& send_cq, CompletionRing& recv_cq, const QpCaps& caps)
+                   CompletionRing& send_cq, CompletionRing& recv_cq, const QpCaps& caps, DeviceLock& device_lock)
     : pd_(pd),
       send_cq_(send_cq),
       recv_cq_(recv_cq),
       caps_(caps),
       qpn_(qpn),
       provider_(provider),
-      max_message_(max_message) {
+      max_message_(max_message),
+      device_lock_(device_lock) {
   sq_.resize(caps_.max_send_wr);
   rq_.resize(caps_.max_recv_wr);
 }
 
 std::string SoftRcQp::error_reason() const {
-  StateGuard lock(const_cast<SoftRcQp&>(*this));
+  StateGuard lock(*this);
   return error_reason_;
 }
 
 ErrorContext SoftRcQp::context_of(const void* qp, const std::string& op) {
-  return static_cast<const SoftRcQp*>(qp)->context(op);
+  const auto& self = *static_cast<const SoftRcQp*>(qp);
+  StateGuard lock(self);
+  return self.context_locked(op);
 }
 
-ErrorContext SoftRcQp::context(const std::string& op) const {
+ErrorContext SoftRcQp::context_locked(const std::string& op) const {
   ErrorContext c;
   c.op = op;
   c.peer_rank = peer_rank_;
@@ -80,12 +83,13 @@ void SoftRcQp::begin_connect_locked(std::uint64_t own_nonce, const Peer& peer, c
 void SoftRcQp::post_send(const SendWr& wr) {
   const std::uint64_t total = validate_send_wr(wr, caps_, max_message_, context_of, this);
   // The error context is built only on failure: posting is a hot path.
-  auto reject = [&](ErrorCode code, const std::string& message, std::string sizes, std::string hint) {
-    ErrorContext ctx = context(std::string("post_send ") + to_string(wr.opcode));
-    ctx.sizes = std::move(sizes);
-    ctx.hint = std::move(hint);
-    throw Error(code, message, ctx);
-  };
+  auto reject = [&](ErrorCode code, const std::string& message, std::string sizes, std::string hint)
+                    RDMX_REQUIRES(this) {
+                      ErrorContext ctx = context_locked(std::string("post_send ") + to_string(wr.opcode));
+                      ctx.sizes = std::move(sizes);
+                      ctx.hint = std::move(hint);
+                      throw Error(code, message, ctx);
+                    };
   StateGuard lock(*this);
   const QpState s = state();
   if (s != QpState::Rts && s != QpState::Error) {
@@ -141,12 +145,12 @@ void SoftRcQp::post_recv(const RecvWr& wr) {
   StateGuard lock(*this);
   const QpState s = state();
   if (s == QpState::Reset) {
-    ErrorContext ctx = context("post_recv");
+    ErrorContext ctx = context_locked("post_recv");
     ctx.hint = "call init() or connect() first";
     throw Error(ErrorCode::InvalidState, "post_recv needs INIT or later, the QP is in RESET", ctx);
   }
   if (rq_.full()) {
-    ErrorContext ctx = context("post_recv");
+    ErrorContext ctx = context_locked("post_recv");
     ctx.sizes = "max_recv_wr=" + std::to_string(rq_.capacity());
     ctx.hint = "poll the receive CQ before posting more";
     throw Error(ErrorCode::QueueFull, "receive queue full", ctx);

@@ -13,21 +13,26 @@
 #pragma once
 
 #include <atomic>
+#include <cassert>
 #include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
 
 #include "core/completion_queue.hpp"
+#include "core/device_lock.hpp"
 #include "core/memory_registry.hpp"
 #include "core/soft_rc/connection.hpp"
 #include "core/soft_rc/queues.hpp"
+#include "core/thread_annotations.hpp"
 #include "core/wait.hpp"
 #include "rdmx/verbs.hpp"
 
 namespace rdmx::core {
 
-class SoftRcQp : public QueuePair {
+// For the thread-safety analysis the QP itself is the lock of its state
+// (lock_state()): its own mutex under tcp, its device's lock under shm.
+class RDMX_CAPABILITY("queue pair state") SoftRcQp : public QueuePair {
  public:
   std::uint32_t qp_num() const noexcept final { return qpn_; }
   QpState state() const noexcept final { return state_.load(std::memory_order_acquire); }
@@ -40,25 +45,34 @@ class SoftRcQp : public QueuePair {
   void post_recv(const RecvWr& wr) final;
 
   // ---- the device's calls, device lock held ----
+  // Tells the analysis that `held`, the device lock the caller holds, is
+  // this QP's (checked in debug builds).
+  void device_lock_held([[maybe_unused]] const DeviceLock& held) const RDMX_REQUIRES(held)
+      RDMX_ASSERT_CAPABILITY(device_lock_) {
+    assert(&held == &device_lock_);
+  }
   // Events on the QP's socket; true when anything was done.
-  virtual bool on_socket_locked(std::uint32_t events) = 0;
+  virtual bool on_socket_locked(std::uint32_t events) RDMX_REQUIRES(device_lock_) = 0;
   // True while the QP's timers need scanning soon.
-  virtual bool on_timer_locked(Clock::time_point now) = 0;
+  virtual bool on_timer_locked(Clock::time_point now) RDMX_REQUIRES(device_lock_) = 0;
   // A pending connection whose HELLO names this QP.
-  virtual Offer offer_locked(const PendingConnection& pending) = 0;
+  virtual Offer offer_locked(const PendingConnection& pending) RDMX_REQUIRES(device_lock_) = 0;
 
  protected:
-  // `caps`: as granted by the device (core::grant_qp_caps).
+  // `caps`: as granted by the device (core::grant_qp_caps); `device_lock`:
+  // the lock of the device whose engine drives this QP.
   SoftRcQp(const char* provider, std::uint32_t qpn, std::uint64_t max_message, RegistryProtectionDomain& pd,
-           CompletionRing& send_cq, CompletionRing& recv_cq, const QpCaps& caps);
+           CompletionRing& send_cq, CompletionRing& recv_cq, const QpCaps& caps, DeviceLock& device_lock);
 
   // The lock that guards this QP's state: its own (tcp) or its device's (shm).
-  virtual void lock_state() = 0;
-  virtual void unlock_state() = 0;
-  class StateGuard {
+  virtual void lock_state() RDMX_ACQUIRE() = 0;
+  virtual void unlock_state() RDMX_RELEASE() = 0;
+  class RDMX_SCOPED_CAPABILITY StateGuard {
    public:
-    explicit StateGuard(SoftRcQp& qp) : qp_(qp) { qp_.lock_state(); }
-    ~StateGuard() { qp_.unlock_state(); }
+    explicit StateGuard(SoftRcQp& qp) RDMX_ACQUIRE(qp) : qp_(qp) { qp_.lock_state(); }
+    // For const readers: locking is not a change of the QP.
+    explicit StateGuard(const SoftRcQp& qp) RDMX_ACQUIRE(qp) : qp_(const_cast<SoftRcQp&>(qp)) { qp_.lock_state(); }
+    ~StateGuard() RDMX_RELEASE() { qp_.unlock_state(); }
     StateGuard(const StateGuard&) = delete;
     StateGuard& operator=(const StateGuard&) = delete;
 
@@ -69,19 +83,19 @@ class SoftRcQp : public QueuePair {
   // ---- hooks, state lock held ----
   // A WRITE or READ the transport can finish at once, without a queue entry
   // (the QP is in RTS); true when it did.
-  virtual bool post_direct_locked(const SendWr& /*wr*/, std::uint64_t /*total*/) { return false; }
+  virtual bool post_direct_locked(const SendWr& /*wr*/, std::uint64_t /*total*/) RDMX_REQUIRES(this) { return false; }
   // A send WR was queued, its local buffers checked: start it.
-  virtual void send_queued_locked(SendEntry& entry) = 0;
+  virtual void send_queued_locked(SendEntry& entry) RDMX_REQUIRES(this) = 0;
   // A receive was queued.
-  virtual void recv_queued_locked() {}
+  virtual void recv_queued_locked() RDMX_REQUIRES(this) {}
   // The QP entered ERROR and its send queue was flushed (its receive queue
   // is flushed next): stop the transport and tell the peer.
-  virtual void error_entered_locked() = 0;
+  virtual void error_entered_locked() RDMX_REQUIRES(this) = 0;
   // Whether the peer left in order (so the move to ERROR is logged as
   // information, not as a warning, when nothing was outstanding).
-  virtual bool peer_left_in_order_locked(const std::string& reason) const = 0;
+  virtual bool peer_left_in_order_locked(const std::string& reason) const RDMX_REQUIRES(this) = 0;
   // An entry left the send queue completed (not flushed).
-  virtual void retired_locked(const SendEntry& /*entry*/) {}
+  virtual void retired_locked(const SendEntry& /*entry*/) RDMX_REQUIRES(this) {}
 
   // ---- for the provider, state lock held ----
   struct Peer {
@@ -93,26 +107,33 @@ class SoftRcQp : public QueuePair {
   // `peer`, remembering how to name it; throws when the QP is not in INIT or
   // `peer` is this QP. The side with the lower (nonce, qpn) initiates.
   void begin_connect_locked(std::uint64_t own_nonce, const Peer& peer, const ConnectOptions& options,
-                            const std::string& detail);
+                            const std::string& detail) RDMX_REQUIRES(this);
   // Moves to ERROR: the WR with `failing_msn` (default: the oldest) completes
   // with `status`, every other outstanding WR and receive with WR_FLUSH_ERR.
-  void fail_locked(const std::string& reason, WcStatus status, std::optional<std::uint32_t> failing_msn = {});
+  void fail_locked(const std::string& reason, WcStatus status, std::optional<std::uint32_t> failing_msn = {})
+      RDMX_REQUIRES(this);
   // Completes, oldest first, the first `sent` send-queue entries that are
   // done: acknowledged (before acked_msn_), or for READ and atomics answered.
-  void complete_done_locked(std::size_t sent);
+  void complete_done_locked(std::size_t sent) RDMX_REQUIRES(this);
   // Removes the (completed) entry at the head of the send queue.
-  void retire_head_locked();
+  void retire_head_locked() RDMX_REQUIRES(this);
   // The send-queue entry with `msn` among the first `within`, else null.
-  SendEntry* entry_for_msn_locked(std::uint32_t msn, std::size_t within);
+  SendEntry* entry_for_msn_locked(std::uint32_t msn, std::size_t within) RDMX_REQUIRES(this);
   // Starts the RNR clock of `entry`.
-  void note_rnr_locked(SendEntry& entry, Clock::time_point now);
-  bool push_send_completion_locked(const SendEntry& entry, WcStatus status);
-  bool push_send_completion_locked(std::uint64_t wr_id, Opcode opcode, std::uint64_t total, WcStatus status);
+  void note_rnr_locked(SendEntry& entry, Clock::time_point now) RDMX_REQUIRES(this);
+  bool push_send_completion_locked(const SendEntry& entry, WcStatus status) RDMX_REQUIRES(this);
+  bool push_send_completion_locked(std::uint64_t wr_id, Opcode opcode, std::uint64_t total, WcStatus status)
+      RDMX_REQUIRES(this);
   bool push_recv_completion_locked(const RecvEntry& entry, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
-                                   bool with_imm, std::uint32_t imm);
-  ErrorContext context(const std::string& op) const;
+                                   bool with_imm, std::uint32_t imm) RDMX_REQUIRES(this);
+  // In a callback run at once under the caller's state lock (as
+  // MemoryRegistry::with_access runs it): the analysis checks a lambda apart
+  // from the function that holds the lock.
+  void held_by_caller() const RDMX_ASSERT_CAPABILITY(this) {}
+  ErrorContext context_locked(const std::string& op) const RDMX_REQUIRES(this);
+  // For the checks made before the lock is taken (takes it).
   static ErrorContext context_of(const void* qp, const std::string& op);
-  std::string describe_peer() const { return peer_text_.empty() ? "the peer" : peer_text_; }
+  std::string describe_peer() const RDMX_REQUIRES(this) { return peer_text_.empty() ? "the peer" : peer_text_; }
 
   RegistryProtectionDomain& pd_;
   CompletionRing& send_cq_;
@@ -121,27 +142,28 @@ class SoftRcQp : public QueuePair {
   const std::uint32_t qpn_;
   const char* const provider_;
   const std::uint64_t max_message_;
+  DeviceLock& device_lock_;
 
   std::atomic<QpState> state_{QpState::Reset};
-  std::string error_reason_;
-  bool connect_requested_ = false;
-  bool initiator_ = false;
-  int peer_rank_ = -1;
-  std::string peer_text_;
-  std::chrono::milliseconds rnr_timeout_{};
-  Clock::time_point connect_deadline_{};
-  Clock::time_point retry_connect_at_{};
+  std::string error_reason_ RDMX_GUARDED_BY(this);
+  bool connect_requested_ RDMX_GUARDED_BY(this) = false;
+  bool initiator_ RDMX_GUARDED_BY(this) = false;
+  int peer_rank_ RDMX_GUARDED_BY(this) = -1;
+  std::string peer_text_ RDMX_GUARDED_BY(this);
+  std::chrono::milliseconds rnr_timeout_ RDMX_GUARDED_BY(this){};
+  Clock::time_point connect_deadline_ RDMX_GUARDED_BY(this){};
+  Clock::time_point retry_connect_at_ RDMX_GUARDED_BY(this){};
 
   // The region of the last local key checked (posting from one buffer again
   // and again is the common case: the cache answers without the registry's lock).
   CachedKey local_key_;
 
   // Requester.
-  WorkRing<SendEntry> sq_;
-  std::uint32_t next_msn_ = 0;   // MSN of the next posted WR
-  std::uint32_t acked_msn_ = 0;  // every MSN before this is acknowledged
+  WorkRing<SendEntry> sq_ RDMX_GUARDED_BY(this);
+  std::uint32_t next_msn_ RDMX_GUARDED_BY(this) = 0;   // MSN of the next posted WR
+  std::uint32_t acked_msn_ RDMX_GUARDED_BY(this) = 0;  // every MSN before this is acknowledged
   // Responder.
-  WorkRing<RecvEntry> rq_;
+  WorkRing<RecvEntry> rq_ RDMX_GUARDED_BY(this);
 };
 
 }  // namespace rdmx::core

@@ -4,11 +4,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <mutex>
 
 #include "core/address_bundle.hpp"
 #include "core/completion_queue.hpp"
 #include "core/log.hpp"
+#include "core/mutex.hpp"
 #include "core/work_request.hpp"
 
 namespace rdmx::autosel {
@@ -25,43 +25,43 @@ class AutoQp final : public QueuePair {
   std::uint32_t qp_num() const noexcept override { return qpn_; }
   QpState state() const noexcept override {
     if (QueuePair* q = chosen()) return q->state();
-    std::lock_guard lock(mutex_);
+    core::LockGuard lock(mutex_);
     if (QueuePair* q = chosen()) return q->state();
     return state_;
   }
   QpCaps caps() const noexcept override {
     // connect() drops the candidates it did not choose, the first among them perhaps.
     if (QueuePair* q = chosen()) return q->caps();
-    std::lock_guard lock(mutex_);
+    core::LockGuard lock(mutex_);
     if (QueuePair* q = chosen()) return q->caps();
     return subs_.front()->caps();
   }
   std::string provider() const override {
-    std::lock_guard lock(mutex_);
+    core::LockGuard lock(mutex_);
     if (QueuePair* q = chosen()) return q->provider();
     return "auto";
   }
   std::string error_reason() const override {
-    std::lock_guard lock(mutex_);
+    core::LockGuard lock(mutex_);
     if (QueuePair* q = chosen()) return q->error_reason();
     return error_reason_;
   }
   QpAddress local_address() const override {
-    std::lock_guard lock(mutex_);
+    core::LockGuard lock(mutex_);
     if (QueuePair* q = chosen()) return q->local_address();
     std::vector<QpAddress> parts;
     for (const auto& q : subs_) parts.push_back(q->local_address());
     return core::bundle_addresses(parts);
   }
   void init() override {
-    std::lock_guard lock(mutex_);
+    core::LockGuard lock(mutex_);
     if (QueuePair* q = chosen()) return q->init();
     for (auto& q : subs_) q->init();
     if (state_ == QpState::Reset) state_ = QpState::Init;
   }
   void connect(const QpAddress& remote, const ConnectOptions& options) override;
   void set_error(const std::string& reason) override {
-    std::lock_guard lock(mutex_);
+    core::LockGuard lock(mutex_);
     if (QueuePair* q = chosen()) return q->set_error(reason);
     if (state_ == QpState::Error) return;
     state_ = QpState::Error;
@@ -99,16 +99,17 @@ class AutoQp final : public QueuePair {
   }
 
   AutoDevice& device_;
-  mutable std::mutex mutex_;
-  std::vector<std::unique_ptr<QueuePair>> subs_;  // one per candidate until connect()
+  mutable core::Mutex mutex_;
+  // One per candidate until connect().
+  std::vector<std::unique_ptr<QueuePair>> subs_ RDMX_GUARDED_BY(mutex_);
   // Set once, at connect(), under mutex_; read without it on the posting path.
   std::atomic<QueuePair*> chosen_{nullptr};
   QueuePair* chosen() const noexcept { return chosen_.load(std::memory_order_acquire); }
   core::CompletionRing& recv_cq_;
   const std::uint32_t qpn_;
-  QpState state_ = QpState::Reset;
-  std::string error_reason_;
-  std::vector<PendingRecv> pending_recvs_;  // posted before the provider was chosen
+  QpState state_ RDMX_GUARDED_BY(mutex_) = QpState::Reset;
+  std::string error_reason_ RDMX_GUARDED_BY(mutex_);
+  std::vector<PendingRecv> pending_recvs_ RDMX_GUARDED_BY(mutex_);  // posted before the provider was chosen
 };
 
 class AutoDevice final : public Device, public core::EngineHandoff {
@@ -187,7 +188,7 @@ class AutoDevice final : public Device, public core::EngineHandoff {
 void AutoQp::connect(const QpAddress& remote, const ConnectOptions& options) {
   const std::vector<QpAddress> parts = core::unbundle_addresses(remote);
   const auto& candidates = device_.candidates();
-  std::unique_lock lock(mutex_);
+  core::UniqueLock lock(mutex_);
   if (chosen() != nullptr || state_ == QpState::Error) {
     throw Error(ErrorCode::InvalidState, "connect() needs a QP in INIT",
                 {.op = "connect", .peer_rank = options.peer_rank, .hint = "create a new QP for a new connection"});
@@ -236,7 +237,7 @@ void AutoQp::connect(const QpAddress& remote, const ConnectOptions& options) {
 
 void AutoQp::post_recv(const RecvWr& wr) {
   if (QueuePair* q = chosen()) return q->post_recv(wr);
-  std::unique_lock lock(mutex_);
+  core::UniqueLock lock(mutex_);
   if (QueuePair* q = chosen()) {  // connect() chose while we waited for the lock
     lock.unlock();
     return q->post_recv(wr);

@@ -130,7 +130,7 @@ ShmQp::Step ShmQp::handle_response_locked(const Record* r, std::uint16_t slots, 
   const std::uint32_t length = r->length;
   const std::uint64_t arg0 = r->arg0;
   SendEntry* e = entry_for_msn_locked(msn);
-  auto bad = [&](const std::string& what) {
+  auto bad = [&](const std::string& what) RDMX_REQUIRES(this) {
     protocol_error_locked(what + " (msn " + std::to_string(msn) + ")");
     return Step::Failed;
   };

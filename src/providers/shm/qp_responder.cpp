@@ -8,7 +8,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <shared_mutex>
+#include <optional>
 
 #include "core/ordered_placement.hpp"
 #include "core/work_request.hpp"
@@ -136,11 +136,11 @@ ShmQp::Step ShmQp::deliver_locked(const Record* r, const RecvEntry* recv, std::u
   {
     // Cross-memory copies can be long: they hold the registry's lock, which
     // deregistration waits for; inline copies rely on the cached verdicts.
-    std::shared_lock<std::shared_mutex> lock;
-    if (cross) lock = pd_.registry().read_lock();
+    std::optional<core::MemoryRegistry::Reader> reader;
+    if (cross) reader.emplace(pd_.registry());
     auto check = [&](bool remote, std::uint32_t key, std::uint64_t addr, std::uint64_t len, Access need) {
-      return cross ? pd_.registry().check_locked(remote, &pd_, key, addr, len, need)
-                   : (remote ? remote_key_ : local_key_).check(pd_.registry(), remote, &pd_, key, addr, len, need);
+      return reader ? reader->check(remote, &pd_, key, addr, len, need)
+                    : (remote ? remote_key_ : local_key_).check(pd_.registry(), remote, &pd_, key, addr, len, need);
     };
     if (to_recv) {
       if (length > recv->capacity) {
@@ -238,10 +238,10 @@ ShmQp::Step ShmQp::answer_read_locked(const Record* r) {
   std::string why;
   WcStatus nak_status = WcStatus::Success;
   {
-    std::shared_lock<std::shared_mutex> lock;
-    if (cross) lock = pd_.registry().read_lock();
+    std::optional<core::MemoryRegistry::Reader> reader;
+    if (cross) reader.emplace(pd_.registry());
     auto verdict = length == 0 ? core::AccessCheck::Ok
-                   : cross     ? pd_.registry().check_locked(true, &pd_, rkey, addr, length, Access::RemoteRead)
+                   : reader    ? reader->check(true, &pd_, rkey, addr, length, Access::RemoteRead)
                                : remote_key_.check(pd_.registry(), true, &pd_, rkey, addr, length, Access::RemoteRead);
     if (verdict != core::AccessCheck::Ok) {
       nak_status = WcStatus::RemAccessErr;

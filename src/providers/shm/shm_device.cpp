@@ -21,6 +21,7 @@
 #include "core/completion_queue.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
+#include "core/mutex.hpp"
 #include "core/settings.hpp"
 #include "providers/shm/shm_factory.hpp"
 #include "providers/shm/shm_qp.hpp"
@@ -149,8 +150,8 @@ std::size_t ShmDevice::progress() {
       !any_probe_hot()) {
     return 0;
   }
-  std::unique_lock guard(lock(), std::try_to_lock);
-  if (!guard.owns_lock()) return 0;
+  if (!lock_.try_lock()) return 0;
+  core::LockGuard guard(lock_, core::kAdoptLock);
   return pass_locked(false);
 }
 
@@ -195,7 +196,11 @@ std::size_t ShmDevice::pass_locked(bool full) {
   // The rings are polled on every pass (one load each when idle); sockets
   // (connections, wake-ups, a peer's exit) and timers less often.
   std::size_t did = 0;
-  for (core::SoftRcQp* qp : qp_list_) did += static_cast<ShmQp*>(qp)->poll_locked();
+  for (core::SoftRcQp* base : qp_list_) {
+    auto* qp = static_cast<ShmQp*>(base);
+    qp->state_held_by_device(lock_);
+    did += qp->poll_locked();
+  }
   ++passes_;
   if (full || passes_ % kEpollPassEvery == 0) did += epoll_pass_locked();
   if (full || passes_ % kTimerPassEvery == 0) maybe_run_timers_locked();
@@ -223,13 +228,19 @@ const char* ShmDevice::read_hello_locked(core::PendingConnection& p) {
 
 bool ShmDevice::prepare_sleep_locked() {
   // Batched acknowledgements go out before we stop producing them.
-  for (core::SoftRcQp* qp : qp_list_) static_cast<ShmQp*>(qp)->publish_acks_locked(true);
-  for (core::SoftRcQp* qp : qp_list_) static_cast<ShmQp*>(qp)->set_sleeping_locked(true);
+  for (core::SoftRcQp* base : qp_list_) {
+    auto* qp = static_cast<ShmQp*>(base);
+    qp->state_held_by_device(lock_);
+    qp->publish_acks_locked(true);
+    qp->set_sleeping_locked(true);
+  }
   // Pairs with the producer's fence between publishing a record and reading
   // the mark: either it sees the mark and wakes us, or we see its record.
   core::heavy_fence(asymmetric_fence_);
-  for (core::SoftRcQp* qp : qp_list_) {
-    if (static_cast<ShmQp*>(qp)->has_input_locked()) {
+  for (core::SoftRcQp* base : qp_list_) {
+    auto* qp = static_cast<ShmQp*>(base);
+    qp->state_held_by_device(lock_);
+    if (qp->has_input_locked()) {
       end_sleep_locked();
       return false;
     }
@@ -238,16 +249,20 @@ bool ShmDevice::prepare_sleep_locked() {
 }
 
 void ShmDevice::end_sleep_locked() {
-  for (core::SoftRcQp* qp : qp_list_) static_cast<ShmQp*>(qp)->set_sleeping_locked(false);
+  for (core::SoftRcQp* base : qp_list_) {
+    auto* qp = static_cast<ShmQp*>(base);
+    qp->state_held_by_device(lock_);
+    qp->set_sleeping_locked(false);
+  }
 }
 
 bool ShmDevice::prepare_sleep() {
-  std::lock_guard guard(lock());
+  core::LockGuard guard(lock_);
   return prepare_sleep_locked();
 }
 
 void ShmDevice::end_sleep() {
-  std::lock_guard guard(lock());
+  core::LockGuard guard(lock_);
   end_sleep_locked();
 }
 

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "core/soft_rc/device.hpp"
+#include "core/thread_annotations.hpp"
 #include "providers/shm/copy.hpp"
 #include "providers/shm/handshake.hpp"
 #include "rdmx/verbs.hpp"
@@ -59,33 +60,33 @@ class ShmDevice final : public core::SoftRcDevice {
   };
   // A probe for a new QP, or nullptr when all are taken (then every
   // progress() call takes the lock).
-  Probe* claim_probe_locked();
-  void release_probe_locked(Probe* probe);
+  Probe* claim_probe_locked() RDMX_REQUIRES(lock_);
+  void release_probe_locked(Probe* probe) RDMX_REQUIRES(lock_);
 
  private:
   std::unique_ptr<QueuePair> make_qp(const core::QpParts& parts, const QpCaps& caps) override;
-  std::size_t engine_pass_locked(bool idle) override { return pass_locked(idle); }
+  std::size_t engine_pass_locked(bool idle) override RDMX_REQUIRES(lock_) { return pass_locked(idle); }
   // The HELLO is one SOCK_SEQPACKET message that carries the segment's memfd.
-  const char* read_hello_locked(core::PendingConnection& p) override;
+  const char* read_hello_locked(core::PendingConnection& p) override RDMX_REQUIRES(lock_);
   // Marks the rings sleeping, so a producer wakes the engine through the socket.
-  bool prepare_sleep() override;
-  void end_sleep() override;
+  bool prepare_sleep() override RDMX_EXCLUDES(lock_);
+  void end_sleep() override RDMX_EXCLUDES(lock_);
 
-  std::size_t pass_locked(bool full);
+  std::size_t pass_locked(bool full) RDMX_REQUIRES(lock_);
   // Whether any QP visibly has work; read without the lock.
   bool any_probe_hot() const;
   // Before blocking: marks every ring sleeping; false when one has work after all.
-  bool prepare_sleep_locked();
-  void end_sleep_locked();
+  bool prepare_sleep_locked() RDMX_REQUIRES(lock_);
+  void end_sleep_locked() RDMX_REQUIRES(lock_);
 
   std::string socket_path_;
   bool asymmetric_fence_ = false;
   static constexpr std::size_t kProbes = 256;
   std::array<Probe, kProbes> probes_;
-  std::vector<bool> probe_used_ = std::vector<bool>(kProbes, false);
+  std::vector<bool> probe_used_ RDMX_GUARDED_BY(lock_) = std::vector<bool>(kProbes, false);
   std::atomic<std::uint32_t> probe_high_{0};    // probes_[0, high) may be in use
   std::atomic<std::uint32_t> unprobed_qps_{0};  // QPs without a probe
-  std::uint32_t passes_ = 0;
+  std::uint32_t passes_ RDMX_GUARDED_BY(lock_) = 0;
   ParallelCopy copier_;
 };
 

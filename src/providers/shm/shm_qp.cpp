@@ -22,6 +22,7 @@
 #include "core/address_bundle.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
+#include "core/mutex.hpp"
 #include "core/work_request.hpp"
 #include "providers/shm/cross_memory.hpp"
 
@@ -42,17 +43,17 @@ int peer_pid_of(int socket) {
 
 ShmQp::ShmQp(ShmDevice& device, const core::QpParts& parts, const QpCaps& caps)
     : SoftRcQp("shm", device.next_qpn(), kMaxMessage, parts.pd, parts.send_cq, parts.recv_cq,
-               core::grant_qp_caps(caps, device.caps(), "shm")),
+               core::grant_qp_caps(caps, device.caps(), "shm"), device.lock()),
       device_(device),
       eager_(eager_limit()),
       probe_value_(std::random_device{}() | 1ull << 40) {
-  std::lock_guard lock(device_.lock());
+  core::LockGuard lock(device_.lock());
   device_.add_qp_locked(this);
   probe_ = device_.claim_probe_locked();
 }
 
 ShmQp::~ShmQp() {
-  std::lock_guard lock(device_.lock());
+  core::LockGuard lock(device_.lock());
   device_.remove_qp_locked(this);
   device_.release_probe_locked(probe_);
   close_socket_locked();
@@ -88,9 +89,10 @@ QpAddress ShmQp::local_address() const {
   return self.encode();
 }
 
-void ShmQp::lock_state() { device_.lock().lock(); }
+// The analysis sees the QP as the lock (SoftRcQp), not the device lock behind it.
+void ShmQp::lock_state() RDMX_NO_THREAD_SAFETY_ANALYSIS { device_.lock().lock(); }
 
-void ShmQp::unlock_state() {
+void ShmQp::unlock_state() RDMX_NO_THREAD_SAFETY_ANALYSIS {
   update_probe_locked();
   device_.lock().unlock();
 }
@@ -134,6 +136,7 @@ void ShmQp::connect(const QpAddress& remote, const ConnectOptions& options) {
     memfd_ = memfd;
     start_connect_locked();
   } else {
+    device_held_by_state();
     if (auto pending = device_.claim_pending_locked(qpn_, peer.qpn, peer.nonce)) accept_locked(*pending);
   }
 }
@@ -220,6 +223,7 @@ void ShmQp::close_socket_locked() {
 }
 
 core::Offer ShmQp::offer_locked(const core::PendingConnection& pending) {
+  state_held_by_device(device_lock_);
   ProbeRefresh refresh{this};
   if (!connect_requested_) return core::Offer::NotYet;
   // A QP already in ERROR still completes the handshake, then says Bye: the
@@ -289,6 +293,7 @@ void ShmQp::accept_locked(const core::PendingConnection& pending) {
 }
 
 bool ShmQp::on_socket_locked(std::uint32_t events) {
+  state_held_by_device(device_lock_);
   ProbeRefresh refresh{this};
   if (socket_ < 0) return false;
   bool closed = false;
@@ -355,6 +360,7 @@ void ShmQp::peer_gone_locked(const std::string& reason, bool receives_too) {
 }
 
 bool ShmQp::on_timer_locked(core::Clock::time_point now) {
+  state_held_by_device(device_lock_);
   ProbeRefresh refresh{this};
   if (!connect_requested_ || state() == QpState::Error || !peer_gone_.empty()) return false;
   bool busy = false;

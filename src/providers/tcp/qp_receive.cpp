@@ -97,6 +97,7 @@ bool TcpQp::receive_locked(int frame_budget) {
       Header ack;
       ack.type = FrameType::Ack;
       // Only an application thread can be about to reply; the engine thread acknowledges at once.
+      device_.lock_held(device_lock_);
       only_ack = device_.in_application_pass_locked() && control_.empty() && !tx_.active && !has_data_frames_locked();
       queue_control_locked(ack);
     }
@@ -175,7 +176,7 @@ std::size_t TcpQp::deliver_locked(const std::uint8_t* from, std::size_t n) {
   std::array<iovec, kMaxSge + 1> iov;  // + the read-ahead buffer
   int count = 0;
   ssize_t got = -1;
-  auto land = [&]() {
+  auto land = [&]() RDMX_REQUIRES(this) {
     if (from != nullptr) {
       std::size_t off = 0;
       for (int i = 0; i < count; ++i) {
@@ -224,6 +225,7 @@ std::size_t TcpQp::deliver_locked(const std::uint8_t* from, std::size_t n) {
       const std::size_t direct =
           off < before_tail ? static_cast<std::size_t>(std::min<std::uint64_t>(n, before_tail - off)) : 0;
       auto verdict = registry.with_access(true, &pd_, incoming_.rkey, addr, n, Access::RemoteWrite, [&](char* p) {
+        held_by_caller();
         count = 0;
         if (direct > 0) iov[static_cast<std::size_t>(count++)] = {p, direct};
         if (direct < n)
@@ -247,8 +249,8 @@ std::size_t TcpQp::deliver_locked(const std::uint8_t* from, std::size_t n) {
       SendEntry* e = recv ? nullptr : entry_for_msn_locked(rx_header_.msn);
       const auto& sges = recv ? incoming_.recv.sges : e->sges;
       const auto num = recv ? incoming_.recv.num_sge : e->num_sge;
-      auto lock = registry.read_lock();
-      count = gather_locked(sges, num, rx_target_offset_, n, iov.data(), true);
+      core::MemoryRegistry::Reader lock(registry);
+      count = gather_locked(sges, num, rx_target_offset_, n, iov.data(), &lock);
       if (count < 0) {
         lock.unlock();
         if (recv) {

@@ -97,7 +97,7 @@ void TcpQp::finish_header_locked(Header& h) {
 }
 
 int TcpQp::gather_locked(const std::array<Sge, kMaxSge>& sges, std::uint32_t num_sge, std::uint64_t offset,
-                         std::uint64_t length, iovec* iov, bool check_write) {
+                         std::uint64_t length, iovec* iov, const core::MemoryRegistry::Reader* writable) {
   int count = 0;
   for (std::uint32_t i = 0; i < num_sge && length > 0; ++i) {
     const Sge& sge = sges[i];
@@ -106,8 +106,8 @@ int TcpQp::gather_locked(const std::array<Sge, kMaxSge>& sges, std::uint32_t num
       continue;
     }
     std::uint64_t take = std::min<std::uint64_t>(sge.length - offset, length);
-    if (check_write && device_.registry().check_locked(false, &pd_, sge.lkey, sge.addr + offset, take,
-                                                       Access::LocalWrite) != core::AccessCheck::Ok) {
+    if (writable != nullptr &&
+        writable->check(false, &pd_, sge.lkey, sge.addr + offset, take, Access::LocalWrite) != core::AccessCheck::Ok) {
       return -1;
     }
     iov[count].iov_base = reinterpret_cast<void*>(sge.addr + offset);
@@ -187,7 +187,7 @@ bool TcpQp::build_frame_locked() {
             if (imm) h.arg1 = e.imm;
             if (e.signaled || sq_.size() * 2 >= sq_.capacity()) h.flags |= wire::kAckNow;
           }
-          tx_.iov_count = 1 + gather_locked(e.sges, e.num_sge, tx_offset_, chunk, &tx_.iov[1], false);
+          tx_.iov_count = 1 + gather_locked(e.sges, e.num_sge, tx_offset_, chunk, &tx_.iov[1], nullptr);
           payload = chunk;
           tx_offset_ += chunk;
           if (last) {
@@ -243,9 +243,10 @@ bool TcpQp::write_frame_locked() {
     ssize_t n = -1;
     if (tx_.remote_source) {
       // A READ response reads the target's registered memory: only while the region is still registered.
+      const int fd = fd_;
       auto verdict =
           device_.registry().with_access(true, &pd_, tx_.rkey, tx_.addr, tx_.length, Access::RemoteRead,
-                                         [&](char*) { n = ::sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT); });
+                                         [&](char*) { n = ::sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT); });
       if (verdict != core::AccessCheck::Ok) {
         fail_locked("memory region deregistered while serving a READ for " + peer_text_, WcStatus::WrFlushErr);
         return false;

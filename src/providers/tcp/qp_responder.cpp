@@ -137,8 +137,8 @@ bool TcpQp::on_send_request_locked(const Header& h) {
   }
   std::array<iovec, kMaxSge> scratch;
   auto& registry = device_.registry();
-  auto lock = registry.read_lock();
-  if (gather_locked(incoming_.recv.sges, incoming_.recv.num_sge, 0, h.arg0, scratch.data(), true) < 0) {
+  core::MemoryRegistry::Reader lock(registry);
+  if (gather_locked(incoming_.recv.sges, incoming_.recv.num_sge, 0, h.arg0, scratch.data(), &lock) < 0) {
     lock.unlock();
     push_recv_completion_locked(incoming_.recv, WcStatus::LocProtErr, WcOpcode::Recv, 0, false, 0);
     incoming_.has_recv = false;
@@ -155,7 +155,7 @@ bool TcpQp::on_write_request_locked(const Header& h) {
   const bool imm = (h.flags & wire::kWithImm) != 0;
   const bool last = (h.flags & wire::kLast) != 0;
   auto& registry = device_.registry();
-  auto refuse = [&](core::AccessCheck verdict) {
+  auto refuse = [&](core::AccessCheck verdict) RDMX_REQUIRES(this) {
     nak_locked(h.msn, Syndrome::RemAccess,
                "RDMA WRITE to " + hex(h.addr) + " length " + std::to_string(h.arg0) + " rkey " + hex(h.rkey) + ": " +
                    core::to_string(verdict));

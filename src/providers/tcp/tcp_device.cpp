@@ -15,6 +15,7 @@
 #include "core/completion_queue.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
+#include "core/mutex.hpp"
 #include "providers/tcp/tcp_factory.hpp"
 #include "providers/tcp/tcp_qp.hpp"
 
@@ -83,8 +84,8 @@ std::unique_ptr<QueuePair> TcpDevice::make_qp(const core::QpParts& parts, const 
 
 std::size_t TcpDevice::progress() {
   note_application_activity();
-  std::unique_lock guard(lock(), std::try_to_lock);
-  if (!guard.owns_lock()) return 0;
+  if (!lock_.try_lock()) return 0;
+  core::LockGuard guard(lock_, core::kAdoptLock);
   application_pass_ = true;
   std::size_t did = spin_pass_locked();
   application_pass_ = false;
@@ -118,7 +119,9 @@ std::size_t TcpDevice::spin_pass_locked() {
   std::size_t did = 0;
   for (nfds_t i = 0; i < count; ++i) {
     // poll and epoll report readiness with the same bits.
-    if (fds[i].revents != 0 && owners[i]->on_socket_locked(static_cast<std::uint32_t>(fds[i].revents))) ++did;
+    if (fds[i].revents == 0) continue;
+    owners[i]->device_lock_held(lock_);
+    if (owners[i]->on_socket_locked(static_cast<std::uint32_t>(fds[i].revents))) ++did;
   }
   return did;
 }

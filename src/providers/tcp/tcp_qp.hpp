@@ -20,7 +20,6 @@
 #include <array>
 #include <deque>
 #include <initializer_list>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -28,7 +27,9 @@
 
 #include "core/completion_queue.hpp"
 #include "core/memory_registry.hpp"
+#include "core/mutex.hpp"
 #include "core/soft_rc/qp.hpp"
+#include "core/thread_annotations.hpp"
 #include "core/work_request.hpp"
 #include "providers/tcp/address.hpp"
 #include "providers/tcp/tcp_device.hpp"
@@ -56,9 +57,9 @@ class TcpQp final : public core::SoftRcQp {
   void connect(const QpAddress& remote, const ConnectOptions& options) override;
 
   // ---- the device's calls, device lock held (each takes the QP's own) ----
-  bool on_socket_locked(std::uint32_t events) override;
-  bool on_timer_locked(core::Clock::time_point now) override;
-  core::Offer offer_locked(const core::PendingConnection& pending) override;
+  bool on_socket_locked(std::uint32_t events) override RDMX_REQUIRES(device_lock_);
+  bool on_timer_locked(core::Clock::time_point now) override RDMX_REQUIRES(device_lock_);
+  core::Offer offer_locked(const core::PendingConnection& pending) override RDMX_REQUIRES(device_lock_);
   // For the spinning fast path: the socket to poll() and the events that
   // matter now, or -1 when the QP is not exchanging frames.
   int poll_fd(short& events);
@@ -113,130 +114,130 @@ class TcpQp final : public core::SoftRcQp {
     return table;
   }
   // Runs the handler of h's type; a type without one is a protocol error.
-  bool run_handler_locked(const FrameHandlers& handlers, const Header& h, const char* kind);
+  bool run_handler_locked(const FrameHandlers& handlers, const Header& h, const char* kind) RDMX_REQUIRES(this);
 
   // The engine's hooks (core::SoftRcQp).
-  void lock_state() override;
-  void unlock_state() override;
-  void send_queued_locked(SendEntry& entry) override;
-  void error_entered_locked() override;
-  bool peer_left_in_order_locked(const std::string& reason) const override;
+  void lock_state() override RDMX_ACQUIRE();
+  void unlock_state() override RDMX_RELEASE();
+  void send_queued_locked(SendEntry& entry) override RDMX_REQUIRES(this);
+  void error_entered_locked() override RDMX_REQUIRES(this);
+  bool peer_left_in_order_locked(const std::string& reason) const override RDMX_REQUIRES(this);
 
   // Sending (qp_requester.cpp).
-  void pump_locked(int frame_budget);
-  bool send_small_now_locked(const SendEntry& e);
-  bool requests_to_send_locked() const;
-  bool has_data_frames_locked() const;
-  bool build_frame_locked();
-  bool write_frame_locked();
-  void set_want_write_locked(bool want);
+  void pump_locked(int frame_budget) RDMX_REQUIRES(this);
+  bool send_small_now_locked(const SendEntry& e) RDMX_REQUIRES(this);
+  bool requests_to_send_locked() const RDMX_REQUIRES(this);
+  bool has_data_frames_locked() const RDMX_REQUIRES(this);
+  bool build_frame_locked() RDMX_REQUIRES(this);
+  bool write_frame_locked() RDMX_REQUIRES(this);
+  void set_want_write_locked(bool want) RDMX_REQUIRES(this);
   // Adds (EPOLL_CTL_ADD) or changes (EPOLL_CTL_MOD) the device's watch on this QP's socket.
-  void watch_socket_locked(int operation, std::uint32_t events);
-  void queue_control_locked(wire::Header header);
-  void finish_header_locked(wire::Header& header);
+  void watch_socket_locked(int operation, std::uint32_t events) RDMX_REQUIRES(this);
+  void queue_control_locked(wire::Header header) RDMX_REQUIRES(this);
+  void finish_header_locked(wire::Header& header) RDMX_REQUIRES(this);
   int gather_locked(const std::array<Sge, kMaxSge>& sges, std::uint32_t num_sge, std::uint64_t offset,
-                    std::uint64_t length, iovec* iov, bool check_write);
+                    std::uint64_t length, iovec* iov, const core::MemoryRegistry::Reader* writable) RDMX_REQUIRES(this);
   // Answers to our requests (qp_requester.cpp), one handler per frame type.
-  bool handle_response_locked(const wire::Header& h);
-  bool on_bye_locked(const wire::Header& h);
-  bool on_ack_locked(const wire::Header& h);
-  bool on_read_response_locked(const wire::Header& h);
-  bool on_atomic_response_locked(const wire::Header& h);
-  bool on_nak_locked(const wire::Header& h);
-  void process_ack_locked(std::uint32_t ack_msn);
-  void complete_in_order_locked();
-  SendEntry* entry_for_msn_locked(std::uint32_t msn);
+  bool handle_response_locked(const wire::Header& h) RDMX_REQUIRES(this);
+  bool on_bye_locked(const wire::Header& h) RDMX_REQUIRES(this);
+  bool on_ack_locked(const wire::Header& h) RDMX_REQUIRES(this);
+  bool on_read_response_locked(const wire::Header& h) RDMX_REQUIRES(this);
+  bool on_atomic_response_locked(const wire::Header& h) RDMX_REQUIRES(this);
+  bool on_nak_locked(const wire::Header& h) RDMX_REQUIRES(this);
+  void process_ack_locked(std::uint32_t ack_msn) RDMX_REQUIRES(this);
+  void complete_in_order_locked() RDMX_REQUIRES(this);
+  SendEntry* entry_for_msn_locked(std::uint32_t msn) RDMX_REQUIRES(this);
   // Receiving (qp_receive.cpp).
-  bool receive_locked(int frame_budget);
-  bool fill_read_ahead_locked();
-  bool dispatch_header_locked(const wire::Header& h);
-  bool consume_payload_locked();
-  void start_discard_locked(const wire::Header& h);
-  std::size_t deliver_locked(const std::uint8_t* from, std::size_t n);
-  void finish_frame_locked();
+  bool receive_locked(int frame_budget) RDMX_REQUIRES(this, device_lock_);
+  bool fill_read_ahead_locked() RDMX_REQUIRES(this);
+  bool dispatch_header_locked(const wire::Header& h) RDMX_REQUIRES(this);
+  bool consume_payload_locked() RDMX_REQUIRES(this);
+  void start_discard_locked(const wire::Header& h) RDMX_REQUIRES(this);
+  std::size_t deliver_locked(const std::uint8_t* from, std::size_t n) RDMX_REQUIRES(this);
+  void finish_frame_locked() RDMX_REQUIRES(this);
   // The peer's requests (qp_responder.cpp): admitted in order, then one handler per type.
-  bool handle_request_locked(const wire::Header& h);
-  bool continue_message_locked(const wire::Header& h);
-  bool on_ack_request_locked(const wire::Header& h);
-  bool on_send_request_locked(const wire::Header& h);
-  bool on_write_request_locked(const wire::Header& h);
-  bool on_read_request_locked(const wire::Header& h);
-  bool on_atomic_request_locked(const wire::Header& h);
-  bool first_chunk_fits_locked(const wire::Header& h);
+  bool handle_request_locked(const wire::Header& h) RDMX_REQUIRES(this);
+  bool continue_message_locked(const wire::Header& h) RDMX_REQUIRES(this);
+  bool on_ack_request_locked(const wire::Header& h) RDMX_REQUIRES(this);
+  bool on_send_request_locked(const wire::Header& h) RDMX_REQUIRES(this);
+  bool on_write_request_locked(const wire::Header& h) RDMX_REQUIRES(this);
+  bool on_read_request_locked(const wire::Header& h) RDMX_REQUIRES(this);
+  bool on_atomic_request_locked(const wire::Header& h) RDMX_REQUIRES(this);
+  bool first_chunk_fits_locked(const wire::Header& h) RDMX_REQUIRES(this);
   // SEND and WRITE_WITH_IMM consume a receive. Without one, the requester is
   // told RNR, the message is discarded, and this returns false.
-  bool take_receive_locked(const wire::Header& h);
-  bool begin_message_locked(const wire::Header& h, bool with_imm);
+  bool take_receive_locked(const wire::Header& h) RDMX_REQUIRES(this);
+  bool begin_message_locked(const wire::Header& h, bool with_imm) RDMX_REQUIRES(this);
   // A request message is complete: the next MSN is expected and it is owed an ACK.
-  void request_executed_locked(std::uint16_t flags);
-  void nak_locked(std::uint32_t msn, wire::Syndrome syndrome, const std::string& why);
+  void request_executed_locked(std::uint16_t flags) RDMX_REQUIRES(this);
+  void nak_locked(std::uint32_t msn, wire::Syndrome syndrome, const std::string& why) RDMX_REQUIRES(this);
   // Connection (tcp_qp.cpp).
-  void start_connect_locked();
-  void schedule_connect_retry_locked(int error);
-  void on_connected_locked();
-  void attach_locked(int fd);
+  void start_connect_locked() RDMX_REQUIRES(this);
+  void schedule_connect_retry_locked(int error) RDMX_REQUIRES(this);
+  void on_connected_locked() RDMX_REQUIRES(this);
+  void attach_locked(int fd) RDMX_REQUIRES(this);
   // Connected and exchanging frames (not closed, not draining after an error).
-  bool live_locked() const { return fd_ >= 0 && !draining_; }
-  void begin_drain_locked();
-  void drain_locked();
-  void close_socket_locked();
+  bool live_locked() const RDMX_REQUIRES(this) { return fd_ >= 0 && !draining_; }
+  void begin_drain_locked() RDMX_REQUIRES(this);
+  void drain_locked() RDMX_REQUIRES(this);
+  void close_socket_locked() RDMX_REQUIRES(this);
   // Destruction in order: a BYE (carrying the final acknowledgement) and a
   // shut-down write side, the socket left to the device to linger on.
-  void say_goodbye_locked();
-  void protocol_error_locked(const std::string& what);
+  void say_goodbye_locked() RDMX_REQUIRES(this, device_.lock());
+  void protocol_error_locked(const std::string& what) RDMX_REQUIRES(this);
 
   TcpDevice& device_;
-  mutable std::mutex mutex_;
-  TcpAddress remote_{};
+  mutable core::Mutex mutex_;  // the state lock (lock_state())
+  TcpAddress remote_ RDMX_GUARDED_BY(this){};
 
   // Connection.
-  int fd_ = -1;
-  bool connecting_ = false;  // initiator: TCP connect in flight
-  bool established_ = false;
-  bool want_write_ = false;
-  bool tx_blocked_ = false;     // the last send hit EAGAIN: wait for EPOLLOUT
-  bool draining_ = false;       // ERROR: NAK sent, reading until the peer closes
-  bool peer_said_bye_ = false;  // the peer destroyed its QP in order: its end of file is no crash
-  bool write_shut_ = false;
-  core::Clock::time_point drain_deadline_{};
-  std::chrono::milliseconds retry_backoff_{5};
-  core::Clock::time_point last_rx_{};
-  bool ack_request_sent_ = false;
-  bool rx_seen_ = false;  // bytes arrived since the last timer scan (which stamps last_rx_)
+  int fd_ RDMX_GUARDED_BY(this) = -1;
+  bool connecting_ RDMX_GUARDED_BY(this) = false;  // initiator: TCP connect in flight
+  bool established_ RDMX_GUARDED_BY(this) = false;
+  bool want_write_ RDMX_GUARDED_BY(this) = false;
+  bool tx_blocked_ RDMX_GUARDED_BY(this) = false;     // the last send hit EAGAIN: wait for EPOLLOUT
+  bool draining_ RDMX_GUARDED_BY(this) = false;       // ERROR: NAK sent, reading until the peer closes
+  bool peer_said_bye_ RDMX_GUARDED_BY(this) = false;  // the peer destroyed its QP in order: its end of file is no crash
+  bool write_shut_ RDMX_GUARDED_BY(this) = false;
+  core::Clock::time_point drain_deadline_ RDMX_GUARDED_BY(this){};
+  std::chrono::milliseconds retry_backoff_ RDMX_GUARDED_BY(this){5};
+  core::Clock::time_point last_rx_ RDMX_GUARDED_BY(this){};
+  bool ack_request_sent_ RDMX_GUARDED_BY(this) = false;
+  bool rx_seen_ RDMX_GUARDED_BY(this) = false;  // bytes arrived since the last timer scan (which stamps last_rx_)
 
   // Requester.
-  std::uint32_t tx_msn_ = 0;         // next WR to put on the wire
-  std::uint64_t tx_offset_ = 0;      // bytes of that WR already framed
-  std::uint32_t sent_msn_high_ = 0;  // every MSN before this has started on the wire
-  bool rnr_paused_ = false;
-  std::uint32_t rnr_msn_ = 0;
-  core::Clock::time_point rnr_resume_at_{};
+  std::uint32_t tx_msn_ RDMX_GUARDED_BY(this) = 0;         // next WR to put on the wire
+  std::uint64_t tx_offset_ RDMX_GUARDED_BY(this) = 0;      // bytes of that WR already framed
+  std::uint32_t sent_msn_high_ RDMX_GUARDED_BY(this) = 0;  // every MSN before this has started on the wire
+  bool rnr_paused_ RDMX_GUARDED_BY(this) = false;
+  std::uint32_t rnr_msn_ RDMX_GUARDED_BY(this) = 0;
+  core::Clock::time_point rnr_resume_at_ RDMX_GUARDED_BY(this){};
 
   // Responder.
-  std::uint32_t expected_msn_ = 0;
-  bool ack_pending_ = false;  // executed requests not yet acknowledged
-  bool ack_now_ = false;      // ... and the requester asked for it promptly
-  bool rnr_discarding_ = false;
-  std::uint32_t rnr_discard_msn_ = 0;
-  Incoming incoming_;
-  std::uint8_t tail_hold_[8] = {};  // a WRITE's last word, stored after the rest of it
-  std::deque<ReadJob> read_jobs_;
-  std::deque<wire::Header> control_;
-  bool serve_reads_next_ = false;
+  std::uint32_t expected_msn_ RDMX_GUARDED_BY(this) = 0;
+  bool ack_pending_ RDMX_GUARDED_BY(this) = false;  // executed requests not yet acknowledged
+  bool ack_now_ RDMX_GUARDED_BY(this) = false;      // ... and the requester asked for it promptly
+  bool rnr_discarding_ RDMX_GUARDED_BY(this) = false;
+  std::uint32_t rnr_discard_msn_ RDMX_GUARDED_BY(this) = 0;
+  Incoming incoming_ RDMX_GUARDED_BY(this);
+  std::uint8_t tail_hold_[8] RDMX_GUARDED_BY(this) = {};  // a WRITE's last word, stored after the rest of it
+  std::deque<ReadJob> read_jobs_ RDMX_GUARDED_BY(this);
+  std::deque<wire::Header> control_ RDMX_GUARDED_BY(this);
+  bool serve_reads_next_ RDMX_GUARDED_BY(this) = false;
 
   // Frame I/O.
-  TxFrame tx_;
+  TxFrame tx_ RDMX_GUARDED_BY(this);
   static constexpr std::size_t kReadAhead = 4096;
-  std::array<std::uint8_t, kReadAhead> rx_buf_{};
-  std::size_t rx_begin_ = 0;
-  std::size_t rx_end_ = 0;
-  bool rx_in_payload_ = false;
-  wire::Header rx_header_{};
-  std::uint32_t rx_left_ = 0;
-  RxTarget rx_target_ = RxTarget::Discard;
-  std::uint64_t rx_target_offset_ = 0;  // offset in the message / READ result
-  bool last_frame_large_ = false;
-  bool rx_drained_ = false;  // this receive pass's last read-ahead came back short
+  std::array<std::uint8_t, kReadAhead> rx_buf_ RDMX_GUARDED_BY(this){};
+  std::size_t rx_begin_ RDMX_GUARDED_BY(this) = 0;
+  std::size_t rx_end_ RDMX_GUARDED_BY(this) = 0;
+  bool rx_in_payload_ RDMX_GUARDED_BY(this) = false;
+  wire::Header rx_header_ RDMX_GUARDED_BY(this){};
+  std::uint32_t rx_left_ RDMX_GUARDED_BY(this) = 0;
+  RxTarget rx_target_ RDMX_GUARDED_BY(this) = RxTarget::Discard;
+  std::uint64_t rx_target_offset_ RDMX_GUARDED_BY(this) = 0;  // offset in the message / READ result
+  bool last_frame_large_ RDMX_GUARDED_BY(this) = false;
+  bool rx_drained_ RDMX_GUARDED_BY(this) = false;  // this receive pass's last read-ahead came back short
 };
 
 }  // namespace rdmx::tcp

@@ -126,14 +126,14 @@ void VerbsQp::hold_flush(std::uint64_t wr_id, WcOpcode opcode) {
   wc.opcode = opcode;
   wc.qp_num = qpn_;
   {
-    std::lock_guard held(held_mutex_);
+    core::LockGuard held(held_mutex_);
     (opcode == WcOpcode::Recv ? held_recvs_ : held_sends_).push_back(wc);
   }
   release_held_flushes();
 }
 
 void VerbsQp::release_held_flushes() {
-  std::lock_guard held(held_mutex_);
+  core::LockGuard held(held_mutex_);
   if (!held_sends_.empty() &&
       send_done_.load(std::memory_order_acquire) == send_next_.load(std::memory_order_acquire)) {
     for (const auto& wc : held_sends_) send_cq_.push(wc);

@@ -335,20 +335,20 @@ std::unique_ptr<QueuePair> VerbsDevice::create_qp(ProtectionDomain& pd, Completi
 }
 
 void VerbsDevice::add_qp(VerbsQp* qp) {
-  std::lock_guard lock(mutex_);
+  core::LockGuard lock(mutex_);
   qps_.push_back(qp);
   qp->arm();  // harmless while the engine is parked: one event at most
 }
 
 void VerbsDevice::remove_qp(VerbsQp* qp) {
-  std::lock_guard lock(mutex_);
+  core::LockGuard lock(mutex_);
   std::erase(qps_, qp);
 }
 
 std::size_t VerbsDevice::progress() {
   parking_.note_application_activity();
-  std::unique_lock lock(mutex_, std::try_to_lock);
-  if (!lock.owns_lock()) return 0;  // the engine is draining right now
+  if (!mutex_.try_lock()) return 0;  // the engine is draining right now
+  core::LockGuard lock(mutex_, core::kAdoptLock);
   std::size_t did = 0;
   for (VerbsQp* qp : qps_) did += qp->drain();
   return did;
@@ -365,7 +365,7 @@ void VerbsDevice::engine_main() {
   while (!stopping_.load()) {
     if (parking_.park_while_application_drives()) continue;
     {
-      std::lock_guard lock(mutex_);
+      core::LockGuard lock(mutex_);
       arm_and_drain_all_locked();
     }
     // Sleep until a completion event, or the park period: the application
@@ -385,7 +385,7 @@ void VerbsDevice::engine_main() {
         ibv_cq* cq = nullptr;
         void* context = nullptr;
         if (ibv_get_cq_event(channel_, &cq, &context) != 0) break;  // EAGAIN: no more events
-        std::lock_guard lock(mutex_);
+        core::LockGuard lock(mutex_);
         ibv_ack_cq_events(cq, 1);  // first: destroying the CQ waits for its events' acks
         auto it = std::find(qps_.begin(), qps_.end(), static_cast<VerbsQp*>(context));
         if (it != qps_.end()) (*it)->drain();  // else destroyed since

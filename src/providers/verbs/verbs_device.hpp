@@ -20,7 +20,6 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,6 +27,7 @@
 #include "core/device_resources.hpp"
 #include "core/engine_parking.hpp"
 #include "core/memory_registry.hpp"
+#include "core/mutex.hpp"
 #include "providers/verbs/address.hpp"
 #include "rdmx/verbs.hpp"
 
@@ -90,7 +90,7 @@ class VerbsDevice final : public Device, public core::EngineHandoff {
 
  private:
   void engine_main();
-  void arm_and_drain_all_locked();
+  void arm_and_drain_all_locked() RDMX_REQUIRES(mutex_);
 
   ContextHandle context_;
   PortChoice port_;
@@ -103,8 +103,8 @@ class VerbsDevice final : public Device, public core::EngineHandoff {
 
   ibv_comp_channel* channel_ = nullptr;
   int wake_fd_ = -1;
-  std::mutex mutex_;  // the QP list; held while draining
-  std::vector<VerbsQp*> qps_;
+  core::Mutex mutex_;  // the QP list; held while draining
+  std::vector<VerbsQp*> qps_ RDMX_GUARDED_BY(mutex_);
   core::EngineParking parking_;
   std::atomic<bool> stopping_{false};
   std::thread engine_;

@@ -163,14 +163,14 @@ ErrorContext VerbsQp::context_of(const void* qp, const std::string& op) {
 ErrorContext VerbsQp::context(const std::string& op) const {
   ErrorContext c;
   c.op = op;
-  std::lock_guard lock(control_mutex_);
+  core::LockGuard lock(control_mutex_);
   c.peer_rank = peer_rank_;
   c.peer_addr = peer_;
   return c;
 }
 
 std::string VerbsQp::error_reason() const {
-  std::lock_guard lock(control_mutex_);
+  core::LockGuard lock(control_mutex_);
   return error_reason_;
 }
 
@@ -207,7 +207,7 @@ void VerbsQp::modify(ibv_qp_attr& attr, int mask, const char* step, const std::s
 }
 
 void VerbsQp::init() {
-  std::lock_guard lock(control_mutex_);
+  core::LockGuard lock(control_mutex_);
   if (state() != QpState::Reset) return;
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_INIT;
@@ -221,7 +221,7 @@ void VerbsQp::init() {
 void VerbsQp::connect(const QpAddress& remote, const ConnectOptions& options) {
   const VerbsAddress peer = VerbsAddress::decode(core::part_for_provider(remote, VerbsAddress::is_verbs));
   if (state() == QpState::Reset) init();
-  std::lock_guard lock(control_mutex_);
+  core::LockGuard lock(control_mutex_);
   peer_rank_ = options.peer_rank;
   peer_ = peer.to_string();
   if (state() != QpState::Init) {
@@ -297,7 +297,7 @@ void VerbsQp::connect(const QpAddress& remote, const ConnectOptions& options) {
 
 void VerbsQp::enter_error(const std::string& reason) {
   {
-    std::lock_guard lock(control_mutex_);
+    core::LockGuard lock(control_mutex_);
     if (state() == QpState::Error) return;
     error_reason_ = reason;
     state_.store(QpState::Error, std::memory_order_release);
@@ -345,7 +345,7 @@ void VerbsQp::post_send(const SendWr& wr) { post_list(std::span(&wr, 1), false);
 void VerbsQp::post_send_batch(std::span<const SendWr> wrs) { post_list(wrs, true); }
 
 void VerbsQp::post_list(std::span<const SendWr> wrs, bool batch) {
-  std::lock_guard lock(send_mutex_);
+  core::LockGuard lock(send_mutex_);
   Doorbell db;
   for (std::size_t i = 0; i < wrs.size(); ++i) {
     try {
@@ -463,7 +463,7 @@ void VerbsQp::append(const SendWr& wr, Doorbell& db) {
 
 void VerbsQp::post_recv(const RecvWr& wr) {
   core::validate_recv_wr(wr, caps_, &VerbsQp::context_of, this);
-  std::lock_guard lock(recv_mutex_);
+  core::LockGuard lock(recv_mutex_);
   const QpState s = state();
   if (s == QpState::Reset) {
     throw Error(ErrorCode::InvalidState, "post_recv needs INIT or later, the QP is in RESET",

@@ -17,12 +17,12 @@
 
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "core/completion_queue.hpp"
 #include "core/memory_registry.hpp"
+#include "core/mutex.hpp"
 #include "providers/verbs/address.hpp"
 #include "rdmx/verbs.hpp"
 
@@ -78,11 +78,11 @@ class VerbsQp final : public QueuePair {
   struct Doorbell;
   void post_list(std::span<const SendWr> wrs, bool batch);
   // Adds `wr`'s hardware WRs to `db` (ringing it when full); posting lock held.
-  void append(const SendWr& wr, Doorbell& db);
-  void ring(Doorbell& db, Opcode opcode);
+  void append(const SendWr& wr, Doorbell& db) RDMX_REQUIRES(send_mutex_);
+  void ring(Doorbell& db, Opcode opcode) RDMX_REQUIRES(send_mutex_);
   static ErrorContext context_of(const void* qp, const std::string& op);
   ErrorContext context(const std::string& op) const;
-  void modify(ibv_qp_attr& attr, int mask, const char* step, const std::string& peer);
+  void modify(ibv_qp_attr& attr, int mask, const char* step, const std::string& peer) RDMX_REQUIRES(control_mutex_);
   void enter_error(const std::string& reason);  // records why; state ERROR
   void handle(const ibv_wc& wc);
   void release_held_flushes();
@@ -107,30 +107,30 @@ class VerbsQp final : public QueuePair {
   ibv_qp* qp_ = nullptr;
 
   std::atomic<QpState> state_{QpState::Reset};
-  mutable std::mutex control_mutex_;  // state changes, error reason, peer
-  std::string error_reason_;
-  std::string peer_;  // for errors: "rank 3 (GID ... QP 0x12)"
-  int peer_rank_ = -1;
+  mutable core::Mutex control_mutex_;  // state changes, error reason, peer
+  std::string error_reason_ RDMX_GUARDED_BY(control_mutex_);
+  std::string peer_ RDMX_GUARDED_BY(control_mutex_);  // for errors: "rank 3 (GID ... QP 0x12)"
+  int peer_rank_ RDMX_GUARDED_BY(control_mutex_) = -1;
 
-  std::mutex send_mutex_;
+  core::Mutex send_mutex_;
   std::vector<SendSlot> send_slots_;
   std::atomic<std::uint64_t> send_next_{0};  // sequence of the next send
   std::atomic<std::uint64_t> send_done_{0};  // every send before it has completed
   std::uint32_t since_signal_ = 0;
   std::uint64_t suppress_through_ = 0;  // drain: later pieces of a split WR that already failed (seq + 1)
-  core::CachedKey send_key_cache_;      // under send_mutex_
-  bool rxe_quirks_ = false;             // see normalized()
-  std::uint64_t chunk_limit_;           // the port's largest message: longer RDMA WRITE/READ go in pieces
+  core::CachedKey send_key_cache_ RDMX_GUARDED_BY(send_mutex_);
+  bool rxe_quirks_ = false;    // see normalized()
+  std::uint64_t chunk_limit_;  // the port's largest message: longer RDMA WRITE/READ go in pieces
 
-  std::mutex recv_mutex_;
+  core::Mutex recv_mutex_;
   std::vector<RecvSlot> recv_slots_;
-  core::CachedKey recv_key_cache_;  // under recv_mutex_
+  core::CachedKey recv_key_cache_ RDMX_GUARDED_BY(recv_mutex_);
   std::atomic<std::uint64_t> recv_next_{0};
   std::atomic<std::uint64_t> recv_done_{0};
 
-  std::mutex held_mutex_;  // work posted in ERROR, waiting for the hardware's flushes
-  std::vector<WorkCompletion> held_sends_;
-  std::vector<WorkCompletion> held_recvs_;
+  core::Mutex held_mutex_;  // work posted in ERROR, waiting for the hardware's flushes
+  std::vector<WorkCompletion> held_sends_ RDMX_GUARDED_BY(held_mutex_);
+  std::vector<WorkCompletion> held_recvs_ RDMX_GUARDED_BY(held_mutex_);
 };
 
 }  // namespace rdmx::verbs
