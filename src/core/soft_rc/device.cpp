@@ -197,10 +197,13 @@ void SoftRcDevice::hello_progress_locked(int fd) {
   const char* problem = read_hello_locked(p);
   if (problem == nullptr) return;
   if (*problem != '\0') return drop_pending_locked(fd, problem);
+  if (p.ids.target_nonce != nonce_) {
+    return drop_pending_locked(fd, "HELLO names another device instance (stale QP address from an earlier run?)");
+  }
   p.complete = true;
   // Parked until its QP takes it: stop watching, or level-triggered epoll would report the unread bytes again.
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
-  auto qp = qps_.find(p.target_qpn);
+  auto qp = qps_.find(p.ids.target_qpn);
   if (qp == qps_.end()) return drop_pending_locked(fd, "HELLO names a QP number that does not exist");
   qp->second->device_lock_held(lock_);
   switch (qp->second->offer_locked(p)) {
@@ -214,7 +217,7 @@ std::optional<PendingConnection> SoftRcDevice::claim_pending_locked(std::uint32_
                                                                     std::uint64_t remote_nonce) {
   for (auto it = pending_.begin(); it != pending_.end(); ++it) {
     const PendingConnection& p = it->second;
-    if (p.complete && p.target_qpn == qpn && p.source_qpn == remote_qpn && p.source_nonce == remote_nonce) {
+    if (p.complete && p.ids.target_qpn == qpn && p.ids.source_qpn == remote_qpn && p.ids.source_nonce == remote_nonce) {
       PendingConnection claimed = p;
       pending_.erase(it);
       return claimed;

@@ -97,8 +97,8 @@ class SoftRcDevice : public Device, public EngineHandoff {
   // Right after accept: the source as text (empty when it says nothing).
   virtual std::string accepted_locked(int /*fd*/, const sockaddr_storage& /*from*/) RDMX_REQUIRES(lock_) { return {}; }
   // Reads what arrived of the HELLO into `p`; returns null while incomplete
-  // and fine, "" once complete and checked (target and source filled in),
-  // else why the connection is dropped.
+  // and fine, "" once complete and well formed (p.ids filled in), else why
+  // the connection is dropped.
   virtual const char* read_hello_locked(PendingConnection& p) RDMX_REQUIRES(lock_) = 0;
   // Timers of the device's own (device lock held); true while they need scanning soon.
   virtual bool device_timers_locked(Clock::time_point /*now*/) RDMX_REQUIRES(lock_) { return false; }

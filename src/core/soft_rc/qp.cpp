@@ -67,6 +67,7 @@ void SoftRcQp::begin_connect_locked(std::uint64_t own_nonce, const Peer& peer, c
     throw Error(ErrorCode::InvalidArgument, std::string("a ") + provider_ + " QP cannot be connected to itself",
                 {.op = "connect", .peer_addr = peer.address, .hint = "connect two QPs to each other"});
   }
+  ids_ = {.target_nonce = peer.nonce, .target_qpn = peer.qpn, .source_qpn = qpn_, .source_nonce = own_nonce};
   peer_rank_ = options.peer_rank;
   peer_text_ = peer.address;
   if (peer_rank_ >= 0) peer_text_ = "rank " + std::to_string(peer_rank_) + " at " + peer_text_;

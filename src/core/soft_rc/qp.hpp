@@ -130,6 +130,10 @@ class RDMX_CAPABILITY("queue pair state") SoftRcQp : public QueuePair {
   // MemoryRegistry::with_access runs it): the analysis checks a lambda apart
   // from the function that holds the lock.
   void held_by_caller() const RDMX_ASSERT_CAPABILITY(this) {}
+  // Whether a pending connection's HELLO comes from the peer connect() named.
+  bool from_peer_locked(const PendingConnection& p) const RDMX_REQUIRES(this) {
+    return p.ids.source_qpn == ids_.target_qpn && p.ids.source_nonce == ids_.target_nonce;
+  }
   ErrorContext context_locked(const std::string& op) const RDMX_REQUIRES(this);
   // For the checks made before the lock is taken (takes it).
   static ErrorContext context_of(const void* qp, const std::string& op);
@@ -147,6 +151,7 @@ class RDMX_CAPABILITY("queue pair state") SoftRcQp : public QueuePair {
   std::atomic<QpState> state_{QpState::Reset};
   std::string error_reason_ RDMX_GUARDED_BY(this);
   bool connect_requested_ RDMX_GUARDED_BY(this) = false;
+  ConnectionIds ids_ RDMX_GUARDED_BY(this);  // as this QP's HELLO states them (set by begin_connect_locked)
   bool initiator_ RDMX_GUARDED_BY(this) = false;
   int peer_rank_ RDMX_GUARDED_BY(this) = -1;
   std::string peer_text_ RDMX_GUARDED_BY(this);

@@ -7,8 +7,11 @@
 // Later bytes on the socket are wake-ups; its end-of-file means the peer is gone.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
+
+#include "core/soft_rc/connection.hpp"
 
 namespace rdmx::shm {
 
@@ -19,16 +22,15 @@ constexpr std::uint32_t kHandshakeVersion = 1;
 struct Hello {
   std::uint32_t magic = kHelloMagic;
   std::uint32_t version = kHandshakeVersion;
-  std::uint64_t target_nonce = 0;
-  std::uint32_t target_qpn = 0;
-  std::uint32_t source_qpn = 0;
-  std::uint64_t source_nonce = 0;
+  core::ConnectionIds ids;
   std::uint64_t segment_bytes = 0;
   std::uint32_t ring_slots = 0;
   std::uint32_t reserved = 0;
   std::uint64_t probe_addr = 0;
   std::uint64_t probe_value = 0;
 };
+// The layout of handshake version 1: the ids lie where their four fields did.
+static_assert(offsetof(Hello, ids) == 8 && sizeof(core::ConnectionIds) == 24 && sizeof(Hello) == 64);
 
 struct Accept {
   std::uint32_t magic = kAcceptMagic;

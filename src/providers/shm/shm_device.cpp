@@ -219,10 +219,7 @@ const char* ShmDevice::read_hello_locked(core::PendingConnection& p) {
   p.carried_fd = memfd;
   if (h.magic != kHelloMagic || h.version != kHandshakeVersion) return "not an rdmx shm HELLO";
   if (memfd < 0) return "HELLO came without its shared segment";
-  if (h.target_nonce != nonce()) return "HELLO names another device instance (stale QP address from an earlier run?)";
-  p.target_qpn = h.target_qpn;
-  p.source_qpn = h.source_qpn;
-  p.source_nonce = h.source_nonce;
+  p.ids = h.ids;
   return "";
 }
 

@@ -185,10 +185,7 @@ void ShmQp::start_connect_locked() {
   socket_ = fd;
   peer_pid_ = peer_pid_of(fd);
   Hello hello;
-  hello.target_nonce = remote_.nonce;
-  hello.target_qpn = remote_.qpn;
-  hello.source_qpn = qpn_;
-  hello.source_nonce = device_.nonce();
+  hello.ids = ids_;
   hello.segment_bytes = segment_bytes_;
   hello.ring_slots = kRingSlots;
   hello.probe_addr = reinterpret_cast<std::uint64_t>(&probe_value_);
@@ -228,7 +225,7 @@ core::Offer ShmQp::offer_locked(const core::PendingConnection& pending) {
   if (!connect_requested_) return core::Offer::NotYet;
   // A QP already in ERROR still completes the handshake, then says Bye: the
   // peer must learn that our QP failed, not that our process died.
-  if (initiator_ || socket_ >= 0 || remote_.qpn != pending.source_qpn || remote_.nonce != pending.source_nonce) {
+  if (initiator_ || socket_ >= 0 || !from_peer_locked(pending)) {
     return core::Offer::Refused;
   }
   accept_locked(pending);

@@ -163,11 +163,8 @@ const char* TcpDevice::read_hello_locked(core::PendingConnection& p) {
   wire::Header hello = wire::decode(p.hello.data());
   if (const char* bad = wire::validate(hello)) return bad;
   if (hello.type != wire::FrameType::Hello) return "first frame is not HELLO";
-  if (hello.arg0 != nonce()) return "HELLO names another device instance (stale QP address from an earlier run?)";
   if (hello.arg1 > 0xffffffffu) return "HELLO target QP number out of range";
-  p.target_qpn = static_cast<std::uint32_t>(hello.arg1);
-  p.source_qpn = hello.rkey;
-  p.source_nonce = hello.addr;
+  p.ids = wire::hello_ids(hello);
   return "";
 }
 

@@ -106,8 +106,7 @@ void TcpQp::connect(const QpAddress& remote, const ConnectOptions& options) {
 core::Offer TcpQp::offer_locked(const core::PendingConnection& pending) {
   StateGuard lock(*this);
   if (!connect_requested_) return core::Offer::NotYet;
-  if (initiator_ || established_ || state() == QpState::Error || remote_.qpn != pending.source_qpn ||
-      remote_.nonce != pending.source_nonce) {
+  if (initiator_ || established_ || state() == QpState::Error || !from_peer_locked(pending)) {
     return core::Offer::Refused;
   }
   attach_locked(pending.fd);
@@ -170,13 +169,7 @@ void TcpQp::on_connected_locked() {
   connecting_ = false;
   established_ = true;
   last_rx_ = core::Clock::now();
-  Header hello;
-  hello.type = FrameType::Hello;
-  hello.addr = device_.nonce();
-  hello.arg0 = remote_.nonce;
-  hello.rkey = qpn_;
-  hello.arg1 = remote_.qpn;
-  control_.push_front(hello);
+  control_.push_front(wire::hello_frame(ids_));
   want_write_ = true;  // epoll currently watches EPOLLOUT
   set_want_write_locked(false);
   pump_locked(8);

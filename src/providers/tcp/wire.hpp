@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/soft_rc/connection.hpp"
+
 namespace rdmx::tcp::wire {
 
 constexpr std::uint32_t kMagic = 0x58444d52;  // "RMDX" little-endian
@@ -85,6 +87,23 @@ inline Header decode(const std::uint8_t* in) {
   Header header;
   std::memcpy(&header, in, kHeaderSize);
   return header;
+}
+
+// The HELLO frame and the connection it names (the field mapping above).
+inline Header hello_frame(const core::ConnectionIds& ids) {
+  Header h;
+  h.type = FrameType::Hello;
+  h.addr = ids.source_nonce;
+  h.arg0 = ids.target_nonce;
+  h.rkey = ids.source_qpn;
+  h.arg1 = ids.target_qpn;
+  return h;
+}
+inline core::ConnectionIds hello_ids(const Header& h) {
+  return {.target_nonce = h.arg0,
+          .target_qpn = static_cast<std::uint32_t>(h.arg1),
+          .source_qpn = h.rkey,
+          .source_nonce = h.addr};
 }
 
 // Structural checks that need no QP state. Returns nullptr when the header is
