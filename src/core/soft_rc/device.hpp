@@ -53,6 +53,8 @@ class SoftRcDevice : public Device, public EngineHandoff {
   void application_idle() final { parking_.application_idle(); }
 
   // ---- for QPs ----
+  // The address a peer connects to this device's QP `qpn` by.
+  virtual QpAddress qp_address(std::uint32_t qpn) const = 0;
   MemoryRegistry& registry() { return *resources_.registry; }
   std::uint64_t nonce() const { return nonce_; }
   int epoll_fd() const { return epoll_fd_; }

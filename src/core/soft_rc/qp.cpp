@@ -11,7 +11,7 @@
 namespace rdmx::core {
 
 SoftRcQp::SoftRcQp(const char* provider, std::uint32_t qpn, std::uint64_t max_message, RegistryProtectionDomain& pd,
-                   CompletionRing& send_cq, CompletionRing& recv_cq, const QpCaps& caps, DeviceLock& device_lock)
+                   CompletionRing& send_cq, CompletionRing& recv_cq, const QpCaps& caps, SoftRcDevice& device)
     : pd_(pd),
       send_cq_(send_cq),
       recv_cq_(recv_cq),
@@ -19,7 +19,8 @@ SoftRcQp::SoftRcQp(const char* provider, std::uint32_t qpn, std::uint64_t max_me
       qpn_(qpn),
       provider_(provider),
       max_message_(max_message),
-      device_lock_(device_lock) {
+      soft_device_(device),
+      device_lock_(device.lock()) {
   sq_.resize(caps_.max_send_wr);
   rq_.resize(caps_.max_recv_wr);
 }

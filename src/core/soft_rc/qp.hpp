@@ -23,6 +23,7 @@
 #include "core/device_lock.hpp"
 #include "core/memory_registry.hpp"
 #include "core/soft_rc/connection.hpp"
+#include "core/soft_rc/device.hpp"
 #include "core/soft_rc/queues.hpp"
 #include "core/thread_annotations.hpp"
 #include "core/wait.hpp"
@@ -38,6 +39,7 @@ class RDMX_CAPABILITY("queue pair state") SoftRcQp : public QueuePair {
   QpState state() const noexcept final { return state_.load(std::memory_order_acquire); }
   QpCaps caps() const noexcept final { return caps_; }
   std::string provider() const final { return provider_; }
+  QpAddress local_address() const final { return soft_device_.qp_address(qpn_); }
   std::string error_reason() const final;
   void init() final;
   void set_error(const std::string& reason) final;
@@ -59,10 +61,10 @@ class RDMX_CAPABILITY("queue pair state") SoftRcQp : public QueuePair {
   virtual Offer offer_locked(const PendingConnection& pending) RDMX_REQUIRES(device_lock_) = 0;
 
  protected:
-  // `caps`: as granted by the device (core::grant_qp_caps); `device_lock`:
-  // the lock of the device whose engine drives this QP.
+  // `caps`: as granted by the device (core::grant_qp_caps); `device`: the
+  // device whose engine drives this QP.
   SoftRcQp(const char* provider, std::uint32_t qpn, std::uint64_t max_message, RegistryProtectionDomain& pd,
-           CompletionRing& send_cq, CompletionRing& recv_cq, const QpCaps& caps, DeviceLock& device_lock);
+           CompletionRing& send_cq, CompletionRing& recv_cq, const QpCaps& caps, SoftRcDevice& device);
 
   // The lock that guards this QP's state: its own (tcp) or its device's (shm).
   virtual void lock_state() RDMX_ACQUIRE() = 0;
@@ -146,7 +148,8 @@ class RDMX_CAPABILITY("queue pair state") SoftRcQp : public QueuePair {
   const std::uint32_t qpn_;
   const char* const provider_;
   const std::uint64_t max_message_;
-  DeviceLock& device_lock_;
+  SoftRcDevice& soft_device_;
+  DeviceLock& device_lock_;  // soft_device_'s
 
   std::atomic<QpState> state_{QpState::Reset};
   std::string error_reason_ RDMX_GUARDED_BY(this);

@@ -23,6 +23,7 @@
 #include "core/log.hpp"
 #include "core/mutex.hpp"
 #include "core/settings.hpp"
+#include "providers/shm/address.hpp"
 #include "providers/shm/shm_factory.hpp"
 #include "providers/shm/shm_qp.hpp"
 
@@ -190,6 +191,17 @@ void ShmDevice::release_probe_locked(Probe* probe) {
   probe->stamp.store(nullptr, std::memory_order_release);
   probe->busy.store(0, std::memory_order_relaxed);
   probe_used_[static_cast<std::size_t>(probe - probes_.data())] = false;
+}
+
+QpAddress ShmDevice::qp_address(std::uint32_t qpn) const {
+  ShmAddress self;
+  self.boot_id = HostIdentity::self().boot_id;
+  self.pid_namespace = HostIdentity::self().pid_namespace;
+  self.pid = static_cast<std::uint32_t>(::getpid());
+  self.qpn = qpn;
+  self.nonce = nonce();
+  self.socket_path = socket_path_;
+  return self.encode();
 }
 
 std::size_t ShmDevice::pass_locked(bool full) {

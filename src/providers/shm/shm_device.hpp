@@ -44,7 +44,7 @@ class ShmDevice final : public core::SoftRcDevice {
   std::size_t progress() override;
 
   // ---- for QPs ----
-  const std::string& socket_path() const { return socket_path_; }
+  QpAddress qp_address(std::uint32_t qpn) const override;
   bool asymmetric_fence() const { return asymmetric_fence_; }
   // Large direct copies, split over a helper thread (device lock held).
   ParallelCopy& copier() { return copier_; }

@@ -43,7 +43,7 @@ int peer_pid_of(int socket) {
 
 ShmQp::ShmQp(ShmDevice& device, const core::QpParts& parts, const QpCaps& caps)
     : SoftRcQp("shm", device.next_qpn(), kMaxMessage, parts.pd, parts.send_cq, parts.recv_cq,
-               core::grant_qp_caps(caps, device.caps(), "shm"), device.lock()),
+               core::grant_qp_caps(caps, device.caps(), "shm"), device),
       device_(device),
       eager_(eager_limit()),
       probe_value_(std::random_device{}() | 1ull << 40) {
@@ -76,17 +76,6 @@ void ShmQp::update_probe_locked() {
   } else {
     probe_->stamp.store(nullptr, std::memory_order_release);
   }
-}
-
-QpAddress ShmQp::local_address() const {
-  ShmAddress self;
-  self.boot_id = HostIdentity::self().boot_id;
-  self.pid_namespace = HostIdentity::self().pid_namespace;
-  self.pid = static_cast<std::uint32_t>(::getpid());
-  self.qpn = qpn_;
-  self.nonce = device_.nonce();
-  self.socket_path = device_.socket_path();
-  return self.encode();
 }
 
 // The analysis sees the QP as the lock (SoftRcQp), not the device lock behind it.

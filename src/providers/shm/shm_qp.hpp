@@ -51,7 +51,6 @@ class ShmQp final : public core::SoftRcQp {
   ShmQp(ShmDevice& device, const core::QpParts& parts, const QpCaps& caps);
   ~ShmQp() override;
 
-  QpAddress local_address() const override;
   void connect(const QpAddress& remote, const ConnectOptions& options) override;
 
   // ---- engine side, device lock held ----

@@ -16,6 +16,7 @@
 #include "core/config.hpp"
 #include "core/log.hpp"
 #include "core/mutex.hpp"
+#include "providers/tcp/address.hpp"
 #include "providers/tcp/tcp_factory.hpp"
 #include "providers/tcp/tcp_qp.hpp"
 
@@ -80,6 +81,15 @@ TcpDevice::~TcpDevice() {
 
 std::unique_ptr<QueuePair> TcpDevice::make_qp(const core::QpParts& parts, const QpCaps& caps) {
   return std::make_unique<TcpQp>(*this, parts, caps);
+}
+
+QpAddress TcpDevice::qp_address(std::uint32_t qpn) const {
+  TcpAddress self;
+  self.socket = listen_address_;
+  self.socket_len = self.socket.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+  self.qpn = qpn;
+  self.nonce = nonce();
+  return self.encode();
 }
 
 std::size_t TcpDevice::progress() {

@@ -28,7 +28,7 @@ class TcpDevice final : public core::SoftRcDevice {
   std::size_t progress() override;
 
   // ---- for QPs ----
-  const sockaddr_storage& listen_address() const { return listen_address_; }
+  QpAddress qp_address(std::uint32_t qpn) const override;
   // Takes over the socket of a destroyed QP that said goodbye and shut down
   // its side: reads and drops what still arrives until the peer closes too
   // (closing with unread bytes would reset the connection under the peer's

@@ -31,7 +31,7 @@ constexpr auto kAckRequestAfter = std::chrono::milliseconds(5);
 
 TcpQp::TcpQp(TcpDevice& device, const core::QpParts& parts, const QpCaps& caps)
     : SoftRcQp("tcp", device.next_qpn(), wire::kMaxMessage, parts.pd, parts.send_cq, parts.recv_cq,
-               core::grant_qp_caps(caps, device.caps(), "tcp"), device.lock()),
+               core::grant_qp_caps(caps, device.caps(), "tcp"), device),
       device_(device) {
   core::LockGuard engine(device_.lock());
   device_.add_qp_locked(this);
@@ -73,15 +73,6 @@ void TcpQp::say_goodbye_locked() {
   fd_ = -1;
   established_ = false;
   RDMX_INFO("tcp qp %u: destroyed; told %s", qpn_, peer_text_.c_str());
-}
-
-QpAddress TcpQp::local_address() const {
-  TcpAddress self;
-  self.socket = device_.listen_address();
-  self.socket_len = self.socket.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
-  self.qpn = qpn_;
-  self.nonce = device_.nonce();
-  return self.encode();
 }
 
 int TcpQp::socket_fd() const {

@@ -53,7 +53,6 @@ class TcpQp final : public core::SoftRcQp {
   TcpQp(TcpDevice& device, const core::QpParts& parts, const QpCaps& caps);
   ~TcpQp() override;
 
-  QpAddress local_address() const override;
   void connect(const QpAddress& remote, const ConnectOptions& options) override;
 
   // ---- the device's calls, device lock held (each takes the QP's own) ----
