@@ -32,9 +32,6 @@ class RDMX_CAPABILITY("device lock") DeviceLock {
     state_.store(0, std::memory_order_release);
     if (waiters_.load(std::memory_order_relaxed) != 0) wake_one();
   }
-  // Where the analysis cannot see that the caller holds this lock (it was
-  // taken through another object's reference to it).
-  void assert_held() const noexcept RDMX_ASSERT_CAPABILITY(this) {}
 
  private:
   // The analysis cannot follow a lock taken by a try_lock() loop.

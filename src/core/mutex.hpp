@@ -18,8 +18,6 @@ class RDMX_CAPABILITY("mutex") Mutex {
   void lock() RDMX_ACQUIRE() { mutex_.lock(); }
   void unlock() RDMX_RELEASE() { mutex_.unlock(); }
   bool try_lock() RDMX_TRY_ACQUIRE(true) { return mutex_.try_lock(); }
-  // Tells the analysis the caller holds the lock where it cannot see it.
-  void assert_held() const RDMX_ASSERT_CAPABILITY(this) {}
 
  private:
   std::mutex mutex_;
