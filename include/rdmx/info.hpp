@@ -19,7 +19,7 @@ namespace rdmx {
 // ---------------------------------------------------------------------------
 // Providers
 struct ProviderStatus {
-  std::string name;     // "shm", "tcp", "verbs", "cuda"
+  std::string name;     // "shm", "tcp", "verbs"
   bool built = false;   // compiled into this library
   bool usable = false;  // a device opens on this host now
   std::string reason;   // why usable, or exactly why not (e.g. "no RDMA device: /sys/class/infiniband is empty")
@@ -38,6 +38,20 @@ struct AutoChoice {
   std::string reason;
 };
 AutoChoice probe_auto();
+
+// ---------------------------------------------------------------------------
+// CUDA device memory: whether this process can register and move it (the
+// driver is loaded at run time, so a build without CUDA and a host without a
+// GPU both run as before), and the GPU reduction kernels built in. How each
+// provider serves it is in its caps (DeviceCaps::cuda_memory).
+struct CudaStatus {
+  bool usable = false;       // a CUDA driver with at least one GPU
+  std::string reason;        // "CUDA driver 13.0 with 1 GPU", or exactly why not
+  int driver_version = 0;    // 13000 for CUDA 13.0; 0 without a driver
+  bool kernels = false;      // the reduction kernels were compiled in (nvcc found at build time)
+  std::string kernels_note;  // their GPU architectures, or why they were not built
+};
+CudaStatus probe_cuda();
 
 // ---------------------------------------------------------------------------
 // Settings in force

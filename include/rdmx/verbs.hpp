@@ -145,6 +145,24 @@ struct WorkCompletion {
 };
 
 // ---------------------------------------------------------------------------
+// Where a region's memory lives. Host memory includes pinned host memory
+// (cudaHostAlloc) and CUDA managed memory, which the CPU reaches directly.
+enum class MemoryType : std::uint8_t {
+  Host,
+  Cuda,  // device memory of one GPU (cudaMalloc, cuMemCreate + cuMemMap, or inside either)
+};
+const char* to_string(MemoryType type) noexcept;  // "host", "cuda"
+
+// How a provider serves CUDA device memory (DeviceCaps::cuda_memory).
+enum class CudaMemorySupport : std::uint8_t {
+  None,         // register_memory refuses device memory
+  Staging,      // copied through pinned host buffers, copies and transfer overlapped
+  PeerMapping,  // peers on the host map the GPU buffer (CUDA IPC): copies run on the GPU's copy engines
+  DmaBuf,       // the NIC reads and writes GPU memory itself (GPUDirect RDMA through dma-buf)
+};
+const char* to_string(CudaMemorySupport support) noexcept;  // "none", "staging", "peer-mapping", "dma-buf"
+
+// ---------------------------------------------------------------------------
 // Memory registration. Destroying a MemoryRegion deregisters it: its lkey and
 // rkey stop working at once, for local and remote users alike.
 class MemoryRegion {
@@ -158,12 +176,22 @@ class MemoryRegion {
   std::uint32_t lkey() const noexcept { return lkey_; }
   std::uint32_t rkey() const noexcept { return rkey_; }
   Access access() const noexcept { return access_; }
+  MemoryType memory_type() const noexcept { return memory_type_; }
+  // The GPU ordinal of CUDA memory, -1 for host memory.
+  int cuda_device() const noexcept { return cuda_device_; }
   // A ready-made SGE over [addr() + offset, +length).
   Sge sge(std::size_t offset, std::uint32_t length) const;
 
  protected:
-  MemoryRegion(void* addr, std::size_t length, std::uint32_t lkey, std::uint32_t rkey, Access access)
-      : addr_(addr), length_(length), lkey_(lkey), rkey_(rkey), access_(access) {}
+  MemoryRegion(void* addr, std::size_t length, std::uint32_t lkey, std::uint32_t rkey, Access access,
+               MemoryType memory_type = MemoryType::Host, int cuda_device = -1)
+      : addr_(addr),
+        length_(length),
+        lkey_(lkey),
+        rkey_(rkey),
+        access_(access),
+        memory_type_(memory_type),
+        cuda_device_(cuda_device) {}
 
  private:
   void* addr_;
@@ -171,6 +199,8 @@ class MemoryRegion {
   std::uint32_t lkey_;
   std::uint32_t rkey_;
   Access access_;
+  MemoryType memory_type_;
+  int cuda_device_;
 };
 
 class ProtectionDomain {
@@ -179,6 +209,10 @@ class ProtectionDomain {
   // Registers [addr, addr+length). Keys are unguessable and unique while
   // registered. Throws InvalidArgument for a null address with non-zero
   // length, or rights IB would refuse (RemoteWrite/RemoteAtomic without LocalWrite).
+  // CUDA device memory is recognised by the driver, when the process runs
+  // one, and may start anywhere inside an allocation but must end inside
+  // it (InvalidArgument otherwise); a provider whose caps().cuda_memory is
+  // None refuses it with NotSupported.
   virtual std::unique_ptr<MemoryRegion> register_memory(void* addr, std::size_t length, Access access) = 0;
   // Allocates `length` zeroed bytes that processes on this host can map, and
   // registers them (as ucp_mem_map with ALLOCATE, or ncclMemAlloc). The
@@ -291,6 +325,8 @@ struct DeviceCaps {
   std::uint32_t max_qp_wr = 0;
   std::uint32_t max_sge = 0;
   std::uint32_t max_inline_data = 0;
+  // Host memory is served by every provider; CUDA device memory as this says.
+  CudaMemorySupport cuda_memory = CudaMemorySupport::None;
 };
 
 class Device {

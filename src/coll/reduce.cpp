@@ -12,6 +12,7 @@
 #include <string>
 #include <type_traits>
 
+#include "coll/reduce_element.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
 #include "core/settings.hpp"
@@ -20,95 +21,15 @@
 namespace rdmx::coll {
 
 // ---------------------------------------------------------------------------
-// Conversions.
-
-// ---------------------------------------------------------------------------
-// Scalar kernels.
+// Scalar kernels: one element at a time, through reduce_element.hpp.
 namespace {
 
-template <class F>
-struct FloatBits;
-template <>
-struct FloatBits<float> {
-  using U = std::uint32_t;
-  static constexpr U kQuiet = 0x00400000u;
-  static constexpr U kDefaultNaN = 0xFFC00000u;    // x86 "real indefinite"
-  static constexpr U kCanonicalNaN = 0x7FC00000u;  // min/max
-};
-template <>
-struct FloatBits<double> {
-  using U = std::uint64_t;
-  static constexpr U kQuiet = 0x0008000000000000ull;
-  static constexpr U kDefaultNaN = 0xFFF8000000000000ull;
-  static constexpr U kCanonicalNaN = 0x7FF8000000000000ull;
-};
-
-template <class F>
-F from_bits(typename FloatBits<F>::U u) {
-  return std::bit_cast<F>(u);
-}
-template <class F>
-typename FloatBits<F>::U to_bits(F f) {
-  return std::bit_cast<typename FloatBits<F>::U>(f);
-}
-
-// The NaN a + b or a * b gives when it is NaN (as x86 with `a` first).
-template <class F>
-F arith_nan(F a, F b) {
-  using B = FloatBits<F>;
-  if (a != a) return from_bits<F>(to_bits(a) | B::kQuiet);
-  if (b != b) return from_bits<F>(to_bits(b) | B::kQuiet);
-  return from_bits<F>(B::kDefaultNaN);
-}
-
-template <class F>
-F op_sum(F a, F b) {
-  const F r = a + b;
-  return r == r ? r : arith_nan(a, b);
-}
-template <class F>
-F op_prod(F a, F b) {
-  const F r = a * b;
-  return r == r ? r : arith_nan(a, b);
-}
-template <class F>
-F op_min(F a, F b) {
-  if (a != a || b != b) return from_bits<F>(FloatBits<F>::kCanonicalNaN);
-  if (a == b) return from_bits<F>(to_bits(a) | to_bits(b));  // -0 wins
-  return a < b ? a : b;
-}
-template <class F>
-F op_max(F a, F b) {
-  if (a != a || b != b) return from_bits<F>(FloatBits<F>::kCanonicalNaN);
-  if (a == b) return from_bits<F>(to_bits(a) & to_bits(b));  // +0 wins
-  return a > b ? a : b;
-}
-
-template <ReduceOp Op, class F>
-F float_op(F a, F b) {
-  if constexpr (Op == ReduceOp::Sum)
-    return op_sum(a, b);
-  else if constexpr (Op == ReduceOp::Prod)
-    return op_prod(a, b);
-  else if constexpr (Op == ReduceOp::Min)
-    return op_min(a, b);
-  else
-    return op_max(a, b);
-}
-
-template <ReduceOp Op, class T>
-T int_op(T a, T b) {
-  using U = std::make_unsigned_t<T>;
-  if constexpr (Op == ReduceOp::Sum) {
-    return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
-  } else if constexpr (Op == ReduceOp::Prod) {
-    // Promote narrow types to unsigned int so the product cannot overflow a signed int.
-    using W = std::conditional_t<(sizeof(U) < sizeof(unsigned)), unsigned, U>;
-    return static_cast<T>(static_cast<U>(static_cast<W>(static_cast<U>(a)) * static_cast<W>(static_cast<U>(b))));
-  } else if constexpr (Op == ReduceOp::Min) {
-    return b < a ? b : a;
-  } else {
-    return a < b ? b : a;
+constexpr element::Op element_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Prod: return element::Op::Prod;
+    case ReduceOp::Min: return element::Op::Min;
+    case ReduceOp::Max: return element::Op::Max;
+    default: return element::Op::Sum;
   }
 }
 
@@ -117,7 +38,7 @@ void scalar_int(void* dst, const void* a, const void* b, std::size_t count) {
   auto* d = static_cast<T*>(dst);
   const auto* x = static_cast<const T*>(a);
   const auto* y = static_cast<const T*>(b);
-  for (std::size_t i = 0; i < count; ++i) d[i] = int_op<Op>(x[i], y[i]);
+  for (std::size_t i = 0; i < count; ++i) d[i] = element::int_op<element_op(Op)>(x[i], y[i]);
 }
 
 template <class F, ReduceOp Op>
@@ -125,36 +46,29 @@ void scalar_float(void* dst, const void* a, const void* b, std::size_t count) {
   auto* d = static_cast<F*>(dst);
   const auto* x = static_cast<const F*>(a);
   const auto* y = static_cast<const F*>(b);
-  for (std::size_t i = 0; i < count; ++i) d[i] = float_op<Op>(x[i], y[i]);
+  for (std::size_t i = 0; i < count; ++i) d[i] = element::float_op<element_op(Op)>(x[i], y[i]);
 }
 
-template <float (*Widen)(std::uint16_t) noexcept, std::uint16_t (*Narrow)(float) noexcept, ReduceOp Op>
+template <class Format, ReduceOp Op>
 void scalar_half(void* dst, const void* a, const void* b, std::size_t count) {
   auto* d = static_cast<std::uint16_t*>(dst);
   const auto* x = static_cast<const std::uint16_t*>(a);
   const auto* y = static_cast<const std::uint16_t*>(b);
-  for (std::size_t i = 0; i < count; ++i) d[i] = Narrow(float_op<Op>(Widen(x[i]), Widen(y[i])));
+  for (std::size_t i = 0; i < count; ++i) d[i] = element::half_op<element_op(Op), Format>(x[i], y[i]);
 }
 
 template <class F>
 void scalar_divide_float(void* dst, std::size_t count, int divisor) {
   auto* d = static_cast<F*>(dst);
   const F v = static_cast<F>(divisor);
-  for (std::size_t i = 0; i < count; ++i) {
-    const F x = d[i];
-    d[i] = x != x ? from_bits<F>(to_bits(x) | FloatBits<F>::kQuiet) : x / v;
-  }
+  for (std::size_t i = 0; i < count; ++i) d[i] = element::float_divide(d[i], v);
 }
 
-template <float (*Widen)(std::uint16_t) noexcept, std::uint16_t (*Narrow)(float) noexcept>
+template <class Format>
 void scalar_divide_half(void* dst, std::size_t count, int divisor) {
   auto* d = static_cast<std::uint16_t*>(dst);
   const float v = static_cast<float>(divisor);
-  for (std::size_t i = 0; i < count; ++i) {
-    const float x = Widen(d[i]);
-    // Widen quiets fp16 NaN; bf16 NaN is quieted by Narrow.
-    d[i] = Narrow(x != x ? x : x / v);
-  }
+  for (std::size_t i = 0; i < count; ++i) d[i] = element::half_divide<Format>(d[i], v);
 }
 
 template <ReduceOp Op>
@@ -166,8 +80,8 @@ ReduceFn scalar_for_op(DataType type) noexcept {
     case DataType::Uint32: return &scalar_int<std::uint32_t, Op>;
     case DataType::Int64: return &scalar_int<std::int64_t, Op>;
     case DataType::Uint64: return &scalar_int<std::uint64_t, Op>;
-    case DataType::Float16: return &scalar_half<half_to_float, float_to_half, Op>;
-    case DataType::BFloat16: return &scalar_half<bf16_to_float, float_to_bf16, Op>;
+    case DataType::Float16: return &scalar_half<element::Fp16, Op>;
+    case DataType::BFloat16: return &scalar_half<element::Bf16, Op>;
     case DataType::Float32: return &scalar_float<float, Op>;
     case DataType::Float64: return &scalar_float<double, Op>;
   }
@@ -200,8 +114,8 @@ ReduceFn scalar_reduce(DataType type, ReduceOp op) noexcept {
 
 DivideFn scalar_divide(DataType type) noexcept {
   switch (type) {
-    case DataType::Float16: return &scalar_divide_half<half_to_float, float_to_half>;
-    case DataType::BFloat16: return &scalar_divide_half<bf16_to_float, float_to_bf16>;
+    case DataType::Float16: return &scalar_divide_half<element::Fp16>;
+    case DataType::BFloat16: return &scalar_divide_half<element::Bf16>;
     case DataType::Float32: return &scalar_divide_float<float>;
     case DataType::Float64: return &scalar_divide_float<double>;
     default: return nullptr;

@@ -38,7 +38,8 @@ Json caps_json(const DeviceCaps& caps) {
           {"max_msg_size", caps.max_msg_size},
           {"max_qp_wr", caps.max_qp_wr},
           {"max_sge", caps.max_sge},
-          {"max_inline_data", caps.max_inline_data}};
+          {"max_inline_data", caps.max_inline_data},
+          {"cuda_memory", to_string(caps.cuda_memory)}};
 }
 
 Json null_if_empty(const std::string& text) { return text.empty() ? Json() : Json(text); }
@@ -121,6 +122,12 @@ std::string info_json(int indent) {
         {{"index", gpu.index}, {"name", gpu.name}, {"pci_bus_id", gpu.pci_bus_id}, {"memory_bytes", gpu.memory_bytes}});
   }
   doc["gpu_note"] = host.gpu_note;
+  const CudaStatus cuda = probe_cuda();
+  doc["cuda"] = {{"usable", cuda.usable},
+                 {"reason", cuda.reason},
+                 {"driver_version", cuda.driver_version},
+                 {"kernels", cuda.kernels},
+                 {"kernels_note", cuda.kernels_note}};
 
   auto& settings_doc = doc["settings"] = Json::array();
   for (const auto& s : settings()) {

@@ -12,6 +12,7 @@
 
 #include "core/asymmetric_fence.hpp"
 #include "core/config.hpp"
+#include "core/cuda/pointer.hpp"
 #include "core/wait.hpp"
 
 #include "core/log.hpp"
@@ -38,7 +39,7 @@ std::uint32_t MemoryRegistry::fresh_key_locked() {
 }
 
 MemoryRegistry::Keys MemoryRegistry::add(const void* domain, void* addr, std::size_t length, Access access,
-                                         const SharedRegion* shared, const Keys* given) {
+                                         const SharedRegion* shared, const Keys* given, MemoryType type) {
   LockGuard lock(mutex_);
   Keys keys{};
   if (given != nullptr) {
@@ -60,7 +61,7 @@ MemoryRegistry::Keys MemoryRegistry::add(const void* domain, void* addr, std::si
   }
   auto it = by_lkey_
                 .emplace(keys.lkey, Entry{domain, reinterpret_cast<std::uint64_t>(addr), length, access, keys.lkey,
-                                          keys.rkey, shared})
+                                          keys.rkey, shared, type})
                 .first;
   if (keys.rkey != 0) by_rkey_.emplace(keys.rkey, &it->second);
   return keys;
@@ -101,7 +102,7 @@ bool MemoryRegistry::lookup(bool remote, std::uint32_t key, Verdict* out) const 
     if (it != by_lkey_.end()) entry = &it->second;
   }
   if (entry == nullptr) return false;
-  *out = {entry->base, entry->length, entry->access, entry->domain, entry->shared};
+  *out = {entry->base, entry->length, entry->access, entry->domain, entry->shared, entry->type};
   return true;
 }
 
@@ -129,8 +130,10 @@ namespace {
 class RegisteredRegion final : public MemoryRegion {
  public:
   RegisteredRegion(MemoryRegistry& registry, void* addr, std::size_t length, MemoryRegistry::Keys keys, Access access,
-                   std::unique_ptr<RegionBinder::Binding> binding)
-      : MemoryRegion(addr, length, keys.lkey, keys.rkey, access), registry_(registry), binding_(std::move(binding)) {}
+                   const cuda::PointerInfo& memory, std::unique_ptr<RegionBinder::Binding> binding)
+      : MemoryRegion(addr, length, keys.lkey, keys.rkey, access, memory.type, memory.device),
+        registry_(registry),
+        binding_(std::move(binding)) {}
   // Out of the registry first (software providers stop), then out of the hardware.
   ~RegisteredRegion() override {
     registry_.remove(lkey());
@@ -220,7 +223,7 @@ std::unique_ptr<MemoryRegion> RegistryProtectionDomain::allocate_memory(std::siz
   std::unique_ptr<RegionBinder::Binding> binding;
   MemoryRegistry::Keys keys{};
   try {
-    keys = add_region(base, length, access, shared.get(), &binding);
+    keys = add_region(base, length, access, shared.get(), &binding, MemoryType::Host);
   } catch (...) {
     ::munmap(base, shared->map_length);
     ::close(shared->memfd);
@@ -243,19 +246,31 @@ std::unique_ptr<MemoryRegion> RegistryProtectionDomain::register_memory(void* ad
     throw Error(ErrorCode::InvalidArgument, "region wraps around the address space",
                 {.op = "register_memory", .sizes = sizes, .hint = "check the length"});
   }
+  const cuda::PointerInfo memory = cuda::classify(addr, length, "register_memory");
+  if (memory.type == MemoryType::Cuda && cuda_ == CudaMemorySupport::None) {
+    throw Error(
+        ErrorCode::NotSupported,
+        "the " + provider_ + " provider cannot serve CUDA device memory (GPU " + std::to_string(memory.device) + ")",
+        {.op = "register_memory",
+         .sizes = sizes,
+         .hint = "use a provider whose caps().cuda_memory is not none (`rdmx info` lists them), or copy "
+                 "the data to host memory first"});
+  }
   std::unique_ptr<RegionBinder::Binding> binding;
-  auto keys = add_region(addr, length, access, nullptr, &binding);
-  RDMX_TRACE("registered %s lkey=0x%x rkey=0x%x access=%s", sizes, keys.lkey, keys.rkey, to_string(access).c_str());
-  return std::make_unique<RegisteredRegion>(registry_, addr, length, keys, access, std::move(binding));
+  auto keys = add_region(addr, length, access, nullptr, &binding, memory.type);
+  RDMX_TRACE("registered %s lkey=0x%x rkey=0x%x access=%s memory=%s", sizes, keys.lkey, keys.rkey,
+             to_string(access).c_str(), to_string(memory.type));
+  return std::make_unique<RegisteredRegion>(registry_, addr, length, keys, access, memory, std::move(binding));
 }
 
 MemoryRegistry::Keys RegistryProtectionDomain::add_region(void* addr, std::size_t length, Access access,
                                                           const SharedRegion* shared,
-                                                          std::unique_ptr<RegionBinder::Binding>* binding) {
-  if (bound_ == nullptr) return registry_.add(this, addr, length, access, shared);
+                                                          std::unique_ptr<RegionBinder::Binding>* binding,
+                                                          MemoryType type) {
+  if (bound_ == nullptr) return registry_.add(this, addr, length, access, shared, nullptr, type);
   *binding = registry_.binder()->bind(*bound_, addr, length, access);
   const MemoryRegistry::Keys keys{(*binding)->lkey(), (*binding)->rkey()};
-  return registry_.add(this, addr, length, access, shared, &keys);
+  return registry_.add(this, addr, length, access, shared, &keys, type);
 }
 
 }  // namespace rdmx::core

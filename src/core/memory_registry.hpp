@@ -60,7 +60,7 @@ class MemoryRegistry {
   // `domain` identifies the protection domain (any stable pointer). `given`:
   // keys chosen by hardware (see RegionBinder); otherwise fresh random ones.
   Keys add(const void* domain, void* addr, std::size_t length, Access access, const SharedRegion* shared = nullptr,
-           const Keys* given = nullptr);
+           const Keys* given = nullptr, MemoryType type = MemoryType::Host);
 
   // Installed once, before any protection domain exists, by a provider whose
   // hardware must see every region (core/region_binder.hpp).
@@ -100,6 +100,7 @@ class MemoryRegistry {
     Access access = Access::None;
     const void* domain = nullptr;
     const SharedRegion* shared = nullptr;  // set for regions from allocate_memory()
+    MemoryType type = MemoryType::Host;
   };
   // The region behind a key, for caching (nullopt when there is none).
   bool lookup(bool remote, std::uint32_t key, Verdict* out) const;
@@ -142,6 +143,7 @@ class MemoryRegistry {
     std::uint32_t lkey;
     std::uint32_t rkey;
     const SharedRegion* shared;
+    MemoryType type;
   };
   std::uint32_t fresh_key_locked() RDMX_REQUIRES(mutex_);
   AccessCheck check_locked(bool remote, const void* domain, std::uint32_t key, std::uint64_t addr, std::uint64_t length,
@@ -197,8 +199,12 @@ class CachedKey {
 // ordinary process memory.
 class RegistryProtectionDomain final : public ProtectionDomain {
  public:
-  explicit RegistryProtectionDomain(MemoryRegistry& registry)
-      : registry_(registry), bound_(registry.binder() ? registry.binder()->open_domain() : nullptr) {}
+  // `provider` names the device in errors; `cuda` is its caps().cuda_memory.
+  RegistryProtectionDomain(MemoryRegistry& registry, std::string provider, CudaMemorySupport cuda)
+      : registry_(registry),
+        bound_(registry.binder() ? registry.binder()->open_domain() : nullptr),
+        provider_(std::move(provider)),
+        cuda_(cuda) {}
   std::unique_ptr<MemoryRegion> register_memory(void* addr, std::size_t length, Access access) override;
   std::unique_ptr<MemoryRegion> allocate_memory(std::size_t length, Access access) override;
   MemoryRegistry& registry() const { return registry_; }
@@ -208,10 +214,12 @@ class RegistryProtectionDomain final : public ProtectionDomain {
  private:
   // Registers with the registry (and the binder's hardware first, when there is one).
   MemoryRegistry::Keys add_region(void* addr, std::size_t length, Access access, const SharedRegion* shared,
-                                  std::unique_ptr<RegionBinder::Binding>* binding);
+                                  std::unique_ptr<RegionBinder::Binding>* binding, MemoryType type);
 
   MemoryRegistry& registry_;
   std::unique_ptr<RegionBinder::Domain> bound_;
+  std::string provider_;
+  CudaMemorySupport cuda_;
 };
 
 }  // namespace rdmx::core

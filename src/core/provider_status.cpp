@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "coll/cuda/kernels.hpp"
 #include "core/config.hpp"
+#include "core/cuda/driver.hpp"
 #include "core/settings.hpp"
 #include "rdmx/error.hpp"
 #include "rdmx/info.hpp"
@@ -62,21 +64,6 @@ ProviderStatus verbs_status() {
   return status;
 }
 
-ProviderStatus cuda_status() {
-  ProviderStatus status{.name = "cuda"};
-  status.reason = "not built: the cuda provider is not written yet";
-  const topo::GpuScan& gpus = topo::scan_gpus();
-  if (gpus.gpus.empty()) {
-    status.reason += "; and " + gpus.note;
-    return status;
-  }
-  status.reason += "; GPUs present: ";
-  for (std::size_t i = 0; i < gpus.gpus.size(); ++i) {
-    status.reason += (i == 0 ? "" : ", ") + gpus.gpus[i].name + " (" + gpus.gpus[i].pci_bus_id + ")";
-  }
-  return status;
-}
-
 }  // namespace
 
 std::vector<ProviderStatus> probe_providers() {
@@ -84,8 +71,18 @@ std::vector<ProviderStatus> probe_providers() {
   const std::vector<std::string> built = available_providers();
   for (const auto& name : built) statuses.push_back(probe_built(name));
   if (!contains(built, "verbs")) statuses.push_back(verbs_status());
-  if (!contains(built, "cuda")) statuses.push_back(cuda_status());
   return statuses;
+}
+
+CudaStatus probe_cuda() {
+  CudaStatus status;
+  const core::cuda::DriverLoad& load = core::cuda::load_driver();
+  status.usable = load.api != nullptr;
+  status.reason = load.reason;
+  status.driver_version = load.version;
+  status.kernels_note = coll::cuda_kernels_note();
+  status.kernels = coll::cuda_kernels_built();
+  return status;
 }
 
 std::chrono::milliseconds default_timeout() { return core::timeout(); }

@@ -25,6 +25,24 @@ std::string to_string(Access access) {
   return out.empty() ? "NONE" : out;
 }
 
+const char* to_string(MemoryType type) noexcept {
+  switch (type) {
+    case MemoryType::Host: return "host";
+    case MemoryType::Cuda: return "cuda";
+  }
+  return "unknown";
+}
+
+const char* to_string(CudaMemorySupport support) noexcept {
+  switch (support) {
+    case CudaMemorySupport::None: return "none";
+    case CudaMemorySupport::Staging: return "staging";
+    case CudaMemorySupport::PeerMapping: return "peer-mapping";
+    case CudaMemorySupport::DmaBuf: return "dma-buf";
+  }
+  return "unknown";
+}
+
 const char* to_string(Opcode op) noexcept {
   switch (op) {
     case Opcode::Send: return "SEND";

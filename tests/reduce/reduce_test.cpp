@@ -2,7 +2,8 @@
 // Tests for the reduction kernels (src/coll/reduce.hpp) against an
 // independent reference: plain loops over values decoded here (fp16/bf16/fp32
 // by ldexp, rounding by nearbyint in double), for every type x op x ISA this
-// CPU has, special values, every tail length, misaligned and aliased buffers.#include "coll/reduce.hpp"
+// CPU has, special values, every tail length, misaligned and aliased buffers.
+#include "coll/reduce.hpp"
 
 #include <gtest/gtest.h>
 

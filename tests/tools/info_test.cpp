@@ -52,7 +52,9 @@ TEST(InfoCommand, PrintsEverySectionAndWhyEachProviderIsUsableOrNot) {
   EXPECT_TRUE(has_line(r.out, R"(^  tcp +usable +tcp)")) << r.out;
   // verbs is built (scripts/deps.sh installs libibverbs-dev); usable only where an RDMA device exists.
   EXPECT_TRUE(has_line(r.out, R"(^  verbs +(not usable +no RDMA device: \S.*|usable +verbs:\S+)$)")) << r.out;
-  EXPECT_TRUE(has_line(r.out, R"(^  cuda +not usable +not built: \S.*$)")) << r.out;
+  EXPECT_TRUE(has_line(r.out, R"(^  +caps: .*; CUDA memory: (none|staging|peer-mapping|dma-buf)$)")) << r.out;
+  EXPECT_TRUE(has_line(r.out, R"(^  CUDA memory +(on: CUDA driver \d+\.\d+ with \d+ GPUs?|off: \S.*)$)")) << r.out;
+  EXPECT_TRUE(has_line(r.out, R"(^  reduction kernels +(built for sm_\d+.*|not built: \S.*)$)")) << r.out;
   EXPECT_TRUE(has_line(r.out, R"(^  auto +opens +auto\[)")) << r.out;
   EXPECT_TRUE(has_line(r.out, R"(^  RDMX_TIMEOUT += \S+ +\((set|default)\) +\S)")) << r.out;
 }
@@ -86,7 +88,7 @@ TEST(InfoCommand, JsonFollowsTheSchemaAndNamesEveryProvider) {
   std::vector<std::string> names;
   for (const auto& p : doc["providers"]) names.push_back(p["name"].get<std::string>());
   // Built providers in auto selection's order, then those not built.
-  EXPECT_EQ(names, (std::vector<std::string>{"shm", "verbs", "tcp", "cuda"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"shm", "verbs", "tcp"}));
   for (const char* usable : {"shm", "tcp"}) {
     const json* p = find_named(doc["providers"], usable);
     ASSERT_NE(p, nullptr);
@@ -105,6 +107,22 @@ TEST(InfoCommand, JsonFollowsTheSchemaAndNamesEveryProvider) {
   // With nothing found, the note says why; with something found, there is nothing to explain.
   EXPECT_EQ(doc["rdma_devices"].empty(), !doc["rdma_note"].get<std::string>().empty());
   EXPECT_EQ(doc["gpus"].empty(), !doc["gpu_note"].get<std::string>().empty());
+}
+
+// CUDA is loaded at run time: without a driver or a GPU, info says exactly
+// why device memory is off (the same words as the GPU list's note), and
+// whether this build has the GPU reduction kernels, as configured.
+TEST(InfoCommand, SaysWhyCudaMemoryIsOnOrOffAndWhetherKernelsAreBuilt) {
+  const json doc = info_json();
+  const json& cuda = doc["cuda"];
+  EXPECT_EQ(cuda["usable"].get<bool>(), !doc["gpus"].empty()) << cuda.dump();
+  EXPECT_FALSE(cuda["reason"].get<std::string>().empty()) << cuda.dump();
+  if (!cuda["usable"].get<bool>()) {
+    EXPECT_EQ(cuda["reason"], doc["gpu_note"]) << cuda.dump();
+  }
+  EXPECT_EQ(cuda["kernels"].get<bool>(), RDMX_TEST_CUDA_KERNELS != 0) << cuda.dump();
+  const std::string note = cuda["kernels_note"].get<std::string>();
+  EXPECT_EQ(note.rfind(RDMX_TEST_CUDA_KERNELS != 0 ? "built for sm_" : "not built: ", 0), 0u) << note;
 }
 
 TEST(InfoCommand, AnUnknownOptionIsAUsageError) {

@@ -26,6 +26,7 @@ struct Report {
   AutoChoice chosen;
   std::vector<Setting> settings;
   UnmapDetection registration_cache;
+  CudaStatus cuda;
 };
 
 // ---------------------------------------------------------------------------
@@ -76,7 +77,7 @@ std::string caps_text(const DeviceCaps& caps) {
   if (caps.registration_pins_memory) flags.emplace_back("registration pins memory");
   return join(flags, ", ") + "; max message " + size_text(caps.max_msg_size) + ", " + std::to_string(caps.max_qp_wr) +
          " WRs per QP, " + std::to_string(caps.max_sge) + " SGEs, " + std::to_string(caps.max_inline_data) +
-         " B inline";
+         " B inline; CUDA memory: " + to_string(caps.cuda_memory);
 }
 
 std::size_t widest(const auto& items, auto field) {
@@ -158,13 +159,16 @@ void print_cpus(const HostTopology& host) {
   }
 }
 
-void print_gpus(const HostTopology& host) {
+void print_gpus(const HostTopology& host, const CudaStatus& cuda) {
   std::printf("\nGPUs\n");
   if (host.gpus.empty()) std::printf("  none: %s\n", host.gpu_note.c_str());
   for (const auto& gpu : host.gpus) {
     std::printf("  %d  %s  %s  %s\n", gpu.index, gpu.name.c_str(), gpu.pci_bus_id.c_str(),
                 size_text(gpu.memory_bytes).c_str());
   }
+  // How each provider serves device memory is on its caps line above.
+  std::printf("  CUDA memory        %s: %s\n", cuda.usable ? "on" : "off", cuda.reason.c_str());
+  std::printf("  reduction kernels  %s\n", cuda.kernels_note.c_str());
 }
 
 void print_settings(const std::vector<Setting>& settings) {
@@ -198,7 +202,7 @@ void print_text(const Report& report) {
   print_rdma(host);
   print_interfaces(host);
   print_cpus(host);
-  print_gpus(host);
+  print_gpus(host, report.cuda);
   print_settings(report.settings);
 }
 
@@ -217,6 +221,7 @@ void run_info(const InfoOptions& options) {
   report.chosen = probe_auto();
   report.settings = settings();
   report.registration_cache = unmap_detection();
+  report.cuda = probe_cuda();
   print_text(report);
 }
 
@@ -224,10 +229,10 @@ void run_info(const InfoOptions& options) {
 
 void register_info(CLI::App& root) {
   auto options = std::make_shared<InfoOptions>();
-  CLI::App* info =
-      root.add_subcommand("info",
-                          "Providers and why each is or is not usable; RDMA devices, interfaces, CPUs/NUMA, GPUs; "
-                          "settings in force");
+  CLI::App* info = root.add_subcommand(
+      "info",
+      "Providers and why each is or is not usable; RDMA devices, interfaces, CPUs/NUMA, GPUs and CUDA memory; "
+      "settings in force");
   info->add_flag("--json", options->json, "Print one JSON document (docs/schemas/info.schema.json)");
   info->add_flag("--settings-markdown", options->settings_markdown,
                  "Print the table of settings (name, default, meaning) as the README has it");

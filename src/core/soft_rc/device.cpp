@@ -89,7 +89,7 @@ DeviceCaps SoftRcDevice::caps() const {
 }
 
 std::unique_ptr<ProtectionDomain> SoftRcDevice::alloc_pd() {
-  return std::make_unique<RegistryProtectionDomain>(registry());
+  return std::make_unique<RegistryProtectionDomain>(registry(), provider(), caps().cuda_memory);
 }
 
 std::unique_ptr<CompletionQueue> SoftRcDevice::create_cq(std::size_t depth) {

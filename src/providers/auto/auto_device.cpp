@@ -141,11 +141,13 @@ class AutoDevice final : public Device, public core::EngineHandoff {
       caps.max_qp_wr = std::min(caps.max_qp_wr, d.max_qp_wr);
       caps.max_sge = std::min(caps.max_sge, d.max_sge);
       caps.max_inline_data = std::min(caps.max_inline_data, d.max_inline_data);
+      // A region may travel over any candidate: served as well as the least of them serves it.
+      caps.cuda_memory = std::min(caps.cuda_memory, d.cuda_memory);
     }
     return caps;
   }
   std::unique_ptr<ProtectionDomain> alloc_pd() override {
-    return std::make_unique<core::RegistryProtectionDomain>(*resources_.registry);
+    return std::make_unique<core::RegistryProtectionDomain>(*resources_.registry, provider(), caps().cuda_memory);
   }
   std::unique_ptr<CompletionQueue> create_cq(std::size_t depth) override {
     return core::make_device_cq(depth, *this, *this);

@@ -317,7 +317,7 @@ VerbsDevice::~VerbsDevice() {
 }
 
 std::unique_ptr<ProtectionDomain> VerbsDevice::alloc_pd() {
-  return std::make_unique<core::RegistryProtectionDomain>(registry());
+  return std::make_unique<core::RegistryProtectionDomain>(registry(), provider(), caps().cuda_memory);
 }
 
 std::unique_ptr<CompletionQueue> VerbsDevice::create_cq(std::size_t depth) {

@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: MIT
+// GPU memory for tests, through the driver rdmx loads (core/cuda): the
+// first GPU's primary context made current, device allocations that free
+// themselves, and copies. Tests that need a GPU start with
+//   RDMX_REQUIRE_GPU();
+// which skips the test, saying why, on a host without one (CI, the
+// development machines).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "core/cuda/driver.hpp"
+
+namespace rdmx::test {
+
+// The driver with GPU 0's primary context current on this thread, or null
+// with `why` set.
+const core::cuda::DriverApi* cuda_for_test(std::string* why);
+
+#define RDMX_REQUIRE_GPU()                                                                \
+  do {                                                                                    \
+    std::string rdmx_no_gpu_reason;                                                       \
+    if (::rdmx::test::cuda_for_test(&rdmx_no_gpu_reason) == nullptr)                      \
+      GTEST_SKIP() << "needs a GPU (runs on the device machine): " << rdmx_no_gpu_reason; \
+  } while (0)
+
+// cuMemAlloc'd device memory, freed on destruction.
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(std::size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* get() const { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(pointer_)); }
+  std::size_t size() const { return bytes_; }
+
+ private:
+  core::cuda::CUdeviceptr pointer_ = 0;
+  std::size_t bytes_;
+};
+
+// cuMemcpy between any two pointers (unified addressing), synchronous.
+void cuda_copy(void* dst, const void* src, std::size_t bytes);
+
+}  // namespace rdmx::test
