@@ -25,15 +25,11 @@ constexpr CUresult kErrorNotInitialized = 3;
 constexpr CUresult kErrorNotReady = 600;
 
 // CUpointer_attribute
-constexpr int kPointerContext = 1;
 constexpr int kPointerMemoryType = 2;
 constexpr int kPointerBufferId = 7;
 constexpr int kPointerIsManaged = 8;
 constexpr int kPointerDeviceOrdinal = 9;
 constexpr int kPointerIsLegacyIpcCapable = 10;
-constexpr int kPointerRangeStart = 11;
-constexpr int kPointerRangeSize = 12;
-constexpr int kPointerMapped = 13;
 constexpr int kPointerAllowedHandleTypes = 14;
 
 // CUmemorytype

@@ -17,14 +17,10 @@ PointerInfo classify(const void* addr, std::size_t length, const char* op) {
   int device = -1;
   int is_managed = 0;
   int legacy_ipc = 0;
-  void* range_start = nullptr;
-  std::size_t range_size = 0;
   unsigned long long handle_types = 0;
   int attributes[] = {kPointerMemoryType, kPointerBufferId,           kPointerDeviceOrdinal,
-                      kPointerIsManaged,  kPointerIsLegacyIpcCapable, kPointerRangeStart,
-                      kPointerRangeSize,  kPointerAllowedHandleTypes};
-  void* values[] = {&memory_type, &buffer_id,   &device,     &is_managed,
-                    &legacy_ipc,  &range_start, &range_size, &handle_types};
+                      kPointerIsManaged,  kPointerIsLegacyIpcCapable, kPointerAllowedHandleTypes};
+  void* values[] = {&memory_type, &buffer_id, &device, &is_managed, &legacy_ipc, &handle_types};
   const auto pointer = static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(addr));
   // Unlike cuPointerGetAttribute, this succeeds for memory CUDA does not
   // know, leaving the type 0; a context not yet initialised means the same.
@@ -33,11 +29,17 @@ PointerInfo classify(const void* addr, std::size_t length, const char* op) {
   if (result != kSuccess || memory_type != kMemoryTypeDevice || is_managed != 0) return info;
   info.type = MemoryType::Cuda;
   info.device = device;
-  info.allocation_base = reinterpret_cast<std::uintptr_t>(range_start);
-  info.allocation_length = range_size;
   info.buffer_id = buffer_id;
   info.legacy_ipc = legacy_ipc != 0;
   info.handle_types = handle_types;
+  // The mapped allocation, not the reserved range the pointer attributes
+  // give for cuMemMap'd memory.
+  CUdeviceptr base = 0;
+  std::size_t size = 0;
+  if (api->cuMemGetAddressRange_v2(&base, &size, pointer) == kSuccess) {
+    info.allocation_base = base;
+    info.allocation_length = size;
+  }
   const std::uint64_t start = reinterpret_cast<std::uintptr_t>(addr);
   if (info.allocation_length == 0 || start - info.allocation_base > info.allocation_length ||
       length > info.allocation_length - (start - info.allocation_base)) {

@@ -1,0 +1,646 @@
+// SPDX-License-Identifier: MIT
+// A simulated CUDA driver, built as libcuda.so.1 for tests only, so that CI
+// (which has no GPU) runs rdmx's device-memory paths end to end: detection,
+// registration, staging, IPC between processes and the reduction kernels.
+// It keeps what matters to rdmx of a real GPU:
+// - device memory is not CPU memory: each allocation is a memfd mapped
+//   PROT_NONE at its device address, so a CPU load or store there crashes
+//   the test as it would on a GPU; the driver's copies go through a second,
+//   private mapping of the same pages;
+// - allocations have bounds, and copies or kernels past them fail;
+// - IPC handles open only in another process, once per process;
+// - VMM allocations export file descriptors; cudaMalloc-style ones do not.
+// Kernels are run by name on the CPU with the same element functions the
+// real kernels use. Streams run everything at once, in order.
+// On the device machine the same tests also run on the real driver.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <type_traits>
+
+#include "coll/reduce_element.hpp"
+#include "core/cuda/driver_api.hpp"
+
+namespace {
+
+using namespace rdmx::core::cuda;
+namespace element = rdmx::coll::element;
+
+constexpr CUresult kInvalidValue = 1;
+constexpr CUresult kOutOfMemory = 2;
+constexpr CUresult kInvalidContext = 201;
+constexpr CUresult kAlreadyMapped = 208;
+constexpr CUresult kInvalidHandle = 400;
+constexpr CUresult kNotFound = 500;
+constexpr CUresult kNotSupported = 801;
+constexpr std::size_t kGranularity = 2 << 20;
+constexpr std::uint64_t kHandleMagic = 0x6d69737864726dull;  // "rdmxsim"
+
+enum class Kind { Device, Imported, Mapped, PinnedHost, RegisteredHost };
+
+struct Allocation {
+  Kind kind;
+  std::uintptr_t address;  // what the application sees
+  std::size_t size;
+  char* shadow;  // the driver's own view of device pages
+  int memfd;     // device pages (-1 for host memory)
+  std::uint64_t id;
+};
+
+struct VmmHandle {
+  int memfd;
+  std::size_t size;
+};
+
+struct State {
+  std::mutex mutex;
+  std::map<std::uintptr_t, Allocation> allocations;  // by address
+  std::map<std::uint64_t, VmmHandle> handles;
+  std::map<std::string, std::uintptr_t> opened_ipc;  // handle bytes -> address
+  std::uint64_t next_id = 1;
+};
+State& state() {
+  static State s;
+  return s;
+}
+
+thread_local CUcontext current = nullptr;
+// One context object per process: its address is the handle.
+char primary_context;
+
+Allocation* find_locked(std::uintptr_t address) {
+  auto& all = state().allocations;
+  auto it = all.upper_bound(address);
+  if (it == all.begin()) return nullptr;
+  --it;
+  if (address >= it->first + it->second.size) return nullptr;
+  return &it->second;
+}
+
+// The CPU address through which the driver touches [address, +bytes), or
+// null when the range leaves its allocation.
+char* translate_locked(std::uintptr_t address, std::size_t bytes, bool* ok) {
+  Allocation* a = find_locked(address);
+  *ok = true;
+  if (a == nullptr) return reinterpret_cast<char*>(address);  // host memory the driver does not know
+  if (bytes > a->size - (address - a->address)) {
+    *ok = false;
+    return nullptr;
+  }
+  if (a->shadow == nullptr) return reinterpret_cast<char*>(address);
+  return a->shadow + (address - a->address);
+}
+
+// Maps `memfd` PROT_NONE at `at` (or anywhere) and privately readable and
+// writable elsewhere; records the allocation.
+CUresult map_device_locked(int memfd, std::size_t size, void* at, Kind kind, std::uintptr_t* address) {
+  void* visible = ::mmap(at, size, PROT_NONE, MAP_SHARED | (at != nullptr ? MAP_FIXED : 0), memfd, 0);
+  if (visible == MAP_FAILED) return kOutOfMemory;
+  void* shadow = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+  if (shadow == MAP_FAILED) {
+    ::munmap(visible, size);
+    return kOutOfMemory;
+  }
+  *address = reinterpret_cast<std::uintptr_t>(visible);
+  state().allocations[*address] =
+      Allocation{kind, *address, size, static_cast<char*>(shadow), memfd, state().next_id++};
+  return kSuccess;
+}
+
+int new_memfd(std::size_t size) {
+  const int fd = ::memfd_create("rdmx-simulated-gpu", MFD_CLOEXEC);
+  if (fd >= 0 && ::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+void unmap_locked(Allocation& a, bool keep_reservation) {
+  if (a.shadow != nullptr) ::munmap(a.shadow, a.size);
+  if (keep_reservation)
+    ::mmap(reinterpret_cast<void*>(a.address), a.size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  else
+    ::munmap(reinterpret_cast<void*>(a.address), a.size);
+}
+
+struct IpcPayload {
+  std::uint64_t magic;
+  std::int64_t pid;
+  std::int64_t memfd;
+  std::uint64_t size;
+};
+
+// The simulated kernels: rdmx_reduce_<type>_<Op> and rdmx_divide_<type>.
+struct Function {
+  bool divide;
+  std::string type;
+  element::Op op;
+};
+
+template <element::Op O, class T>
+void reduce_loop(T* d, const T* x, const T* y, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    if constexpr (std::is_floating_point_v<T>)
+      d[i] = element::float_op<O>(x[i], y[i]);
+    else
+      d[i] = element::int_op<O>(x[i], y[i]);
+  }
+}
+
+template <element::Op O, class Format>
+void reduce_half_loop(std::uint16_t* d, const std::uint16_t* x, const std::uint16_t* y, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) d[i] = element::half_op<O, Format>(x[i], y[i]);
+}
+
+// T is the element type, or element::Fp16 / element::Bf16 for 16-bit floats.
+template <class T>
+void reduce_as(element::Op op, void* dst, const void* a, const void* b, std::size_t n) {
+  constexpr bool kHalf = std::is_same_v<T, element::Fp16> || std::is_same_v<T, element::Bf16>;
+  using E = std::conditional_t<kHalf, std::uint16_t, T>;
+  auto* d = static_cast<E*>(dst);
+  const auto* x = static_cast<const E*>(a);
+  const auto* y = static_cast<const E*>(b);
+  auto run = [&]<element::Op O>() {
+    if constexpr (kHalf)
+      reduce_half_loop<O, T>(d, x, y, n);
+    else
+      reduce_loop<O>(d, x, y, n);
+  };
+  switch (op) {
+    case element::Op::Sum: run.template operator()<element::Op::Sum>(); break;
+    case element::Op::Prod: run.template operator()<element::Op::Prod>(); break;
+    case element::Op::Min: run.template operator()<element::Op::Min>(); break;
+    case element::Op::Max: run.template operator()<element::Op::Max>(); break;
+  }
+}
+
+std::size_t element_size(const std::string& type) {
+  if (type == "int8" || type == "uint8") return 1;
+  if (type == "float16" || type == "bfloat16") return 2;
+  if (type == "int32" || type == "uint32" || type == "float32") return 4;
+  return 8;
+}
+
+void run_reduce(const Function& f, void* dst, const void* a, const void* b, std::size_t n) {
+  const std::string& t = f.type;
+  if (t == "int8") reduce_as<std::int8_t>(f.op, dst, a, b, n);
+  if (t == "uint8") reduce_as<std::uint8_t>(f.op, dst, a, b, n);
+  if (t == "int32") reduce_as<std::int32_t>(f.op, dst, a, b, n);
+  if (t == "uint32") reduce_as<std::uint32_t>(f.op, dst, a, b, n);
+  if (t == "int64") reduce_as<std::int64_t>(f.op, dst, a, b, n);
+  if (t == "uint64") reduce_as<std::uint64_t>(f.op, dst, a, b, n);
+  if (t == "float32") reduce_as<float>(f.op, dst, a, b, n);
+  if (t == "float64") reduce_as<double>(f.op, dst, a, b, n);
+  if (t == "float16") reduce_as<element::Fp16>(f.op, dst, a, b, n);
+  if (t == "bfloat16") reduce_as<element::Bf16>(f.op, dst, a, b, n);
+}
+
+void run_divide(const Function& f, void* dst, std::size_t n, int divisor) {
+  if (f.type == "float32") {
+    auto* d = static_cast<float*>(dst);
+    for (std::size_t i = 0; i < n; ++i) d[i] = element::float_divide(d[i], static_cast<float>(divisor));
+  } else if (f.type == "float64") {
+    auto* d = static_cast<double*>(dst);
+    for (std::size_t i = 0; i < n; ++i) d[i] = element::float_divide(d[i], static_cast<double>(divisor));
+  } else {
+    auto* d = static_cast<std::uint16_t*>(dst);
+    for (std::size_t i = 0; i < n; ++i)
+      d[i] = f.type == "float16" ? element::half_divide<element::Fp16>(d[i], static_cast<float>(divisor))
+                                 : element::half_divide<element::Bf16>(d[i], static_cast<float>(divisor));
+  }
+}
+
+CUdeviceptr as_device(const void* p) { return static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(p)); }
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuGetErrorName(CUresult error, const char** name) {
+  switch (error) {
+    case kSuccess: *name = "CUDA_SUCCESS"; return kSuccess;
+    case kInvalidValue: *name = "CUDA_ERROR_INVALID_VALUE"; return kSuccess;
+    case kOutOfMemory: *name = "CUDA_ERROR_OUT_OF_MEMORY"; return kSuccess;
+    case kInvalidContext: *name = "CUDA_ERROR_INVALID_CONTEXT"; return kSuccess;
+    case kAlreadyMapped: *name = "CUDA_ERROR_ALREADY_MAPPED"; return kSuccess;
+    case kInvalidHandle: *name = "CUDA_ERROR_INVALID_HANDLE"; return kSuccess;
+    case kNotFound: *name = "CUDA_ERROR_NOT_FOUND"; return kSuccess;
+    case kNotSupported: *name = "CUDA_ERROR_NOT_SUPPORTED"; return kSuccess;
+    default: *name = nullptr; return kInvalidValue;
+  }
+}
+CUresult cuGetErrorString(CUresult error, const char** text) {
+  const char* name = nullptr;
+  if (cuGetErrorName(error, &name) != kSuccess) return kInvalidValue;
+  *text = "reported by rdmx's simulated CUDA driver (tests/cuda_sim)";
+  return kSuccess;
+}
+CUresult cuInit(unsigned) { return kSuccess; }
+CUresult cuDriverGetVersion(int* version) {
+  *version = 13000;
+  return kSuccess;
+}
+CUresult cuDeviceGetCount(int* count) {
+  *count = 1;
+  return kSuccess;
+}
+CUresult cuDeviceGet(CUdevice* device, int ordinal) {
+  if (ordinal != 0) return kInvalidValue;
+  *device = 0;
+  return kSuccess;
+}
+CUresult cuDeviceGetName(char* name, int length, CUdevice) {
+  std::snprintf(name, static_cast<std::size_t>(length), "rdmx simulated GPU (tests/cuda_sim)");
+  return kSuccess;
+}
+CUresult cuDeviceGetPCIBusId(char* bus_id, int length, CUdevice) {
+  std::snprintf(bus_id, static_cast<std::size_t>(length), "0000:00:00.0");
+  return kSuccess;
+}
+CUresult cuDeviceTotalMem_v2(std::size_t* bytes, CUdevice) {
+  *bytes = std::size_t{16} << 30;
+  return kSuccess;
+}
+CUresult cuDeviceGetAttribute(int* value, int attribute, CUdevice) {
+  *value = attribute == kAttrUnifiedAddressing || attribute == kAttrVirtualMemoryManagement ||
+                   attribute == kAttrPosixFdHandles
+               ? 1
+               : 0;
+  return kSuccess;
+}
+CUresult cuDevicePrimaryCtxRetain(CUcontext* context, CUdevice) {
+  *context = reinterpret_cast<CUcontext>(&primary_context);
+  return kSuccess;
+}
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice) { return kSuccess; }
+CUresult cuCtxGetCurrent(CUcontext* context) {
+  *context = current;
+  return kSuccess;
+}
+CUresult cuCtxSetCurrent(CUcontext context) {
+  current = context;
+  return kSuccess;
+}
+CUresult cuCtxSynchronize() { return kSuccess; }
+
+CUresult cuPointerGetAttributes(unsigned count, int* attributes, void** data, CUdeviceptr pointer) {
+  std::lock_guard lock(state().mutex);
+  const Allocation* a = find_locked(static_cast<std::uintptr_t>(pointer));
+  const bool device = a != nullptr && (a->kind == Kind::Device || a->kind == Kind::Imported || a->kind == Kind::Mapped);
+  for (unsigned i = 0; i < count; ++i) {
+    switch (attributes[i]) {
+      case kPointerMemoryType:
+        *static_cast<unsigned*>(data[i]) = a == nullptr ? 0 : device ? kMemoryTypeDevice : kMemoryTypeHost;
+        break;
+      case kPointerBufferId: *static_cast<unsigned long long*>(data[i]) = a == nullptr ? 0 : a->id; break;
+      case kPointerDeviceOrdinal: *static_cast<int*>(data[i]) = a == nullptr ? -2 : 0; break;
+      case kPointerIsManaged: *static_cast<int*>(data[i]) = 0; break;
+      case kPointerIsLegacyIpcCapable: *static_cast<int*>(data[i]) = a != nullptr && a->kind == Kind::Device; break;
+      case kPointerAllowedHandleTypes:
+        *static_cast<unsigned long long*>(data[i]) = a != nullptr && a->kind == Kind::Mapped ? kHandlePosixFd : 0;
+        break;
+      default: return kInvalidValue;
+    }
+  }
+  return kSuccess;
+}
+
+CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, std::size_t* size, CUdeviceptr pointer) {
+  std::lock_guard lock(state().mutex);
+  const Allocation* a = find_locked(static_cast<std::uintptr_t>(pointer));
+  if (a == nullptr || a->kind == Kind::PinnedHost || a->kind == Kind::RegisteredHost) return kNotFound;
+  *base = a->address;
+  *size = a->size;
+  return kSuccess;
+}
+
+CUresult cuMemAlloc_v2(CUdeviceptr* pointer, std::size_t bytes) {
+  if (bytes == 0) return kInvalidValue;
+  const std::size_t size = (bytes + 511) / 512 * 512;
+  const int fd = new_memfd(size);
+  if (fd < 0) return kOutOfMemory;
+  std::lock_guard lock(state().mutex);
+  std::uintptr_t address = 0;
+  if (const CUresult r = map_device_locked(fd, size, nullptr, Kind::Device, &address); r != kSuccess) {
+    ::close(fd);
+    return r;
+  }
+  *pointer = address;
+  return kSuccess;
+}
+
+CUresult cuMemFree_v2(CUdeviceptr pointer) {
+  std::lock_guard lock(state().mutex);
+  auto it = state().allocations.find(static_cast<std::uintptr_t>(pointer));
+  if (it == state().allocations.end() || it->second.kind != Kind::Device) return kInvalidValue;
+  unmap_locked(it->second, false);
+  ::close(it->second.memfd);
+  state().allocations.erase(it);
+  return kSuccess;
+}
+
+CUresult cuMemAllocHost_v2(void** pointer, std::size_t bytes) {
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return kOutOfMemory;
+  std::lock_guard lock(state().mutex);
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  state().allocations[address] = Allocation{Kind::PinnedHost, address, bytes, nullptr, -1, state().next_id++};
+  *pointer = p;
+  return kSuccess;
+}
+
+CUresult cuMemFreeHost(void* pointer) {
+  std::lock_guard lock(state().mutex);
+  auto it = state().allocations.find(reinterpret_cast<std::uintptr_t>(pointer));
+  if (it == state().allocations.end() || it->second.kind != Kind::PinnedHost) return kInvalidValue;
+  ::munmap(pointer, it->second.size);
+  state().allocations.erase(it);
+  return kSuccess;
+}
+
+CUresult cuMemHostRegister_v2(void* pointer, std::size_t bytes, unsigned) {
+  std::lock_guard lock(state().mutex);
+  const auto address = reinterpret_cast<std::uintptr_t>(pointer);
+  if (find_locked(address) != nullptr) return kAlreadyMapped;
+  state().allocations[address] = Allocation{Kind::RegisteredHost, address, bytes, nullptr, -1, state().next_id++};
+  return kSuccess;
+}
+
+CUresult cuMemHostUnregister(void* pointer) {
+  std::lock_guard lock(state().mutex);
+  auto it = state().allocations.find(reinterpret_cast<std::uintptr_t>(pointer));
+  if (it == state().allocations.end() || it->second.kind != Kind::RegisteredHost) return kInvalidValue;
+  state().allocations.erase(it);
+  return kSuccess;
+}
+
+CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) {
+  std::lock_guard lock(state().mutex);
+  bool dst_ok = false, src_ok = false;
+  char* to = translate_locked(static_cast<std::uintptr_t>(dst), bytes, &dst_ok);
+  const char* from = translate_locked(static_cast<std::uintptr_t>(src), bytes, &src_ok);
+  if (!dst_ok || !src_ok) return kInvalidValue;
+  std::memmove(to, from, bytes);
+  return kSuccess;
+}
+CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CUstream) {
+  return cuMemcpy(dst, src, bytes);
+}
+CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, std::size_t bytes) {
+  std::lock_guard lock(state().mutex);
+  bool ok = false;
+  char* to = translate_locked(static_cast<std::uintptr_t>(dst), bytes, &ok);
+  if (!ok) return kInvalidValue;
+  std::memset(to, value, bytes);
+  return kSuccess;
+}
+
+CUresult cuStreamCreate(CUstream* stream, unsigned) {
+  *stream = reinterpret_cast<CUstream>(new char);
+  return kSuccess;
+}
+CUresult cuStreamDestroy_v2(CUstream stream) {
+  delete reinterpret_cast<char*>(stream);
+  return kSuccess;
+}
+CUresult cuStreamSynchronize(CUstream) { return kSuccess; }
+CUresult cuStreamWaitEvent(CUstream, CUevent, unsigned) { return kSuccess; }
+CUresult cuEventCreate(CUevent* event, unsigned) {
+  *event = reinterpret_cast<CUevent>(new char);
+  return kSuccess;
+}
+CUresult cuEventDestroy_v2(CUevent event) {
+  delete reinterpret_cast<char*>(event);
+  return kSuccess;
+}
+CUresult cuEventRecord(CUevent, CUstream) { return kSuccess; }
+CUresult cuEventQuery(CUevent) { return kSuccess; }
+CUresult cuEventSynchronize(CUevent) { return kSuccess; }
+
+CUresult cuModuleLoadData(CUmodule* module, const void* image) {
+  // A CUDA fat binary starts with its magic number.
+  std::uint32_t magic = 0;
+  std::memcpy(&magic, image, sizeof magic);
+  if (magic != 0xBA55ED50u) return kInvalidValue;
+  *module = reinterpret_cast<CUmodule>(new char);
+  return kSuccess;
+}
+
+CUresult cuModuleGetFunction(CUfunction* function, CUmodule, const char* name) {
+  const std::string n = name;
+  auto* f = new Function{};
+  if (n.rfind("rdmx_divide_", 0) == 0) {
+    f->divide = true;
+    f->type = n.substr(12);
+  } else if (n.rfind("rdmx_reduce_", 0) == 0) {
+    const std::string rest = n.substr(12);
+    const std::size_t cut = rest.rfind('_');
+    f->type = rest.substr(0, cut);
+    const std::string op = rest.substr(cut + 1);
+    f->op = op == "Sum"    ? element::Op::Sum
+            : op == "Prod" ? element::Op::Prod
+            : op == "Min"  ? element::Op::Min
+                           : element::Op::Max;
+  } else {
+    delete f;
+    return kNotFound;
+  }
+  *function = reinterpret_cast<CUfunction>(f);
+  return kSuccess;
+}
+
+CUresult cuLaunchKernel(CUfunction function, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                        CUstream, void** args, void**) {
+  const auto& f = *reinterpret_cast<const Function*>(function);
+  std::lock_guard lock(state().mutex);
+  bool ok_dst = false, ok_a = true, ok_b = true;
+  if (f.divide) {
+    void* dst = *static_cast<void**>(args[0]);
+    const std::size_t n = *static_cast<std::size_t*>(args[1]);
+    const int divisor = *static_cast<int*>(args[2]);
+    char* d = translate_locked(reinterpret_cast<std::uintptr_t>(dst), n * element_size(f.type), &ok_dst);
+    if (!ok_dst) return kInvalidValue;
+    run_divide(f, d, n, divisor);
+    return kSuccess;
+  }
+  void* dst = *static_cast<void**>(args[0]);
+  const void* a = *static_cast<const void**>(args[1]);
+  const void* b = *static_cast<const void**>(args[2]);
+  const std::size_t n = *static_cast<std::size_t*>(args[3]);
+  const std::size_t bytes = n * element_size(f.type);
+  // A kernel reads and writes device memory only: host pointers fault on a GPU.
+  for (const void* p : {static_cast<const void*>(dst), a, b}) {
+    const Allocation* in = find_locked(reinterpret_cast<std::uintptr_t>(p));
+    if (in == nullptr || in->shadow == nullptr) return kInvalidValue;
+  }
+  char* d = translate_locked(reinterpret_cast<std::uintptr_t>(dst), bytes, &ok_dst);
+  const char* x = translate_locked(reinterpret_cast<std::uintptr_t>(a), bytes, &ok_a);
+  const char* y = translate_locked(reinterpret_cast<std::uintptr_t>(b), bytes, &ok_b);
+  if (!ok_dst || !ok_a || !ok_b) return kInvalidValue;
+  run_reduce(f, d, x, y, n);
+  return kSuccess;
+}
+
+CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr pointer) {
+  std::lock_guard lock(state().mutex);
+  const Allocation* a = find_locked(static_cast<std::uintptr_t>(pointer));
+  if (a == nullptr || a->kind != Kind::Device) return kInvalidValue;
+  const IpcPayload payload{kHandleMagic, ::getpid(), a->memfd, a->size};
+  std::memset(handle, 0, sizeof *handle);
+  std::memcpy(handle->reserved, &payload, sizeof payload);
+  return kSuccess;
+}
+
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* pointer, CUipcMemHandle handle, unsigned) {
+  IpcPayload payload{};
+  std::memcpy(&payload, handle.reserved, sizeof payload);
+  if (payload.magic != kHandleMagic) return kInvalidValue;
+  // As the real driver: not in the process that exported it.
+  if (payload.pid == ::getpid()) return kInvalidContext;
+  const std::string key(handle.reserved, sizeof handle.reserved);
+  std::lock_guard lock(state().mutex);
+  if (state().opened_ipc.contains(key)) return kAlreadyMapped;
+  const std::string path = "/proc/" + std::to_string(payload.pid) + "/fd/" + std::to_string(payload.memfd);
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return kInvalidHandle;
+  std::uintptr_t address = 0;
+  if (const CUresult r = map_device_locked(fd, payload.size, nullptr, Kind::Imported, &address); r != kSuccess) {
+    ::close(fd);
+    return r;
+  }
+  state().opened_ipc[key] = address;
+  *pointer = address;
+  return kSuccess;
+}
+
+CUresult cuIpcCloseMemHandle(CUdeviceptr pointer) {
+  std::lock_guard lock(state().mutex);
+  auto it = state().allocations.find(static_cast<std::uintptr_t>(pointer));
+  if (it == state().allocations.end() || it->second.kind != Kind::Imported) return kInvalidValue;
+  std::erase_if(state().opened_ipc, [&](const auto& entry) { return entry.second == it->first; });
+  unmap_locked(it->second, false);
+  ::close(it->second.memfd);
+  state().allocations.erase(it);
+  return kSuccess;
+}
+
+CUresult cuMemGetAllocationGranularity(std::size_t* granularity, const CUmemAllocationProp*, int) {
+  *granularity = kGranularity;
+  return kSuccess;
+}
+
+CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, std::size_t size, const CUmemAllocationProp* prop,
+                     unsigned long long) {
+  if (size == 0 || size % kGranularity != 0 || prop->location.id != 0) return kInvalidValue;
+  const int fd = new_memfd(size);
+  if (fd < 0) return kOutOfMemory;
+  std::lock_guard lock(state().mutex);
+  const std::uint64_t id = state().next_id++;
+  state().handles[id] = VmmHandle{fd, size};
+  *handle = id;
+  return kSuccess;
+}
+
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+  std::lock_guard lock(state().mutex);
+  auto it = state().handles.find(handle);
+  if (it == state().handles.end()) return kInvalidValue;
+  ::close(it->second.memfd);
+  state().handles.erase(it);
+  return kSuccess;
+}
+
+CUresult cuMemAddressReserve(CUdeviceptr* pointer, std::size_t size, std::size_t, CUdeviceptr, unsigned long long) {
+  void* p = ::mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return kOutOfMemory;
+  *pointer = as_device(p);
+  return kSuccess;
+}
+
+CUresult cuMemAddressFree(CUdeviceptr pointer, std::size_t size) {
+  return ::munmap(reinterpret_cast<void*>(static_cast<std::uintptr_t>(pointer)), size) == 0 ? kSuccess : kInvalidValue;
+}
+
+CUresult cuMemMap(CUdeviceptr pointer, std::size_t size, std::size_t offset, CUmemGenericAllocationHandle handle,
+                  unsigned long long) {
+  std::lock_guard lock(state().mutex);
+  auto it = state().handles.find(handle);
+  if (it == state().handles.end() || offset != 0 || size != it->second.size) return kInvalidValue;
+  const int fd = ::dup(it->second.memfd);
+  std::uintptr_t address = 0;
+  const CUresult r = map_device_locked(fd, size, reinterpret_cast<void*>(static_cast<std::uintptr_t>(pointer)),
+                                       Kind::Mapped, &address);
+  if (r != kSuccess) ::close(fd);
+  return r;
+}
+
+CUresult cuMemUnmap(CUdeviceptr pointer, std::size_t) {
+  std::lock_guard lock(state().mutex);
+  auto it = state().allocations.find(static_cast<std::uintptr_t>(pointer));
+  if (it == state().allocations.end() || it->second.kind != Kind::Mapped) return kInvalidValue;
+  unmap_locked(it->second, true);
+  ::close(it->second.memfd);
+  state().allocations.erase(it);
+  return kSuccess;
+}
+
+CUresult cuMemSetAccess(CUdeviceptr pointer, std::size_t, const CUmemAccessDesc*, std::size_t) {
+  std::lock_guard lock(state().mutex);
+  return find_locked(static_cast<std::uintptr_t>(pointer)) != nullptr ? kSuccess : kInvalidValue;
+}
+
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* pointer) {
+  std::lock_guard lock(state().mutex);
+  const Allocation* a = find_locked(reinterpret_cast<std::uintptr_t>(pointer));
+  if (a == nullptr || a->kind != Kind::Mapped) return kInvalidValue;
+  const std::uint64_t id = state().next_id++;
+  state().handles[id] = VmmHandle{::dup(a->memfd), a->size};
+  *handle = id;
+  return kSuccess;
+}
+
+CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle) {
+  std::lock_guard lock(state().mutex);
+  if (!state().handles.contains(handle)) return kInvalidValue;
+  *prop = CUmemAllocationProp{};
+  prop->type = kAllocationPinned;
+  prop->requestedHandleTypes = kHandlePosixFd;
+  prop->location = {kLocationDevice, 0};
+  return kSuccess;
+}
+
+CUresult cuMemExportToShareableHandle(void* out, CUmemGenericAllocationHandle handle, int type, unsigned long long) {
+  std::lock_guard lock(state().mutex);
+  auto it = state().handles.find(handle);
+  if (it == state().handles.end() || type != kHandlePosixFd) return kInvalidValue;
+  *static_cast<int*>(out) = ::dup(it->second.memfd);
+  return kSuccess;
+}
+
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, void* shareable, int type) {
+  if (type != kHandlePosixFd) return kInvalidValue;
+  const int fd = static_cast<int>(reinterpret_cast<std::intptr_t>(shareable));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return kInvalidHandle;
+  std::lock_guard lock(state().mutex);
+  const std::uint64_t id = state().next_id++;
+  state().handles[id] = VmmHandle{::dup(fd), static_cast<std::size_t>(st.st_size)};
+  *handle = id;
+  return kSuccess;
+}
+
+// No NIC to hand a dma-buf to here.
+CUresult cuMemGetHandleForAddressRange(void*, CUdeviceptr, std::size_t, int, unsigned long long) {
+  return kNotSupported;
+}
+
+}  // extern "C"
