@@ -53,11 +53,13 @@ struct Allocation {
   char* shadow;  // the driver's own view of device pages
   int memfd;     // device pages (-1 for host memory)
   std::uint64_t id;
+  int handle_types = 0;  // cuMemMap'd memory: the export types its cuMemCreate allowed
 };
 
 struct VmmHandle {
   int memfd;
   std::size_t size;
+  int handle_types;
 };
 
 struct State {
@@ -306,7 +308,8 @@ CUresult cuPointerGetAttributes(unsigned count, int* attributes, void** data, CU
       case kPointerIsManaged: *static_cast<int*>(data[i]) = 0; break;
       case kPointerIsLegacyIpcCapable: *static_cast<int*>(data[i]) = a != nullptr && a->kind == Kind::Device; break;
       case kPointerAllowedHandleTypes:
-        *static_cast<unsigned long long*>(data[i]) = a != nullptr && a->kind == Kind::Mapped ? kHandlePosixFd : 0;
+        *static_cast<unsigned long long*>(data[i]) =
+            a != nullptr && a->kind == Kind::Mapped ? static_cast<unsigned long long>(a->handle_types) : 0;
         break;
       default: return kInvalidValue;
     }
@@ -545,7 +548,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, std::size_t size, con
   if (fd < 0) return kOutOfMemory;
   std::lock_guard lock(state().mutex);
   const std::uint64_t id = state().next_id++;
-  state().handles[id] = VmmHandle{fd, size};
+  state().handles[id] = VmmHandle{fd, size, prop->requestedHandleTypes};
   *handle = id;
   return kSuccess;
 }
@@ -577,10 +580,15 @@ CUresult cuMemMap(CUdeviceptr pointer, std::size_t size, std::size_t offset, CUm
   if (it == state().handles.end() || offset != 0 || size != it->second.size) return kInvalidValue;
   const int fd = ::dup(it->second.memfd);
   std::uintptr_t address = 0;
+  const int handle_types = it->second.handle_types;
   const CUresult r = map_device_locked(fd, size, reinterpret_cast<void*>(static_cast<std::uintptr_t>(pointer)),
                                        Kind::Mapped, &address);
-  if (r != kSuccess) ::close(fd);
-  return r;
+  if (r != kSuccess) {
+    ::close(fd);
+    return r;
+  }
+  state().allocations[address].handle_types = handle_types;
+  return kSuccess;
 }
 
 CUresult cuMemUnmap(CUdeviceptr pointer, std::size_t) {
@@ -603,7 +611,7 @@ CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void*
   const Allocation* a = find_locked(reinterpret_cast<std::uintptr_t>(pointer));
   if (a == nullptr || a->kind != Kind::Mapped) return kInvalidValue;
   const std::uint64_t id = state().next_id++;
-  state().handles[id] = VmmHandle{::dup(a->memfd), a->size};
+  state().handles[id] = VmmHandle{::dup(a->memfd), a->size, a->handle_types};
   *handle = id;
   return kSuccess;
 }
@@ -613,7 +621,7 @@ CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop, CUmem
   if (!state().handles.contains(handle)) return kInvalidValue;
   *prop = CUmemAllocationProp{};
   prop->type = kAllocationPinned;
-  prop->requestedHandleTypes = kHandlePosixFd;
+  prop->requestedHandleTypes = state().handles[handle].handle_types;
   prop->location = {kLocationDevice, 0};
   return kSuccess;
 }
@@ -621,7 +629,8 @@ CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop, CUmem
 CUresult cuMemExportToShareableHandle(void* out, CUmemGenericAllocationHandle handle, int type, unsigned long long) {
   std::lock_guard lock(state().mutex);
   auto it = state().handles.find(handle);
-  if (it == state().handles.end() || type != kHandlePosixFd) return kInvalidValue;
+  if (it == state().handles.end() || type != kHandlePosixFd || (it->second.handle_types & kHandlePosixFd) == 0)
+    return kInvalidValue;
   *static_cast<int*>(out) = ::dup(it->second.memfd);
   return kSuccess;
 }
@@ -633,7 +642,7 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, vo
   if (::fstat(fd, &st) != 0) return kInvalidHandle;
   std::lock_guard lock(state().mutex);
   const std::uint64_t id = state().next_id++;
-  state().handles[id] = VmmHandle{::dup(fd), static_cast<std::size_t>(st.st_size)};
+  state().handles[id] = VmmHandle{::dup(fd), static_cast<std::size_t>(st.st_size), kHandlePosixFd};
   *handle = id;
   return kSuccess;
 }

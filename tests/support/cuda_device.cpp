@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: MIT
 #include "support/cuda_device.hpp"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "rdmx/error.hpp"
 
 namespace rdmx::test {
@@ -40,6 +43,37 @@ void cuda_copy(void* dst, const void* src, std::size_t bytes) {
             api.cuMemcpy(static_cast<cu::CUdeviceptr>(reinterpret_cast<std::uintptr_t>(dst)),
                          static_cast<cu::CUdeviceptr>(reinterpret_cast<std::uintptr_t>(src)), bytes),
             "cuMemcpy", {.op = "cuda_copy", .sizes = std::to_string(bytes) + " B"});
+}
+
+bool gpu_usable_in_child(std::string* why) {
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) {
+    *why = "pipe() failed";
+    return false;
+  }
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(pipe_fds[0]);
+    std::string reason;
+    const bool usable = cuda_for_test(&reason) != nullptr;
+    const std::string message = (usable ? "1" : "0") + reason;
+    [[maybe_unused]] const ssize_t written = ::write(pipe_fds[1], message.data(), message.size());
+    ::_exit(0);
+  }
+  ::close(pipe_fds[1]);
+  std::string message;
+  char chunk[256];
+  for (ssize_t n; (n = ::read(pipe_fds[0], chunk, sizeof chunk)) > 0;)
+    message.append(chunk, static_cast<std::size_t>(n));
+  ::close(pipe_fds[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  if (message.empty()) {
+    *why = "the probe process died (status " + std::to_string(status) + ")";
+    return false;
+  }
+  *why = message.substr(1);
+  return message[0] == '1';
 }
 
 }  // namespace rdmx::test

@@ -47,3 +47,19 @@ class DeviceBuffer {
 void cuda_copy(void* dst, const void* src, std::size_t bytes);
 
 }  // namespace rdmx::test
+
+namespace rdmx::test {
+
+// Whether a GPU is usable, asked in a child process so that the caller never
+// initialises CUDA: a test that forks ranks must not, since CUDA does not
+// survive fork() (the ranks initialise it themselves).
+bool gpu_usable_in_child(std::string* why);
+
+#define RDMX_REQUIRE_GPU_BEFORE_FORK()                                                    \
+  do {                                                                                    \
+    std::string rdmx_no_gpu_reason;                                                       \
+    if (!::rdmx::test::gpu_usable_in_child(&rdmx_no_gpu_reason))                          \
+      GTEST_SKIP() << "needs a GPU (runs on the device machine): " << rdmx_no_gpu_reason; \
+  } while (0)
+
+}  // namespace rdmx::test

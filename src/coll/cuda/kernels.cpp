@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "core/cuda/context.hpp"
 #include "core/cuda/driver.hpp"
 #include "core/cuda/pointer.hpp"
 #include "core/mutex.hpp"
@@ -46,34 +47,13 @@ struct GpuKernels {
   std::array<cu::CUfunction, kDataTypeCount> divide{};
 };
 
-// The caller's current context, put back when the launch is queued.
-class ContextScope {
- public:
-  ContextScope(const cu::DriverApi& api, cu::CUcontext context) : api_(api) {
-    api_.cuCtxGetCurrent(&saved_);
-    if (saved_ != context) api_.cuCtxSetCurrent(context);
-    switched_ = saved_ != context;
-  }
-  ~ContextScope() {
-    if (switched_) api_.cuCtxSetCurrent(saved_);
-  }
-  ContextScope(const ContextScope&) = delete;
-  ContextScope& operator=(const ContextScope&) = delete;
-
- private:
-  const cu::DriverApi& api_;
-  cu::CUcontext saved_ = nullptr;
-  bool switched_ = false;
-};
+using cu::ContextScope;
 
 #if defined(RDMX_CUDA_FATBIN)
 GpuKernels load_kernels(const cu::DriverApi& api, int device) {
   const ErrorContext where{.op = "cuda kernels", .sizes = "gpu=" + std::to_string(device)};
   GpuKernels kernels;
-  cu::CUdevice handle = 0;
-  cu::check(api, api.cuDeviceGet(&handle, device), "cuDeviceGet", where);
-  // The primary context is the one the CUDA runtime (and so PyTorch) uses; retained for the process's life.
-  cu::check(api, api.cuDevicePrimaryCtxRetain(&kernels.context, handle), "cuDevicePrimaryCtxRetain", where);
+  kernels.context = cu::primary_context(api, device);
   ContextScope scope(api, kernels.context);
   cu::CUmodule module = nullptr;
   cu::check(api, api.cuModuleLoadData(&module, rdmx_reduce_fatbin), "cuModuleLoadData (the reduction kernels)",
