@@ -135,6 +135,21 @@ void share_one_way(test::RankEnv& env, int socket, char* buffer, std::size_t n, 
         }
       }
     }
+    if (handle.kind == cu::SharedMemoryHandle::kLegacy) {
+      // Through the process-wide cache, every user gets the one import, and
+      // it closes when the last lets go (then it can be opened again).
+      const int peer = 0;  // names the exporter in the cache's key (its rank stands in for its pid)
+      auto first_user = cu::import_shared(peer, handle, -1, "test");
+      auto second_user = cu::import_shared(peer, handle, -1, "test");
+      CHECK(first_user == second_user);
+      std::vector<std::uint8_t> seen(n);
+      cuda_copy(seen.data(), second_user->base() + offset, n);
+      CHECK(seen == second);
+      first_user.reset();
+      second_user.reset();
+      cu::ImportedMemory reopened(handle, -1, "test");
+      CHECK_EQ(reopened.size(), handle.size);
+    }
     env.barrier("written by the peer");
   }
 }

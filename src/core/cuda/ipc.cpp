@@ -4,11 +4,13 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <map>
 #include <string>
 
 #include "core/cuda/context.hpp"
 #include "core/cuda/driver.hpp"
 #include "core/log.hpp"
+#include "core/mutex.hpp"
 
 namespace rdmx::core::cuda {
 
@@ -114,6 +116,29 @@ ImportedMemory::~ImportedMemory() {
   }
   api->cuMemUnmap(base_, size_);
   api->cuMemAddressFree(reserved_, size_);
+}
+
+std::shared_ptr<ImportedMemory> import_shared(int peer_pid, const SharedMemoryHandle& handle, int fd, const char* op) {
+  struct Key {
+    int pid;
+    std::uint64_t buffer_id;
+    std::uint64_t size;
+    auto operator<=>(const Key&) const = default;
+  };
+  static Mutex mutex;
+  static std::map<Key, std::weak_ptr<ImportedMemory>> imports RDMX_GUARDED_BY(mutex);
+  const Key key{peer_pid, handle.buffer_id, handle.size};
+  LockGuard lock(mutex);
+  std::erase_if(imports, [](const auto& entry) { return entry.second.expired(); });
+  if (auto it = imports.find(key); it != imports.end()) {
+    if (auto alive = it->second.lock()) {
+      if (fd >= 0) ::close(fd);
+      return alive;
+    }
+  }
+  auto imported = std::make_shared<ImportedMemory>(handle, fd, op);
+  imports[key] = imported;
+  return imported;
 }
 
 }  // namespace rdmx::core::cuda

@@ -61,4 +61,9 @@ class ImportedMemory {
   int device_ = -1;
 };
 
+// The one import of (peer process, allocation) in this process, shared by
+// every user (a legacy handle opens only once per process) and closed when
+// the last one lets go. Takes `fd` as ImportedMemory does (closed on a hit).
+std::shared_ptr<ImportedMemory> import_shared(int peer_pid, const SharedMemoryHandle& handle, int fd, const char* op);
+
 }  // namespace rdmx::core::cuda

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <string>
 
+#include "core/cuda/context.hpp"
 #include "core/cuda/driver.hpp"
 
 namespace rdmx::core::cuda {
@@ -34,8 +35,11 @@ PointerInfo classify(const void* addr, std::size_t length, const char* op) {
   info.handle_types = handle_types;
   // The mapped allocation, not the reserved range the pointer attributes
   // give for cuMemMap'd memory.
+  // Unlike the attributes, this needs a current context (the calling thread
+  // may never have used CUDA).
   CUdeviceptr base = 0;
   std::size_t size = 0;
+  ContextScope scope(*api, primary_context(*api, device));
   if (api->cuMemGetAddressRange_v2(&base, &size, pointer) == kSuccess) {
     info.allocation_base = base;
     info.allocation_length = size;
