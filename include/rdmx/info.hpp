@@ -108,6 +108,11 @@ struct Gpu {
   std::string name;
   std::string pci_bus_id;
   std::uint64_t memory_bytes = 0;
+  // What the driver says the GPU supports, for sharing its memory:
+  bool virtual_memory = false;  // cuMemCreate/cuMemMap (VMM), and with it
+  bool fd_export = false;       // exporting allocations as POSIX file descriptors (CUDA IPC of VMM memory)
+  bool dma_buf = false;         // dma-buf export (GPUDirect RDMA through ibv_reg_dmabuf_mr)
+  bool gpudirect_rdma = false;  // GPUDirect RDMA at all (nvidia-peermem or dma-buf)
 };
 struct HostTopology {
   std::string hostname;

@@ -118,8 +118,14 @@ std::string info_json(int indent) {
 
   auto& gpus = doc["gpus"] = Json::array();
   for (const auto& gpu : host.gpus) {
-    gpus.push_back(
-        {{"index", gpu.index}, {"name", gpu.name}, {"pci_bus_id", gpu.pci_bus_id}, {"memory_bytes", gpu.memory_bytes}});
+    gpus.push_back({{"index", gpu.index},
+                    {"name", gpu.name},
+                    {"pci_bus_id", gpu.pci_bus_id},
+                    {"memory_bytes", gpu.memory_bytes},
+                    {"virtual_memory", gpu.virtual_memory},
+                    {"fd_export", gpu.fd_export},
+                    {"dma_buf", gpu.dma_buf},
+                    {"gpudirect_rdma", gpu.gpudirect_rdma}});
   }
   doc["gpu_note"] = host.gpu_note;
   const CudaStatus cuda = probe_cuda();

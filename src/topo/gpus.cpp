@@ -28,6 +28,14 @@ GpuScan scan() {
     if (api.cuDeviceGetPCIBusId(bus_id, sizeof bus_id - 1, device) == core::cuda::kSuccess) gpu.pci_bus_id = bus_id;
     std::size_t bytes = 0;
     if (api.cuDeviceTotalMem_v2(&bytes, device) == core::cuda::kSuccess) gpu.memory_bytes = bytes;
+    auto attribute = [&](int which) {
+      int value = 0;
+      return api.cuDeviceGetAttribute(&value, which, device) == core::cuda::kSuccess && value != 0;
+    };
+    gpu.virtual_memory = attribute(core::cuda::kAttrVirtualMemoryManagement);
+    gpu.fd_export = attribute(core::cuda::kAttrPosixFdHandles);
+    gpu.dma_buf = attribute(core::cuda::kAttrDmaBuf);
+    gpu.gpudirect_rdma = attribute(core::cuda::kAttrGpuDirectRdma);
     scan.gpus.push_back(std::move(gpu));
   }
   return scan;

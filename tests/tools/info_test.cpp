@@ -125,6 +125,29 @@ TEST(InfoCommand, SaysWhyCudaMemoryIsOnOrOffAndWhetherKernelsAreBuilt) {
   EXPECT_EQ(note.rfind(RDMX_TEST_CUDA_KERNELS != 0 ? "built for sm_" : "not built: ", 0), 0u) << note;
 }
 
+// With a driver and a GPU (the simulated driver of tests/cuda_sim stands in
+// here), the GPU section lists it with what it supports for sharing its
+// memory, CUDA memory is on, and the document still follows the schema.
+TEST(InfoCommand, ShowsAGpuAndWhatItSupports) {
+  const std::map<std::string, std::string> env{{"LD_LIBRARY_PATH", RDMX_SIMULATED_CUDA_DIR}};
+  const CliResult r = run_cli({"info"}, env);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(has_line(r.out, R"(^  0  rdmx simulated GPU \(tests/cuda_sim\)  0000:00:00\.0  16 GiB$)")) << r.out;
+  EXPECT_TRUE(has_line(r.out, R"(^     VMM yes, fd export yes, dma-buf no, GPUDirect RDMA no$)")) << r.out;
+  EXPECT_TRUE(has_line(r.out, R"(^  CUDA memory +on: CUDA driver 13\.0 with 1 GPU$)")) << r.out;
+  const CliResult js = run_cli({"info", "--json"}, env);
+  ASSERT_EQ(js.exit_code, 0) << js.err;
+  const json doc = json::parse(js.out);
+  const auto violations = validate_json(doc, load_schema("info.schema.json"));
+  EXPECT_TRUE(violations.empty()) << ::testing::PrintToString(violations) << "\n" << doc.dump(2);
+  ASSERT_EQ(doc["gpus"].size(), 1u) << doc.dump(2);
+  EXPECT_TRUE(doc["gpus"][0]["virtual_memory"].get<bool>());
+  EXPECT_FALSE(doc["gpus"][0]["dma_buf"].get<bool>());
+  EXPECT_EQ(doc["gpu_note"], "");
+  EXPECT_TRUE(doc["cuda"]["usable"].get<bool>());
+  EXPECT_EQ(doc["cuda"]["driver_version"], 13000);
+}
+
 TEST(InfoCommand, AnUnknownOptionIsAUsageError) {
   const CliResult r = run_cli({"info", "--bogus"});
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;

@@ -165,6 +165,9 @@ void print_gpus(const HostTopology& host, const CudaStatus& cuda) {
   for (const auto& gpu : host.gpus) {
     std::printf("  %d  %s  %s  %s\n", gpu.index, gpu.name.c_str(), gpu.pci_bus_id.c_str(),
                 size_text(gpu.memory_bytes).c_str());
+    auto yes_no = [](bool on) { return on ? "yes" : "no"; };
+    std::printf("     VMM %s, fd export %s, dma-buf %s, GPUDirect RDMA %s\n", yes_no(gpu.virtual_memory),
+                yes_no(gpu.fd_export), yes_no(gpu.dma_buf), yes_no(gpu.gpudirect_rdma));
   }
   // How each provider serves device memory is on its caps line above.
   std::printf("  CUDA memory        %s: %s\n", cuda.usable ? "on" : "off", cuda.reason.c_str());
