@@ -162,6 +162,12 @@ enum class CudaMemorySupport : std::uint8_t {
 };
 const char* to_string(CudaMemorySupport support) noexcept;  // "none", "staging", "peer-mapping", "dma-buf"
 
+// Where [addr, addr+length) lives, as register_memory finds it: cuda for a
+// GPU's device memory (asked of the CUDA driver, in a process that runs
+// one), host otherwise. Throws InvalidArgument for device memory that runs
+// past the end of its allocation.
+MemoryType memory_type(const void* addr, std::size_t length);
+
 // ---------------------------------------------------------------------------
 // Memory registration. Destroying a MemoryRegion deregisters it: its lkey and
 // rkey stop working at once, for local and remote users alike.

@@ -266,6 +266,16 @@ class CommImpl final : public Communicator {
     auto need = [&](const void* p, std::size_t elems, const char* which) {
       if (p == nullptr && elems != 0)
         bad(call, std::string(which) + " buffer is null with count " + std::to_string(elems));
+      // The algorithms reduce and copy with the CPU: device memory would
+      // crash them. Refused by name until they take it (docs/GPU.md).
+      if (p != nullptr && elems != 0 && memory_type(p, 1) != MemoryType::Host) {
+        throw Error(ErrorCode::NotSupported,
+                    std::string(to_string(call.op)) + ": the " + which +
+                        " buffer is CUDA device memory, which the collectives do not take yet",
+                    {.op = to_string(call.op),
+                     .rank = rank_,
+                     .hint = "copy it to host memory first (the verbs API moves device memory already)"});
+      }
     };
     const std::size_t n = static_cast<std::size_t>(size_);
     switch (call.op) {

@@ -39,7 +39,7 @@ std::uint32_t MemoryRegistry::fresh_key_locked() {
 }
 
 MemoryRegistry::Keys MemoryRegistry::add(const void* domain, void* addr, std::size_t length, Access access,
-                                         const SharedRegion* shared, const Keys* given, MemoryType type) {
+                                         const SharedRegion* shared, const Keys* given, RegionMemory memory) {
   LockGuard lock(mutex_);
   Keys keys{};
   if (given != nullptr) {
@@ -61,7 +61,7 @@ MemoryRegistry::Keys MemoryRegistry::add(const void* domain, void* addr, std::si
   }
   auto it = by_lkey_
                 .emplace(keys.lkey, Entry{domain, reinterpret_cast<std::uint64_t>(addr), length, access, keys.lkey,
-                                          keys.rkey, shared, type})
+                                          keys.rkey, shared, memory})
                 .first;
   if (keys.rkey != 0) by_rkey_.emplace(keys.rkey, &it->second);
   return keys;
@@ -102,12 +102,12 @@ bool MemoryRegistry::lookup(bool remote, std::uint32_t key, Verdict* out) const 
     if (it != by_lkey_.end()) entry = &it->second;
   }
   if (entry == nullptr) return false;
-  *out = {entry->base, entry->length, entry->access, entry->domain, entry->shared, entry->type};
+  *out = {entry->base, entry->length, entry->access, entry->domain, entry->shared, entry->memory};
   return true;
 }
 
 AccessCheck MemoryRegistry::check_locked(bool remote, const void* domain, std::uint32_t key, std::uint64_t addr,
-                                         std::uint64_t length, Access need) const {
+                                         std::uint64_t length, Access need, RegionMemory* memory) const {
   const Entry* entry = nullptr;
   if (remote) {
     auto it = by_rkey_.find(key);
@@ -123,6 +123,7 @@ AccessCheck MemoryRegistry::check_locked(bool remote, const void* domain, std::u
     return AccessCheck::OutOfBounds;
   }
   if (need != Access::None && !has(entry->access, need)) return AccessCheck::MissingRight;
+  if (memory != nullptr) *memory = entry->memory;
   return AccessCheck::Ok;
 }
 
@@ -223,7 +224,7 @@ std::unique_ptr<MemoryRegion> RegistryProtectionDomain::allocate_memory(std::siz
   std::unique_ptr<RegionBinder::Binding> binding;
   MemoryRegistry::Keys keys{};
   try {
-    keys = add_region(base, length, access, shared.get(), &binding, MemoryType::Host);
+    keys = add_region(base, length, access, shared.get(), &binding, RegionMemory{});
   } catch (...) {
     ::munmap(base, shared->map_length);
     ::close(shared->memfd);
@@ -257,7 +258,7 @@ std::unique_ptr<MemoryRegion> RegistryProtectionDomain::register_memory(void* ad
                  "the data to host memory first"});
   }
   std::unique_ptr<RegionBinder::Binding> binding;
-  auto keys = add_region(addr, length, access, nullptr, &binding, memory.type);
+  auto keys = add_region(addr, length, access, nullptr, &binding, RegionMemory{memory.type, memory.device});
   RDMX_TRACE("registered %s lkey=0x%x rkey=0x%x access=%s memory=%s", sizes, keys.lkey, keys.rkey,
              to_string(access).c_str(), to_string(memory.type));
   return std::make_unique<RegisteredRegion>(registry_, addr, length, keys, access, memory, std::move(binding));
@@ -266,11 +267,11 @@ std::unique_ptr<MemoryRegion> RegistryProtectionDomain::register_memory(void* ad
 MemoryRegistry::Keys RegistryProtectionDomain::add_region(void* addr, std::size_t length, Access access,
                                                           const SharedRegion* shared,
                                                           std::unique_ptr<RegionBinder::Binding>* binding,
-                                                          MemoryType type) {
-  if (bound_ == nullptr) return registry_.add(this, addr, length, access, shared, nullptr, type);
+                                                          RegionMemory memory) {
+  if (bound_ == nullptr) return registry_.add(this, addr, length, access, shared, nullptr, memory);
   *binding = registry_.binder()->bind(*bound_, addr, length, access);
   const MemoryRegistry::Keys keys{(*binding)->lkey(), (*binding)->rkey()};
-  return registry_.add(this, addr, length, access, shared, &keys, type);
+  return registry_.add(this, addr, length, access, shared, &keys, memory);
 }
 
 }  // namespace rdmx::core

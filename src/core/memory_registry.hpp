@@ -48,6 +48,13 @@ struct SharedRegion {
   mutable std::atomic<std::uint32_t> slots_given{0};
 };
 
+// Where a region's memory lives: the GPU of device memory, which the
+// engines reach through the driver (core/cuda), never with the CPU.
+struct RegionMemory {
+  MemoryType type = MemoryType::Host;
+  int device = -1;
+};
+
 enum class AccessCheck : std::uint8_t { Ok, NoSuchKey, WrongDomain, OutOfBounds, MissingRight };
 const char* to_string(AccessCheck check) noexcept;
 
@@ -60,7 +67,7 @@ class MemoryRegistry {
   // `domain` identifies the protection domain (any stable pointer). `given`:
   // keys chosen by hardware (see RegionBinder); otherwise fresh random ones.
   Keys add(const void* domain, void* addr, std::size_t length, Access access, const SharedRegion* shared = nullptr,
-           const Keys* given = nullptr, MemoryType type = MemoryType::Host);
+           const Keys* given = nullptr, RegionMemory memory = {});
 
   // Installed once, before any protection domain exists, by a provider whose
   // hardware must see every region (core/region_binder.hpp).
@@ -83,6 +90,18 @@ class MemoryRegistry {
                     Access need) const {
     return with_access(remote, domain, key, addr, length, need, [](char*) {});
   }
+  // with_access, also telling fn(char* ptr, const RegionMemory&) where the
+  // region's memory lives (host memory for a zero-length access).
+  template <class Fn>
+  AccessCheck with_access_in(bool remote, const void* domain, std::uint32_t key, std::uint64_t addr,
+                             std::uint64_t length, Access need, Fn&& fn) const {
+    SharedLockGuard lock(mutex_);
+    RegionMemory memory;
+    AccessCheck verdict =
+        length == 0 ? AccessCheck::Ok : check_locked(remote, domain, key, addr, length, need, &memory);
+    if (verdict == AccessCheck::Ok) fn(reinterpret_cast<char*>(addr), memory);
+    return verdict;
+  }
   // Bumped by every deregistration: a check cached while it had the same
   // value is still valid (the region it found is still registered).
   std::uint64_t generation() const noexcept { return generation_.load(std::memory_order_acquire); }
@@ -100,7 +119,7 @@ class MemoryRegistry {
     Access access = Access::None;
     const void* domain = nullptr;
     const SharedRegion* shared = nullptr;  // set for regions from allocate_memory()
-    MemoryType type = MemoryType::Host;
+    RegionMemory memory;
   };
   // The region behind a key, for caching (nullopt when there is none).
   bool lookup(bool remote, std::uint32_t key, Verdict* out) const;
@@ -143,11 +162,12 @@ class MemoryRegistry {
     std::uint32_t lkey;
     std::uint32_t rkey;
     const SharedRegion* shared;
-    MemoryType type;
+    RegionMemory memory;
   };
   std::uint32_t fresh_key_locked() RDMX_REQUIRES(mutex_);
+  // `memory`, when given, receives the region's memory on success.
   AccessCheck check_locked(bool remote, const void* domain, std::uint32_t key, std::uint64_t addr, std::uint64_t length,
-                           Access need) const RDMX_REQUIRES_SHARED(mutex_);
+                           Access need, RegionMemory* memory = nullptr) const RDMX_REQUIRES_SHARED(mutex_);
 
   mutable SharedMutex mutex_;
   std::unordered_map<std::uint32_t, Entry> by_lkey_ RDMX_GUARDED_BY(mutex_);
@@ -214,7 +234,7 @@ class RegistryProtectionDomain final : public ProtectionDomain {
  private:
   // Registers with the registry (and the binder's hardware first, when there is one).
   MemoryRegistry::Keys add_region(void* addr, std::size_t length, Access access, const SharedRegion* shared,
-                                  std::unique_ptr<RegionBinder::Binding>* binding, MemoryType type);
+                                  std::unique_ptr<RegionBinder::Binding>* binding, RegionMemory memory);
 
   MemoryRegistry& registry_;
   std::unique_ptr<RegionBinder::Domain> bound_;

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/config.hpp"
+#include "core/cuda/pointer.hpp"
 #include "core/work_request.hpp"
 #include "rdmx/verbs.hpp"
 
@@ -41,6 +42,10 @@ const char* to_string(CudaMemorySupport support) noexcept {
     case CudaMemorySupport::DmaBuf: return "dma-buf";
   }
   return "unknown";
+}
+
+MemoryType memory_type(const void* addr, std::size_t length) {
+  return core::cuda::classify(addr, length, "memory_type").type;
 }
 
 const char* to_string(Opcode op) noexcept {

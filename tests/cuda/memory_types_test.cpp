@@ -19,6 +19,7 @@
 #include "rdmx/verbs.hpp"
 #include "support/cuda_device.hpp"
 #include "support/providers.hpp"
+#include "topo/topo.hpp"
 
 namespace rdmx {
 namespace {
@@ -133,6 +134,24 @@ TEST(MemoryTypes, VirtualMemoryManagementAllocationsAreDeviceMemory) {
   api.cuMemUnmap(address, size);
   api.cuMemAddressFree(address, size);
   api.cuMemRelease(handle);
+}
+
+// What makes the simulated driver's runs worth having: the CPU cannot touch
+// its device memory, so an engine path that forgets to go through the
+// driver crashes the test there, as it would on a GPU.
+TEST(MemoryTypes, TheSimulatedGpusMemoryIsOutOfTheCpusReach) {
+  RDMX_REQUIRE_GPU();
+  const topo::GpuScan& scan = topo::scan_gpus();
+  if (scan.gpus.empty() || scan.gpus[0].name.find("simulated") == std::string::npos)
+    GTEST_SKIP() << "a real GPU: the simulated driver's promise is not at stake";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  DeviceBuffer buffer(4096);
+  EXPECT_DEATH(
+      {
+        volatile char byte = *static_cast<volatile char*>(buffer.get());
+        (void)byte;
+      },
+      "");
 }
 
 TEST(MemoryTypes, PinnedHostMemoryIsHost) {

@@ -24,8 +24,12 @@ constexpr std::size_t kMaxPendingConnections = 1024;
 }  // namespace
 
 SoftRcDevice::SoftRcDevice(const char* provider, DeviceResources resources, std::uint64_t max_message,
-                           bool remote_peers)
-    : provider_(provider), max_message_(max_message), remote_peers_(remote_peers), resources_(std::move(resources)) {
+                           bool remote_peers, CudaMemorySupport cuda_memory)
+    : provider_(provider),
+      max_message_(max_message),
+      remote_peers_(remote_peers),
+      cuda_memory_(cuda_memory),
+      resources_(std::move(resources)) {
   std::random_device entropy;
   nonce_ = (static_cast<std::uint64_t>(entropy()) << 32) ^ entropy() ^ static_cast<std::uint64_t>(::getpid());
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
@@ -85,6 +89,7 @@ DeviceCaps SoftRcDevice::caps() const {
   caps.max_qp_wr = 16384;
   caps.max_sge = kSoftMaxSge;
   caps.max_inline_data = 0;
+  caps.cuda_memory = cuda_memory_;
   return caps;
 }
 

@@ -2,6 +2,7 @@
 #include "core/soft_rc/qp.hpp"
 
 #include <algorithm>
+#include <array>
 #include <tuple>
 
 #include "core/config.hpp"
@@ -120,6 +121,7 @@ void SoftRcQp::post_send(const SendWr& wr) {
   e.response_bytes = 0;
   e.ack_requested = false;
   e.rnr_seen = false;
+  e.staging = 0;
   if (s == QpState::Error) {
     // As in IB: work posted to a QP in ERROR completes with WR_FLUSH_ERR.
     push_send_completion_locked(e, WcStatus::WrFlushErr);
@@ -128,6 +130,8 @@ void SoftRcQp::post_send(const SendWr& wr) {
     return;
   }
   const Access need = carries_payload(wr.opcode) ? Access::None : Access::LocalWrite;
+  std::array<RegionMemory, kSoftMaxSge> memory{};
+  bool device_memory = false;
   for (std::uint32_t i = 0; i < e.num_sge; ++i) {
     const Sge& sge = e.sges[i];
     auto verdict = local_key_.check(pd_.registry(), false, &pd_, sge.lkey, sge.addr, sge.length, need);
@@ -135,6 +139,20 @@ void SoftRcQp::post_send(const SendWr& wr) {
       fail_locked("post_send " + std::string(to_string(wr.opcode)) + " wr_id " + std::to_string(wr.wr_id) +
                       ": local SGE " + std::to_string(i) + " (addr " + hex(sge.addr) + ", length " +
                       std::to_string(sge.length) + ", lkey " + hex(sge.lkey) + "): " + to_string(verdict),
+                  WcStatus::LocProtErr, e.msn);
+      return;
+    }
+    if (sge.length > 0 && Staging::needs(local_key_.verdict())) {
+      memory[i] = local_key_.verdict().memory;
+      device_memory = true;
+    }
+  }
+  if (device_memory) {
+    try {
+      staging_.stage_send(e, memory);
+    } catch (const Error& error) {
+      fail_locked("post_send " + std::string(to_string(wr.opcode)) + " wr_id " + std::to_string(wr.wr_id) +
+                      ": copying its device memory to a host buffer failed: " + error.message(),
                   WcStatus::LocProtErr, e.msn);
       return;
     }
@@ -166,6 +184,22 @@ void SoftRcQp::post_recv(const RecvWr& wr) {
     push_recv_completion_locked(entry, WcStatus::WrFlushErr, WcOpcode::Recv, 0, false, 0);
     return;
   }
+  // Device memory is received through a host buffer. A buffer that fails
+  // the check is left as it is: the transport reports it when a message
+  // arrives for it, as it does for host memory.
+  std::array<RegionMemory, kSoftMaxSge> memory{};
+  bool device_memory = false;
+  for (std::uint32_t i = 0; i < entry.num_sge; ++i) {
+    const Sge& sge = entry.sges[i];
+    if (sge.length > 0 &&
+        local_key_.check(pd_.registry(), false, &pd_, sge.lkey, sge.addr, sge.length, Access::LocalWrite) ==
+            AccessCheck::Ok &&
+        Staging::needs(local_key_.verdict())) {
+      memory[i] = local_key_.verdict().memory;
+      device_memory = true;
+    }
+  }
+  if (device_memory) staging_.stage_recv(entry, memory);
   rq_.push() = entry;
   recv_queued_locked();
 }
@@ -184,14 +218,30 @@ void SoftRcQp::note_rnr_locked(SendEntry& entry, Clock::time_point now) {
 
 void SoftRcQp::retire_head_locked() {
   retired_locked(sq_.front());
+  staging_.release(sq_.front().staging);
   sq_.pop();
+}
+
+bool SoftRcQp::settle_locked(const SendEntry& e) {
+  if (e.staging == 0) return true;
+  std::string why;
+  bool settled = false;
+  try {
+    settled = staging_.settle(e.staging, needs_response(e.opcode), e.total, why);
+  } catch (const Error& error) {
+    why = "copying the answer to device memory failed: " + error.message();
+  }
+  if (settled) return true;
+  fail_locked(std::string(to_string(e.opcode)) + " wr_id " + std::to_string(e.wr_id) + ": " + why, WcStatus::LocProtErr,
+              e.msn);
+  return false;
 }
 
 void SoftRcQp::complete_done_locked(std::size_t sent) {
   for (; sent > 0 && !sq_.empty() && state() != QpState::Error; --sent) {
     SendEntry& e = sq_.front();
     const bool done = needs_response(e.opcode) ? e.response_done : msn_before(e.msn, acked_msn_);
-    if (!done) return;
+    if (!done || !settle_locked(e)) return;
     if (e.signaled && !push_send_completion_locked(e, WcStatus::Success)) return;
     retire_head_locked();
   }
@@ -215,6 +265,20 @@ bool SoftRcQp::push_send_completion_locked(std::uint64_t wr_id, Opcode opcode, s
 
 bool SoftRcQp::push_recv_completion_locked(const RecvEntry& e, WcStatus status, WcOpcode opcode, std::uint32_t byte_len,
                                            bool with_imm, std::uint32_t imm) {
+  std::string staging_failure;
+  if (e.staging != 0) {
+    bool settled = true;
+    if (status == WcStatus::Success) {
+      try {
+        settled = staging_.settle(e.staging, true, byte_len, staging_failure);
+      } catch (const Error& error) {
+        settled = false;
+        staging_failure = "copying the message to device memory failed: " + error.message();
+      }
+    }
+    staging_.release(e.staging);
+    if (!settled) status = WcStatus::LocProtErr;
+  }
   WorkCompletion wc;
   wc.wr_id = e.wr_id;
   wc.status = status;
@@ -223,9 +287,15 @@ bool SoftRcQp::push_recv_completion_locked(const RecvEntry& e, WcStatus status, 
   wc.with_imm = with_imm && status == WcStatus::Success;
   wc.imm_data = wc.with_imm ? imm : 0;
   wc.qp_num = qpn_;
-  if (recv_cq_.push(wc)) return true;
-  fail_locked("receive completion queue overflowed", WcStatus::WrFlushErr);
-  return false;
+  if (!recv_cq_.push(wc)) {
+    fail_locked("receive completion queue overflowed", WcStatus::WrFlushErr);
+    return false;
+  }
+  if (!staging_failure.empty()) {
+    fail_locked("receive wr_id " + std::to_string(e.wr_id) + ": " + staging_failure, WcStatus::WrFlushErr);
+    return false;
+  }
+  return true;
 }
 
 void SoftRcQp::fail_locked(const std::string& reason, WcStatus status, std::optional<std::uint32_t> failing_msn) {
@@ -247,6 +317,7 @@ void SoftRcQp::fail_locked(const std::string& reason, WcStatus status, std::opti
     // Already in ERROR, a push that overflows changes nothing more: the CQ reports itself.
     push_send_completion_locked(e, is_failing ? status : WcStatus::WrFlushErr);
     first = false;
+    staging_.release(e.staging);
     sq_.pop();
   }
   acked_msn_ = next_msn_;

@@ -25,6 +25,7 @@
 #include "core/soft_rc/connection.hpp"
 #include "core/soft_rc/device.hpp"
 #include "core/soft_rc/queues.hpp"
+#include "core/soft_rc/staging.hpp"
 #include "core/thread_annotations.hpp"
 #include "core/wait.hpp"
 #include "rdmx/verbs.hpp"
@@ -119,6 +120,10 @@ class RDMX_CAPABILITY("queue pair state") SoftRcQp : public QueuePair {
   void complete_done_locked(std::size_t sent) RDMX_REQUIRES(this);
   // Removes the (completed) entry at the head of the send queue.
   void retire_head_locked() RDMX_REQUIRES(this);
+  // Before a send entry completes successfully: a staged READ or atomic
+  // answer is copied into the device memory it was for. False when that
+  // failed (the QP is then in ERROR, the entry completed with the error).
+  bool settle_locked(const SendEntry& entry) RDMX_REQUIRES(this);
   // The send-queue entry with `msn` among the first `within`, else null.
   SendEntry* entry_for_msn_locked(std::uint32_t msn, std::size_t within) RDMX_REQUIRES(this);
   // Starts the RNR clock of `entry`.
@@ -172,6 +177,8 @@ class RDMX_CAPABILITY("queue pair state") SoftRcQp : public QueuePair {
   std::uint32_t acked_msn_ RDMX_GUARDED_BY(this) = 0;  // every MSN before this is acknowledged
   // Responder.
   WorkRing<RecvEntry> rq_ RDMX_GUARDED_BY(this);
+  // Host buffers for requests whose local buffers are device memory.
+  Staging staging_ RDMX_GUARDED_BY(this){pd_};
 };
 
 }  // namespace rdmx::core

@@ -45,6 +45,7 @@ struct SendEntry {
   bool ack_requested;            // the responder was asked to acknowledge this one at once
   bool rnr_seen;                 // the responder had no receive for it: its RNR clock runs
   Clock::time_point first_rnr;
+  std::uint32_t staging;  // its device memory is carried through a host buffer (core::Staging), else 0
 };
 
 struct RecvEntry {
@@ -52,6 +53,7 @@ struct RecvEntry {
   std::array<Sge, kSoftMaxSge> sges;
   std::uint32_t num_sge;
   std::uint64_t capacity;
+  std::uint32_t staging;  // as in SendEntry
 };
 
 // A FIFO of entries in a ring of fixed capacity.

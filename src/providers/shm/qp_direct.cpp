@@ -38,6 +38,8 @@ bool ShmQp::direct_locals_ok_locked(const SendWr& wr) {
     if (local_key_.check(pd_.registry(), false, &pd_, sge.lkey, sge.addr, sge.length, need) != core::AccessCheck::Ok) {
       return false;  // the ordinary path reports it
     }
+    // Device memory goes through the engine's staging (core::Staging).
+    if (sge.length > 0 && core::Staging::needs(local_key_.verdict())) return false;
   }
   return true;
 }

@@ -200,6 +200,7 @@ ShmQp::Step ShmQp::handle_response_locked(const Record* r, std::uint16_t slots, 
       while (sq_sent_ > 0 && sq_.front().msn != msn) {
         SendEntry& done = sq_.front();
         if (needs_response(done.opcode) && !done.response_done) break;
+        if (!settle_locked(done)) return Step::Failed;
         if (done.signaled) push_send_completion_locked(done, WcStatus::Success);
         retire_head_locked();
       }

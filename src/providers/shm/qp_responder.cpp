@@ -9,7 +9,9 @@
 #include <cerrno>
 #include <cstring>
 #include <optional>
+#include <vector>
 
+#include "core/cuda/copy.hpp"
 #include "core/ordered_placement.hpp"
 #include "core/work_request.hpp"
 #include "providers/shm/cross_memory.hpp"
@@ -38,6 +40,55 @@ std::uint64_t covered(const iovec* iov, int count) {
   std::uint64_t sum = 0;
   for (int i = 0; i < count; ++i) sum += iov[i].iov_len;
   return sum;
+}
+
+// Device memory is reached through the driver, never with the CPU, and the
+// kernel's cross-memory attach cannot reach it either: large transfers to or
+// from it go through a host buffer, a piece at a time.
+constexpr std::uint64_t kDevicePiece = 4 << 20;
+
+// The memory of the region behind `rkey` (host memory when there is none:
+// the access check then refuses the request anyway).
+core::RegionMemory region_memory(const core::MemoryRegistry& registry, std::uint32_t rkey) {
+  core::MemoryRegistry::Verdict v;
+  return registry.lookup(true, rkey, &v) ? v.memory : core::RegionMemory{};
+}
+
+bool on_device(const core::RegionMemory& memory) { return memory.type != MemoryType::Host; }
+
+// A WRITE of `length` bytes into device memory at `target`, its last word
+// last (DeviceCaps::ordered_write_placement): from the ring's payload, or
+// pulled from the initiator (`pid`, `remote`) through a host buffer.
+// Returns the bytes placed (fewer when pulling failed, errno set).
+std::uint64_t write_to_device(char* target, std::uint64_t length, const core::RegionMemory& memory,
+                              const std::uint8_t* inline_payload, pid_t pid, const iovec* remote, int remote_count) {
+  const bool hold = core::has_last_word(reinterpret_cast<std::uint64_t>(target), length);
+  const std::uint64_t body = hold ? length - 8 : length;
+  auto place = [&](std::uint64_t at, std::uint64_t n) {
+    core::cuda::copy_memory(target + at, inline_payload + at, n, memory.device, "shm WRITE into device memory");
+  };
+  if (inline_payload != nullptr) {
+    place(0, body);
+    if (hold) place(body, 8);
+    return length;
+  }
+  std::vector<char> piece(std::min(length, kDevicePiece));
+  auto pull = [&](std::uint64_t at, std::uint64_t n) {
+    iovec from[kMaxSge];
+    const int from_count = tail_iovecs(remote, remote_count, at, from);
+    iovec into{piece.data(), n};
+    if (read_from_process(pid, &into, 1, from, from_count, n) != static_cast<ssize_t>(n)) return false;
+    core::cuda::copy_memory(target + at, piece.data(), n, memory.device, "shm WRITE into device memory");
+    return true;
+  };
+  std::uint64_t at = 0;
+  while (at < body) {
+    const std::uint64_t n = std::min(body - at, kDevicePiece);
+    if (!pull(at, n)) return at;
+    at += n;
+  }
+  if (hold && !pull(body, 8)) return body;
+  return length;
 }
 
 }  // namespace
@@ -133,6 +184,9 @@ ShmQp::Step ShmQp::deliver_locked(const Record* r, const RecvEntry* recv, std::u
   WcStatus recv_status = WcStatus::Success;
   WcStatus nak_status = WcStatus::Success;
   std::string why;
+  // Asked before the registry's read lock is taken below (it does not nest).
+  const core::RegionMemory target_memory =
+      to_recv || length == 0 ? core::RegionMemory{} : region_memory(pd_.registry(), rkey);
   {
     // Cross-memory copies can be long: they hold the registry's lock, which
     // deregistration waits for; inline copies rely on the cached verdicts.
@@ -172,7 +226,28 @@ ShmQp::Step ShmQp::deliver_locked(const Record* r, const RecvEntry* recv, std::u
         local_count = 1;
       }
     }
-    if (nak_status == WcStatus::Success && length > 0) {
+    if (nak_status == WcStatus::Success && length > 0 && on_device(target_memory)) {
+      iovec remote[kMaxSge];
+      const int count = cross ? remote_iovecs(r, remote) : 0;
+      std::uint64_t placed = 0;
+      try {
+        if (cross && covered(remote, count) != length) {
+          nak_status = WcStatus::RemInvReqErr;
+          why = "the request's buffer list does not cover its length";
+        } else {
+          placed = write_to_device(reinterpret_cast<char*>(target_addr), length, target_memory,
+                                   cross ? nullptr : RingConsumer::payload(r), peer_pid_, remote, count);
+          if (placed != length) {
+            nak_status = WcStatus::RemOpErr;
+            why = "copying " + std::to_string(length) + " bytes from pid " + std::to_string(peer_pid_) +
+                  " into device memory failed after " + std::to_string(placed) + ": " + std::strerror(errno);
+          }
+        }
+      } catch (const Error& e) {
+        nak_status = WcStatus::RemOpErr;
+        why = "WRITE into device memory at " + hex(target_addr) + ": " + e.message();
+      }
+    } else if (nak_status == WcStatus::Success && length > 0) {
       // A WRITE's last word is stored last (DeviceCaps::ordered_write_placement).
       const bool hold = !to_recv && core::has_last_word(target_addr, length);
       if (!cross) {
@@ -237,6 +312,8 @@ ShmQp::Step ShmQp::answer_read_locked(const Record* r) {
   if (answer == nullptr) return Step::Stall;
   std::string why;
   WcStatus nak_status = WcStatus::Success;
+  // Asked before the registry's read lock is taken below (it does not nest).
+  const core::RegionMemory source = length == 0 ? core::RegionMemory{} : region_memory(pd_.registry(), rkey);
   {
     std::optional<core::MemoryRegistry::Reader> reader;
     if (cross) reader.emplace(pd_.registry());
@@ -247,6 +324,38 @@ ShmQp::Step ShmQp::answer_read_locked(const Record* r) {
       nak_status = WcStatus::RemAccessErr;
       why = "READ of " + std::to_string(length) + " bytes at " + hex(addr) + " rkey " + hex(rkey) + ": " +
             core::to_string(verdict);
+    } else if (on_device(source)) {
+      try {
+        if (!cross) {
+          core::cuda::copy_memory(answer->data, reinterpret_cast<const void*>(addr), length, source.device,
+                                  "shm READ from device memory");
+        } else {
+          iovec remote[kMaxSge];
+          const int count = remote_iovecs(r, remote);
+          if (covered(remote, count) != length) {
+            nak_status = WcStatus::RemInvReqErr;
+            why = "the READ's buffer list does not cover its length";
+          }
+          std::vector<char> piece(std::min<std::uint64_t>(length, kDevicePiece));
+          for (std::uint64_t at = 0; nak_status == WcStatus::Success && at < length;) {
+            const std::uint64_t n = std::min<std::uint64_t>(length - at, kDevicePiece);
+            core::cuda::copy_memory(piece.data(), reinterpret_cast<const char*>(addr) + at, n, source.device,
+                                    "shm READ from device memory");
+            iovec to[kMaxSge];
+            const int to_count = tail_iovecs(remote, count, at, to);
+            iovec from{piece.data(), n};
+            if (write_to_process(peer_pid_, &from, 1, to, to_count, n) != static_cast<ssize_t>(n)) {
+              nak_status = WcStatus::RemOpErr;
+              why =
+                  "copying the READ answer into pid " + std::to_string(peer_pid_) + " failed: " + std::strerror(errno);
+            }
+            at += n;
+          }
+        }
+      } catch (const Error& e) {
+        nak_status = WcStatus::RemOpErr;
+        why = "READ from device memory at " + hex(addr) + ": " + e.message();
+      }
     } else if (!cross) {
       if (length > 0) std::memcpy(answer->data, reinterpret_cast<const void*>(addr), length);
     } else {
@@ -292,7 +401,24 @@ ShmQp::Step ShmQp::answer_atomic_locked(const Record* r) {
   // Hardware atomics on the target's memory, as the tcp provider's: atomic
   // with respect to every other atomic on this host, whichever provider issued it.
   auto verdict = remote_key_.check(pd_.registry(), true, &pd_, rkey, addr, 8, Access::RemoteAtomic);
-  if (verdict == core::AccessCheck::Ok) {
+  if (verdict == core::AccessCheck::Ok && on_device(remote_key_.verdict().memory)) {
+    // Read, changed and written back under the device lock: atomic against
+    // every other access through this host's engines, not against the GPU's
+    // own kernels (as with any staging of device memory).
+    const int device = remote_key_.verdict().memory.device;
+    try {
+      std::uint64_t value = 0;
+      core::cuda::copy_memory(&value, reinterpret_cast<const void*>(addr), 8, device, "shm atomic on device memory");
+      old = value;
+      if (fetch_add || value == compare_add) {
+        value = fetch_add ? value + compare_add : swap;
+        core::cuda::copy_memory(reinterpret_cast<void*>(addr), &value, 8, device, "shm atomic on device memory");
+      }
+    } catch (const Error& e) {
+      nak_locked(msn, WcStatus::RemOpErr, std::string("atomic on device memory at ") + hex(addr) + ": " + e.message());
+      return Step::Failed;
+    }
+  } else if (verdict == core::AccessCheck::Ok) {
     std::atomic_ref<std::uint64_t> target(*reinterpret_cast<std::uint64_t*>(addr));
     if (fetch_add) {
       old = target.fetch_add(compare_add, std::memory_order_seq_cst);

@@ -11,6 +11,7 @@
 #include <array>
 #include <cstring>
 
+#include "core/cuda/copy.hpp"
 #include "core/ordered_placement.hpp"
 #include "core/work_request.hpp"
 #include "providers/tcp/tcp_qp.hpp"
@@ -224,21 +225,51 @@ std::size_t TcpQp::deliver_locked(const std::uint8_t* from, std::size_t n) {
       const std::uint64_t off = rx_target_offset_;
       const std::size_t direct =
           off < before_tail ? static_cast<std::size_t>(std::min<std::uint64_t>(n, before_tail - off)) : 0;
-      auto verdict = registry.with_access(true, &pd_, incoming_.rkey, addr, n, Access::RemoteWrite, [&](char* p) {
-        held_by_caller();
-        count = 0;
-        if (direct > 0) iov[static_cast<std::size_t>(count++)] = {p, direct};
-        if (direct < n)
-          iov[static_cast<std::size_t>(count++)] = {tail_hold_ + (off + direct - before_tail), n - direct};
-        land();
-      });
-      if (verdict == core::AccessCheck::Ok && hold && got > 0 && off + static_cast<std::uint64_t>(got) == total) {
-        verdict = registry.with_access(true, &pd_, incoming_.rkey, incoming_.base + before_tail, 8, Access::RemoteWrite,
-                                       [&](char* p) { core::store_last_word(p, tail_hold_); });
+      // Device memory: the bytes land in a host buffer and go on through the driver.
+      std::string device_failure;
+      auto verdict = registry.with_access_in(
+          true, &pd_, incoming_.rkey, addr, n, Access::RemoteWrite, [&](char* p, const core::RegionMemory& memory) {
+            held_by_caller();
+            const bool device = memory.type != MemoryType::Host;
+            if (device && device_landing_.size() < direct) device_landing_.resize(direct);
+            count = 0;
+            if (direct > 0) iov[static_cast<std::size_t>(count++)] = {device ? device_landing_.data() : p, direct};
+            if (direct < n)
+              iov[static_cast<std::size_t>(count++)] = {tail_hold_ + (off + direct - before_tail), n - direct};
+            land();
+            if (device && got > 0) {
+              try {
+                core::cuda::copy_memory(p, device_landing_.data(), std::min<std::size_t>(direct, got), memory.device,
+                                        "tcp WRITE into device memory");
+              } catch (const Error& e) {
+                device_failure = e.message();
+              }
+            }
+          });
+      if (verdict == core::AccessCheck::Ok && device_failure.empty() && hold && got > 0 &&
+          off + static_cast<std::uint64_t>(got) == total) {
+        verdict = registry.with_access_in(true, &pd_, incoming_.rkey, incoming_.base + before_tail, 8,
+                                          Access::RemoteWrite, [&](char* p, const core::RegionMemory& memory) {
+                                            if (memory.type == MemoryType::Host) {
+                                              core::store_last_word(p, tail_hold_);
+                                              return;
+                                            }
+                                            try {
+                                              core::cuda::copy_memory(p, tail_hold_, 8, memory.device,
+                                                                      "tcp WRITE into device memory");
+                                            } catch (const Error& e) {
+                                              device_failure = e.message();
+                                            }
+                                          });
       }
       if (verdict != core::AccessCheck::Ok) {
         nak_locked(incoming_.msn, Syndrome::RemAccess,
                    "RDMA WRITE target " + hex(addr) + " became invalid mid-message: " + core::to_string(verdict));
+        return 0;
+      }
+      if (!device_failure.empty()) {
+        nak_locked(incoming_.msn, Syndrome::RemOp,
+                   "RDMA WRITE into device memory at " + hex(addr) + ": " + device_failure);
         return 0;
       }
       break;

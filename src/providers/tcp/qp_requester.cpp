@@ -11,6 +11,7 @@
 #include <array>
 #include <cstring>
 
+#include "core/cuda/copy.hpp"
 #include "core/log.hpp"
 #include "core/work_request.hpp"
 #include "providers/tcp/tcp_qp.hpp"
@@ -119,6 +120,34 @@ int TcpQp::gather_locked(const std::array<Sge, kMaxSge>& sges, std::uint32_t num
   return count;
 }
 
+bool TcpQp::stage_device_source_locked(const ReadJob& job, std::uint32_t chunk) {
+  // A READ answer from device memory is copied to a host buffer first; the
+  // frame is still re-checked against the registry while it is sent.
+  std::string failure;
+  auto verdict = device_.registry().with_access_in(
+      true, &pd_, job.rkey, job.addr + job.offset, chunk, Access::RemoteRead,
+      [&](char* p, const core::RegionMemory& memory) {
+        held_by_caller();
+        if (memory.type == MemoryType::Host) return;
+        if (device_source_.size() < chunk) device_source_.resize(chunk);
+        try {
+          core::cuda::copy_memory(device_source_.data(), p, chunk, memory.device, "tcp READ from device memory");
+          tx_.iov[1].iov_base = device_source_.data();
+        } catch (const Error& e) {
+          failure = e.message();
+        }
+      });
+  if (verdict != core::AccessCheck::Ok) {
+    fail_locked("memory region deregistered while serving a READ for " + peer_text_, WcStatus::WrFlushErr);
+    return false;
+  }
+  if (!failure.empty()) {
+    fail_locked("serving a READ from device memory for " + peer_text_ + ": " + failure, WcStatus::WrFlushErr);
+    return false;
+  }
+  return true;
+}
+
 bool TcpQp::build_frame_locked() {
   Header h;
   tx_.remote_source = false;
@@ -154,6 +183,7 @@ bool TcpQp::build_frame_locked() {
         tx_.rkey = job.rkey;
         tx_.addr = job.addr + job.offset;
         tx_.length = chunk;
+        if (!stage_device_source_locked(job, chunk)) return false;
       }
       payload = chunk;
       job.offset += chunk;

@@ -7,12 +7,31 @@
 #include <array>
 #include <atomic>
 
+#include "core/cuda/copy.hpp"
 #include "core/log.hpp"
 #include "core/ordered_placement.hpp"
 #include "core/work_request.hpp"
 #include "providers/tcp/tcp_qp.hpp"
 
 namespace rdmx::tcp {
+namespace {
+
+// A WRITE's bytes into device memory, the last word last (as
+// copy_last_word_last does in host memory); empty, or why it failed.
+std::string write_device(char* target, const std::uint8_t* payload, std::size_t length,
+                         const core::RegionMemory& memory) {
+  try {
+    const bool hold = core::has_last_word(reinterpret_cast<std::uint64_t>(target), length);
+    const std::size_t body = hold ? length - 8 : length;
+    core::cuda::copy_memory(target, payload, body, memory.device, "tcp WRITE into device memory");
+    if (hold) core::cuda::copy_memory(target + body, payload + body, 8, memory.device, "tcp WRITE into device memory");
+  } catch (const Error& e) {
+    return e.message();
+  }
+  return {};
+}
+
+}  // namespace
 
 bool TcpQp::handle_request_locked(const Header& h) {
   static constexpr FrameHandlers kHandlers = frame_handlers({
@@ -164,9 +183,20 @@ bool TcpQp::on_write_request_locked(const Header& h) {
   if (!imm && last && h.length > 0 && rx_end_ - rx_begin_ >= h.length) {
     // A small WRITE already in the read-ahead buffer: check and copy under one lock.
     const std::uint8_t* payload = rx_buf_.data() + rx_begin_;
-    auto verdict = registry.with_access(true, &pd_, h.rkey, h.addr, h.length, Access::RemoteWrite,
-                                        [&](char* p) { core::copy_last_word_last(p, payload, h.length); });
+    std::string device_failure;
+    auto verdict = registry.with_access_in(true, &pd_, h.rkey, h.addr, h.length, Access::RemoteWrite,
+                                           [&](char* p, const core::RegionMemory& memory) {
+                                             if (memory.type == MemoryType::Host) {
+                                               core::copy_last_word_last(p, payload, h.length);
+                                             } else {
+                                               device_failure = write_device(p, payload, h.length, memory);
+                                             }
+                                           });
     if (verdict != core::AccessCheck::Ok) return refuse(verdict);
+    if (!device_failure.empty()) {
+      nak_locked(h.msn, Syndrome::RemOp, "RDMA WRITE to device memory at " + hex(h.addr) + ": " + device_failure);
+      return false;
+    }
     rx_begin_ += h.length;
     request_executed_locked(h.flags);
     return true;
@@ -198,17 +228,36 @@ bool TcpQp::on_atomic_request_locked(const Header& h) {
     return false;
   }
   std::uint64_t original = 0;
-  auto verdict = device_.registry().with_access(true, &pd_, h.rkey, h.addr, 8, Access::RemoteAtomic, [&](char* p) {
-    // Hardware atomics: atomic against every other atomic on this host, whichever QP or process issued it.
-    std::atomic_ref<std::uint64_t> target(*reinterpret_cast<std::uint64_t*>(p));
-    if (h.type == FrameType::FetchAddReq) {
-      original = target.fetch_add(h.arg0);
-    } else {
-      std::uint64_t expected = h.arg0;
-      target.compare_exchange_strong(expected, h.arg1);
-      original = expected;
-    }
-  });
+  std::string device_failure;
+  auto verdict = device_.registry().with_access_in(
+      true, &pd_, h.rkey, h.addr, 8, Access::RemoteAtomic, [&](char* p, const core::RegionMemory& memory) {
+        if (memory.type != MemoryType::Host) {
+          // Read, changed and written back under the region table's lock:
+          // atomic against rdmx's own accesses, not against the GPU's kernels.
+          try {
+            core::cuda::copy_memory(&original, p, 8, memory.device, "tcp atomic on device memory");
+            const bool change = h.type == FrameType::FetchAddReq || original == h.arg0;
+            const std::uint64_t value = h.type == FrameType::FetchAddReq ? original + h.arg0 : h.arg1;
+            if (change) core::cuda::copy_memory(p, &value, 8, memory.device, "tcp atomic on device memory");
+          } catch (const Error& e) {
+            device_failure = e.message();
+          }
+          return;
+        }
+        // Hardware atomics: atomic against every other atomic on this host, whichever QP or process issued it.
+        std::atomic_ref<std::uint64_t> target(*reinterpret_cast<std::uint64_t*>(p));
+        if (h.type == FrameType::FetchAddReq) {
+          original = target.fetch_add(h.arg0);
+        } else {
+          std::uint64_t expected = h.arg0;
+          target.compare_exchange_strong(expected, h.arg1);
+          original = expected;
+        }
+      });
+  if (!device_failure.empty()) {
+    nak_locked(h.msn, Syndrome::RemOp, "atomic on device memory at " + hex(h.addr) + ": " + device_failure);
+    return false;
+  }
   if (verdict != core::AccessCheck::Ok) {
     nak_locked(h.msn, Syndrome::RemAccess,
                "atomic on " + hex(h.addr) + " rkey " + hex(h.rkey) + ": " + core::to_string(verdict));

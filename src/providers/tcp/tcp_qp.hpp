@@ -127,6 +127,9 @@ class TcpQp final : public core::SoftRcQp {
   bool send_small_now_locked(const SendEntry& e) RDMX_REQUIRES(this);
   bool requests_to_send_locked() const RDMX_REQUIRES(this);
   bool has_data_frames_locked() const RDMX_REQUIRES(this);
+  // Points the READ answer frame being built at a host copy when the job's
+  // region is device memory; false (the QP failed) when that failed.
+  bool stage_device_source_locked(const ReadJob& job, std::uint32_t chunk) RDMX_REQUIRES(this);
   bool build_frame_locked() RDMX_REQUIRES(this);
   bool write_frame_locked() RDMX_REQUIRES(this);
   void set_want_write_locked(bool want) RDMX_REQUIRES(this);
@@ -220,6 +223,10 @@ class TcpQp final : public core::SoftRcQp {
   std::uint32_t rnr_discard_msn_ RDMX_GUARDED_BY(this) = 0;
   Incoming incoming_ RDMX_GUARDED_BY(this);
   std::uint8_t tail_hold_[8] RDMX_GUARDED_BY(this) = {};  // a WRITE's last word, stored after the rest of it
+  // Device memory is never the socket's: WRITE payloads for it land here
+  // first, READ answers from it are copied here before they are sent.
+  std::vector<char> device_landing_ RDMX_GUARDED_BY(this);
+  std::vector<char> device_source_ RDMX_GUARDED_BY(this);
   std::deque<ReadJob> read_jobs_ RDMX_GUARDED_BY(this);
   std::deque<wire::Header> control_ RDMX_GUARDED_BY(this);
   bool serve_reads_next_ RDMX_GUARDED_BY(this) = false;
