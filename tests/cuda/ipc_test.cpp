@@ -59,36 +59,6 @@ std::vector<std::uint8_t> pattern(std::size_t n, std::uint8_t seed) {
   return bytes;
 }
 
-// A cuMemCreate allocation exportable as a file descriptor, mapped and freed by its owner.
-class VmmBuffer {
- public:
-  explicit VmmBuffer(const cu::DriverApi& api) : api_(api) {
-    cu::CUmemAllocationProp prop{};
-    prop.type = cu::kAllocationPinned;
-    prop.requestedHandleTypes = cu::kHandlePosixFd;
-    prop.location = {cu::kLocationDevice, 0};
-    cu::check(api, api.cuMemGetAllocationGranularity(&size_, &prop, cu::kGranularityMinimum), "granularity", {});
-    cu::check(api, api.cuMemCreate(&handle_, size_, &prop, 0), "cuMemCreate", {});
-    cu::check(api, api.cuMemAddressReserve(&address_, size_, 0, 0, 0), "cuMemAddressReserve", {});
-    cu::check(api, api.cuMemMap(address_, size_, 0, handle_, 0), "cuMemMap", {});
-    const cu::CUmemAccessDesc access{{cu::kLocationDevice, 0}, cu::kAccessReadWrite};
-    cu::check(api, api.cuMemSetAccess(address_, size_, &access, 1), "cuMemSetAccess", {});
-  }
-  ~VmmBuffer() {
-    api_.cuMemUnmap(address_, size_);
-    api_.cuMemAddressFree(address_, size_);
-    api_.cuMemRelease(handle_);
-  }
-  char* get() const { return reinterpret_cast<char*>(static_cast<std::uintptr_t>(address_)); }
-  std::size_t size() const { return size_; }
-
- private:
-  const cu::DriverApi& api_;
-  std::size_t size_ = 0;
-  cu::CUmemGenericAllocationHandle handle_ = 0;
-  cu::CUdeviceptr address_ = 0;
-};
-
 // Rank 0 exports [buffer + offset, +n) after filling it; rank 1 opens it,
 // checks the bytes, overwrites them; rank 0 checks the new bytes.
 void share_one_way(test::RankEnv& env, int socket, char* buffer, std::size_t n, std::size_t offset) {
@@ -182,8 +152,8 @@ TEST_F(CudaIpc, CuMemCreateMemoryThroughAFileDescriptor) {
   const int sockets[2] = {sockets_[0], sockets_[1]};
   ASSERT_TRUE(test::run_ranks(2, test::Placement::Local, [&](test::RankEnv& env) {
     std::string why;
-    const cu::DriverApi& api = *test::cuda_for_test(&why);
-    VmmBuffer buffer(api);
+    CHECK(test::cuda_for_test(&why) != nullptr);
+    test::VmmBuffer buffer;
     share_one_way(env, sockets[env.rank()], buffer.get(), buffer.size() / 2, buffer.size() / 4);
   }));
 }
@@ -192,21 +162,8 @@ TEST_F(CudaIpc, CuMemCreateMemoryThroughAFileDescriptor) {
 // shared, and the error says how to allocate one that can.
 TEST(CudaIpcRefusal, UnexportableAllocationIsRefusedWithTheReason) {
   RDMX_REQUIRE_GPU();
-  std::string why;
-  const cu::DriverApi& api = *test::cuda_for_test(&why);
-  cu::CUmemAllocationProp prop{};
-  prop.type = cu::kAllocationPinned;
-  prop.location = {cu::kLocationDevice, 0};
-  std::size_t size = 0;
-  cu::check(api, api.cuMemGetAllocationGranularity(&size, &prop, cu::kGranularityMinimum), "granularity", {});
-  cu::CUmemGenericAllocationHandle handle = 0;
-  cu::check(api, api.cuMemCreate(&handle, size, &prop, 0), "cuMemCreate", {});
-  cu::CUdeviceptr address = 0;
-  cu::check(api, api.cuMemAddressReserve(&address, size, 0, 0, 0), "reserve", {});
-  cu::check(api, api.cuMemMap(address, size, 0, handle, 0), "map", {});
-  const cu::CUmemAccessDesc access{{cu::kLocationDevice, 0}, cu::kAccessReadWrite};
-  cu::check(api, api.cuMemSetAccess(address, size, &access, 1), "access", {});
-  const cu::PointerInfo info = cu::classify(reinterpret_cast<void*>(static_cast<std::uintptr_t>(address)), 64, "test");
+  test::VmmBuffer buffer(1, /*exportable=*/false);
+  const cu::PointerInfo info = cu::classify(buffer.get(), 64, "test");
   int fd = -1;
   try {
     cu::export_memory(info, &fd, "test");
@@ -216,9 +173,6 @@ TEST(CudaIpcRefusal, UnexportableAllocationIsRefusedWithTheReason) {
     EXPECT_NE(std::string(e.what()).find("POSIX_FILE_DESCRIPTOR"), std::string::npos) << e.what();
   }
   EXPECT_EQ(fd, -1);
-  api.cuMemUnmap(address, size);
-  api.cuMemAddressFree(address, size);
-  api.cuMemRelease(handle);
 }
 
 }  // namespace

@@ -110,30 +110,11 @@ TEST(MemoryTypes, DeviceMemoryIsRecognisedWithItsAllocation) {
 // expandable segments allocate) is device memory that exports a file descriptor.
 TEST(MemoryTypes, VirtualMemoryManagementAllocationsAreDeviceMemory) {
   RDMX_REQUIRE_GPU();
-  std::string why;
-  const cu::DriverApi& api = *test::cuda_for_test(&why);
-  cu::CUmemAllocationProp prop{};
-  prop.type = cu::kAllocationPinned;
-  prop.requestedHandleTypes = cu::kHandlePosixFd;
-  prop.location = {cu::kLocationDevice, 0};
-  std::size_t granularity = 0;
-  cu::check(api, api.cuMemGetAllocationGranularity(&granularity, &prop, cu::kGranularityMinimum), "granularity", {});
-  const std::size_t size = 2 * granularity;
-  cu::CUmemGenericAllocationHandle handle = 0;
-  cu::check(api, api.cuMemCreate(&handle, size, &prop, 0), "cuMemCreate", {});
-  cu::CUdeviceptr address = 0;
-  cu::check(api, api.cuMemAddressReserve(&address, size, 0, 0, 0), "cuMemAddressReserve", {});
-  cu::check(api, api.cuMemMap(address, size, 0, handle, 0), "cuMemMap", {});
-  const cu::CUmemAccessDesc access{{cu::kLocationDevice, 0}, cu::kAccessReadWrite};
-  cu::check(api, api.cuMemSetAccess(address, size, &access, 1), "cuMemSetAccess", {});
-  auto* pointer = reinterpret_cast<char*>(static_cast<std::uintptr_t>(address));
-  const cu::PointerInfo info = cu::classify(pointer + granularity, 64, "test");
+  test::VmmBuffer buffer(2);
+  const cu::PointerInfo info = cu::classify(buffer.get() + buffer.granularity(), 64, "test");
   EXPECT_EQ(info.type, MemoryType::Cuda);
   EXPECT_FALSE(info.legacy_ipc);
   EXPECT_NE(info.handle_types & cu::kHandlePosixFd, 0u);
-  api.cuMemUnmap(address, size);
-  api.cuMemAddressFree(address, size);
-  api.cuMemRelease(handle);
 }
 
 // What makes the simulated driver's runs worth having: the CPU cannot touch

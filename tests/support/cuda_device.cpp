@@ -37,6 +37,34 @@ DeviceBuffer::~DeviceBuffer() {
   if (pointer_ != 0) cu::load_driver().api->cuMemFree_v2(pointer_);
 }
 
+VmmBuffer::VmmBuffer(std::size_t granules, bool exportable) {
+  std::string why;
+  const cu::DriverApi* api = cuda_for_test(&why);
+  if (api == nullptr) throw Error(ErrorCode::NotSupported, "no GPU: " + why, {.op = "VmmBuffer"});
+  cu::CUmemAllocationProp prop{};
+  prop.type = cu::kAllocationPinned;
+  prop.requestedHandleTypes = exportable ? cu::kHandlePosixFd : 0;
+  prop.location = {cu::kLocationDevice, 0};
+  const ErrorContext where{.op = "VmmBuffer"};
+  cu::check(*api, api->cuMemGetAllocationGranularity(&granularity_, &prop, cu::kGranularityMinimum),
+            "cuMemGetAllocationGranularity", where);
+  size_ = granules * granularity_;
+  cu::check(*api, api->cuMemCreate(&handle_, size_, &prop, 0), "cuMemCreate", where);
+  cu::check(*api, api->cuMemAddressReserve(&address_, size_, 0, 0, 0), "cuMemAddressReserve", where);
+  cu::check(*api, api->cuMemMap(address_, size_, 0, handle_, 0), "cuMemMap", where);
+  const cu::CUmemAccessDesc access{{cu::kLocationDevice, 0}, cu::kAccessReadWrite};
+  cu::check(*api, api->cuMemSetAccess(address_, size_, &access, 1), "cuMemSetAccess", where);
+}
+
+VmmBuffer::~VmmBuffer() {
+  const cu::DriverApi& api = *cu::load_driver().api;
+  if (address_ != 0) {
+    api.cuMemUnmap(address_, size_);
+    api.cuMemAddressFree(address_, size_);
+  }
+  if (handle_ != 0) api.cuMemRelease(handle_);
+}
+
 void cuda_copy(void* dst, const void* src, std::size_t bytes) {
   const cu::DriverApi& api = cu::require_driver("cuda_copy");
   cu::check(api,

@@ -43,6 +43,27 @@ class DeviceBuffer {
   std::size_t bytes_;
 };
 
+// A cuMemCreate allocation of `granules` allocation granules on GPU 0,
+// mapped read-write into a range of its own (as NCCL and PyTorch's
+// expandable segments allocate), exportable as a POSIX file descriptor
+// unless `exportable` is false; unmapped and released on destruction.
+class VmmBuffer {
+ public:
+  explicit VmmBuffer(std::size_t granules = 1, bool exportable = true);
+  ~VmmBuffer();
+  VmmBuffer(const VmmBuffer&) = delete;
+  VmmBuffer& operator=(const VmmBuffer&) = delete;
+  char* get() const { return reinterpret_cast<char*>(static_cast<std::uintptr_t>(address_)); }
+  std::size_t size() const { return size_; }
+  std::size_t granularity() const { return granularity_; }
+
+ private:
+  std::size_t granularity_ = 0;
+  std::size_t size_ = 0;
+  core::cuda::CUmemGenericAllocationHandle handle_ = 0;
+  core::cuda::CUdeviceptr address_ = 0;
+};
+
 // cuMemcpy between any two pointers (unified addressing), synchronous.
 void cuda_copy(void* dst, const void* src, std::size_t bytes);
 
