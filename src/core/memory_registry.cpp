@@ -64,6 +64,7 @@ MemoryRegistry::Keys MemoryRegistry::add(const void* domain, void* addr, std::si
                                           keys.rkey, shared, memory})
                 .first;
   if (keys.rkey != 0) by_rkey_.emplace(keys.rkey, &it->second);
+  if (memory.type != MemoryType::Host) device_regions_.fetch_add(1, std::memory_order_acq_rel);
   return keys;
 }
 
@@ -73,6 +74,7 @@ void MemoryRegistry::remove(std::uint32_t lkey) {
     auto it = by_lkey_.find(lkey);
     if (it == by_lkey_.end()) return;
     if (auto r = by_rkey_.find(it->second.rkey); r != by_rkey_.end() && r->second == &it->second) by_rkey_.erase(r);
+    if (it->second.memory.type != MemoryType::Host) device_regions_.fetch_sub(1, std::memory_order_acq_rel);
     by_lkey_.erase(it);
     generation_.fetch_add(1, std::memory_order_acq_rel);
   }

@@ -102,6 +102,10 @@ class MemoryRegistry {
     if (verdict == AccessCheck::Ok) fn(reinterpret_cast<char*>(addr), memory);
     return verdict;
   }
+  // Whether any region of device memory is registered now: where none is,
+  // the engines skip asking each buffer where it lives.
+  bool holds_device_memory() const noexcept { return device_regions_.load(std::memory_order_acquire) != 0; }
+
   // Bumped by every deregistration: a check cached while it had the same
   // value is still valid (the region it found is still registered).
   std::uint64_t generation() const noexcept { return generation_.load(std::memory_order_acquire); }
@@ -139,11 +143,12 @@ class MemoryRegistry {
       held_ = false;
       registry_.mutex_.unlock_shared();
     }
+    // `memory`, when given, receives the region's memory on success.
     AccessCheck check(bool remote, const void* domain, std::uint32_t key, std::uint64_t addr, std::uint64_t length,
-                      Access need) const {
+                      Access need, RegionMemory* memory = nullptr) const {
       assert(held_);
       registry_.mutex_.assert_held_shared();
-      return registry_.check_locked(remote, domain, key, addr, length, need);
+      return registry_.check_locked(remote, domain, key, addr, length, need, memory);
     }
     Reader(const Reader&) = delete;
     Reader& operator=(const Reader&) = delete;
@@ -176,6 +181,7 @@ class MemoryRegistry {
   std::unordered_map<std::uint32_t, const Entry*> by_rkey_ RDMX_GUARDED_BY(mutex_);
   std::mt19937_64 random_ RDMX_GUARDED_BY(mutex_){std::random_device{}()};
   std::atomic<std::uint64_t> generation_{0};
+  std::atomic<std::uint32_t> device_regions_{0};
   Mutex access_locks_mutex_;
   std::vector<DeviceLock*> access_locks_ RDMX_GUARDED_BY(access_locks_mutex_);
   std::shared_ptr<RegionBinder> binder_;

@@ -8,8 +8,8 @@
 
 #include "core/cuda/context.hpp"
 #include "core/cuda/driver.hpp"
+#include "core/cuda/per_gpu.hpp"
 #include "core/cuda/pointer.hpp"
-#include "core/mutex.hpp"
 #include "rdmx/error.hpp"
 
 #if defined(RDMX_CUDA_FATBIN)
@@ -85,17 +85,9 @@ const GpuKernels& kernels_for(const void* pointer, std::size_t bytes, const char
     throw Error(ErrorCode::InvalidArgument, "the destination is not CUDA device memory",
                 {.op = op, .hint = "GPU reductions take device pointers; host buffers reduce on the CPU"});
   }
-  static core::Mutex mutex;
-  static std::array<std::unique_ptr<GpuKernels>, 64> loaded RDMX_GUARDED_BY(mutex);
-  if (info.device < 0 || static_cast<std::size_t>(info.device) >= loaded.size()) {
-    throw Error(ErrorCode::NotSupported, "GPU ordinal out of the range rdmx supports",
-                {.op = op, .sizes = "gpu=" + std::to_string(info.device)});
-  }
+  static cu::PerGpu<GpuKernels> loaded;
   *device_out = info.device;
-  core::LockGuard lock(mutex);
-  auto& slot = loaded[static_cast<std::size_t>(info.device)];
-  if (!slot) slot = std::make_unique<GpuKernels>(load_kernels(api, info.device));
-  return *slot;
+  return loaded.get(info.device, op, [&] { return load_kernels(api, info.device); });
 #else
   (void)pointer;
   (void)bytes;

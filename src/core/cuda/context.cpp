@@ -1,31 +1,24 @@
 // SPDX-License-Identifier: MIT
 #include "core/cuda/context.hpp"
 
-#include <array>
-#include <atomic>
 #include <cctype>
+
+#include "core/cuda/per_gpu.hpp"
 
 namespace rdmx::core::cuda {
 
 CUcontext primary_context(const DriverApi& api, int device) {
   // Retained once per GPU: every retain counts, and the contexts live as
   // long as the process anyway.
-  static std::array<std::atomic<CUcontext>, 64> retained{};
-  const ErrorContext where{.op = "cuda context", .sizes = "gpu=" + std::to_string(device)};
-  if (device < 0 || static_cast<std::size_t>(device) >= retained.size()) {
-    throw Error(ErrorCode::NotSupported, "GPU ordinal out of the range rdmx supports", where);
-  }
-  auto& slot = retained[static_cast<std::size_t>(device)];
-  if (CUcontext known = slot.load(std::memory_order_acquire); known != nullptr) return known;
-  CUdevice handle = 0;
-  check(api, api.cuDeviceGet(&handle, device), "cuDeviceGet", where);
-  CUcontext context = nullptr;
-  check(api, api.cuDevicePrimaryCtxRetain(&context, handle), "cuDevicePrimaryCtxRetain", where);
-  CUcontext expected = nullptr;
-  // A thread that lost the race drops its extra retain.
-  if (!slot.compare_exchange_strong(expected, context, std::memory_order_acq_rel))
-    api.cuDevicePrimaryCtxRelease_v2(handle);
-  return slot.load(std::memory_order_acquire);
+  static PerGpu<CUcontext> retained;
+  return retained.get(device, "cuda context", [&] {
+    const ErrorContext where{.op = "cuda context", .sizes = "gpu=" + std::to_string(device)};
+    CUdevice handle = 0;
+    check(api, api.cuDeviceGet(&handle, device), "cuDeviceGet", where);
+    CUcontext context = nullptr;
+    check(api, api.cuDevicePrimaryCtxRetain(&context, handle), "cuDevicePrimaryCtxRetain", where);
+    return context;
+  });
 }
 
 std::string bus_id_of(const DriverApi& api, int device) {

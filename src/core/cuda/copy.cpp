@@ -1,29 +1,23 @@
 // SPDX-License-Identifier: MIT
 #include "core/cuda/copy.hpp"
 
-#include <array>
-#include <atomic>
 #include <cstdint>
 #include <string>
 
 #include "core/cuda/context.hpp"
 #include "core/cuda/driver.hpp"
+#include "core/cuda/per_gpu.hpp"
 
 namespace rdmx::core::cuda {
 namespace {
 
 CUstream stream_for(const DriverApi& api, int device, const ErrorContext& where) {
-  static std::array<std::atomic<CUstream>, 64> streams{};
-  if (device < 0 || static_cast<std::size_t>(device) >= streams.size()) {
-    throw Error(ErrorCode::NotSupported, "GPU ordinal out of the range rdmx supports", where);
-  }
-  auto& slot = streams[static_cast<std::size_t>(device)];
-  if (CUstream known = slot.load(std::memory_order_acquire); known != nullptr) return known;
-  CUstream stream = nullptr;
-  check(api, api.cuStreamCreate(&stream, kStreamNonBlocking), "cuStreamCreate", where);
-  CUstream expected = nullptr;
-  if (!slot.compare_exchange_strong(expected, stream, std::memory_order_acq_rel)) api.cuStreamDestroy_v2(stream);
-  return slot.load(std::memory_order_acquire);
+  static PerGpu<CUstream> streams;
+  return streams.get(device, where.op.c_str(), [&] {
+    CUstream stream = nullptr;
+    check(api, api.cuStreamCreate(&stream, kStreamNonBlocking), "cuStreamCreate", where);
+    return stream;
+  });
 }
 
 CUdeviceptr as_address(const void* p) { return static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(p)); }

@@ -189,7 +189,8 @@ void SoftRcQp::post_recv(const RecvWr& wr) {
   // arrives for it, as it does for host memory.
   std::array<RegionMemory, kSoftMaxSge> memory{};
   bool device_memory = false;
-  for (std::uint32_t i = 0; i < entry.num_sge; ++i) {
+  const std::uint32_t examined = pd_.registry().holds_device_memory() ? entry.num_sge : 0;
+  for (std::uint32_t i = 0; i < examined; ++i) {
     const Sge& sge = entry.sges[i];
     if (sge.length > 0 &&
         local_key_.check(pd_.registry(), false, &pd_, sge.lkey, sge.addr, sge.length, Access::LocalWrite) ==

@@ -47,13 +47,6 @@ std::uint64_t covered(const iovec* iov, int count) {
 // from it go through a host buffer, a piece at a time.
 constexpr std::uint64_t kDevicePiece = 4 << 20;
 
-// The memory of the region behind `rkey` (host memory when there is none:
-// the access check then refuses the request anyway).
-core::RegionMemory region_memory(const core::MemoryRegistry& registry, std::uint32_t rkey) {
-  core::MemoryRegistry::Verdict v;
-  return registry.lookup(true, rkey, &v) ? v.memory : core::RegionMemory{};
-}
-
 bool on_device(const core::RegionMemory& memory) { return memory.type != MemoryType::Host; }
 
 // A WRITE of `length` bytes into device memory at `target`, its last word
@@ -184,16 +177,15 @@ ShmQp::Step ShmQp::deliver_locked(const Record* r, const RecvEntry* recv, std::u
   WcStatus recv_status = WcStatus::Success;
   WcStatus nak_status = WcStatus::Success;
   std::string why;
-  // Asked before the registry's read lock is taken below (it does not nest).
-  const core::RegionMemory target_memory =
-      to_recv || length == 0 ? core::RegionMemory{} : region_memory(pd_.registry(), rkey);
+  core::RegionMemory target_memory;
   {
     // Cross-memory copies can be long: they hold the registry's lock, which
     // deregistration waits for; inline copies rely on the cached verdicts.
     std::optional<core::MemoryRegistry::Reader> reader;
     if (cross) reader.emplace(pd_.registry());
+    // Through the reader, a remote check also sets target_memory.
     auto check = [&](bool remote, std::uint32_t key, std::uint64_t addr, std::uint64_t len, Access need) {
-      return reader ? reader->check(remote, &pd_, key, addr, len, need)
+      return reader ? reader->check(remote, &pd_, key, addr, len, need, remote ? &target_memory : nullptr)
                     : (remote ? remote_key_ : local_key_).check(pd_.registry(), remote, &pd_, key, addr, len, need);
     };
     if (to_recv) {
@@ -222,6 +214,7 @@ ShmQp::Step ShmQp::deliver_locked(const Record* r, const RecvEntry* recv, std::u
         why = "WRITE of " + std::to_string(length) + " bytes to " + hex(target_addr) + " rkey " + hex(rkey) + ": " +
               core::to_string(verdict);
       } else {
+        if (!reader) target_memory = remote_key_.verdict().memory;
         local[0] = {reinterpret_cast<void*>(target_addr), length};
         local_count = 1;
       }
@@ -312,14 +305,14 @@ ShmQp::Step ShmQp::answer_read_locked(const Record* r) {
   if (answer == nullptr) return Step::Stall;
   std::string why;
   WcStatus nak_status = WcStatus::Success;
-  // Asked before the registry's read lock is taken below (it does not nest).
-  const core::RegionMemory source = length == 0 ? core::RegionMemory{} : region_memory(pd_.registry(), rkey);
+  core::RegionMemory source;
   {
     std::optional<core::MemoryRegistry::Reader> reader;
     if (cross) reader.emplace(pd_.registry());
     auto verdict = length == 0 ? core::AccessCheck::Ok
-                   : reader    ? reader->check(true, &pd_, rkey, addr, length, Access::RemoteRead)
+                   : reader    ? reader->check(true, &pd_, rkey, addr, length, Access::RemoteRead, &source)
                                : remote_key_.check(pd_.registry(), true, &pd_, rkey, addr, length, Access::RemoteRead);
+    if (!reader && length > 0 && verdict == core::AccessCheck::Ok) source = remote_key_.verdict().memory;
     if (verdict != core::AccessCheck::Ok) {
       nak_status = WcStatus::RemAccessErr;
       why = "READ of " + std::to_string(length) + " bytes at " + hex(addr) + " rkey " + hex(rkey) + ": " +
