@@ -17,7 +17,7 @@ void all_gather_ring(OpContext& ctx) {
   const int r = ctx.rank, n = ctx.n;
   const std::size_t bytes = c.count * ctx.elem;
   auto* out = static_cast<char*>(c.recv);
-  copy_if_distinct(out + static_cast<std::size_t>(r) * bytes, c.send, bytes);
+  ctx.copy(out + static_cast<std::size_t>(r) * bytes, c.send, bytes);
   const int right = mod(r + 1, n), left = mod(r - 1, n);
   // Large blocks go straight into the right neighbour's buffer.
   const bool direct = ctx.use_direct(bytes);
@@ -54,7 +54,7 @@ void all_gather_rd(OpContext& ctx) {
     ctx.run();
     return;
   }
-  copy_if_distinct(out + static_cast<std::size_t>(r) * bytes, c.send, bytes);
+  ctx.copy(out + static_cast<std::size_t>(r) * bytes, c.send, bytes);
   int last = -1;
   if (r < 2 * f.extra) last = add_recv(s, r + 1, out + static_cast<std::size_t>(r + 1) * bytes, bytes);
   auto range = [&](int lo, int hi) {  // participants [lo, hi) as (offset, length) in bytes
@@ -77,7 +77,7 @@ void all_gather_direct(OpContext& ctx) {
   const int r = ctx.rank, n = ctx.n;
   const std::size_t bytes = c.count * ctx.elem;
   auto* out = static_cast<char*>(c.recv);
-  copy_if_distinct(out + static_cast<std::size_t>(r) * bytes, c.send, bytes);
+  ctx.copy(out + static_cast<std::size_t>(r) * bytes, c.send, bytes);
   for (int k = 1; k < n; ++k) {
     add_send(ctx.sched, mod(r + k, n), out + static_cast<std::size_t>(r) * bytes, bytes, -1, false, true);
     const int from = mod(r - k, n);
@@ -140,7 +140,7 @@ void broadcast_direct(OpContext& ctx) {
 
 void all_gather(OpContext& ctx) {
   switch (ctx.desc.algo) {
-    case Algo::Local: return copy_if_distinct(ctx.call.recv, ctx.call.send, ctx.call.count * ctx.elem);
+    case Algo::Local: return ctx.copy(ctx.call.recv, ctx.call.send, ctx.call.count * ctx.elem);
     case Algo::Ring: return all_gather_ring(ctx);
     case Algo::RecursiveDoubling: return all_gather_rd(ctx);
     default: return all_gather_direct(ctx);
@@ -164,7 +164,7 @@ void gather(OpContext& ctx) {
     add_send(ctx.sched, c.root, c.send, bytes, -1, false, true);
   } else {
     auto* out = static_cast<char*>(c.recv);
-    copy_if_distinct(out + static_cast<std::size_t>(r) * bytes, c.send, bytes);
+    ctx.copy(out + static_cast<std::size_t>(r) * bytes, c.send, bytes);
     for (int k = 1; k < n; ++k) {
       const int from = mod(r + k, n);
       add_recv(ctx.sched, from, out + static_cast<std::size_t>(from) * bytes, bytes);
@@ -187,8 +187,7 @@ void scatter(OpContext& ctx) {
     }
   }
   if (n > 1) ctx.run();
-  if (r == c.root)
-    copy_if_distinct(c.recv, static_cast<const char*>(c.send) + static_cast<std::size_t>(r) * bytes, bytes);
+  if (r == c.root) ctx.copy(c.recv, static_cast<const char*>(c.send) + static_cast<std::size_t>(r) * bytes, bytes);
 }
 
 // all_to_all and all_to_allv: every pair exchanges directly. An in-place
@@ -210,8 +209,8 @@ void all_to_all(OpContext& ctx) {
   if (c.send == c.recv) {
     std::size_t extent = 0;
     for (int j = 0; j < n; ++j) extent = std::max(extent, send_off(j) + send_len(j));
-    auto* copy = static_cast<char*>(ctx.links.scratch(extent));
-    if (extent != 0) std::memcpy(copy, in, extent);
+    auto* copy = static_cast<char*>(ctx.scratch(extent));
+    ctx.copy(copy, in, extent);
     in = copy;
   }
   auto* out = static_cast<char*>(c.recv);
@@ -227,8 +226,7 @@ void all_to_all(OpContext& ctx) {
                     " bytes but expects " + std::to_string(recv_len(r)),
                 {.op = describe(ctx.desc), .rank = r, .hint = "send_counts[rank] must equal recv_counts[rank]"});
   }
-  if (recv_len(r) != 0 && out + recv_off(r) != in + send_off(r))
-    std::memmove(out + recv_off(r), in + send_off(r), recv_len(r));
+  ctx.copy(out + recv_off(r), in + send_off(r), recv_len(r));
 }
 
 // Dissemination: round k sends to rank + 2^k and hears from rank - 2^k, so

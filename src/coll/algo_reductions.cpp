@@ -14,19 +14,19 @@ void reduce_in_rank_order(OpContext& ctx, void* out, const std::vector<const voi
   if (count == 0) return;
   const std::size_t bytes = count * ctx.elem;
   if (x.size() == 1) {
-    copy_if_distinct(out, x[0], bytes);
+    ctx.copy(out, x[0], bytes);
   } else {
     ctx.combine.reduce(out, x[0], x[1], count);
     for (std::size_t j = 2; j < x.size(); ++j) ctx.combine.reduce(out, out, x[j], count);
   }
-  if (ctx.combine.avg_divisor != 0) divide(out, count, ctx.combine.type, ctx.combine.avg_divisor);
+  ctx.combine.finalize(out, count);
 }
 
 // This rank's input for a fold in rank order: when it is the output buffer
 // (in place), a copy, since the fold writes the output before reaching it.
-const void* own_input(const void* input, const void* output, void* spare, std::size_t bytes) {
+const void* own_input(OpContext& ctx, const void* input, const void* output, void* spare, std::size_t bytes) {
   if (input != output || bytes == 0) return input;
-  std::memcpy(spare, input, bytes);
+  ctx.copy(spare, input, bytes);
   return spare;
 }
 
@@ -83,7 +83,7 @@ void all_reduce_rd(OpContext& ctx) {
     ctx.run();
     return;
   }
-  auto* scratch = static_cast<char*>(ctx.links.scratch(2 * bytes));
+  auto* scratch = static_cast<char*>(ctx.scratch(2 * bytes));
   char* buf[2] = {scratch, scratch + bytes};
   const void* cur = c.send;
   int last_recv = -1, last_send = -1;
@@ -179,7 +179,7 @@ void all_reduce_direct(OpContext& ctx) {
   const auto& c = ctx.call;
   const int r = ctx.rank, n = ctx.n;
   const std::size_t bytes = c.count * ctx.elem;
-  auto* scratch = static_cast<char*>(ctx.links.scratch(static_cast<std::size_t>(n) * bytes));
+  auto* scratch = static_cast<char*>(ctx.scratch(static_cast<std::size_t>(n) * bytes));
   std::vector<const void*> x(static_cast<std::size_t>(n));
   for (int k = 1; k < n; ++k) {
     const int to = mod(r + k, n), from = mod(r - k, n);
@@ -187,7 +187,7 @@ void all_reduce_direct(OpContext& ctx) {
     add_recv(ctx.sched, from, scratch + static_cast<std::size_t>(from) * bytes, bytes);
     x[static_cast<std::size_t>(from)] = scratch + static_cast<std::size_t>(from) * bytes;
   }
-  x[static_cast<std::size_t>(r)] = own_input(c.send, c.recv, scratch + static_cast<std::size_t>(r) * bytes, bytes);
+  x[static_cast<std::size_t>(r)] = own_input(ctx, c.send, c.recv, scratch + static_cast<std::size_t>(r) * bytes, bytes);
   ctx.run();
   reduce_in_rank_order(ctx, c.recv, x, c.count);
 }
@@ -201,7 +201,7 @@ void reduce_tree_into(OpContext& ctx, const void* in, void* out, int root, bool 
   auto& s = ctx.sched;
   const int v = mod(r - root, n);
   const auto [parent, children] = binomial_tree(r, n, root);
-  void* acc = v == 0 ? out : (children.empty() ? nullptr : ctx.links.scratch(bytes));
+  void* acc = v == 0 ? out : (children.empty() ? nullptr : ctx.scratch(bytes));
   int prev = -1;
   for (int child : children) {
     prev = add_recv(s, child, acc, bytes, prev < 0 ? in : acc, prev, true);
@@ -233,7 +233,7 @@ void reduce_ring(OpContext& ctx) {
   int got = -1;
   void* acc = v == 0 ? c.recv : nullptr;
   if (v < n - 1) {
-    if (acc == nullptr) acc = ctx.links.scratch(bytes);
+    if (acc == nullptr) acc = ctx.scratch(bytes);
     got = add_recv(s, next, acc, bytes, c.send);
     if (v == 0) s.recvs.back().finalize = true;
   }
@@ -250,14 +250,14 @@ void reduce_direct(OpContext& ctx) {
     ctx.run();
     return;
   }
-  auto* scratch = static_cast<char*>(ctx.links.scratch(static_cast<std::size_t>(n) * bytes));
+  auto* scratch = static_cast<char*>(ctx.scratch(static_cast<std::size_t>(n) * bytes));
   std::vector<const void*> x(static_cast<std::size_t>(n));
   for (int j = 0; j < n; ++j) {
     if (j == r) continue;
     x[static_cast<std::size_t>(j)] = scratch + static_cast<std::size_t>(j) * bytes;
     add_recv(ctx.sched, j, scratch + static_cast<std::size_t>(j) * bytes, bytes);
   }
-  x[static_cast<std::size_t>(r)] = own_input(c.send, c.recv, scratch + static_cast<std::size_t>(r) * bytes, bytes);
+  x[static_cast<std::size_t>(r)] = own_input(ctx, c.send, c.recv, scratch + static_cast<std::size_t>(r) * bytes, bytes);
   ctx.run();
   reduce_in_rank_order(ctx, c.recv, x, c.count);
 }
@@ -271,7 +271,7 @@ void reduce_scatter_ring(OpContext& ctx) {
   const auto& c = ctx.call;
   const int r = ctx.rank, n = ctx.n;
   const std::size_t e = ctx.elem, bytes = c.count * e;
-  auto* scratch = static_cast<char*>(ctx.links.scratch(static_cast<std::size_t>(n) * bytes));
+  auto* scratch = static_cast<char*>(ctx.scratch(static_cast<std::size_t>(n) * bytes));
   auto& s = ctx.sched;
   int prev = -1;
   for (int step = 0; step < n - 1; ++step) {
@@ -301,7 +301,7 @@ void reduce_scatter_hd(OpContext& ctx) {
     ctx.run();
     return;
   }
-  auto* acc = static_cast<char*>(ctx.links.scratch(static_cast<std::size_t>(n) * bytes));
+  auto* acc = static_cast<char*>(ctx.scratch(static_cast<std::size_t>(n) * bytes));
   auto range = [&](int lo, int hi) {  // participants [lo, hi) as bytes of the full vector
     const auto a = static_cast<std::size_t>(f.group_lo(lo)), b = static_cast<std::size_t>(f.group_hi(hi - 1));
     return std::pair<std::size_t, std::size_t>{a * bytes, (b - a) * bytes};
@@ -330,14 +330,14 @@ void reduce_scatter_hd(OpContext& ctx) {
   if (last >= 0) s.recvs[static_cast<std::size_t>(last)].finalize = true;
   if (r < 2 * f.extra) add_send(s, r + 1, acc + static_cast<std::size_t>(r + 1) * bytes, bytes, last, false, true);
   ctx.run();
-  std::memmove(c.recv, acc + static_cast<std::size_t>(r) * bytes, bytes);
+  ctx.copy(c.recv, acc + static_cast<std::size_t>(r) * bytes, bytes);
 }
 
 void reduce_scatter_direct(OpContext& ctx) {
   const auto& c = ctx.call;
   const int r = ctx.rank, n = ctx.n;
   const std::size_t e = ctx.elem, bytes = c.count * e;
-  auto* scratch = static_cast<char*>(ctx.links.scratch(static_cast<std::size_t>(n) * bytes));
+  auto* scratch = static_cast<char*>(ctx.scratch(static_cast<std::size_t>(n) * bytes));
   std::vector<const void*> x(static_cast<std::size_t>(n));
   for (int k = 1; k < n; ++k) {
     const int to = mod(r + k, n), from = mod(r - k, n);
@@ -345,7 +345,7 @@ void reduce_scatter_direct(OpContext& ctx) {
     add_recv(ctx.sched, from, scratch + static_cast<std::size_t>(from) * bytes, bytes);
     x[static_cast<std::size_t>(from)] = scratch + static_cast<std::size_t>(from) * bytes;
   }
-  x[static_cast<std::size_t>(r)] = own_input(at(c.send, static_cast<std::size_t>(r) * c.count, e), c.recv,
+  x[static_cast<std::size_t>(r)] = own_input(ctx, at(c.send, static_cast<std::size_t>(r) * c.count, e), c.recv,
                                              scratch + static_cast<std::size_t>(r) * bytes, bytes);
   ctx.run();
   reduce_in_rank_order(ctx, c.recv, x, c.count);

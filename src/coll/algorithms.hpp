@@ -36,6 +36,9 @@ struct OpContext {
   bool use_direct(std::size_t transfer_bytes) const { return direct_min != 0 && transfer_bytes >= direct_min; }
 
   void run() { links.run(sched, desc, combine, timeout); }
+  // Scratch in the operation's memory (on its GPU when its buffers are).
+  void* scratch(std::size_t bytes) { return links.scratch(bytes, combine.device); }
+  void copy(void* dst, const void* src, std::size_t bytes) const { combine.copy(dst, src, bytes); }
 };
 
 // Runs ctx.call with ctx.desc.algo (already chosen and valid for the op).
@@ -54,10 +57,6 @@ inline Block block_of(std::size_t count, int parts, int j) {
   return {uj * base + std::min(uj, rem), base + (uj < rem ? 1 : 0)};
 }
 inline int mod(int a, int n) { return ((a % n) + n) % n; }
-// memmove unless the two are the same place (the in-place forms).
-inline void copy_if_distinct(void* dst, const void* src, std::size_t bytes) {
-  if (dst != src && bytes != 0) std::memmove(dst, src, bytes);
-}
 inline char* at(void* p, std::size_t elems, std::size_t elem) { return static_cast<char*>(p) + elems * elem; }
 inline const char* at(const void* p, std::size_t elems, std::size_t elem) {
   return static_cast<const char*>(p) + elems * elem;

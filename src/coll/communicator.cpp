@@ -12,11 +12,16 @@
 #include <thread>
 
 #include "coll/algorithms.hpp"
+#include "coll/cuda/device_ops.hpp"
+#include "coll/cuda/kernels.hpp"
 #include "coll/links.hpp"
 #include "coll/reduce.hpp"
 #include "coll/selection.hpp"
 #include "coll/settings.hpp"
 #include "core/config.hpp"
+#include "core/cuda/driver.hpp"
+#include "core/cuda/memory.hpp"
+#include "core/cuda/pointer.hpp"
 #include "core/log.hpp"
 #include "core/mutex.hpp"
 #include "core/settings.hpp"
@@ -176,11 +181,11 @@ class CommImpl final : public Communicator {
   // A communicator is driven by one thread at a time (as an NCCL
   // communicator): its calls are ordered, which is what matching them needs.
   Work submit(Call call, bool async) override {
-    validate(call);
+    const int gpu = validate(call);
     if (!async && async_pending_.load(std::memory_order_acquire) == 0) {
       // Nothing queued or running: run here, on the caller's thread, for the
       // lowest latency (no lock, no Work state: the caller only waits).
-      execute(call);
+      execute(call, gpu);
       return Work();
     }
     auto state = std::make_shared<Work::State>();
@@ -190,7 +195,7 @@ class CommImpl final : public Communicator {
       core::LockGuard lock(queue_mutex_);
       if (!worker_.joinable()) worker_ = std::thread([this] { worker_main(); });
       async_pending_.fetch_add(1, std::memory_order_acq_rel);
-      queue_.push_back(Job{std::move(call), state});
+      queue_.push_back(Job{std::move(call), gpu, state});
     }
     queue_cv_.notify_all();
     Work work(state);
@@ -201,6 +206,7 @@ class CommImpl final : public Communicator {
  private:
   struct Job {
     Call call;
+    int gpu;  // see validate()
     std::shared_ptr<Work::State> state;
   };
 
@@ -214,7 +220,7 @@ class CommImpl final : public Communicator {
       lock.unlock();
       std::exception_ptr error;
       try {
-        execute(job.call);
+        execute(job.call, job.gpu);
       } catch (...) {
         error = std::current_exception();
       }
@@ -231,7 +237,9 @@ class CommImpl final : public Communicator {
                 {.op = to_string(call.op), .rank = rank_, .hint = hint});
   }
 
-  void validate(const Call& call) const {
+  // Throws for a call no rank could run; returns the GPU holding its
+  // buffers, or -1 when they are host memory.
+  int validate(const Call& call) const {
     if (static_cast<int>(call.type) >= kDataTypeCount) bad(call, "unknown data type");
     if (static_cast<int>(call.redop) >= kReduceOpCount) {
       bad(call, "unknown reduction operation");
@@ -266,16 +274,6 @@ class CommImpl final : public Communicator {
     auto need = [&](const void* p, std::size_t elems, const char* which) {
       if (p == nullptr && elems != 0)
         bad(call, std::string(which) + " buffer is null with count " + std::to_string(elems));
-      // The algorithms reduce and copy with the CPU: device memory would
-      // crash them. Refused by name until they take it (docs/GPU.md).
-      if (p != nullptr && elems != 0 && memory_type(p, 1) != MemoryType::Host) {
-        throw Error(ErrorCode::NotSupported,
-                    std::string(to_string(call.op)) + ": the " + which +
-                        " buffer is CUDA device memory, which the collectives do not take yet",
-                    {.op = to_string(call.op),
-                     .rank = rank_,
-                     .hint = "copy it to host memory first (the verbs API moves device memory already)"});
-      }
     };
     const std::size_t n = static_cast<std::size_t>(size_);
     switch (call.op) {
@@ -335,6 +333,42 @@ class CommImpl final : public Communicator {
         break;
       case CollOp::Barrier: break;
     }
+    const auto [send_bytes, recv_bytes] = extents(call, e);
+    return operation_gpu(call, send_bytes, recv_bytes);
+  }
+
+  // Where an operation's buffers are: all in host memory (-1), or all on one
+  // GPU, whose copy engine and kernels then move and reduce them.
+  int operation_gpu(const Call& call, std::size_t send_bytes, std::size_t recv_bytes) const {
+    if (core::cuda::driver_if_loaded() == nullptr) return -1;  // no device memory without a driver
+    const char* op = to_string(call.op);
+    auto place = [](const core::cuda::PointerInfo& info) {
+      return info.type == MemoryType::Host ? std::string("host memory") : "GPU " + std::to_string(info.device);
+    };
+    core::cuda::PointerInfo send, recv;
+    const bool has_send = call.send != nullptr && send_bytes != 0, has_recv = call.recv != nullptr && recv_bytes != 0;
+    if (has_send) send = core::cuda::classify(call.send, send_bytes, op);
+    if (has_recv) recv = core::cuda::classify(call.recv, recv_bytes, op);
+    if (has_send && has_recv && (send.type != recv.type || send.device != recv.device)) {
+      bad(call, "the send buffer is in " + place(send) + " and the receive buffer in " + place(recv),
+          "one operation's buffers must all be host memory or all on one GPU");
+    }
+    const core::cuda::PointerInfo& where = has_send ? send : recv;
+    if (where.type == MemoryType::Host) return -1;
+    const CudaMemorySupport support = links_->device().caps().cuda_memory;
+    if (support == CudaMemorySupport::None) {
+      throw Error(ErrorCode::NotSupported,
+                  std::string(op) + ": its buffers are device memory on GPU " + std::to_string(where.device) +
+                      ", which the " + links_->device().name() + " provider does not serve (cuda_memory: none)",
+                  {.op = op, .rank = rank_, .hint = "use RDMX_PROVIDER=shm or tcp, or host buffers"});
+    }
+    const bool reduces = call.op == CollOp::AllReduce || call.op == CollOp::ReduceScatter || call.op == CollOp::Reduce;
+    if (reduces && !cuda_kernels_built()) {
+      throw Error(ErrorCode::NotSupported,
+                  std::string(op) + ": device buffers are reduced on the GPU, and " + cuda_kernels_note(),
+                  {.op = op, .rank = rank_, .hint = "rebuild rdmx where nvcc is installed, or use host buffers"});
+    }
+    return where.device;
   }
 
   // The size nccl-tests reports, which the selection table is indexed by.
@@ -350,7 +384,7 @@ class CommImpl final : public Communicator {
     }
   }
 
-  void execute(const Call& call) {
+  void execute(const Call& call, int gpu) {
     if (links_->aborted()) {
       throw Error(ErrorCode::InvalidState,
                   "the communicator is unusable after an earlier error or abort: " + links_->abort_reason(),
@@ -377,11 +411,13 @@ class CommImpl final : public Communicator {
     Combine combine;
     combine.elem = e;
     combine.type = call.type;
-    combine.reduce = reduce_function(call.type, call.redop == ReduceOp::Avg ? ReduceOp::Sum : call.redop);
+    combine.op = call.redop == ReduceOp::Avg ? ReduceOp::Sum : call.redop;
+    combine.host_reduce = reduce_function(call.type, combine.op);
     combine.avg_divisor = call.redop == ReduceOp::Avg ? size_ : 0;
+    if (gpu >= 0) combine.device = &links_->device_ops(gpu);
     Call copy;
     const auto [send_bytes, recv_bytes] = extents(call, e);
-    const Call& run_call = guard_overlap(call, e, send_bytes, recv_bytes, copy);
+    const Call& run_call = guard_overlap(call, e, send_bytes, recv_bytes, combine, copy);
     register_user_buffers(run_call, send_bytes, recv_bytes);
     schedule_.clear();
     OpContext ctx{*links_, run_call, desc, schedule_, combine, timeout_, rank_, size_, e, direct_min_};
@@ -440,12 +476,22 @@ class CommImpl final : public Communicator {
   }
 
   const Call& guard_overlap(const Call& call, std::size_t e, std::size_t send_bytes, std::size_t recv_bytes,
-                            Call& copy) {
+                            const Combine& combine, Call& copy) {
     const auto s = reinterpret_cast<std::uintptr_t>(call.send), r = reinterpret_cast<std::uintptr_t>(call.recv);
     const bool overlap = send_bytes != 0 && recv_bytes != 0 && s < r + recv_bytes && r < s + send_bytes;
     if (!overlap || supported_in_place(call, e)) return call;
-    send_copy_.assign(static_cast<const char*>(call.send), static_cast<const char*>(call.send) + send_bytes);
     copy = call;
+    if (combine.device != nullptr) {
+      const int gpu = combine.device->device();
+      if (device_send_copy_.device() != gpu || device_send_copy_.size() < send_bytes) {
+        device_send_copy_ = core::cuda::DeviceAllocation();
+        device_send_copy_ = core::cuda::DeviceAllocation(send_bytes, gpu, "copy of an overlapping send buffer");
+      }
+      combine.copy(device_send_copy_.get(), call.send, send_bytes);
+      copy.send = device_send_copy_.get();
+      return copy;
+    }
+    send_copy_.assign(static_cast<const char*>(call.send), static_cast<const char*>(call.send) + send_bytes);
     copy.send = send_copy_.data();
     return copy;
   }
@@ -468,7 +514,8 @@ class CommImpl final : public Communicator {
   RankPlacement placement_;
   std::unique_ptr<Links> links_;
   Schedule schedule_;
-  std::vector<char> send_copy_;  // see guard_overlap()
+  std::vector<char> send_copy_;                    // see guard_overlap()
+  core::cuda::DeviceAllocation device_send_copy_;  // the same on a GPU
   // RDMX_COLL_DIRECT_MIN: transfers from this size on are written into the
   // receiver's buffer directly (0, the default, turns it off). Every rank
   // must agree. Off by default: on shm a WRITE into another process's heap

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "coll/cuda/device_ops.hpp"
 #include "coll/links_layout.hpp"
 #include "coll/links_run.hpp"
 #include "coll/reduce.hpp"
@@ -207,9 +208,10 @@ void Links::poll_send_cq() {
 
 std::uint32_t Links::lkey_for(const void* addr, std::size_t bytes) {
   const auto a = reinterpret_cast<std::uintptr_t>(addr);
-  if (scratch_mr_) {
-    const auto base = reinterpret_cast<std::uintptr_t>(scratch_mr_->addr());
-    if (a >= base && a + bytes <= base + scratch_mr_->length()) return scratch_mr_->lkey();
+  for (const MemoryRegion* mr : {scratch_mr_.get(), device_scratch_mr_.get()}) {
+    if (mr == nullptr) continue;
+    const auto base = reinterpret_cast<std::uintptr_t>(mr->addr());
+    if (a >= base && a + bytes <= base + mr->length()) return mr->lkey();
   }
   return user_mrs_->get(const_cast<void*>(addr), bytes, Access::LocalWrite).lkey();
 }
@@ -223,13 +225,32 @@ std::uint32_t Links::rkey_for(void* addr, std::size_t bytes) {
   return user_mrs_->get(addr, bytes, Access::LocalWrite | Access::RemoteWrite).rkey();
 }
 
-void* Links::scratch(std::size_t bytes) {
+void* Links::scratch(std::size_t bytes, const DeviceOps* device) {
+  if (device != nullptr) {
+    if (!device_scratch_mr_ || device_scratch_.device() != device->device() || device_scratch_.size() < bytes) {
+      const std::size_t grown = device_scratch_.device() == device->device() ? 2 * device_scratch_.size() : 0;
+      const std::size_t want = std::max<std::size_t>({bytes, grown, 4096});
+      device_scratch_mr_.reset();
+      device_scratch_ = core::cuda::DeviceAllocation();
+      device_scratch_ = core::cuda::DeviceAllocation(want, device->device(), "collective scratch on the GPU");
+      device_scratch_mr_ = pd_->register_memory(device_scratch_.get(), want, Access::LocalWrite);
+    }
+    return device_scratch_.get();
+  }
   if (!scratch_mr_ || scratch_mr_->length() < bytes) {
     const std::size_t want = std::max<std::size_t>({bytes, scratch_mr_ ? 2 * scratch_mr_->length() : 0, 4096});
     scratch_mr_.reset();
     scratch_mr_ = pd_->allocate_memory(want, Access::LocalWrite);
   }
   return scratch_mr_->addr();
+}
+
+DeviceOps& Links::device_ops(int gpu) {
+  if (!device_ops_ || device_ops_->device() != gpu) {
+    device_ops_.reset();
+    device_ops_ = std::make_unique<DeviceOps>(gpu);
+  }
+  return *device_ops_;
 }
 
 bool Links::live(int p) const {

@@ -38,7 +38,9 @@
 #include <string>
 #include <vector>
 
+#include "coll/combine.hpp"
 #include "coll/op_desc.hpp"
+#include "core/cuda/memory.hpp"
 #include "core/wait.hpp"
 #include "rdmx/bootstrap.hpp"
 #include "rdmx/registration_cache.hpp"
@@ -81,15 +83,6 @@ struct RecvOp {
   std::size_t done = 0;
   std::uint64_t remote_addr = 0;  // an announcement's content
   std::uint32_t remote_key = 0;
-};
-
-// How receives combine: dst = reduce(a, b) over `elem`-byte elements, then
-// for receives marked final, divide by `avg_divisor` when it is non-zero.
-struct Combine {
-  void (*reduce)(void* dst, const void* a, const void* b, std::size_t count) = nullptr;
-  std::size_t elem = 1;
-  DataType type = DataType::Uint8;
-  int avg_divisor = 0;
 };
 
 struct Schedule {
@@ -152,8 +145,11 @@ class Links {
   bool aborted() const noexcept { return aborted_.load(std::memory_order_acquire); }
   const std::string& abort_reason() const noexcept { return abort_reason_; }
 
-  // Scratch memory, registered, at least `bytes` long; valid until the next call.
-  void* scratch(std::size_t bytes);
+  // Scratch memory, registered, at least `bytes` long, in host memory or,
+  // given `device`, on its GPU; valid until the next call.
+  void* scratch(std::size_t bytes, const DeviceOps* device = nullptr);
+  // The GPU work of operations whose buffers are on GPU `gpu`, made on first use.
+  DeviceOps& device_ops(int gpu);
 
   // Registers user memory through a RegistrationCache: kept between
   // operations (on verbs, while the memory stays mapped).
@@ -226,6 +222,11 @@ class Links {
   std::uint64_t outstanding_signaled_ = 0;       // signaled WRITEs in flight
   std::unique_ptr<RegistrationCache> user_mrs_;  // user buffers given to collectives
   std::unique_ptr<MemoryRegion> scratch_mr_;
+  // Declared in the order that frees them safely: work, then the
+  // registration, then the memory.
+  core::cuda::DeviceAllocation device_scratch_;
+  std::unique_ptr<MemoryRegion> device_scratch_mr_;
+  std::unique_ptr<DeviceOps> device_ops_;
   std::chrono::milliseconds timeout_;
 };
 

@@ -307,7 +307,7 @@ class Links::RunState {
           nsge = 3;
         }
       } else {
-        if (wire_len != 0 && src != stage + kHeader) std::memcpy(stage + kHeader, src, wire_len);
+        if (wire_len != 0 && src != stage + kHeader) combine_.copy(stage + kHeader, src, wire_len);
         sges[0] = {reinterpret_cast<std::uint64_t>(stage),
                    static_cast<std::uint32_t>(one_write ? trailer + 8 : kHeader + wire_len), lkey};
       }
@@ -394,13 +394,12 @@ class Links::RunState {
       if (len != 0 && !op.direct) {
         char* dst = static_cast<char*>(op.dst) + op.done;
         if (op.reduce_with != nullptr) {
-          combine_.reduce(dst, static_cast<const char*>(op.reduce_with) + op.done, payload, len / combine_.elem);
+          combine_.reduce_received(dst, static_cast<const char*>(op.reduce_with) + op.done, payload,
+                                   len / combine_.elem);
         } else {
-          std::memcpy(dst, payload, len);
+          combine_.place_received(dst, payload, len);
         }
-        if (op.finalize && combine_.avg_divisor != 0) {
-          coll::divide(dst, len / combine_.elem, combine_.type, combine_.avg_divisor);
-        }
+        if (op.finalize) combine_.finalize(dst, len / combine_.elem);
       }
       op.done += len;
       st.any = true;

@@ -16,7 +16,7 @@ bool mixed(const std::string& provider) { return provider == "auto"; }
 std::string transport_label(const std::string& provider) { return mixed(provider) ? "mix" : provider; }
 
 std::string param_name(const CollParam& param) {
-  return transport_label(param.provider) + "_np" + std::to_string(param.n);
+  return transport_label(param.provider) + "_np" + std::to_string(param.n) + (param.device ? "_cuda" : "");
 }
 
 bool full_matrix() {

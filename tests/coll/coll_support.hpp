@@ -22,9 +22,12 @@ namespace rdmx::test {
 // names): two hosts, rank 0 in one network namespace (and with a private shm
 // socket directory, as a separate machine would have), the others in a
 // second; auto picks shm between ranks of one host and tcp across.
+// `device`: the operations' buffers are CUDA device memory (on GPU 0,
+// which every rank shares), filled and checked through host copies.
 struct CollParam {
   std::string provider;
   int n;
+  bool device = false;
 };
 // "shm", "tcp", "mix" (for auto).
 std::string transport_label(const std::string& provider);

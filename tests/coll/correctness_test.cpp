@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "coll/coll_support.hpp"
+#include "coll/cuda/kernels.hpp"
+#include "support/cuda_device.hpp"
 
 namespace rdmx::test {
 namespace {
@@ -63,10 +65,47 @@ std::vector<std::string> algos_for(CollOp op) {
   return out;
 }
 
+// The operations' view of a case's host buffers: the buffers themselves,
+// or on device runs copies on the GPU, filled from them before each call
+// (upload) and read back after it (download).
+class Mirrors {
+ public:
+  Mirrors(bool device, std::initializer_list<std::vector<char>*> hosts) {
+    for (std::vector<char>* host : hosts) {
+      pairs_.emplace_back(host, device ? std::make_unique<DeviceBuffer>(host->size()) : nullptr);
+    }
+  }
+  // Where the operation finds the host byte at `p`.
+  void* map(const void* p) const {
+    const auto* at = static_cast<const char*>(p);
+    for (const auto& [host, gpu] : pairs_) {
+      if (gpu == nullptr || p == nullptr) break;
+      if (at >= host->data() && at <= host->data() + host->size()) {
+        return static_cast<char*>(gpu->get()) + (at - host->data());
+      }
+    }
+    return const_cast<void*>(p);
+  }
+  void upload() const {
+    for (const auto& [host, gpu] : pairs_) {
+      if (gpu != nullptr) cuda_copy(gpu->get(), host->data(), host->size());
+    }
+  }
+  void download() const {
+    for (const auto& [host, gpu] : pairs_) {
+      if (gpu != nullptr) cuda_copy(host->data(), gpu->get(), host->size());
+    }
+  }
+
+ private:
+  std::vector<std::pair<std::vector<char>*, std::unique_ptr<DeviceBuffer>>> pairs_;
+};
+
 struct Runner {
   RankEnv& env;
   int n;
   int r;
+  bool device = false;  // the operations run on device buffers
   std::uint64_t cases = 0;
 
   // One communicator per algorithm, created on first use.
@@ -125,10 +164,18 @@ bool in_default_matrix(const CollParam& p) {
 class Correctness : public ::testing::TestWithParam<CollParam> {
  protected:
   static void TearDownTestSuite() { NetNsPair::destroy(); }
-  void run(const Body& body) {
+  // `reduces`: the body reduces (on device buffers, in the GPU kernels).
+  void run(const Body& body, bool reduces = false) {
     if (!full_matrix() && !in_default_matrix(GetParam())) GTEST_SKIP() << "full matrix only (make test-coll-full)";
+    const bool device = GetParam().device;
+    if (device) RDMX_REQUIRE_GPU_BEFORE_FORK();
+    if (device && reduces && !coll::cuda_kernels_built()) GTEST_SKIP() << "GPU kernels " << coll::cuda_kernels_note();
     ASSERT_TRUE(run_coll_ranks(GetParam(), [&](RankEnv& env) {
-      Runner runner{env, env.world_size(), env.rank()};
+      if (device) {
+        std::string why;
+        CHECK(cuda_for_test(&why) != nullptr) << why;
+      }
+      Runner runner{env, env.world_size(), env.rank(), device};
       body(runner);
     }));
   }
@@ -157,6 +204,7 @@ void reducing_suite(Runner& R, CollOp op) {
             const std::string what = label(op, algo, t, o, count, in_place, op == CollOp::Reduce ? root : -1);
             const std::size_t in_count = op == CollOp::ReduceScatter ? count * static_cast<std::size_t>(R.n) : count;
             std::vector<char> in(in_count * e + 1), out(in_count * e + 1, 0x5a);
+            const Mirrors m(R.device, {&in, &out});
             std::uint64_t first_fp = 0;
             for (int round = 0; round < 2; ++round) {
               fill_input(t, o, R.r, in.data(), 0, in_count, seed);
@@ -167,9 +215,11 @@ void reducing_suite(Runner& R, CollOp op) {
                 src = out.data();
                 if (op == CollOp::ReduceScatter) dst = out.data() + static_cast<std::size_t>(R.r) * count * e;
               }
-              if (op == CollOp::AllReduce) c.all_reduce(src, dst, count, t, o);
-              if (op == CollOp::Reduce) c.reduce(src, dst, count, t, o, root);
-              if (op == CollOp::ReduceScatter) c.reduce_scatter(src, dst, count, t, o);
+              m.upload();
+              if (op == CollOp::AllReduce) c.all_reduce(m.map(src), m.map(dst), count, t, o);
+              if (op == CollOp::Reduce) c.reduce(m.map(src), m.map(dst), count, t, o, root);
+              if (op == CollOp::ReduceScatter) c.reduce_scatter(m.map(src), m.map(dst), count, t, o);
+              m.download();
               const std::size_t first = op == CollOp::ReduceScatter ? static_cast<std::size_t>(R.r) * count : 0;
               const bool has_result = op != CollOp::Reduce || R.r == root;
               const std::uint64_t fp = has_result ? fingerprint(dst, count * e) : 0;
@@ -198,13 +248,13 @@ void reducing_suite(Runner& R, CollOp op) {
 }
 
 TEST_P(Correctness, AllReduce) {
-  run([](Runner& R) { reducing_suite(R, CollOp::AllReduce); });
+  run([](Runner& R) { reducing_suite(R, CollOp::AllReduce); }, true);
 }
 TEST_P(Correctness, Reduce) {
-  run([](Runner& R) { reducing_suite(R, CollOp::Reduce); });
+  run([](Runner& R) { reducing_suite(R, CollOp::Reduce); }, true);
 }
 TEST_P(Correctness, ReduceScatter) {
-  run([](Runner& R) { reducing_suite(R, CollOp::ReduceScatter); });
+  run([](Runner& R) { reducing_suite(R, CollOp::ReduceScatter); }, true);
 }
 
 // Data movement: values are the input bits of (source rank, index), compared exactly.
@@ -228,6 +278,13 @@ void movement_suite(Runner& R, CollOp op) {
           const std::string what = label(op, algo, t, ReduceOp::Sum, count, in_place, root);
           const std::size_t big = count * n;
           std::vector<char> in(big * e + 1), out(big * e + 1, 0x5a);
+          const Mirrors m(R.device, {&in, &out});
+          // Runs the operation on the mirrors of its buffers.
+          auto call = [&](auto&& operation) {
+            m.upload();
+            operation();
+            m.download();
+          };
           switch (op) {
             case CollOp::AllGather: {
               fill_input(t, ReduceOp::Sum, R.r, in.data(), 0, count, seed);
@@ -236,7 +293,7 @@ void movement_suite(Runner& R, CollOp op) {
                 std::memcpy(out.data() + static_cast<std::size_t>(R.r) * count * e, in.data(), count * e);
                 src = out.data() + static_cast<std::size_t>(R.r) * count * e;
               }
-              c.all_gather(src, out.data(), count, t);
+              call([&] { c.all_gather(m.map(src), m.map(out.data()), count, t); });
               if (R.shared_check(big * e)) {
                 const int j = (R.r + 1) % R.n;  // a block that came from elsewhere
                 expect_block(R, what, t, out.data() + static_cast<std::size_t>(j) * count * e, j, 0, count, seed);
@@ -250,7 +307,7 @@ void movement_suite(Runner& R, CollOp op) {
             }
             case CollOp::Broadcast: {
               if (R.r == root) fill_input(t, ReduceOp::Sum, root, out.data(), 0, count, seed);
-              c.broadcast(out.data(), count, t, root);
+              call([&] { c.broadcast(m.map(out.data()), count, t, root); });
               if (R.shared_check(count * e)) {
                 const std::size_t lo = R.share_begin(count), hi = R.share_end(count);
                 expect_block(R, what, t, out.data() + lo * e, root, lo, hi - lo, seed);
@@ -267,7 +324,7 @@ void movement_suite(Runner& R, CollOp op) {
                 std::memcpy(out.data() + static_cast<std::size_t>(R.r) * count * e, in.data(), count * e);
                 src = out.data() + static_cast<std::size_t>(R.r) * count * e;
               }
-              c.gather(src, out.data(), count, t, root);
+              call([&] { c.gather(m.map(src), m.map(out.data()), count, t, root); });
               if (R.r == root) {
                 for (int j = 0; j < R.n; ++j) {
                   expect_block(R, what, t, out.data() + static_cast<std::size_t>(j) * count * e, j, 0, count, seed);
@@ -279,7 +336,7 @@ void movement_suite(Runner& R, CollOp op) {
               if (R.r == root) fill_input(t, ReduceOp::Sum, root, in.data(), 0, big, seed);
               void* dst = out.data();
               if (in_place && R.r == root) dst = in.data() + static_cast<std::size_t>(R.r) * count * e;
-              c.scatter(in.data(), dst, count, t, root);
+              call([&] { c.scatter(m.map(in.data()), m.map(dst), count, t, root); });
               expect_block(R, what, t, dst, root, static_cast<std::size_t>(R.r) * count, count, seed);
               break;
             }
@@ -290,7 +347,7 @@ void movement_suite(Runner& R, CollOp op) {
                 std::memcpy(out.data(), in.data(), big * e);
                 src = out.data();
               }
-              c.all_to_all(src, out.data(), count, t);
+              call([&] { c.all_to_all(m.map(src), m.map(out.data()), count, t); });
               for (int j = 0; j < R.n; ++j) {
                 expect_block(R, what, t, out.data() + static_cast<std::size_t>(j) * count * e, j,
                              static_cast<std::size_t>(R.r) * count, count, seed);
@@ -316,7 +373,10 @@ void movement_suite(Runner& R, CollOp op) {
                 fill_input(t, ReduceOp::Sum, R.r, vin.data() + sd[static_cast<std::size_t>(k)] * e,
                            static_cast<std::size_t>(k) * (count + 1), sc[static_cast<std::size_t>(k)], seed);
               }
-              c.all_to_allv(vin.data(), sc, sd, vout.data(), rc, rd, t);
+              const Mirrors mv(R.device, {&vin, &vout});
+              mv.upload();
+              c.all_to_allv(mv.map(vin.data()), sc, sd, mv.map(vout.data()), rc, rd, t);
+              mv.download();
               for (int j = 0; j < R.n; ++j) {
                 expect_block(R, what, t, vout.data() + rd[static_cast<std::size_t>(j)] * e, j,
                              static_cast<std::size_t>(R.r) * (count + 1), rc[static_cast<std::size_t>(j)], seed);
@@ -336,12 +396,14 @@ void movement_suite(Runner& R, CollOp op) {
 // ring all_gather and broadcast write straight into receivers' buffers.
 TEST_P(Correctness, DirectTransfers) {
   if (!full_matrix() && GetParam().n > 3) GTEST_SKIP() << "full matrix only (make test-coll-full)";
-  run([](Runner& R) {
-    ::setenv("RDMX_COLL_DIRECT_MIN", "1", 1);
-    reducing_suite(R, CollOp::AllReduce);
-    movement_suite(R, CollOp::AllGather);
-    movement_suite(R, CollOp::Broadcast);
-  });
+  run(
+      [](Runner& R) {
+        ::setenv("RDMX_COLL_DIRECT_MIN", "1", 1);
+        reducing_suite(R, CollOp::AllReduce);
+        movement_suite(R, CollOp::AllGather);
+        movement_suite(R, CollOp::Broadcast);
+      },
+      true);
 }
 
 TEST_P(Correctness, AllGather) {
@@ -374,18 +436,23 @@ TEST_P(Correctness, SendRecv) {
         const std::uint64_t seed = ++R.cases;
         const std::string what = label(CollOp::SendRecv, "", t, ReduceOp::Sum, count, false);
         std::vector<char> in(count * e + 1), out(count * e + 1, 0x5a);
+        const Mirrors m(R.device, {&in, &out});
         fill_input(t, ReduceOp::Sum, R.r, in.data(), 0, count, seed);
         const int right = (R.r + 1) % R.n, left = (R.r + R.n - 1) % R.n;
-        c.send_recv(in.data(), count, right, out.data(), count, left, t);
+        m.upload();
+        c.send_recv(m.map(in.data()), count, right, m.map(out.data()), count, left, t);
+        m.download();
         expect_block(R, what, t, out.data(), left, 0, count, seed);
         // Pairs (0,1), (2,3), ...: the even rank sends, the odd receives.
         const int partner = R.r ^ 1;
         if (partner < R.n) {
           std::fill(out.begin(), out.end(), 0x5a);
+          m.upload();
           if (R.r % 2 == 0) {
-            c.send(in.data(), count, t, partner);
+            c.send(m.map(in.data()), count, t, partner);
           } else {
-            c.recv(out.data(), count, t, partner);
+            c.recv(m.map(out.data()), count, t, partner);
+            m.download();
             expect_block(R, what + " (send/recv)", t, out.data(), partner, 0, count, seed);
           }
         }
@@ -423,6 +490,23 @@ std::vector<CollParam> params() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Coll, Correctness, ::testing::ValuesIn(params()),
+                         [](const ::testing::TestParamInfo<CollParam>& p) { return param_name(p.param); });
+
+// The same matrix on device buffers: on the device machine's GPU, which its
+// ranks share, and in CI on the simulated driver (tests/CMakeLists.txt).
+std::vector<CollParam> device_params() {
+  std::vector<CollParam> out;
+  for (const std::string& provider : tested_providers()) {
+    if (provider == "verbs") continue;  // serves no device memory yet (docs/GPU.md)
+    for (int n : {1, 2, 3}) {           // n = 3 folds for rd and hd; larger counts add nothing GPU-specific
+      if (n == 1 && mixed(provider)) continue;
+      out.push_back({provider, n, true});
+    }
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(CollCuda, Correctness, ::testing::ValuesIn(device_params()),
                          [](const ::testing::TestParamInfo<CollParam>& p) { return param_name(p.param); });
 
 }  // namespace

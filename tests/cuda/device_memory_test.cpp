@@ -165,10 +165,10 @@ INSTANTIATE_TEST_SUITE_P(Providers, DeviceMemory, ::testing::ValuesIn(tested_pro
 namespace rdmx {
 namespace {
 
-// The collectives reduce and copy with the CPU, so until they take device
-// memory they refuse it by name on every rank, before any data moves, and
-// the communicator stays usable.
-TEST(DeviceMemoryCollectives, AreRefusedByNameAndTheCommunicatorGoesOn) {
+// One operation's buffers must all be in one place: a mix of host and
+// device memory is refused by name on every rank, before any data moves,
+// and the communicator goes on (with device buffers too).
+TEST(DeviceMemoryCollectives, MixedPlacesAreRefusedByNameAndTheCommunicatorGoesOn) {
   RDMX_REQUIRE_GPU_BEFORE_FORK();
   ASSERT_TRUE(test::run_ranks(2, test::Placement::Local, [](test::RankEnv& env) {
     std::string why;
@@ -180,16 +180,32 @@ TEST(DeviceMemoryCollectives, AreRefusedByNameAndTheCommunicatorGoesOn) {
     test::DeviceBuffer device(4096);
     std::vector<float> host(1024, 1.0f);
     try {
-      comm->all_reduce(host.data(), device.get(), 1024, DataType::Float32, ReduceOp::Sum);
+      comm->all_gather(host.data(), device.get(), 512, DataType::Float32);
       CHECK(false);
     } catch (const Error& e) {
-      CHECK(e.code() == ErrorCode::NotSupported);
-      CHECK(std::string(e.what()).find("receive buffer is CUDA device memory") != std::string::npos) << e.what();
+      CHECK(e.code() == ErrorCode::InvalidArgument);
+      CHECK(std::string(e.what()).find("send buffer is in host memory and the receive buffer in GPU 0") !=
+            std::string::npos)
+          << e.what();
     }
+    // A device buffer used past its allocation is refused, not touched.
+    try {
+      comm->broadcast(device.get(), 2048, DataType::Float32, 0);
+      CHECK(false);
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::InvalidArgument) << e.what();
+    }
+    // Each rank gives 256 floats of its rank number; everyone gets both.
+    std::vector<float> mine(256, static_cast<float>(env.rank()));
+    test::cuda_copy(device.get(), mine.data(), 1024);
+    comm->all_gather(device.get(), static_cast<char*>(device.get()) + 2048, 256, DataType::Float32);
+    std::vector<float> got(512);
+    test::cuda_copy(got.data(), static_cast<char*>(device.get()) + 2048, 2048);
+    CHECK_EQ(got[0], 0.0f);
+    CHECK_EQ(got[511], 1.0f);
     comm->all_reduce(host.data(), host.data(), 1024, DataType::Float32, ReduceOp::Sum);
     CHECK_EQ(host[0], 2.0f);
   }));
 }
-
 }  // namespace
 }  // namespace rdmx

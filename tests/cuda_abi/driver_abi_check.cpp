@@ -13,6 +13,7 @@
 namespace ours = rdmx::core::cuda;
 
 static_assert(ours::kSuccess == CUDA_SUCCESS);
+static_assert(ours::kErrorOutOfMemory == CUDA_ERROR_OUT_OF_MEMORY);
 static_assert(ours::kErrorNotInitialized == CUDA_ERROR_NOT_INITIALIZED);
 static_assert(ours::kErrorNotReady == CUDA_ERROR_NOT_READY);
 static_assert(ours::kPointerMemoryType == CU_POINTER_ATTRIBUTE_MEMORY_TYPE);

@@ -21,6 +21,7 @@ using CUfunction = struct CUfunc_st*;
 using CUmemGenericAllocationHandle = std::uint64_t;
 
 constexpr CUresult kSuccess = 0;
+constexpr CUresult kErrorOutOfMemory = 2;
 constexpr CUresult kErrorNotInitialized = 3;
 constexpr CUresult kErrorNotReady = 600;
 
