@@ -160,6 +160,16 @@ class Communicator {
   virtual void abort(const std::string& reason) = 0;
   // The sequence number the next collective will carry (starts at 1).
   virtual std::uint64_t next_sequence() const noexcept = 0;
+  // Orders this rank's later operations on device buffers on the CUDA
+  // stream `stream` (a CUstream or cudaStream_t of the buffers' GPU), as
+  // NCCL orders its own: an operation waits for the work queued on the
+  // stream before the call (which may write its inputs), and work queued on
+  // the stream after the call waits for the operation (which writes its
+  // outputs). Blocking calls still return once done, asynchronous ones give
+  // a Work that completes with the operation; a failure is reported there,
+  // and the stream goes on. Null, the default: no ordering (the caller
+  // synchronizes). Operations on host buffers ignore it.
+  virtual void set_cuda_stream(void* stream) = 0;
 
   // --- collectives (blocking). Counts are in elements. -------------------
   // recv[i] = op over ranks of send[i]; count elements each.

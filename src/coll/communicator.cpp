@@ -14,6 +14,7 @@
 #include "coll/algorithms.hpp"
 #include "coll/cuda/device_ops.hpp"
 #include "coll/cuda/kernels.hpp"
+#include "coll/cuda/stream_order.hpp"
 #include "coll/links.hpp"
 #include "coll/reduce.hpp"
 #include "coll/selection.hpp"
@@ -152,6 +153,7 @@ class CommImpl final : public Communicator {
   int size() const noexcept override { return size_; }
   const RankPlacement& placement() const noexcept override { return placement_; }
   std::uint64_t next_sequence() const noexcept override { return seq_ + 1; }
+  void set_cuda_stream(void* stream) override { cuda_stream_ = stream; }
 
   std::vector<std::string> peer_providers() const override {
     std::vector<std::string> out(static_cast<std::size_t>(size_));
@@ -182,10 +184,12 @@ class CommImpl final : public Communicator {
   // communicator): its calls are ordered, which is what matching them needs.
   Work submit(Call call, bool async) override {
     const int gpu = validate(call);
+    StreamTicket ticket;
+    if (gpu >= 0 && cuda_stream_ != nullptr) ticket = stream_order_.enter(cuda_stream_, gpu, to_string(call.op));
     if (!async && async_pending_.load(std::memory_order_acquire) == 0) {
       // Nothing queued or running: run here, on the caller's thread, for the
       // lowest latency (no lock, no Work state: the caller only waits).
-      execute(call, gpu);
+      execute(call, gpu, ticket);
       return Work();
     }
     auto state = std::make_shared<Work::State>();
@@ -195,7 +199,7 @@ class CommImpl final : public Communicator {
       core::LockGuard lock(queue_mutex_);
       if (!worker_.joinable()) worker_ = std::thread([this] { worker_main(); });
       async_pending_.fetch_add(1, std::memory_order_acq_rel);
-      queue_.push_back(Job{std::move(call), gpu, state});
+      queue_.push_back(Job{std::move(call), gpu, std::move(ticket), state});
     }
     queue_cv_.notify_all();
     Work work(state);
@@ -206,7 +210,8 @@ class CommImpl final : public Communicator {
  private:
   struct Job {
     Call call;
-    int gpu;  // see validate()
+    int gpu;              // see validate()
+    StreamTicket ticket;  // ordering on the caller's CUDA stream, if any
     std::shared_ptr<Work::State> state;
   };
 
@@ -220,10 +225,11 @@ class CommImpl final : public Communicator {
       lock.unlock();
       std::exception_ptr error;
       try {
-        execute(job.call, job.gpu);
+        execute(job.call, job.gpu, job.ticket);
       } catch (...) {
         error = std::current_exception();
       }
+      job.ticket.release();  // before the Work completes: its waiter may synchronize the stream next
       // Counted down before the handle completes, so a blocking call made
       // right after wait() returns runs inline.
       async_pending_.fetch_sub(1, std::memory_order_acq_rel);
@@ -384,7 +390,7 @@ class CommImpl final : public Communicator {
     }
   }
 
-  void execute(const Call& call, int gpu) {
+  void execute(const Call& call, int gpu, StreamTicket& ticket) {
     if (links_->aborted()) {
       throw Error(ErrorCode::InvalidState,
                   "the communicator is unusable after an earlier error or abort: " + links_->abort_reason(),
@@ -418,6 +424,7 @@ class CommImpl final : public Communicator {
     Call copy;
     const auto [send_bytes, recv_bytes] = extents(call, e);
     const Call& run_call = guard_overlap(call, e, send_bytes, recv_bytes, combine, copy);
+    ticket.wait_for_inputs(core::deadline_after(timeout_), to_string(call.op));
     register_user_buffers(run_call, send_bytes, recv_bytes);
     schedule_.clear();
     OpContext ctx{*links_, run_call, desc, schedule_, combine, timeout_, rank_, size_, e, direct_min_};
@@ -516,6 +523,8 @@ class CommImpl final : public Communicator {
   Schedule schedule_;
   std::vector<char> send_copy_;                    // see guard_overlap()
   core::cuda::DeviceAllocation device_send_copy_;  // the same on a GPU
+  void* cuda_stream_ = nullptr;                    // see set_cuda_stream()
+  StreamOrder stream_order_;
   // RDMX_COLL_DIRECT_MIN: transfers from this size on are written into the
   // receiver's buffer directly (0, the default, turns it off). Every rank
   // must agree. Off by default: on shm a WRITE into another process's heap

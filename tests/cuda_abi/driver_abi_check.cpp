@@ -14,6 +14,7 @@ namespace ours = rdmx::core::cuda;
 
 static_assert(ours::kSuccess == CUDA_SUCCESS);
 static_assert(ours::kErrorOutOfMemory == CUDA_ERROR_OUT_OF_MEMORY);
+static_assert(ours::kStreamWaitValueGeq == CU_STREAM_WAIT_VALUE_GEQ);
 static_assert(ours::kErrorNotInitialized == CUDA_ERROR_NOT_INITIALIZED);
 static_assert(ours::kErrorNotReady == CUDA_ERROR_NOT_READY);
 static_assert(ours::kPointerMemoryType == CU_POINTER_ATTRIBUTE_MEMORY_TYPE);
@@ -106,6 +107,8 @@ RDMX_SAME_CALL(cuEventDestroy_v2, cuEventDestroy_v2);
 RDMX_SAME_CALL(cuEventRecord, cuEventRecord);
 RDMX_SAME_CALL(cuEventQuery, cuEventQuery);
 RDMX_SAME_CALL(cuEventSynchronize, cuEventSynchronize);
+RDMX_SAME_CALL(cuStreamWaitValue32_v2, cuStreamWaitValue32_v2);
+RDMX_SAME_CALL(cuMemHostGetDevicePointer_v2, cuMemHostGetDevicePointer_v2);
 RDMX_SAME_CALL(cuModuleLoadData, cuModuleLoadData);
 RDMX_SAME_CALL(cuModuleGetFunction, cuModuleGetFunction);
 RDMX_SAME_CALL(cuLaunchKernel, cuLaunchKernel);

@@ -11,7 +11,7 @@
 // - IPC handles open only in another process, once per process;
 // - VMM allocations export file descriptors; cudaMalloc-style ones do not.
 // Kernels are run by name on the CPU with the same element functions the
-// real kernels use. Streams run everything at once, in order.
+// real kernels use. Streams are asynchronous, as a GPU's (sim_streams.hpp).
 // On the device machine the same tests also run on the real driver.
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -28,6 +28,7 @@
 
 #include "coll/reduce_element.hpp"
 #include "core/cuda/driver_api.hpp"
+#include "cuda_sim/sim_streams.hpp"
 
 namespace {
 
@@ -223,6 +224,32 @@ void run_divide(const Function& f, void* dst, std::size_t n, int divisor) {
 
 CUdeviceptr as_device(const void* p) { return static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(p)); }
 
+CUresult run_divide_kernel(const Function& f, void* dst, std::size_t n, int divisor) {
+  std::lock_guard lock(state().mutex);
+  bool ok_dst = false;
+  char* d = translate_locked(reinterpret_cast<std::uintptr_t>(dst), n * element_size(f.type), &ok_dst);
+  if (!ok_dst) return kInvalidValue;
+  run_divide(f, d, n, divisor);
+  return kSuccess;
+}
+
+CUresult run_reduce_kernel(const Function& f, void* dst, const void* a, const void* b, std::size_t n) {
+  std::lock_guard lock(state().mutex);
+  bool ok_dst = false, ok_a = true, ok_b = true;
+  const std::size_t bytes = n * element_size(f.type);
+  // A kernel reads and writes device memory only: host pointers fault on a GPU.
+  for (const void* p : {static_cast<const void*>(dst), a, b}) {
+    const Allocation* in = find_locked(reinterpret_cast<std::uintptr_t>(p));
+    if (in == nullptr || in->shadow == nullptr) return kInvalidValue;
+  }
+  char* d = translate_locked(reinterpret_cast<std::uintptr_t>(dst), bytes, &ok_dst);
+  const char* x = translate_locked(reinterpret_cast<std::uintptr_t>(a), bytes, &ok_a);
+  const char* y = translate_locked(reinterpret_cast<std::uintptr_t>(b), bytes, &ok_b);
+  if (!ok_dst || !ok_a || !ok_b) return kInvalidValue;
+  run_reduce(f, d, x, y, n);
+  return kSuccess;
+}
+
 }  // namespace
 
 extern "C" {
@@ -395,8 +422,8 @@ CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) {
   std::memmove(to, from, bytes);
   return kSuccess;
 }
-CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CUstream) {
-  return cuMemcpy(dst, src, bytes);
+CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CUstream stream) {
+  return rdmx::cuda_sim::enqueue(stream, [=] { return cuMemcpy(dst, src, bytes); });
 }
 CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, std::size_t bytes) {
   std::lock_guard lock(state().mutex);
@@ -408,26 +435,39 @@ CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, std::size_t bytes) 
 }
 
 CUresult cuStreamCreate(CUstream* stream, unsigned) {
-  *stream = reinterpret_cast<CUstream>(new char);
+  *stream = rdmx::cuda_sim::create_stream();
   return kSuccess;
 }
 CUresult cuStreamDestroy_v2(CUstream stream) {
-  delete reinterpret_cast<char*>(stream);
+  rdmx::cuda_sim::destroy_stream(stream);
   return kSuccess;
 }
-CUresult cuStreamSynchronize(CUstream) { return kSuccess; }
-CUresult cuStreamWaitEvent(CUstream, CUevent, unsigned) { return kSuccess; }
+CUresult cuStreamSynchronize(CUstream stream) { return rdmx::cuda_sim::synchronize(stream); }
+CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned) {
+  return rdmx::cuda_sim::wait_event(stream, event);
+}
 CUresult cuEventCreate(CUevent* event, unsigned) {
-  *event = reinterpret_cast<CUevent>(new char);
+  *event = rdmx::cuda_sim::create_event();
   return kSuccess;
 }
 CUresult cuEventDestroy_v2(CUevent event) {
-  delete reinterpret_cast<char*>(event);
+  rdmx::cuda_sim::destroy_event(event);
   return kSuccess;
 }
-CUresult cuEventRecord(CUevent, CUstream) { return kSuccess; }
-CUresult cuEventQuery(CUevent) { return kSuccess; }
-CUresult cuEventSynchronize(CUevent) { return kSuccess; }
+CUresult cuEventRecord(CUevent event, CUstream stream) { return rdmx::cuda_sim::record(event, stream); }
+CUresult cuEventQuery(CUevent event) { return rdmx::cuda_sim::query(event); }
+CUresult cuEventSynchronize(CUevent event) { return rdmx::cuda_sim::synchronize_event(event); }
+CUresult cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr address, unsigned value, unsigned flags) {
+  return rdmx::cuda_sim::wait_value(stream, reinterpret_cast<const std::uint32_t*>(address), value, flags);
+}
+// Pinned host memory is at the same address for the GPU (unified addressing).
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* device, void* host, unsigned) {
+  std::lock_guard lock(state().mutex);
+  const Allocation* a = find_locked(reinterpret_cast<std::uintptr_t>(host));
+  if (a == nullptr || (a->kind != Kind::PinnedHost && a->kind != Kind::RegisteredHost)) return kInvalidValue;
+  *device = reinterpret_cast<std::uintptr_t>(host);
+  return kSuccess;
+}
 
 CUresult cuModuleLoadData(CUmodule* module, const void* image) {
   // A CUDA fat binary starts with its magic number.
@@ -461,36 +501,22 @@ CUresult cuModuleGetFunction(CUfunction* function, CUmodule, const char* name) {
   return kSuccess;
 }
 
+// The arguments are read at launch, as a GPU's driver copies them; the
+// kernel runs when the stream gets to it.
 CUresult cuLaunchKernel(CUfunction function, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                        CUstream, void** args, void**) {
+                        CUstream stream, void** args, void**) {
   const auto& f = *reinterpret_cast<const Function*>(function);
-  std::lock_guard lock(state().mutex);
-  bool ok_dst = false, ok_a = true, ok_b = true;
   if (f.divide) {
     void* dst = *static_cast<void**>(args[0]);
     const std::size_t n = *static_cast<std::size_t*>(args[1]);
     const int divisor = *static_cast<int*>(args[2]);
-    char* d = translate_locked(reinterpret_cast<std::uintptr_t>(dst), n * element_size(f.type), &ok_dst);
-    if (!ok_dst) return kInvalidValue;
-    run_divide(f, d, n, divisor);
-    return kSuccess;
+    return rdmx::cuda_sim::enqueue(stream, [&f, dst, n, divisor] { return run_divide_kernel(f, dst, n, divisor); });
   }
   void* dst = *static_cast<void**>(args[0]);
   const void* a = *static_cast<const void**>(args[1]);
   const void* b = *static_cast<const void**>(args[2]);
   const std::size_t n = *static_cast<std::size_t*>(args[3]);
-  const std::size_t bytes = n * element_size(f.type);
-  // A kernel reads and writes device memory only: host pointers fault on a GPU.
-  for (const void* p : {static_cast<const void*>(dst), a, b}) {
-    const Allocation* in = find_locked(reinterpret_cast<std::uintptr_t>(p));
-    if (in == nullptr || in->shadow == nullptr) return kInvalidValue;
-  }
-  char* d = translate_locked(reinterpret_cast<std::uintptr_t>(dst), bytes, &ok_dst);
-  const char* x = translate_locked(reinterpret_cast<std::uintptr_t>(a), bytes, &ok_a);
-  const char* y = translate_locked(reinterpret_cast<std::uintptr_t>(b), bytes, &ok_b);
-  if (!ok_dst || !ok_a || !ok_b) return kInvalidValue;
-  run_reduce(f, d, x, y, n);
-  return kSuccess;
+  return rdmx::cuda_sim::enqueue(stream, [&f, dst, a, b, n] { return run_reduce_kernel(f, dst, a, b, n); });
 }
 
 CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr pointer) {

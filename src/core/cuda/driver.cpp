@@ -57,6 +57,8 @@ std::vector<std::pair<const char*, void**>> symbol_table(DriverApi& a) {
       {"cuEventRecord", slot(a.cuEventRecord)},
       {"cuEventQuery", slot(a.cuEventQuery)},
       {"cuEventSynchronize", slot(a.cuEventSynchronize)},
+      {"cuStreamWaitValue32_v2", slot(a.cuStreamWaitValue32_v2)},
+      {"cuMemHostGetDevicePointer_v2", slot(a.cuMemHostGetDevicePointer_v2)},
       {"cuModuleLoadData", slot(a.cuModuleLoadData)},
       {"cuModuleGetFunction", slot(a.cuModuleGetFunction)},
       {"cuLaunchKernel", slot(a.cuLaunchKernel)},

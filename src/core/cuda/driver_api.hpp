@@ -50,6 +50,8 @@ constexpr int kHandlePosixFd = 1;
 constexpr int kRangeHandleDmaBufFd = 1;
 constexpr unsigned kIpcLazyEnablePeerAccess = 1;
 constexpr unsigned kStreamNonBlocking = 1;
+// CUstreamWaitValue_flags
+constexpr unsigned kStreamWaitValueGeq = 0;
 constexpr unsigned kEventDisableTiming = 2;
 constexpr unsigned kHostRegisterPortable = 1;
 
@@ -122,6 +124,9 @@ struct DriverApi {
   CUresult (*cuEventRecord)(CUevent, CUstream);
   CUresult (*cuEventQuery)(CUevent);
   CUresult (*cuEventSynchronize)(CUevent);
+  // Stream memory operations (collectives ordered on a caller's stream).
+  CUresult (*cuStreamWaitValue32_v2)(CUstream, CUdeviceptr, unsigned, unsigned);
+  CUresult (*cuMemHostGetDevicePointer_v2)(CUdeviceptr*, void*, unsigned);
   CUresult (*cuModuleLoadData)(CUmodule*, const void*);
   CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*);
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
