@@ -5,7 +5,7 @@ COLL_JOBS ?= 2
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all deps build build-cli build-examples run example format-check test test-coll-full bench bench-shm bench-coll bench-peers bench-torch bench-verbs clean
+.PHONY: all deps build build-cli build-examples run example format-check test test-coll-full test-largest bench bench-shm bench-coll bench-peers bench-torch bench-verbs clean
 
 all: build
 
@@ -65,6 +65,11 @@ test: format-check build
 test-coll-full: build
 	@echo "== test-coll-full (RDMX_COLL_MATRIX=full: the collective correctness suite at every size)"
 	cd $(BUILD) && RDMX_COLL_MATRIX=full ctest --output-on-failure -j $(COLL_JOBS) -R 'Coll/Correctness'
+
+# The 2 GiB (max_msg_size) WRITE and READ cases in every placement, not only Local.
+test-largest: build
+	@echo "== test-largest (RDMX_LARGEST_MESSAGE_PLACEMENTS=all: max_msg_size transfers in every placement)"
+	cd $(BUILD) && RDMX_LARGEST_MESSAGE_PLACEMENTS=all ctest --output-on-failure -j 2 -R 'OfTheLargestMessage'
 
 bench: build
 	@bash scripts/deps.sh --bench
