@@ -24,6 +24,9 @@ get_target_property(rdmx_tsa_system_dirs nlohmann_json::nlohmann_json INTERFACE_
 list(APPEND rdmx_tsa_system_dirs ${RDMX_HWLOC_INCLUDE})
 if(RDMX_HAVE_VERBS)
   list(APPEND rdmx_tsa_flags -DRDMX_HAVE_VERBS=1)
+  if(RDMX_HAVE_IBV_REG_DMABUF_MR)
+    list(APPEND rdmx_tsa_flags -DRDMX_HAVE_IBV_REG_DMABUF_MR=1)
+  endif()
   list(APPEND rdmx_tsa_system_dirs ${RDMX_IBVERBS_INCLUDE})
 endif()
 # Directories clang searches anyway stay out: -isystem /usr/include would

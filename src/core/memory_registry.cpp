@@ -271,7 +271,7 @@ MemoryRegistry::Keys RegistryProtectionDomain::add_region(void* addr, std::size_
                                                           std::unique_ptr<RegionBinder::Binding>* binding,
                                                           RegionMemory memory) {
   if (bound_ == nullptr) return registry_.add(this, addr, length, access, shared, nullptr, memory);
-  *binding = registry_.binder()->bind(*bound_, addr, length, access);
+  *binding = registry_.binder()->bind(*bound_, addr, length, access, memory.type, memory.device);
   const MemoryRegistry::Keys keys{(*binding)->lkey(), (*binding)->rkey()};
   return registry_.add(this, addr, length, access, shared, &keys, memory);
 }

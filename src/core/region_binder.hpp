@@ -35,7 +35,9 @@ class RegionBinder {
 
   // Throws rdmx::Error naming what the hardware refused and why.
   virtual std::unique_ptr<Domain> open_domain() = 0;
-  virtual std::unique_ptr<Binding> bind(Domain& domain, void* addr, std::size_t length, Access access) = 0;
+  // `memory`/`gpu`: where the region lives (device memory of GPU `gpu`, or host memory).
+  virtual std::unique_ptr<Binding> bind(Domain& domain, void* addr, std::size_t length, Access access,
+                                        MemoryType memory, int gpu) = 0;
 };
 
 }  // namespace rdmx::core

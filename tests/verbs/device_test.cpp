@@ -74,6 +74,16 @@ TEST(VerbsDevice, OpensAnActivePortWithRoceV2Ipv4GidByDefault) {
     const DeviceCaps caps = device->caps();
     CHECK(caps.remote_peers && caps.same_host_peers && caps.auto_progress);
     CHECK_GE(caps.max_msg_size, 1ull << 30);
+    // Whether the NIC takes GPU memory (dma-buf regions) is probed, and said.
+    const std::size_t said = why.find("; device memory: ");
+    CHECK(said != std::string::npos) << why;
+    if (said != std::string::npos) {
+      const bool dma_buf = why.compare(said + 17, 8, "dma-buf:") == 0;
+      CHECK_EQ(caps.cuda_memory == CudaMemorySupport::DmaBuf, dma_buf) << why;
+      if (!dma_buf) {
+        CHECK_EQ(why.compare(said + 17, 5, "none:"), 0) << why;
+      }
+    }
   }));
 }
 

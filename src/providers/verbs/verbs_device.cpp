@@ -10,10 +10,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "core/completion_queue.hpp"
 #include "core/config.hpp"
+#include "core/cuda/dma_buf.hpp"
 #include "core/log.hpp"
 #include "core/settings.hpp"
 #include "providers/verbs/port_select.hpp"
@@ -230,8 +232,9 @@ std::unique_ptr<core::RegionBinder::Domain> VerbsBinder::open_domain() {
 ibv_pd* VerbsBinder::pd_of(const Domain& domain) { return static_cast<const PdDomain&>(domain).pd(); }
 
 std::unique_ptr<core::RegionBinder::Binding> VerbsBinder::bind(Domain& domain, void* addr, std::size_t length,
-                                                               Access access) {
+                                                               Access access, MemoryType memory, int gpu) {
   ibv_pd* pd = pd_of(domain);
+  if (memory == MemoryType::Cuda && length > 0) return bind_device_memory(pd, addr, length, access, gpu);
   ibv_mr* mr =
       length == 0 ? ibv_reg_mr(pd, &g_empty_region_byte, 1, 0) : ibv_reg_mr(pd, addr, length, access_flags(access));
   if (mr == nullptr) {
@@ -250,6 +253,58 @@ std::unique_ptr<core::RegionBinder::Binding> VerbsBinder::bind(Domain& domain, v
                 {.op = "register_memory " + to_string(access), .sizes = sizes, .hint = hint});
   }
   return std::make_unique<MrBinding>(mr);
+}
+
+// GPUDirect RDMA: the NIC registers the GPU's pages through a dma-buf the
+// CUDA driver exports, and moves data to and from them with no host copy.
+// Built and documented, not yet run: no machine here has a NIC and a GPU
+// together (docs/GPU.md).
+std::unique_ptr<core::RegionBinder::Binding> VerbsBinder::bind_device_memory(ibv_pd* pd, void* addr, std::size_t length,
+                                                                             Access access, int gpu) {
+  char sizes[96];
+  std::snprintf(sizes, sizeof(sizes), "addr=%p length=%zu gpu=%d", addr, length, gpu);
+#if RDMX_HAVE_IBV_REG_DMABUF_MR
+  const core::cuda::DmaBuf buf = core::cuda::export_dma_buf(addr, length, gpu, "register_memory");
+  ibv_mr* mr =
+      ibv_reg_dmabuf_mr(pd, buf.offset, length, reinterpret_cast<std::uint64_t>(addr), buf.fd, access_flags(access));
+  const int err = errno;
+  ::close(buf.fd);  // the region holds the dma-buf as long as it needs it
+  if (mr == nullptr) {
+    throw Error(ErrorCode::NotSupported, "ibv_reg_dmabuf_mr failed on " + device_ + ": " + errno_text(err),
+                {.op = "register_memory " + to_string(access),
+                 .sizes = sizes,
+                 .hint = "the NIC's kernel driver must take dma-buf regions (mlx5 does, from Linux 5.12); "
+                         "otherwise use tcp or shm, which stage device memory"});
+  }
+  return std::make_unique<MrBinding>(mr);
+#else
+  (void)pd;
+  (void)access;
+  throw Error(ErrorCode::NotSupported, "this librdmx was built with a libibverbs without ibv_reg_dmabuf_mr",
+              {.op = "register_memory", .sizes = sizes, .hint = "rebuild with rdma-core 34 or later"});
+#endif
+}
+
+std::string VerbsBinder::probe_dma_buf(bool* supported) {
+  *supported = false;
+#if RDMX_HAVE_IBV_REG_DMABUF_MR
+  // A registration of no dma-buf at all: a kernel and NIC driver that take
+  // dma-buf regions complain about the descriptor (EBADF), the others say
+  // they do not support the call.
+  ibv_pd* pd = ibv_alloc_pd(context_.get());
+  if (pd == nullptr) return "ibv_alloc_pd failed: " + errno_text(errno);
+  ibv_mr* mr = ibv_reg_dmabuf_mr(pd, 0, 4096, 0, -1, IBV_ACCESS_LOCAL_WRITE);
+  const int err = errno;
+  if (mr != nullptr) ibv_dereg_mr(mr);
+  ibv_dealloc_pd(pd);
+  if (mr == nullptr && (err == EOPNOTSUPP || err == EPROTONOSUPPORT || err == ENOSYS)) {
+    return "none: " + device_ + " or its kernel driver takes no dma-buf regions (" + errno_text(err) + ")";
+  }
+  *supported = true;
+  return "dma-buf: GPUDirect RDMA through ibv_reg_dmabuf_mr (not yet run on real hardware)";
+#else
+  return "none: libibverbs has no ibv_reg_dmabuf_mr (rdma-core older than 34)";
+#endif
 }
 
 // ---------------------------------------------------------------------------
@@ -299,6 +354,9 @@ VerbsDevice::VerbsDevice(ContextHandle context, const ibv_device_attr& attr, Por
   // The largest inline payload the device takes, learnt from a throwaway QP.
   inline_limit_ = VerbsQp::probe_inline_limit(*this);
   caps_.max_inline_data = inline_limit_;
+  bool dma_buf = false;
+  why_ += "; device memory: " + VerbsBinder(context_, port_.device).probe_dma_buf(&dma_buf);
+  caps_.cuda_memory = dma_buf ? CudaMemorySupport::DmaBuf : CudaMemorySupport::None;
   // One binder per registry: the hardware sees every region of every PD.
   if (registry().binder() == nullptr) registry().set_binder(std::make_shared<VerbsBinder>(context_, port_.device));
   engine_ = std::thread([this] { engine_main(); });

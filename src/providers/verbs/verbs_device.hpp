@@ -115,11 +115,17 @@ class VerbsBinder final : public core::RegionBinder {
  public:
   VerbsBinder(ContextHandle context, std::string device) : context_(std::move(context)), device_(std::move(device)) {}
   std::unique_ptr<Domain> open_domain() override;
-  std::unique_ptr<Binding> bind(Domain& domain, void* addr, std::size_t length, Access access) override;
+  std::unique_ptr<Binding> bind(Domain& domain, void* addr, std::size_t length, Access access, MemoryType memory,
+                                int gpu) override;
   // The ibv_pd behind a protection domain of this binder.
   static ibv_pd* pd_of(const Domain& domain);
+  // Whether the NIC takes dma-buf regions (GPU memory registered directly),
+  // and how rdmx info should say it.
+  std::string probe_dma_buf(bool* supported);
 
  private:
+  std::unique_ptr<Binding> bind_device_memory(ibv_pd* pd, void* addr, std::size_t length, Access access, int gpu);
+
   ContextHandle context_;
   std::string device_;
 };
