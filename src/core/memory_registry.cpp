@@ -13,6 +13,7 @@
 #include "core/asymmetric_fence.hpp"
 #include "core/config.hpp"
 #include "core/cuda/pointer.hpp"
+#include "core/shared_region.hpp"
 #include "core/wait.hpp"
 
 #include "core/log.hpp"
@@ -133,19 +134,29 @@ namespace {
 class RegisteredRegion final : public MemoryRegion {
  public:
   RegisteredRegion(MemoryRegistry& registry, void* addr, std::size_t length, MemoryRegistry::Keys keys, Access access,
-                   const cuda::PointerInfo& memory, std::unique_ptr<RegionBinder::Binding> binding)
+                   const cuda::PointerInfo& memory, std::unique_ptr<RegionBinder::Binding> binding,
+                   std::unique_ptr<SharedRegion> shared, SharedRegionState* state)
       : MemoryRegion(addr, length, keys.lkey, keys.rkey, access, memory.type, memory.device),
         registry_(registry),
-        binding_(std::move(binding)) {}
-  // Out of the registry first (software providers stop), then out of the hardware.
+        binding_(std::move(binding)),
+        shared_(std::move(shared)),
+        state_(state) {}
+  // Out of the registry first (software providers stop), then out of the
+  // hardware, then out of the peers that opened it.
   ~RegisteredRegion() override {
     registry_.remove(lkey());
     binding_.reset();
+    if (shared_) {
+      retire_shared(*shared_, state_);
+      release_device_share(*shared_, state_);
+    }
   }
 
  private:
   MemoryRegistry& registry_;
   std::unique_ptr<RegionBinder::Binding> binding_;
+  std::unique_ptr<SharedRegion> shared_;  // device memory shared with same-host peers, else null
+  SharedRegionState* state_;
 };
 }  // namespace
 
@@ -171,23 +182,7 @@ class AllocatedRegion final : public MemoryRegion {
     registry_.remove(lkey());
     binding_.reset();
     auto* base = static_cast<char*>(addr());
-    auto* state = reinterpret_cast<SharedRegionState*>(base + shared_->state_offset);
-    state->live.store(0, std::memory_order_relaxed);
-    heavy_fence(asymmetric_fence_available());
-    // Peers copying directly finish before the region is gone (bounded: a
-    // peer killed inside a copy leaves its slot set).
-    const std::uint32_t used = std::min(shared_->slots_given.load(), kDirectSlots);
-    auto idle = [&] {
-      for (std::uint32_t i = 0; i < used; ++i) {
-        if (state->slots[i].busy.load(std::memory_order_acquire) != 0) return false;
-      }
-      return true;
-    };
-    if (wait_until(idle, nullptr, deadline_after(timeout())) != WaitResult::Ready) {
-      RDMX_WARN(
-          "deregistering an allocated region: a peer's direct copy did not finish within RDMX_TIMEOUT "
-          "(was the peer killed in the middle of one?)");
-    }
+    retire_shared(*shared_, reinterpret_cast<SharedRegionState*>(base + shared_->state_offset));
     ::munmap(base, shared_->map_length);
     ::close(shared_->memfd);
   }
@@ -260,10 +255,20 @@ std::unique_ptr<MemoryRegion> RegistryProtectionDomain::register_memory(void* ad
                  "the data to host memory first"});
   }
   std::unique_ptr<RegionBinder::Binding> binding;
-  auto keys = add_region(addr, length, access, nullptr, &binding, RegionMemory{memory.type, memory.device});
-  RDMX_TRACE("registered %s lkey=0x%x rkey=0x%x access=%s memory=%s", sizes, keys.lkey, keys.rkey,
-             to_string(access).c_str(), to_string(memory.type));
-  return std::make_unique<RegisteredRegion>(registry_, addr, length, keys, access, memory, std::move(binding));
+  std::unique_ptr<SharedRegion> shared;
+  SharedRegionState* state = nullptr;
+  if (memory.type == MemoryType::Cuda && share_device_memory_) shared = share_device_memory(memory, addr, &state);
+  MemoryRegistry::Keys keys{};
+  try {
+    keys = add_region(addr, length, access, shared.get(), &binding, RegionMemory{memory.type, memory.device});
+  } catch (...) {
+    if (shared) release_device_share(*shared, state);
+    throw;
+  }
+  RDMX_TRACE("registered %s lkey=0x%x rkey=0x%x access=%s memory=%s%s", sizes, keys.lkey, keys.rkey,
+             to_string(access).c_str(), to_string(memory.type), shared ? " (shared with same-host peers)" : "");
+  return std::make_unique<RegisteredRegion>(registry_, addr, length, keys, access, memory, std::move(binding),
+                                            std::move(shared), state);
 }
 
 MemoryRegistry::Keys RegistryProtectionDomain::add_region(void* addr, std::size_t length, Access access,

@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/cuda/ipc.hpp"
 #include "core/device_lock.hpp"
 #include "core/mutex.hpp"
 #include "core/region_binder.hpp"
@@ -46,6 +47,14 @@ struct SharedRegion {
   std::size_t state_offset = 0;  // where the SharedRegionState lies in the mapping
   // Slots handed out so far (by the target's provider, to the QPs it offers the region to).
   mutable std::atomic<std::uint32_t> slots_given{0};
+  // Device memory (core/shared_device_region.hpp): the memfd then holds the
+  // state page only, and peers open the allocation through `cuda` (with
+  // `cuda_fd`, a descriptor the region owns and offers copies of); the
+  // region starts `cuda_offset` bytes into the allocation.
+  bool device = false;
+  cuda::SharedMemoryHandle cuda{};
+  int cuda_fd = -1;
+  std::uint64_t cuda_offset = 0;
 };
 
 // Where a region's memory lives: the GPU of device memory, which the
@@ -226,11 +235,15 @@ class CachedKey {
 class RegistryProtectionDomain final : public ProtectionDomain {
  public:
   // `provider` names the device in errors; `cuda` is its caps().cuda_memory.
-  RegistryProtectionDomain(MemoryRegistry& registry, std::string provider, CudaMemorySupport cuda)
+  // `share_device_memory`: device regions are made shareable with peers on
+  // this host (a provider that maps them: shm, or auto over it).
+  RegistryProtectionDomain(MemoryRegistry& registry, std::string provider, CudaMemorySupport cuda,
+                           bool share_device_memory = false)
       : registry_(registry),
         bound_(registry.binder() ? registry.binder()->open_domain() : nullptr),
         provider_(std::move(provider)),
-        cuda_(cuda) {}
+        cuda_(cuda),
+        share_device_memory_(share_device_memory) {}
   std::unique_ptr<MemoryRegion> register_memory(void* addr, std::size_t length, Access access) override;
   std::unique_ptr<MemoryRegion> allocate_memory(std::size_t length, Access access) override;
   MemoryRegistry& registry() const { return registry_; }
@@ -246,6 +259,7 @@ class RegistryProtectionDomain final : public ProtectionDomain {
   std::unique_ptr<RegionBinder::Domain> bound_;
   std::string provider_;
   CudaMemorySupport cuda_;
+  bool share_device_memory_;
 };
 
 }  // namespace rdmx::core

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -43,21 +44,46 @@ void fill_device(void* p, std::size_t n, std::uint64_t seed) {
   cuda_copy(p, bytes.data(), n);
 }
 
+// Device memory of either kind: cudaMalloc-style (staged by shm too), or
+// cuMemCreate memory exportable as a descriptor (which shm's peers map).
+class AnyDeviceBuffer {
+ public:
+  AnyDeviceBuffer(std::size_t bytes, bool exportable) {
+    if (exportable) {
+      vmm_ = std::make_unique<VmmBuffer>(1);
+      const std::size_t granules = (bytes + vmm_->granularity() - 1) / vmm_->granularity();
+      if (granules > 1) vmm_ = std::make_unique<VmmBuffer>(granules);
+    } else {
+      plain_ = std::make_unique<DeviceBuffer>(bytes);
+    }
+  }
+  void* get() const { return vmm_ ? static_cast<void*>(vmm_->get()) : plain_->get(); }
+
+ private:
+  std::unique_ptr<DeviceBuffer> plain_;
+  std::unique_ptr<VmmBuffer> vmm_;
+};
+
 class DeviceMemory : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override { RDMX_REQUIRE_GPU_BEFORE_FORK(); }
+  void one_sided_and_two_sided(bool exportable);
 };
 
-TEST_P(DeviceMemory, OneSidedAndTwoSidedWithDeviceBuffersOnEitherSide) {
+TEST_P(DeviceMemory, OneSidedAndTwoSidedWithDeviceBuffersOnEitherSide) { one_sided_and_two_sided(false); }
+// The same with memory shm's peers map and copy directly after its first use.
+TEST_P(DeviceMemory, OneSidedAndTwoSidedWithExportableDeviceBuffers) { one_sided_and_two_sided(true); }
+
+void DeviceMemory::one_sided_and_two_sided(bool exportable) {
   Options options;
   options.provider = GetParam();
   ASSERT_TRUE(run_ranks(
       2, Placement::Local,
-      [](RankEnv& env) {
+      [exportable](RankEnv& env) {
         std::string why;
         CHECK(cuda_for_test(&why) != nullptr);
         Node node(env);
-        DeviceBuffer device(kBytes);
+        AnyDeviceBuffer device(kBytes, exportable);
         Buffer host(kBytes);
         if (node.device->caps().cuda_memory == CudaMemorySupport::None) {
           try {

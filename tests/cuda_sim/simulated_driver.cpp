@@ -54,13 +54,15 @@ struct Allocation {
   char* shadow;  // the driver's own view of device pages
   int memfd;     // device pages (-1 for host memory)
   std::uint64_t id;
-  int handle_types = 0;  // cuMemMap'd memory: the export types its cuMemCreate allowed
+  int handle_types = 0;    // cuMemMap'd memory: the export types its cuMemCreate allowed
+  bool from_peer = false;  // another process's memory, opened here (IPC or an imported handle)
 };
 
 struct VmmHandle {
   int memfd;
   std::size_t size;
   int handle_types;
+  bool imported = false;
 };
 
 struct State {
@@ -69,6 +71,7 @@ struct State {
   std::map<std::uint64_t, VmmHandle> handles;
   std::map<std::string, std::uintptr_t> opened_ipc;  // handle bytes -> address
   std::uint64_t next_id = 1;
+  std::uint64_t peer_copies = 0;  // copies that touched another process's memory
 };
 State& state() {
   static State s;
@@ -415,6 +418,13 @@ CUresult cuMemHostUnregister(void* pointer) {
 
 CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) {
   std::lock_guard lock(state().mutex);
+  for (CUdeviceptr p : {dst, src}) {
+    const Allocation* a = find_locked(static_cast<std::uintptr_t>(p));
+    if (a != nullptr && a->from_peer) {
+      ++state().peer_copies;
+      break;
+    }
+  }
   bool dst_ok = false, src_ok = false;
   char* to = translate_locked(static_cast<std::uintptr_t>(dst), bytes, &dst_ok);
   const char* from = translate_locked(static_cast<std::uintptr_t>(src), bytes, &src_ok);
@@ -546,6 +556,7 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* pointer, CUipcMemHandle handle, unsi
     ::close(fd);
     return r;
   }
+  state().allocations[address].from_peer = true;
   state().opened_ipc[key] = address;
   *pointer = address;
   return kSuccess;
@@ -607,6 +618,7 @@ CUresult cuMemMap(CUdeviceptr pointer, std::size_t size, std::size_t offset, CUm
   const int fd = ::dup(it->second.memfd);
   std::uintptr_t address = 0;
   const int handle_types = it->second.handle_types;
+  const bool imported = it->second.imported;
   const CUresult r = map_device_locked(fd, size, reinterpret_cast<void*>(static_cast<std::uintptr_t>(pointer)),
                                        Kind::Mapped, &address);
   if (r != kSuccess) {
@@ -614,6 +626,7 @@ CUresult cuMemMap(CUdeviceptr pointer, std::size_t size, std::size_t offset, CUm
     return r;
   }
   state().allocations[address].handle_types = handle_types;
+  state().allocations[address].from_peer = imported;
   return kSuccess;
 }
 
@@ -668,7 +681,7 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, vo
   if (::fstat(fd, &st) != 0) return kInvalidHandle;
   std::lock_guard lock(state().mutex);
   const std::uint64_t id = state().next_id++;
-  state().handles[id] = VmmHandle{::dup(fd), static_cast<std::size_t>(st.st_size), kHandlePosixFd};
+  state().handles[id] = VmmHandle{::dup(fd), static_cast<std::size_t>(st.st_size), kHandlePosixFd, true};
   *handle = id;
   return kSuccess;
 }
@@ -676,6 +689,14 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, vo
 // No NIC to hand a dma-buf to here.
 CUresult cuMemGetHandleForAddressRange(void*, CUdeviceptr, std::size_t, int, unsigned long long) {
   return kNotSupported;
+}
+
+// Not in any CUDA driver: how many copies touched another process's memory,
+// which tests read (through dlsym) to see that a peer's memory was copied
+// directly rather than staged.
+unsigned long long rdmx_sim_peer_copies() {
+  std::lock_guard lock(state().mutex);
+  return state().peer_copies;
 }
 
 }  // extern "C"

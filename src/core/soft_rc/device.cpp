@@ -94,7 +94,8 @@ DeviceCaps SoftRcDevice::caps() const {
 }
 
 std::unique_ptr<ProtectionDomain> SoftRcDevice::alloc_pd() {
-  return std::make_unique<RegistryProtectionDomain>(registry(), provider(), caps().cuda_memory);
+  return std::make_unique<RegistryProtectionDomain>(registry(), provider(), caps().cuda_memory,
+                                                    caps().cuda_memory == CudaMemorySupport::PeerMapping);
 }
 
 std::unique_ptr<CompletionQueue> SoftRcDevice::create_cq(std::size_t depth) {

@@ -147,7 +147,11 @@ class AutoDevice final : public Device, public core::EngineHandoff {
     return caps;
   }
   std::unique_ptr<ProtectionDomain> alloc_pd() override {
-    return std::make_unique<core::RegistryProtectionDomain>(*resources_.registry, provider(), caps().cuda_memory);
+    // Device regions are made shareable when a candidate maps them in peers (shm).
+    bool share = false;
+    for (const auto& c : candidates_) share = share || c.device->caps().cuda_memory == CudaMemorySupport::PeerMapping;
+    return std::make_unique<core::RegistryProtectionDomain>(*resources_.registry, provider(), caps().cuda_memory,
+                                                            share);
   }
   std::unique_ptr<CompletionQueue> create_cq(std::size_t depth) override {
     return core::make_device_cq(depth, *this, *this);

@@ -10,29 +10,32 @@
 
 namespace rdmx::shm {
 
-int send_with_fd(int socket, const void* bytes, std::size_t length, int fd) {
+int send_with_fd(int socket, const void* bytes, std::size_t length, int fd, int second) {
   iovec iov{const_cast<void*>(bytes), length};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-  if (fd >= 0) {
+  const int fds[2] = {fd, second};
+  const std::size_t count = fd < 0 ? 0 : (second < 0 ? 1 : 2);
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 2)];
+  if (count > 0) {
     std::memset(control, 0, sizeof(control));
     msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * count);
     cmsghdr* c = CMSG_FIRSTHDR(&msg);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    c->cmsg_len = CMSG_LEN(sizeof(int) * count);
+    std::memcpy(CMSG_DATA(c), fds, sizeof(int) * count);
   }
   ssize_t n = ::sendmsg(socket, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
   if (n < 0) return errno;
   return static_cast<std::size_t>(n) == length ? 0 : EPROTO;
 }
 
-int receive_message(int socket, void* bytes, std::size_t capacity, std::size_t* got, int* fd) {
+int receive_message(int socket, void* bytes, std::size_t capacity, std::size_t* got, int* fd, int* second) {
   *fd = -1;
+  if (second != nullptr) *second = -1;
   *got = 0;
   iovec iov{bytes, capacity};
   msghdr msg{};
@@ -43,7 +46,7 @@ int receive_message(int socket, void* bytes, std::size_t capacity, std::size_t* 
   msg.msg_controllen = sizeof(control);
   ssize_t n = ::recvmsg(socket, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
   if (n < 0) return errno == EWOULDBLOCK ? EAGAIN : errno;
-  // Take every descriptor that came, so none leaks, and keep the first.
+  // Take every descriptor that came, so none leaks, and keep the first (two).
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
     std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
@@ -52,15 +55,25 @@ int receive_message(int socket, void* bytes, std::size_t capacity, std::size_t* 
       std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
       if (*fd < 0) {
         *fd = received;
+      } else if (second != nullptr && *second < 0) {
+        *second = received;
       } else {
         ::close(received);
       }
     }
   }
-  if (n == 0) return ECONNRESET;
-  if ((msg.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) != 0) {
+  auto drop = [&] {
     if (*fd >= 0) ::close(*fd);
     *fd = -1;
+    if (second != nullptr && *second >= 0) ::close(*second);
+    if (second != nullptr) *second = -1;
+  };
+  if (n == 0) {
+    drop();
+    return ECONNRESET;
+  }
+  if ((msg.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) != 0) {
+    drop();
     return EPROTO;
   }
   *got = static_cast<std::size_t>(n);

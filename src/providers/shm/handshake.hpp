@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/cuda/ipc.hpp"
 #include "core/soft_rc/connection.hpp"
 
 namespace rdmx::shm {
@@ -39,8 +40,11 @@ struct Accept {
   std::uint64_t probe_value = 0;
 };
 
-// A region from allocate_memory() that the peer may map and copy into or out
-// of directly (sent with its memfd, after the peer first used the rkey).
+// A region the peer may copy into or out of directly, offered after the
+// peer first used its rkey: one from allocate_memory() (sent with its
+// memfd, which the peer maps), or device memory (sent with the memfd of its
+// state page and the allocation's exported descriptor, which the peer
+// opens through CUDA IPC and copies with the GPU's copy engines).
 constexpr std::uint32_t kShareMagic = 0x45524853;  // "SHRE"
 struct ShareOffer {
   std::uint32_t magic = kShareMagic;
@@ -50,16 +54,22 @@ struct ShareOffer {
   std::uint64_t map_length = 0;
   std::uint64_t state_offset = 0;
   std::uint32_t access = 0;
-  std::uint32_t slot = 0;  // this QP's busy slot in the region's SharedRegionState
+  std::uint32_t slot = 0;    // this QP's busy slot in the region's SharedRegionState
+  std::uint32_t device = 0;  // 1: device memory, described by `cuda`
+  std::uint32_t reserved = 0;
+  std::uint64_t cuda_offset = 0;  // where the region starts in its allocation
+  core::cuda::SharedMemoryHandle cuda{};
 };
 
 // Receives one message (the sockets are SOCK_SEQPACKET) of at most
 // `capacity` bytes and the descriptor sent with it (-1 when none); *got is
 // its length. Returns 0, EAGAIN, ECONNRESET at end of file, or errno.
-int receive_message(int socket, void* bytes, std::size_t capacity, std::size_t* got, int* fd);
+// A second descriptor goes to *second when given, else is closed.
+int receive_message(int socket, void* bytes, std::size_t capacity, std::size_t* got, int* fd, int* second = nullptr);
 
-// Sends `bytes` and, when fd >= 0, the descriptor with them. Returns errno (0 on success).
-int send_with_fd(int socket, const void* bytes, std::size_t length, int fd);
+// Sends `bytes` and, when fd >= 0, the descriptor with them (and `second`
+// after it, when >= 0). Returns errno (0 on success).
+int send_with_fd(int socket, const void* bytes, std::size_t length, int fd, int second = -1);
 // Receives exactly `length` bytes in one message and the descriptor sent with
 // them (-1 when none). Returns 0, EAGAIN when nothing has arrived, ECONNRESET
 // at end of file, EPROTO for a short message, or errno.

@@ -3,7 +3,9 @@
 // allocate_memory() is offered to us (its memfd over the QP's socket) once
 // we first use its rkey; we map it, and later WRITEs and READs on it are
 // copied straight into or out of that mapping, guarded by the region's
-// shared liveness word so none outlives its deregistration.
+// shared liveness word so none outlives its deregistration. Shared device
+// memory is offered the same way with its allocation's descriptor: we open
+// it through CUDA IPC, and the copies run on the GPU's copy engine.
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,6 +15,7 @@
 #include <cstring>
 
 #include "core/asymmetric_fence.hpp"
+#include "core/cuda/copy.hpp"
 #include "core/log.hpp"
 #include "core/ordered_placement.hpp"
 #include "providers/shm/shm_qp.hpp"
@@ -34,12 +37,15 @@ bool ShmQp::post_direct_locked(const SendWr& wr, std::uint64_t total) {
 
 bool ShmQp::direct_locals_ok_locked(const SendWr& wr) {
   const Access need = wr.opcode == Opcode::RdmaRead ? Access::LocalWrite : Access::None;
+  direct_local_gpu_ = -1;
   for (const Sge& sge : wr.sg_list) {
     if (local_key_.check(pd_.registry(), false, &pd_, sge.lkey, sge.addr, sge.length, need) != core::AccessCheck::Ok) {
       return false;  // the ordinary path reports it
     }
-    // Device memory goes through the engine's staging (core::Staging).
-    if (sge.length > 0 && core::Staging::needs(local_key_.verdict())) return false;
+    // Local device memory is copied by the GPU (try_direct_locked).
+    if (sge.length > 0 && core::Staging::needs(local_key_.verdict())) {
+      direct_local_gpu_ = local_key_.verdict().memory.device;
+    }
   }
   return true;
 }
@@ -61,6 +67,11 @@ bool ShmQp::try_direct_locked(const SendWr& wr, std::uint64_t total) {
       r.busy->store(0, std::memory_order_release);
       drop_peer_region_locked(i);
       return false;
+    }
+    if (r.device_data != nullptr || direct_local_gpu_ >= 0) {
+      const bool done = copy_through_gpu_locked(r, wr, total);
+      r.busy->store(0, std::memory_order_release);
+      return done;
     }
     char* remote = r.map + (wr.remote_addr - r.base);
     // A WRITE's last word is stored last (DeviceCaps::ordered_write_placement).
@@ -89,6 +100,37 @@ bool ShmQp::try_direct_locked(const SendWr& wr, std::uint64_t total) {
   return false;
 }
 
+// Device memory on either side: each SGE is one copy on the GPU's copy
+// engine (unified addressing tells the driver which side is which), waited
+// for before the completion; a WRITE's last word goes in a copy of its own,
+// after the rest. False when the driver fails, so the ring path (whose
+// staging reports the error) carries the request instead.
+bool ShmQp::copy_through_gpu_locked(const PeerRegion& r, const SendWr& wr, std::uint64_t total) {
+  const bool write = wr.opcode == Opcode::RdmaWrite;
+  char* remote = (r.device_data != nullptr ? r.device_data : r.map) + (wr.remote_addr - r.base);
+  const int gpu = r.imported ? r.imported->device() : direct_local_gpu_;
+  const bool hold = write && core::has_last_word(wr.remote_addr, total);
+  const char* op = write ? "shm WRITE by the GPU" : "shm READ by the GPU";
+  try {
+    std::uint64_t at = 0;
+    for (const Sge& sge : wr.sg_list) {
+      auto* local = reinterpret_cast<char*>(sge.addr);
+      const std::uint64_t body = hold && at + sge.length == total ? sge.length - 8 : sge.length;
+      if (write) {
+        core::cuda::copy_memory(remote + at, local, body, gpu, op);
+        if (body != sge.length) core::cuda::copy_memory(remote + at + body, local + body, 8, gpu, op);
+      } else {
+        core::cuda::copy_memory(local, remote + at, sge.length, gpu, op);
+      }
+      at += sge.length;
+    }
+  } catch (const Error& e) {
+    RDMX_INFO("shm qp %u: %s failed, the ring carries it instead: %s", qpn_, op, e.what());
+    return false;
+  }
+  return true;
+}
+
 void ShmQp::offer_region_locked(std::uint32_t rkey, const core::MemoryRegistry::Verdict& verdict) {
   if (verdict.shared == nullptr || socket_ < 0 || !accepted_) return;
   if (std::find(offered_.begin(), offered_.end(), rkey) != offered_.end()) return;
@@ -103,18 +145,39 @@ void ShmQp::offer_region_locked(std::uint32_t rkey, const core::MemoryRegistry::
   offer.state_offset = verdict.shared->state_offset;
   offer.access = static_cast<std::uint32_t>(verdict.access);
   offer.slot = slot;
-  if (int error = send_with_fd(socket_, &offer, sizeof(offer), verdict.shared->memfd); error != 0) {
+  offer.device = verdict.shared->device ? 1 : 0;
+  offer.cuda_offset = verdict.shared->cuda_offset;
+  offer.cuda = verdict.shared->cuda;
+  if (int error = send_with_fd(socket_, &offer, sizeof(offer), verdict.shared->memfd, verdict.shared->cuda_fd);
+      error != 0) {
     RDMX_INFO("shm qp %u: offering region rkey 0x%x to %s failed: %s", qpn_, rkey, describe_peer().c_str(),
               std::strerror(error));
   }
 }
 
-void ShmQp::take_offer_locked(const ShareOffer& offer, int fd) {
+void ShmQp::take_offer_locked(const ShareOffer& offer, int fd, int cuda_fd) {
   struct stat st {};
-  const bool sane = offer.state_offset >= offer.length &&
-                    offer.map_length >= offer.state_offset + sizeof(core::SharedRegionState) &&
-                    offer.slot < core::kDirectSlots && ::fstat(fd, &st) == 0 &&
-                    static_cast<std::uint64_t>(st.st_size) >= offer.map_length;
+  const bool device = offer.device != 0;
+  const bool sane =
+      (device ? offer.cuda_offset <= offer.cuda.size && offer.length <= offer.cuda.size - offer.cuda_offset
+              : offer.state_offset >= offer.length) &&
+      offer.map_length >= offer.state_offset + sizeof(core::SharedRegionState) && offer.slot < core::kDirectSlots &&
+      ::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) >= offer.map_length;
+  std::shared_ptr<core::cuda::ImportedMemory> imported;
+  if (sane && device) {
+    try {
+      imported = core::cuda::import_shared(peer_pid_, offer.cuda, cuda_fd, "shm device region offer");
+    } catch (const Error& e) {
+      RDMX_INFO(
+          "shm qp %u: cannot open the device region rkey 0x%x offered by %s; its WRITEs and READs keep "
+          "using the ring: %s",
+          qpn_, offer.rkey, describe_peer().c_str(), e.what());
+      ::close(fd);
+      return;
+    }
+  } else if (cuda_fd >= 0) {
+    ::close(cuda_fd);
+  }
   // Page tables filled now rather than page by page inside the copies.
   void* map =
       sane ? ::mmap(nullptr, offer.map_length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0) : MAP_FAILED;
@@ -132,8 +195,9 @@ void ShmQp::take_offer_locked(const ShareOffer& offer, int fd) {
   }
   auto* base = static_cast<char*>(map);
   auto* state = reinterpret_cast<core::SharedRegionState*>(base + offer.state_offset);
+  char* device_data = imported ? imported->base() + offer.cuda_offset : nullptr;
   peer_regions_.push_back({offer.rkey, offer.base, offer.length, static_cast<Access>(offer.access), base,
-                           offer.map_length, state, &state->slots[offer.slot].busy});
+                           offer.map_length, state, &state->slots[offer.slot].busy, std::move(imported), device_data});
   RDMX_TRACE("shm qp %u: mapped %s's region rkey 0x%x (%llu bytes) for direct access", qpn_, describe_peer().c_str(),
              offer.rkey, static_cast<unsigned long long>(offer.length));
 }

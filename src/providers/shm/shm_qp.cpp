@@ -318,14 +318,15 @@ bool ShmQp::on_socket_locked(std::uint32_t events) {
     for (int i = 0; i < 16; ++i) {
       ShareOffer offer;
       std::size_t got = 0;
-      int fd = -1;
-      int error = receive_message(socket_, &offer, sizeof(offer), &got, &fd);
+      int fd = -1, second = -1;
+      int error = receive_message(socket_, &offer, sizeof(offer), &got, &fd, &second);
       if (error == ECONNRESET) closed = true;
       if (error != 0) break;
       if (got == sizeof(offer) && offer.magic == kShareMagic && fd >= 0) {
-        take_offer_locked(offer, fd);
-      } else if (fd >= 0) {
-        ::close(fd);
+        take_offer_locked(offer, fd, second);
+      } else {
+        if (fd >= 0) ::close(fd);
+        if (second >= 0) ::close(second);
       }
     }
   }

@@ -94,25 +94,32 @@ class ShmQp final : public core::SoftRcQp {
   bool peer_left_in_order_locked(const std::string& reason) const override RDMX_REQUIRES(this);
   void retired_locked(const SendEntry& entry) override RDMX_REQUIRES(this);
 
-  // Direct access to the peer's regions from allocate_memory() (qp_direct.cpp).
+  // Direct access to the peer's regions from allocate_memory() and to its
+  // shared device memory (qp_direct.cpp).
   struct PeerRegion {
     std::uint32_t rkey;
     std::uint64_t base;
     std::uint64_t length;
     Access access;
-    char* map;
+    char* map;  // the mapping: the region's data then its state page, or (device memory) the state page only
     std::size_t map_length;
     core::SharedRegionState* state;
     std::atomic<std::uint32_t>* busy;  // our slot in `state`
+    // Device memory: the peer's allocation opened here, and where the region starts in this process.
+    std::shared_ptr<core::cuda::ImportedMemory> imported;
+    char* device_data = nullptr;
   };
   // Copies a WRITE or READ straight into or out of the peer's mapped region;
   // false when it cannot (no mapping, out of bounds, deregistered): the ring
   // path then carries it and the peer's region table answers.
   bool try_direct_locked(const SendWr& wr, std::uint64_t total) RDMX_REQUIRES(this);
-  // The WR's local SGEs pass the region table (else the ordinary path fails it).
+  // The WR's local SGEs pass the region table (else the ordinary path fails
+  // it); sets direct_local_gpu_ when one of them is device memory.
   bool direct_locals_ok_locked(const SendWr& wr) RDMX_REQUIRES(this);
+  bool copy_through_gpu_locked(const PeerRegion& r, const SendWr& wr, std::uint64_t total) RDMX_REQUIRES(this);
   void offer_region_locked(std::uint32_t rkey, const core::MemoryRegistry::Verdict& verdict) RDMX_REQUIRES(this);
-  void take_offer_locked(const ShareOffer& offer, int fd) RDMX_REQUIRES(this);
+  // `cuda_fd`: a device region's exported allocation (-1 otherwise).
+  void take_offer_locked(const ShareOffer& offer, int fd, int cuda_fd) RDMX_REQUIRES(this);
   void drop_peer_region_locked(std::size_t index) RDMX_REQUIRES(this);
 
   // Requester (qp_requester.cpp).
@@ -196,6 +203,7 @@ class ShmQp final : public core::SoftRcQp {
   core::CachedKey remote_key_ RDMX_GUARDED_BY(this);
 
   std::vector<PeerRegion> peer_regions_ RDMX_GUARDED_BY(this);  // the peer's regions we mapped
+  int direct_local_gpu_ RDMX_GUARDED_BY(this) = -1;             // see direct_locals_ok_locked()
   std::vector<std::uint32_t> offered_ RDMX_GUARDED_BY(this);    // our rkeys whose memory we offered the peer
   bool rnr_nak_sent_ RDMX_GUARDED_BY(this) = false;             // for the request at the ring's head
   // Inbound ring position up to which skim_locked() has handled the answers
