@@ -115,7 +115,9 @@ bool ShmQp::copy_through_gpu_locked(const PeerRegion& r, const SendWr& wr, std::
     std::uint64_t at = 0;
     for (const Sge& sge : wr.sg_list) {
       auto* local = reinterpret_cast<char*>(sge.addr);
-      const std::uint64_t body = hold && at + sge.length == total ? sge.length - 8 : sge.length;
+      // The last word apart when it lies in the last SGE (nothing polls device memory for it).
+      const bool last = hold && at + sge.length == total && sge.length >= 8;
+      const std::uint64_t body = last ? sge.length - 8 : sge.length;
       if (write) {
         core::cuda::copy_memory(remote + at, local, body, gpu, op);
         if (body != sge.length) core::cuda::copy_memory(remote + at + body, local + body, 8, gpu, op);
