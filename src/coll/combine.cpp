@@ -5,12 +5,13 @@
 
 #include "coll/cuda/device_ops.hpp"
 #include "coll/reduce.hpp"
+#include "core/cuda/copy.hpp"
 
 namespace rdmx::coll {
 
 void Combine::copy(void* dst, const void* src, std::size_t bytes) const {
   if (dst == src || bytes == 0) return;
-  if (device != nullptr) return device->copy(dst, src, bytes);
+  if (device != nullptr) return core::cuda::copy_memory(dst, src, bytes, device->device(), "collective copy");
   std::memmove(dst, src, bytes);
 }
 
@@ -25,7 +26,7 @@ void Combine::reduce_received(void* dst, const void* a, const void* message, std
 }
 
 void Combine::place_received(void* dst, const void* message, std::size_t bytes) const {
-  if (device != nullptr) return device->copy(dst, message, bytes);
+  if (device != nullptr) return core::cuda::copy_memory(dst, message, bytes, device->device(), "collective receive");
   std::memcpy(dst, message, bytes);
 }
 

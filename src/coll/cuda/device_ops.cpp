@@ -32,16 +32,6 @@ DeviceOps::~DeviceOps() {
   }
 }
 
-void DeviceOps::copy(void* dst, const void* src, std::size_t bytes) {
-  if (dst == src || bytes == 0) return;
-  const char* op = "collective copy in device memory";
-  const cu::DriverApi& api = cu::require_driver(op);
-  cu::ContextScope scope(api, context_);
-  cu::check(api, api.cuMemcpyAsync(address(dst), address(src), bytes, stream_), "cuMemcpyAsync",
-            {.op = op, .sizes = std::to_string(bytes) + " B on gpu " + std::to_string(device_)});
-  finish(op, bytes);
-}
-
 void DeviceOps::reduce(void* dst, const void* a, const void* b, bool b_in_host_memory, std::size_t count, DataType type,
                        ReduceOp op) {
   if (count == 0) return;

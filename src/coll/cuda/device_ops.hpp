@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
-// How a collective touches its buffers when they are device memory on one
-// GPU: copies on that GPU's copy engine, reductions in the kernels of
-// reduce_kernels.cu, on a stream of the communicator's own. Each call
+// How a collective reduces its buffers when they are device memory on one
+// GPU: in the kernels of reduce_kernels.cu, on a stream of the
+// communicator's own (its copies are core::cuda::copy_memory's). Each call
 // returns once its work is done on the GPU, because the engine tells peers
 // that the bytes are there (or reuses a slot) right after it.
 #pragma once
@@ -24,9 +24,6 @@ class DeviceOps {
 
   int device() const noexcept { return device_; }
 
-  // Between any two of host and device memory (unified addressing tells the
-  // driver which); nothing when dst == src.
-  void copy(void* dst, const void* src, std::size_t bytes);
   // dst = a (op) b over `count` elements of `type`, dst and a in device
   // memory; b too, unless `b_in_host_memory` (a received message), when it
   // is first copied to a staging buffer on the GPU.

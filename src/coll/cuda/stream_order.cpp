@@ -93,10 +93,7 @@ struct StreamSlot {
 };
 
 StreamTicket::StreamTicket(StreamTicket&& other) noexcept
-    : slot_(std::move(other.slot_)),
-      value_(other.value_),
-      inputs_(std::exchange(other.inputs_, nullptr)),
-      gpu_(other.gpu_) {}
+    : slot_(std::move(other.slot_)), value_(other.value_), inputs_(std::exchange(other.inputs_, nullptr)) {}
 
 StreamTicket& StreamTicket::operator=(StreamTicket&& other) noexcept {
   if (this != &other) {
@@ -104,7 +101,6 @@ StreamTicket& StreamTicket::operator=(StreamTicket&& other) noexcept {
     slot_ = std::move(other.slot_);
     value_ = other.value_;
     inputs_ = std::exchange(other.inputs_, nullptr);
-    gpu_ = other.gpu_;
   }
   return *this;
 }
@@ -119,14 +115,15 @@ void StreamTicket::wait_for_inputs(std::chrono::steady_clock::time_point deadlin
         return result != cu::kErrorNotReady;
       },
       nullptr, deadline);
-  const ErrorContext where{.op = op, .sizes = "gpu=" + std::to_string(gpu_)};
+  const std::string gpu = "gpu=" + std::to_string(slot_->gpu);
+  const ErrorContext where{.op = op, .sizes = gpu};
   if (outcome == core::WaitResult::Aborted) {
     throw Error(ErrorCode::InvalidState, "waits were aborted while the operation waited for its CUDA stream", where);
   }
   if (outcome == core::WaitResult::Timeout) {
     throw Error(ErrorCode::Timeout, "the work queued on the CUDA stream before the operation did not finish in time",
                 {.op = op,
-                 .sizes = "gpu=" + std::to_string(gpu_),
+                 .sizes = gpu,
                  .hint = "the operation reads buffers that work may write; raise RDMX_TIMEOUT or look for a "
                          "kernel that never ends"});
   }
@@ -159,7 +156,6 @@ StreamTicket StreamOrder::enter(void* stream, int gpu, const char* op) {
   StreamTicket ticket;
   ticket.slot_ = slot_;
   ticket.value_ = ++next_;
-  ticket.gpu_ = gpu;
   cu::check(api, api.cuEventCreate(&ticket.inputs_, cu::kEventDisableTiming), "cuEventCreate", where);
   cu::check(api, api.cuEventRecord(ticket.inputs_, s), "cuEventRecord", where);
   cu::check(api, api.cuStreamWaitValue32_v2(s, slot_->device, ticket.value_, cu::kStreamWaitValueGeq),

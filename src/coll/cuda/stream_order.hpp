@@ -42,7 +42,6 @@ class StreamTicket {
   std::shared_ptr<StreamSlot> slot_;
   std::uint32_t value_ = 0;
   core::cuda::CUevent inputs_ = nullptr;
-  int gpu_ = -1;
 };
 
 // One per communicator: its word, taken on first use.
