@@ -4,17 +4,13 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <new>
 
-#include "core/asymmetric_fence.hpp"
-#include "core/config.hpp"
 #include "core/cuda/pointer.hpp"
 #include "core/shared_region.hpp"
-#include "core/wait.hpp"
 
 #include "core/log.hpp"
 

@@ -47,7 +47,7 @@ struct SharedRegion {
   std::size_t state_offset = 0;  // where the SharedRegionState lies in the mapping
   // Slots handed out so far (by the target's provider, to the QPs it offers the region to).
   mutable std::atomic<std::uint32_t> slots_given{0};
-  // Device memory (core/shared_device_region.hpp): the memfd then holds the
+  // Device memory (core/shared_region.hpp): the memfd then holds the
   // state page only, and peers open the allocation through `cuda` (with
   // `cuda_fd`, a descriptor the region owns and offers copies of); the
   // region starts `cuda_offset` bytes into the allocation.
