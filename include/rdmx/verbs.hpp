@@ -156,7 +156,7 @@ const char* to_string(MemoryType type) noexcept;  // "host", "cuda"
 // How a provider serves CUDA device memory (DeviceCaps::cuda_memory).
 enum class CudaMemorySupport : std::uint8_t {
   None,         // register_memory refuses device memory
-  Staging,      // copied through pinned host buffers, copies and transfer overlapped
+  Staging,      // copied through host buffers of the provider's, within RDMX_CUDA_STAGING_BYTES per QP
   PeerMapping,  // peers on the host map the GPU buffer (CUDA IPC): copies run on the GPU's copy engines
   DmaBuf,       // the NIC reads and writes GPU memory itself (GPUDirect RDMA through dma-buf)
 };

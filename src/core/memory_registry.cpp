@@ -66,18 +66,23 @@ MemoryRegistry::Keys MemoryRegistry::add(const void* domain, void* addr, std::si
 }
 
 void MemoryRegistry::remove(std::uint32_t lkey) {
+  if (!remove_unshared(lkey)) return;
+  // Wait out accesses that checked through a cache before the bump.
+  LockGuard users(access_locks_mutex_);
+  for (DeviceLock* m : access_locks_) LockGuard wait(*m);
+}
+
+bool MemoryRegistry::remove_unshared(std::uint32_t lkey) {
   {
     LockGuard lock(mutex_);
     auto it = by_lkey_.find(lkey);
-    if (it == by_lkey_.end()) return;
+    if (it == by_lkey_.end()) return false;
     if (auto r = by_rkey_.find(it->second.rkey); r != by_rkey_.end() && r->second == &it->second) by_rkey_.erase(r);
     if (it->second.memory.type != MemoryType::Host) device_regions_.fetch_sub(1, std::memory_order_acq_rel);
     by_lkey_.erase(it);
     generation_.fetch_add(1, std::memory_order_acq_rel);
   }
-  // Wait out accesses that checked through a cache before the bump.
-  LockGuard users(access_locks_mutex_);
-  for (DeviceLock* m : access_locks_) LockGuard wait(*m);
+  return true;
 }
 
 void MemoryRegistry::add_access_lock(DeviceLock* lock) {

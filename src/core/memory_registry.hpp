@@ -82,7 +82,14 @@ class MemoryRegistry {
   // hardware must see every region (core/region_binder.hpp).
   void set_binder(std::shared_ptr<RegionBinder> binder) { binder_ = std::move(binder); }
   RegionBinder* binder() const { return binder_.get(); }
+  // Removes a region, then waits out the accesses that checked it through a
+  // cache before (every provider's access lock, taken in turn).
   void remove(std::uint32_t lkey);
+  // Removes a region only its owner ever uses, from under the owner's lock
+  // (where remove() would wait for that very lock): a QP's staging buffers,
+  // which no peer reaches (no rkey) and which the QP touches only under its
+  // lock, so no access can be in flight. False when no region has `lkey`.
+  bool remove_unshared(std::uint32_t lkey);
 
   // Runs fn(char* ptr) with ptr = addr if `key` (an rkey when remote, else an
   // lkey) covers [addr, addr+length) in `domain` with `need`; returns the

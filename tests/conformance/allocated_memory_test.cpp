@@ -13,7 +13,7 @@ constexpr int kTarget = 0;
 constexpr int kInitiator = 1;
 constexpr std::size_t kBig = 1 << 20;
 
-TEST_P(Conformance, AllocatedMemoryWriteReadAndDeregistration) {
+TEST_P(HostMemoryConformance, AllocatedMemoryWriteReadAndDeregistration) {
   ASSERT_TRUE(run(2, [](RankEnv& env) {
     Node node(env);
     if (env.rank() == kTarget) {
@@ -51,7 +51,7 @@ TEST_P(Conformance, AllocatedMemoryWriteReadAndDeregistration) {
                  "WRITE into the region deregistered later", .wr_id = 1000, .status = WcStatus::Success);
       }
       for (int i = 0; i < 10; ++i) {
-        std::memset(bytes + kBig / 2, 0, kBig / 2);
+        set_bytes(bytes + kBig / 2, 0, kBig / 2);
         auto rd = RDMA_SYNC(*qp, *node.send_cq, Opcode::RdmaRead, local->sge(kBig / 2, kBig / 2), a.addr + kBig / 2,
                             a.rkey, 200);
         CHECK_WC(rd, "READ from an allocated region", .wr_id = 200, .status = WcStatus::Success);
@@ -69,7 +69,7 @@ TEST_P(Conformance, AllocatedMemoryWriteReadAndDeregistration) {
 
 // Rights and bounds hold for allocated regions as for any other, also on a
 // QP that has been using the region (and may have it mapped).
-TEST_P(Conformance, AllocatedMemoryRightsAndBounds) {
+TEST_P(HostMemoryConformance, AllocatedMemoryRightsAndBounds) {
   ASSERT_TRUE(run(2, [](RankEnv& env) {
     Node node(env);
     if (env.rank() == kTarget) {

@@ -33,7 +33,7 @@ TEST_P(Conformance, FetchAddFromThreeProcesses) {
         olds.resize(base + kOps);
         std::memcpy(olds.data() + base, bytes.data(), bytes.size());
       }
-      std::uint64_t total = std::atomic_ref<std::uint64_t>(*counter.u64(64)).load();
+      std::uint64_t total = counter.load64(64);
       CHECK_EQ(total, static_cast<std::uint64_t>(adders) * kOps) << "final counter";
       std::sort(olds.begin(), olds.end());
       for (std::size_t i = 0; i < olds.size(); ++i) {
@@ -62,7 +62,7 @@ TEST_P(Conformance, FetchAddFromThreeProcesses) {
         auto wc = WAIT_WC(*node.send_cq, "fetch-add #" + std::to_string(done));
         CHECK_WC(wc, "fetch-add", .wr_id = static_cast<std::uint64_t>(done), .status = WcStatus::Success,
                  .opcode = WcOpcode::FetchAdd, .byte_len = 8);
-        olds[static_cast<std::size_t>(done)] = results.u64()[done % kWindow];
+        olds[static_cast<std::size_t>(done)] = results.load64(8 * static_cast<std::size_t>(done % kWindow));
         if (posted < kOps) post(posted++);
       }
       Bytes bytes(sizeof(std::uint64_t) * kOps);
@@ -88,9 +88,8 @@ TEST_P(Conformance, CmpSwapLockProtectsReadModifyWrite) {
       for (int peer = 1; peer <= workers; ++peer) qps.push_back(connected_qp(env, node, peer, "lock"));
       publish_region(env, "mem", *mr);
       env.barrier("done");
-      CHECK_EQ(std::atomic_ref<std::uint64_t>(*mem.u64(0)).load(), 0u) << "lock word at the end";
-      CHECK_EQ(std::atomic_ref<std::uint64_t>(*mem.u64(64)).load(), static_cast<std::uint64_t>(workers) * kIters)
-          << "counter updated under the lock";
+      CHECK_EQ(mem.load64(0), 0u) << "lock word at the end";
+      CHECK_EQ(mem.load64(64), static_cast<std::uint64_t>(workers) * kIters) << "counter updated under the lock";
     } else {
       Buffer local(4096);  // CAS result at 0, counter copy at 64
       auto mr = node.pd->register_memory(local.data(), local.size(), Access::LocalWrite);
@@ -105,7 +104,7 @@ TEST_P(Conformance, CmpSwapLockProtectsReadModifyWrite) {
           auto wc =
               ATOMIC_SYNC(*qp, *node.send_cq, Opcode::AtomicCmpSwap, mr->sge(0, 8), mem.addr, mem.rkey, 0, me, ++id);
           CHECK_EQ(wc.status, WcStatus::Success) << describe(wc);
-          std::uint64_t old = local.u64()[0];
+          std::uint64_t old = local.load64(0);
           if (old == 0) break;
           CHECK(old >= 1 && old <= static_cast<std::uint64_t>(workers)) << "lock word holds " << old;
           CHECK(old != me) << "lock held by myself while I am not holding it";
@@ -114,13 +113,13 @@ TEST_P(Conformance, CmpSwapLockProtectsReadModifyWrite) {
         }
         auto rd = RDMA_SYNC(*qp, *node.send_cq, Opcode::RdmaRead, mr->sge(64, 8), mem.addr + 64, mem.rkey, ++id);
         CHECK_EQ(rd.status, WcStatus::Success) << describe(rd);
-        local.u64()[8] += 1;
+        local.store64(64, local.load64(64) + 1);
         auto wr = RDMA_SYNC(*qp, *node.send_cq, Opcode::RdmaWrite, mr->sge(64, 8), mem.addr + 64, mem.rkey, ++id);
         CHECK_EQ(wr.status, WcStatus::Success) << describe(wr);
         auto rel =
             ATOMIC_SYNC(*qp, *node.send_cq, Opcode::AtomicCmpSwap, mr->sge(0, 8), mem.addr, mem.rkey, me, 0, ++id);
         CHECK_EQ(rel.status, WcStatus::Success) << describe(rel);
-        CHECK_EQ(local.u64()[0], me) << "releasing: the lock was not held by me";
+        CHECK_EQ(local.load64(0), me) << "releasing: the lock was not held by me";
       }
       std::fprintf(stderr, "[rank %d] %d lock iterations, %llu failed acquisition attempts\n", env.rank(), kIters,
                    static_cast<unsigned long long>(spins));

@@ -20,7 +20,7 @@ TEST_P(Conformance, BatchOfMixedWorkRequests) {
     Node node(env);
     if (env.rank() == kTarget) {
       Buffer target(kSlot * (kWrites + 2));
-      std::memset(target.data(), 0, target.size());
+      set_bytes(target.data(), 0, target.size());
       fill_pattern(target.data() + kSlot * (kWrites + 1), kSlot, 77);  // what the READ fetches
       auto mr = node.pd->register_memory(target.data(), target.size(),
                                          Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead);
@@ -46,7 +46,7 @@ TEST_P(Conformance, BatchOfMixedWorkRequests) {
         fill_pattern(src.data() + kSlot * static_cast<std::size_t>(i), kSlot, 1000 + static_cast<std::uint64_t>(i));
       }
       fill_pattern(src.data() + kSlot * kWrites, 100, 55);
-      std::memset(src.data() + kSlot * (kWrites + 1), 0, kSlot);
+      set_bytes(src.data() + kSlot * (kWrites + 1), 0, kSlot);
       auto mr = node.pd->register_memory(src.data(), src.size(), Access::LocalWrite);
       auto qp = connected_qp(env, node, kTarget, "t");
       RemoteRegion r = fetch_region(env, "region");
@@ -86,7 +86,7 @@ TEST_P(Conformance, BatchStopsAtAMalformedWorkRequest) {
   ASSERT_TRUE(run(2, [](RankEnv& env) {
     Node node(env);
     Buffer buf(4096);
-    std::memset(buf.data(), 0, buf.size());
+    set_bytes(buf.data(), 0, buf.size());
     auto mr = node.pd->register_memory(buf.data(), buf.size(), Access::LocalWrite | Access::RemoteWrite);
     if (env.rank() == kTarget) {
       auto qp = connected_qp(env, node, kInitiator, "t");

@@ -94,10 +94,7 @@ TEST_P(Conformance, PeerKilledMidTransferFailsPendingWork) {
           // The last word of the first chunk, as the initiator writes it.
           std::uint64_t expected;
           fill_pattern(&expected, 8, 131, kChunk - 8);
-          auto* last = target.u64(kChunk - 8);
-          bool landed = eventually(
-              [&] { return std::atomic_ref<std::uint64_t>(*last).load(std::memory_order_acquire) == expected; },
-              default_timeout());
+          bool landed = eventually([&] { return target.load64(kChunk - 8) == expected; }, default_timeout());
           CHECK(landed) << "the first 64 MiB WRITE never landed";
           auto now = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now().time_since_epoch()).count();
           signal(env, "killed-at-us", std::to_string(now));

@@ -14,7 +14,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-TEST_P(Conformance, IdleLongerThanTimeoutThenWork) {
+TEST_P(HostMemoryConformance, IdleLongerThanTimeoutThenWork) {
   ASSERT_TRUE(run(2, [](RankEnv& env) {
     // Before the first rdmx call of this child: the setting is read once.
     ::setenv("RDMX_TIMEOUT", "3", 1);

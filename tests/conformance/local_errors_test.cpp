@@ -102,7 +102,7 @@ TEST_P(Conformance, ReadIntoRegionWithoutLocalWrite) {
         env,
         [](const RemoteRegion& r, ProtectionDomain& pd, const MemoryRegion&, std::vector<Sge>& s, Extra& extra) {
           extra.bufs.push_back(std::make_unique<Buffer>(4096));
-          std::memset(extra.bufs[0]->data(), 0xEE, 4096);
+          set_bytes(extra.bufs[0]->data(), 0xEE, 4096);
           extra.mrs.push_back(pd.register_memory(extra.bufs[0]->data(), 4096, Access::None));
           s = {extra.mrs[0]->sge(0, 64)};
           return rdma_wr(0, Opcode::RdmaRead, s, r.addr, r.rkey);
@@ -118,7 +118,7 @@ TEST_P(Conformance, SendLargerThanReceive) {
   ASSERT_TRUE(run(2, [](RankEnv& env) {
     Node node(env);
     Buffer buf(4096);
-    std::memset(buf.data(), 0xEE, buf.size());
+    set_bytes(buf.data(), 0xEE, buf.size());
     auto mr = node.pd->register_memory(buf.data(), buf.size(), Access::LocalWrite);
     if (env.rank() == kTarget) {
       auto qp = make_qp(node);

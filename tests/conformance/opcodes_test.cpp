@@ -20,7 +20,7 @@ void send_case(RankEnv& env, bool with_imm) {
   Node node(env);
   Buffer buf(4096);
   if (env.rank() == kTarget) {
-    std::memset(buf.data(), 0xEE, buf.size());
+    set_bytes(buf.data(), 0xEE, buf.size());
     auto mr = node.pd->register_memory(buf.data(), buf.size(), Access::LocalWrite);
     auto qp = make_qp(node);
     Sge sge = mr->sge(0, 4096);
@@ -72,7 +72,7 @@ void write_case(RankEnv& env, bool with_imm) {
   if (env.rank() == kTarget) {
     Buffer target(8192);
     Buffer rbuf(64);
-    std::memset(rbuf.data(), 0xEE, rbuf.size());
+    set_bytes(rbuf.data(), 0xEE, rbuf.size());
     auto mr = node.pd->register_memory(target.data(), target.size(), Access::LocalWrite | Access::RemoteWrite);
     auto rmr = node.pd->register_memory(rbuf.data(), rbuf.size(), Access::LocalWrite);
     auto qp = make_qp(node);
@@ -151,7 +151,7 @@ TEST_P(Conformance, RdmaRead) {
       CHECK_NO_WC(*node.send_cq, "target send CQ");
     } else {
       Buffer dst(8192);
-      std::memset(dst.data(), 0xEE, dst.size());
+      set_bytes(dst.data(), 0xEE, dst.size());
       auto mr = node.pd->register_memory(dst.data(), dst.size(), Access::LocalWrite);
       auto qp = connected_qp(env, node, kTarget, "t");
       RemoteRegion region = fetch_region(env, "region");
@@ -174,17 +174,17 @@ constexpr std::uint64_t kGuard = 0x6767676767676767ull;
 
 void atomic_target(RankEnv& env, Node& node, std::uint64_t initial, std::uint64_t expected_final) {
   Buffer target(4096);
-  target.u64()[0] = kGuard;
-  target.u64()[1] = initial;
-  target.u64()[2] = kGuard;
+  target.store64(0, kGuard);
+  target.store64(8, initial);
+  target.store64(16, kGuard);
   auto mr = node.pd->register_memory(target.data(), target.size(), Access::LocalWrite | Access::RemoteAtomic);
   auto qp = connected_qp(env, node, kInitiator, "t");
   publish_region(env, "region", RemoteRegion{target.addr(8), mr->rkey(), 8});
   env.barrier("done");
-  std::uint64_t word = std::atomic_ref<std::uint64_t>(target.u64()[1]).load();
+  std::uint64_t word = target.load64(8);
   CHECK_EQ(word, expected_final) << "target word after the atomics";
-  CHECK_EQ(target.u64()[0], kGuard) << "word before the atomic target";
-  CHECK_EQ(target.u64()[2], kGuard) << "word after the atomic target";
+  CHECK_EQ(target.load64(0), kGuard) << "word before the atomic target";
+  CHECK_EQ(target.load64(16), kGuard) << "word after the atomic target";
   CHECK_NO_WC(*node.recv_cq, "target recv CQ");
   CHECK_NO_WC(*node.send_cq, "target send CQ");
 }
@@ -208,12 +208,12 @@ TEST_P(Conformance, AtomicFetchAdd) {
     const Step steps[] = {{5, 100}, {kBig, 105}, {~0ull /* -1: wraps */, 105 + kBig}};
     std::uint64_t id = 1;
     for (const auto& step : steps) {
-      result.u64()[1] = 0xFFFFFFFFFFFFFFFFull;
+      result.store64(8, 0xFFFFFFFFFFFFFFFFull);
       auto wc = ATOMIC_SYNC(*qp, *node.send_cq, Opcode::AtomicFetchAdd, mr->sge(8, 8), region.addr, region.rkey,
                             step.add, 0, id);
       CHECK_WC(wc, "fetch-add completion", .wr_id = id, .status = WcStatus::Success, .opcode = WcOpcode::FetchAdd,
                .byte_len = 8, .qp_num = qp->qp_num());
-      CHECK_EQ(result.u64()[1], step.old) << "original value returned by fetch-add #" << id;
+      CHECK_EQ(result.load64(8), step.old) << "original value returned by fetch-add #" << id;
       ++id;
     }
     env.barrier("done");
@@ -242,12 +242,12 @@ TEST_P(Conformance, AtomicCmpSwap) {
     };
     std::uint64_t id = 1;
     for (const auto& step : steps) {
-      result.u64()[1] = 0x1111111111111111ull;
+      result.store64(8, 0x1111111111111111ull);
       auto wc = ATOMIC_SYNC(*qp, *node.send_cq, Opcode::AtomicCmpSwap, mr->sge(8, 8), region.addr, region.rkey,
                             step.compare, step.swap, id);
       CHECK_WC(wc, "compare-swap completion", .wr_id = id, .status = WcStatus::Success, .opcode = WcOpcode::CompSwap,
                .byte_len = 8, .qp_num = qp->qp_num());
-      CHECK_EQ(result.u64()[1], step.old) << "original value returned by compare-swap #" << id;
+      CHECK_EQ(result.load64(8), step.old) << "original value returned by compare-swap #" << id;
       ++id;
     }
     env.barrier("done");

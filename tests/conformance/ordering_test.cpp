@@ -100,15 +100,16 @@ TEST_P(Conformance, OrderedWritePlacementWhenClaimed) {
         for (int round = 0; round < kRounds; ++round) {
           const std::size_t size = sizes[static_cast<std::size_t>(round) % std::size(sizes)];
           const std::uint64_t mark = 0x5eed000000000000ull + static_cast<std::uint64_t>(round) + 1;
-          auto* word = reinterpret_cast<std::uint64_t*>(base + size - 8);
           const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-          while (std::atomic_ref<std::uint64_t>(*word).load(std::memory_order_acquire) != mark) {
+          while (load_u64(base + size - 8) != mark) {
             CHECK(std::chrono::steady_clock::now() < deadline) << tag << " round " << round << ": last word never came";
             env.device().progress();
           }
+          std::vector<unsigned char> got(size - 8);
+          copy_bytes(got.data(), base, size - 8);
           for (std::size_t i = 0; i + 8 < size; ++i) {
             const auto want = static_cast<unsigned char>((i * 131 + static_cast<std::size_t>(round) * 7) & 0xff);
-            if (base[i] != want) {
+            if (got[i] != want) {
               FAIL_RANK() << tag << " round " << round << " (" << size << " bytes): byte " << i
                           << " not yet in place when the last word was";
             }
@@ -122,11 +123,13 @@ TEST_P(Conformance, OrderedWritePlacementWhenClaimed) {
         auto src_mr = node.pd->register_memory(src.data(), kMax, Access::LocalWrite);
         for (int round = 0; round < kRounds; ++round) {
           const std::size_t size = sizes[static_cast<std::size_t>(round) % std::size(sizes)];
+          std::vector<std::uint8_t> bytes(size);
           for (std::size_t i = 0; i + 8 < size; ++i) {
-            src.data()[i] = static_cast<std::uint8_t>((i * 131 + static_cast<std::size_t>(round) * 7) & 0xff);
+            bytes[i] = static_cast<std::uint8_t>((i * 131 + static_cast<std::size_t>(round) * 7) & 0xff);
           }
           const std::uint64_t mark = 0x5eed000000000000ull + static_cast<std::uint64_t>(round) + 1;
-          std::memcpy(src.data() + size - 8, &mark, 8);
+          std::memcpy(bytes.data() + size - 8, &mark, 8);
+          copy_bytes(src.data(), bytes.data(), size);
           // Odd rounds: three SGEs that cut through the last word.
           std::vector<Sge> sges;
           if (round % 2 == 1 && size >= 16) {
@@ -156,7 +159,7 @@ TEST_P(Conformance, SendsArriveInOrder) {
     Buffer buf(kSlot * kCount);
     auto mr = node.pd->register_memory(buf.data(), buf.size(), Access::LocalWrite);
     if (env.rank() == kTarget) {
-      std::memset(buf.data(), 0, buf.size());
+      set_bytes(buf.data(), 0, buf.size());
       auto qp = make_qp(node);
       for (int i = 0; i < kCount; ++i) {
         Sge sge = mr->sge(kSlot * static_cast<std::size_t>(i), kSlot);
@@ -169,7 +172,7 @@ TEST_P(Conformance, SendsArriveInOrder) {
         CHECK_WC(wc, "receive #" + std::to_string(i), .wr_id = static_cast<std::uint64_t>(i),
                  .status = WcStatus::Success, .opcode = WcOpcode::Recv, .byte_len = size_of(i));
         std::uint64_t seq = 0;
-        std::memcpy(&seq, buf.data() + kSlot * static_cast<std::size_t>(i), 8);
+        copy_bytes(&seq, buf.data() + kSlot * static_cast<std::size_t>(i), 8);
         CHECK_EQ(seq, i) << "receive #" << i << " holds the wrong message (SENDs out of order)";
         CHECK_PATTERN(buf.data() + kSlot * static_cast<std::size_t>(i) + 8, size_of(i) - 8,
                       7000 + static_cast<std::uint64_t>(i), 0, "payload of message " + std::to_string(i));
@@ -178,7 +181,7 @@ TEST_P(Conformance, SendsArriveInOrder) {
     } else {
       for (int i = 0; i < kCount; ++i) {
         std::uint64_t seq = static_cast<std::uint64_t>(i);
-        std::memcpy(buf.data() + kSlot * static_cast<std::size_t>(i), &seq, 8);
+        copy_bytes(buf.data() + kSlot * static_cast<std::size_t>(i), &seq, 8);
         fill_pattern(buf.data() + kSlot * static_cast<std::size_t>(i) + 8, size_of(i) - 8, 7000 + seq);
       }
       auto qp = connected_qp(env, node, kTarget, "t");

@@ -16,7 +16,7 @@ constexpr int kTarget = 0;
 constexpr int kInitiator = 1;
 constexpr std::size_t kLen = 256 * 1024;
 
-TEST_P(Conformance, RegistrationCacheReusesAndFollowsUnmap) {
+TEST_P(HostMemoryConformance, RegistrationCacheReusesAndFollowsUnmap) {
   ASSERT_TRUE(run(2, [](RankEnv& env) {
     Node node(env);
     if (env.rank() == kTarget) {

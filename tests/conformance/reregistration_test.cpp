@@ -17,7 +17,7 @@ TEST_P(Conformance, SameBufferRegisteredTwice) {
     Node node(env);
     if (env.rank() == kTarget) {
       Buffer target(8192);
-      std::memset(target.data(), 0, target.size());
+      set_bytes(target.data(), 0, target.size());
       const Access rights = Access::LocalWrite | Access::RemoteWrite;
       auto first = node.pd->register_memory(target.data(), target.size(), rights);
       auto second = node.pd->register_memory(target.data(), target.size(), rights);

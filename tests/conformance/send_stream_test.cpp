@@ -102,7 +102,7 @@ class StreamReceiver {
   StreamReceiver(QueuePair& qp, MemoryRegion& mr, std::uint8_t* slots, const StreamPhase& p, std::size_t phase,
                  int from)
       : qp_(qp), mr_(mr), slots_(slots), p_(p), phase_(phase), from_(from) {
-    std::memset(slots_, 0xEE, p_.receives * p_.size);
+    set_bytes(slots_, 0xEE, p_.receives * p_.size);
     while (posted_ < std::min(p_.receives, p_.messages)) post();
   }
   bool done() const { return received_ == p_.messages; }
@@ -115,7 +115,7 @@ class StreamReceiver {
              .byte_len = static_cast<std::uint32_t>(p_.size), .qp_num = qp_.qp_num());
     std::uint8_t* slot = slots_ + (received_ % p_.receives) * p_.size;
     CHECK_PATTERN(slot, p_.size, seed_of(phase_, from_, received_), 0, "payload of " + what);
-    std::memset(slot, 0xEE, p_.size);  // a later message must bring its own bytes
+    set_bytes(slot, 0xEE, p_.size);  // a later message must bring its own bytes
     ++received_;
     if (posted_ < p_.messages) post();
     return true;
@@ -252,7 +252,7 @@ TEST_P(Conformance, CrossedSendsWaitingForReceivesBothSucceed) {
       const auto round = std::to_string(r);
       const auto id = static_cast<std::uint64_t>(r);
       ScopedTrace trace([&] { return "round " + round + ", qp state " + to_string(qp->state()); });
-      std::memset(buf.data() + 3 * kSize, 0, kSize);
+      set_bytes(buf.data() + 3 * kSize, 0, kSize);
       fill_pattern(buf.data() + 2 * kSize, kSize, 7000 + 2 * id + static_cast<std::uint64_t>(env.rank()));
       if (env.rank() == 0) {
         qp->post_send(send_wr(id, Opcode::Send, {&out, 1}));  // waits: rank 1 has no receive
@@ -302,7 +302,7 @@ TEST_P(Conformance, UnsignaledSendDeliveredAfterRnrDoesNotFailLater) {
       qp->post_recv(RecvWr{.wr_id = 0, .sg_list = {&warm, 1}});
       connect_qp(env, *qp, kSender, "t", opts);
       CHECK_WC(WAIT_WC(*node.recv_cq, "the first SEND"), "first receive", .wr_id = 0, .status = WcStatus::Success);
-      std::memset(buf.data(), 0, 4096);
+      set_bytes(buf.data(), 0, 4096);
       await(env, "sent");
       // Let the SEND find no receive here (the provider may also get there by itself).
       for (int i = 0; i < 1000; ++i) node.device->progress();
@@ -376,18 +376,18 @@ TEST_P(Conformance, ReadAndAtomicCompleteWhilePeerSendWaitsForReceive) {
     if (env.rank() == 0) {
       fill_pattern(buf.data(), 65536, 61);                   // what rank 1 READs, small
       fill_pattern(buf.data() + 65536, 65536, 62);           // and large
-      *buf.u64(2 * 65536) = 1000;                            // the atomic's target
+      buf.store64(2 * 65536, 1000);                          // the atomic's target
       fill_pattern(buf.data() + 2 * 65536 + 4096, 512, 63);  // the SEND's payload
       Sge sge = mr->sge(2 * 65536 + 4096, 512);
       qp->post_send(send_wr(1, Opcode::Send, {&sge, 1}));  // waits: rank 1 has no receive
       signal(env, "sent");
       CHECK_WC(WAIT_WC(*node.send_cq, "the SEND"), "SEND that waited for rank 1's receive", .wr_id = 1,
                .status = WcStatus::Success, .opcode = WcOpcode::Send);
-      CHECK_EQ(*buf.u64(2 * 65536), std::uint64_t{1007}) << "the FETCH_ADD";
+      CHECK_EQ(buf.load64(2 * 65536), std::uint64_t{1007}) << "the FETCH_ADD";
       env.barrier("done");
     } else {
       RemoteRegion r = fetch_region(env, "region/0");
-      std::memset(buf.data(), 0, buf.size());
+      set_bytes(buf.data(), 0, buf.size());
       await(env, "sent");
       // Let the SEND find no receive here (the provider may also get there by itself).
       for (int i = 0; i < 1000; ++i) node.device->progress();
@@ -410,7 +410,7 @@ TEST_P(Conformance, ReadAndAtomicCompleteWhilePeerSendWaitsForReceive) {
       CHECK_WC(wcs[2], "FETCH_ADD", .wr_id = 4, .status = WcStatus::Success, .opcode = WcOpcode::FetchAdd);
       CHECK_PATTERN(buf.data(), 100, 61, 0, "small READ");
       CHECK_PATTERN(buf.data() + 65536, 65536, 62, 0, "large READ");
-      CHECK_EQ(*buf.u64(2 * 65536), std::uint64_t{1000}) << "FETCH_ADD's old value";
+      CHECK_EQ(buf.load64(2 * 65536), std::uint64_t{1000}) << "FETCH_ADD's old value";
       Sge in = mr->sge(2 * 65536 + 4096, 4096);
       qp->post_recv(RecvWr{.wr_id = 5, .sg_list = {&in, 1}});
       CHECK_WC(WAIT_WC(*node.recv_cq, "rank 0's SEND"), "receive posted after the READs", .wr_id = 5,

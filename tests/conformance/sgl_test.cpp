@@ -42,10 +42,12 @@ void check_segments(const std::vector<Buffer*>& bufs, const std::vector<Segment>
     pos += take;
   }
   for (std::size_t r = 0; r < bufs.size(); ++r) {
-    for (std::size_t k = 0; k < bufs[r]->size(); ++k) {
-      if (!covered[r][k] && (*bufs[r])[k] != fill) {
+    std::vector<std::uint8_t> bytes(bufs[r]->size());
+    copy_bytes(bytes.data(), bufs[r]->data(), bytes.size());
+    for (std::size_t k = 0; k < bytes.size(); ++k) {
+      if (!covered[r][k] && bytes[k] != fill) {
         FAIL_RANK() << what << ": region " << r << " byte " << k << " outside the scattered data was changed to "
-                    << static_cast<int>((*bufs[r])[k]);
+                    << static_cast<int>(bytes[k]);
       }
     }
   }
@@ -62,8 +64,8 @@ TEST_P(Conformance, SendAndReceiveScatterGather) {
     Node node(env);
     Buffer a(4096), b(4096);
     std::vector<Buffer*> bufs = {&a, &b};
-    std::memset(a.data(), 0xEE, a.size());
-    std::memset(b.data(), 0xEE, b.size());
+    set_bytes(a.data(), 0xEE, a.size());
+    set_bytes(b.data(), 0xEE, b.size());
     auto mra = node.pd->register_memory(a.data(), a.size(), Access::LocalWrite);
     auto mrb = node.pd->register_memory(b.data(), b.size(), Access::LocalWrite);
     auto sges_of = [&](const std::vector<Segment>& segs) {
@@ -99,7 +101,7 @@ TEST_P(Conformance, RdmaScatterGather) {
     Node node(env);
     if (env.rank() == kTarget) {
       Buffer target(8192), source(8192);
-      std::memset(target.data(), 0, target.size());
+      set_bytes(target.data(), 0, target.size());
       fill_pattern(source.data(), source.size(), 32);
       auto mrt = node.pd->register_memory(target.data(), target.size(), Access::LocalWrite | Access::RemoteWrite);
       auto mrs = node.pd->register_memory(source.data(), source.size(), Access::RemoteRead);
@@ -113,8 +115,8 @@ TEST_P(Conformance, RdmaScatterGather) {
     } else {
       Buffer a(4096), b(4096);
       std::vector<Buffer*> bufs = {&a, &b};
-      std::memset(a.data(), 0xEE, a.size());
-      std::memset(b.data(), 0xEE, b.size());
+      set_bytes(a.data(), 0xEE, a.size());
+      set_bytes(b.data(), 0xEE, b.size());
       auto mra = node.pd->register_memory(a.data(), a.size(), Access::LocalWrite);
       auto mrb = node.pd->register_memory(b.data(), b.size(), Access::LocalWrite);
       auto sges_of = [&](const std::vector<Segment>& segs) {
@@ -132,8 +134,8 @@ TEST_P(Conformance, RdmaScatterGather) {
       CHECK_WC(WAIT_WC(*node.send_cq, "gathered write"), "gathered write", .wr_id = 1, .status = WcStatus::Success,
                .opcode = WcOpcode::RdmaWrite, .qp_num = qp->qp_num());
 
-      std::memset(a.data(), 0xEE, a.size());
-      std::memset(b.data(), 0xEE, b.size());
+      set_bytes(a.data(), 0xEE, a.size());
+      set_bytes(b.data(), 0xEE, b.size());
       auto rsges = sges_of(kRecvSegs);  // capacity 1250: read exactly that much
       qp->post_send(rdma_wr(2, Opcode::RdmaRead, rsges, rd_region.addr + 77, rd_region.rkey));
       CHECK_WC(WAIT_WC(*node.send_cq, "scattered read"), "scattered read", .wr_id = 2, .status = WcStatus::Success,
@@ -156,7 +158,7 @@ TEST_P(Conformance, MaxSgeCount) {
   ASSERT_TRUE(run(2, [](RankEnv& env) {
     Node node(env);
     Buffer buf(65536);
-    std::memset(buf.data(), 0xEE, buf.size());
+    set_bytes(buf.data(), 0xEE, buf.size());
     auto mr = node.pd->register_memory(buf.data(), buf.size(), Access::LocalWrite);
     if (env.rank() == kTarget) {
       auto qp = make_qp(node);

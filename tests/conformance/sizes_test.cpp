@@ -22,7 +22,7 @@ TEST_P(Conformance, ZeroByteOperations) {
   ASSERT_TRUE(run(2, [](RankEnv& env) {
     Node node(env);
     Buffer buf(8192);
-    std::memset(buf.data(), 0xEE, buf.size());
+    set_bytes(buf.data(), 0xEE, buf.size());
     auto mr =
         node.pd->register_memory(buf.data(), buf.size(), Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead);
     if (env.rank() == kTarget) {
@@ -74,11 +74,11 @@ TEST_P(Conformance, OneByteOperations) {
   ASSERT_TRUE(run(2, [](RankEnv& env) {
     Node node(env);
     Buffer buf(8192);
-    std::memset(buf.data(), 0xEE, buf.size());
+    set_bytes(buf.data(), 0xEE, buf.size());
     auto mr =
         node.pd->register_memory(buf.data(), buf.size(), Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead);
     if (env.rank() == kTarget) {
-      buf[8191] = 0x3C;  // read by the peer
+      set_bytes(buf.data() + 8191, 0x3C, 1);  // read by the peer
       auto qp = make_qp(node);
       Sge sge = mr->sge(1, 1);
       qp->post_recv(RecvWr{.wr_id = 7, .sg_list = {&sge, 1}});
@@ -87,14 +87,14 @@ TEST_P(Conformance, OneByteOperations) {
       CHECK_WC(WAIT_WC(*node.recv_cq, "1-byte receive"), "1-byte SEND", .wr_id = 7, .status = WcStatus::Success,
                .opcode = WcOpcode::Recv, .byte_len = 1, .qp_num = qp->qp_num());
       env.barrier("done");
-      CHECK_EQ(buf[1], 0x5A) << "received byte";
-      CHECK_EQ(buf[4097], 0xA5) << "written byte";
+      CHECK_BYTES(buf.data() + 1, 1, 0x5A, "received byte");
+      CHECK_BYTES(buf.data() + 4097, 1, 0xA5, "written byte");
       CHECK_BYTES(buf.data(), 1, 0xEE, "byte 0");
       CHECK_BYTES(buf.data() + 2, 4097 - 2, 0xEE, "bytes 2..4096");
       CHECK_BYTES(buf.data() + 4098, 8191 - 4098, 0xEE, "bytes 4098..8190");
     } else {
-      buf[0] = 0x5A;
-      buf[1] = 0xA5;
+      set_bytes(buf.data(), 0x5A, 1);
+      set_bytes(buf.data() + 1, 0xA5, 1);
       auto qp = connected_qp(env, node, kTarget, "t");
       RemoteRegion region = fetch_region(env, "region");
       Sge s0 = mr->sge(0, 1), s1 = mr->sge(1, 1), s2 = mr->sge(4001, 1);
@@ -106,9 +106,9 @@ TEST_P(Conformance, OneByteOperations) {
       CHECK_WC(wcs[1], "1-byte WRITE", .wr_id = 2, .status = WcStatus::Success, .opcode = WcOpcode::RdmaWrite);
       CHECK_WC(wcs[2], "1-byte READ", .wr_id = 3, .status = WcStatus::Success, .opcode = WcOpcode::RdmaRead,
                .byte_len = 1);
-      CHECK_EQ(buf[4001], 0x3C) << "byte read from the last byte of the remote region";
-      CHECK_EQ(buf[4000], 0xEE);
-      CHECK_EQ(buf[4002], 0xEE);
+      CHECK_BYTES(buf.data() + 4001, 1, 0x3C, "byte read from the last byte of the remote region");
+      CHECK_BYTES(buf.data() + 4000, 1, 0xEE, "byte before the one read");
+      CHECK_BYTES(buf.data() + 4002, 1, 0xEE, "byte after the one read");
       env.barrier("done");
     }
   }));
@@ -120,7 +120,7 @@ TEST_P(Conformance, UnalignedAddressesAndLengths) {
     constexpr std::uint32_t kLen = 4093;
     Node node(env);
     Buffer buf(16384);
-    std::memset(buf.data(), 0, buf.size());
+    set_bytes(buf.data(), 0, buf.size());
     if (env.rank() == kTarget) {
       fill_pattern(buf.data() + 8192 + 11, kLen, 53);  // read by the peer
       auto mr = node.pd->register_memory(buf.data(), buf.size(),
@@ -181,7 +181,7 @@ TEST_P(Conformance, SizeSweep) {
       auto qp = make_qp(node);
       for (std::size_t i = 0; i < kSweep.size(); ++i) {
         rbufs.push_back(std::make_unique<Buffer>(kSweep[i] + 64));
-        std::memset(rbufs.back()->data(), 0xEE, rbufs.back()->size());
+        set_bytes(rbufs.back()->data(), 0xEE, rbufs.back()->size());
         rmrs.push_back(node.pd->register_memory(rbufs.back()->data(), rbufs.back()->size(), Access::LocalWrite));
         Sge sge = rmrs.back()->sge(0, kSweep[i] + 64);
         qp->post_recv(RecvWr{.wr_id = i, .sg_list = {&sge, 1}});
@@ -209,7 +209,7 @@ TEST_P(Conformance, SizeSweep) {
         Sge s = smr->sge(0, len);
         qp->post_send(send_wr(3 * i, Opcode::Send, {&s, 1}));
         qp->post_send(rdma_wr(3 * i + 1, Opcode::RdmaWrite, {&s, 1}, region.addr + 1, region.rkey));
-        std::memset(dst.data(), 0, len + 16);
+        set_bytes(dst.data(), 0, len + 16);
         Sge d = dmr->sge(3, len);
         qp->post_send(rdma_wr(3 * i + 2, Opcode::RdmaRead, {&d, 1}, region.addr + 1, region.rkey));
         auto wcs = WAIT_WCS(*node.send_cq, 3, "SEND/WRITE/READ of " + what);
@@ -260,16 +260,19 @@ void long_rendezvous(RankEnv& env, const std::string& name) {
 }
 
 // Where the ranks live (a namespace, an address family) changes how they
-// connect, not how the provider moves 2 GiB: by default these cases run in
-// the Local placement only (about 50 s each here), and in every placement
-// with RDMX_LARGEST_MESSAGE_PLACEMENTS=all (make test-largest).
-bool largest_message_runs_in(Placement placement) {
+// connect, not how the provider moves 2 GiB; device memory moves it by the
+// same chunks as smaller messages: by default these cases run in the Local
+// placement on host memory only (about 50 s each here), and in every
+// placement and memory with RDMX_LARGEST_MESSAGE_PLACEMENTS=all (make test-largest).
+bool largest_message_runs_in(const ConformanceParam& param) {
   const char* all = std::getenv("RDMX_LARGEST_MESSAGE_PLACEMENTS");
-  return placement == Placement::Local || (all != nullptr && std::string(all) == "all");
+  return (param.placement == Placement::Local && param.memory == BufferMemory::Host) ||
+         (all != nullptr && std::string(all) == "all");
 }
-#define SKIP_UNLESS_LARGEST_MESSAGE_PLACEMENT()       \
-  if (!largest_message_runs_in(GetParam().placement)) \
-  GTEST_SKIP() << "Local placement only, unless RDMX_LARGEST_MESSAGE_PLACEMENTS=all (make test-largest)"
+#define SKIP_UNLESS_LARGEST_MESSAGE_PLACEMENT()                                                       \
+  if (!largest_message_runs_in(GetParam()))                                                           \
+  GTEST_SKIP() << "Local placement and host memory only, unless RDMX_LARGEST_MESSAGE_PLACEMENTS=all " \
+                  "(make test-largest)"
 
 std::size_t largest_message(const Node& node) {
   const std::uint64_t max = node.device->caps().max_msg_size;

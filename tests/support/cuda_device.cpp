@@ -4,7 +4,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <functional>
+#include <memory>
+
 #include "rdmx/error.hpp"
+#include "rdmx/verbs.hpp"
 
 namespace rdmx::test {
 
@@ -73,7 +77,17 @@ void cuda_copy(void* dst, const void* src, std::size_t bytes) {
             "cuMemcpy", {.op = "cuda_copy", .sizes = std::to_string(bytes) + " B"});
 }
 
-bool gpu_usable_in_child(std::string* why) {
+void cuda_set(void* dst, std::uint8_t value, std::size_t bytes) {
+  const cu::DriverApi& api = cu::require_driver("cuda_set");
+  cu::check(api, api.cuMemsetD8_v2(static_cast<cu::CUdeviceptr>(reinterpret_cast<std::uintptr_t>(dst)), value, bytes),
+            "cuMemsetD8", {.op = "cuda_set", .sizes = std::to_string(bytes) + " B"});
+}
+
+namespace {
+
+// Runs `question` in a forked child (which may initialise CUDA) and returns
+// its verdict: true or false, and the reason in `why`.
+bool ask_in_child(const std::function<bool(std::string*)>& question, std::string* why) {
   int pipe_fds[2];
   if (::pipe(pipe_fds) != 0) {
     *why = "pipe() failed";
@@ -83,8 +97,13 @@ bool gpu_usable_in_child(std::string* why) {
   if (child == 0) {
     ::close(pipe_fds[0]);
     std::string reason;
-    const bool usable = cuda_for_test(&reason) != nullptr;
-    const std::string message = (usable ? "1" : "0") + reason;
+    bool yes = false;
+    try {
+      yes = question(&reason);
+    } catch (const std::exception& e) {
+      reason = e.what();
+    }
+    const std::string message = (yes ? "1" : "0") + reason;
     [[maybe_unused]] const ssize_t written = ::write(pipe_fds[1], message.data(), message.size());
     ::_exit(0);
   }
@@ -102,6 +121,36 @@ bool gpu_usable_in_child(std::string* why) {
   }
   *why = message.substr(1);
   return message[0] == '1';
+}
+
+}  // namespace
+
+bool gpu_usable_in_child(std::string* why) {
+  return ask_in_child([](std::string* reason) { return cuda_for_test(reason) != nullptr; }, why);
+}
+
+bool device_memory_served_in_child(const std::string& provider, std::string* why, bool by_peer_mapping) {
+  return ask_in_child(
+      [&provider, by_peer_mapping](std::string* reason) {
+        if (cuda_for_test(reason) == nullptr) {
+          *reason = "needs a GPU (runs on the device machine): " + *reason;
+          return false;
+        }
+        const std::shared_ptr<Device> device = open_device(provider);
+        const CudaMemorySupport support = device->caps().cuda_memory;
+        if (support == CudaMemorySupport::None) {
+          *reason = "provider " + provider + " serves no device memory here (" + device->selection_reason() + ")";
+          return false;
+        }
+        if (by_peer_mapping && support != CudaMemorySupport::PeerMapping) {
+          *reason = "provider " + provider + " reports cuda_memory " + to_string(support) +
+                    ", not peer-mapping: the exportable half runs where peers map memory, the cudaMalloc-style "
+                    "half covers staging";
+          return false;
+        }
+        return true;
+      },
+      why);
 }
 
 }  // namespace rdmx::test

@@ -66,6 +66,8 @@ class VmmBuffer {
 
 // cuMemcpy between any two pointers (unified addressing), synchronous.
 void cuda_copy(void* dst, const void* src, std::size_t bytes);
+// cuMemsetD8 on device memory, synchronous.
+void cuda_set(void* dst, std::uint8_t value, std::size_t bytes);
 
 }  // namespace rdmx::test
 
@@ -75,6 +77,11 @@ namespace rdmx::test {
 // initialises CUDA: a test that forks ranks must not, since CUDA does not
 // survive fork() (the ranks initialise it themselves).
 bool gpu_usable_in_child(std::string* why);
+
+// Whether `provider`'s device serves device memory (caps().cuda_memory is
+// not none; with `by_peer_mapping`, is peer-mapping) on a usable GPU, asked
+// in a child process likewise; `why` says why not.
+bool device_memory_served_in_child(const std::string& provider, std::string* why, bool by_peer_mapping = false);
 
 #define RDMX_REQUIRE_GPU_BEFORE_FORK()                                                    \
   do {                                                                                    \

@@ -13,14 +13,6 @@
 namespace rdmx::test {
 namespace {
 
-inline std::uint64_t pattern_word(std::uint64_t seed, std::uint64_t index) {
-  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + index + 1;
-  x ^= x >> 31;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 27;
-  return x;
-}
-
 std::string hex(std::uint64_t v) {
   std::ostringstream out;
   out << "0x" << std::hex << v;
@@ -33,96 +25,12 @@ std::chrono::milliseconds default_timeout() { return rdmx::core::timeout(); }
 
 // ---------------------------------------------------------------------------
 
-Buffer::Buffer(std::size_t size) : size_(size) {
-  std::size_t map = size == 0 ? 4096 : size;
-  void* p = ::mmap(nullptr, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) {
-    FAIL_RANK() << "mmap of " << size << " bytes failed: " << std::strerror(errno);
-  }
-  data_ = static_cast<std::uint8_t*>(p);
-}
-
-Buffer::~Buffer() {
-  if (data_ != nullptr) ::munmap(data_, size_ == 0 ? 4096 : size_);
-}
-
-std::uint8_t pattern_byte(std::uint64_t seed, std::uint64_t pos) {
-  return static_cast<std::uint8_t>(pattern_word(seed, pos / 8) >> (8 * (pos % 8)));
-}
-
 char* map_anonymous(std::size_t bytes, void* at) {
   const int fixed = at != nullptr ? MAP_FIXED_NOREPLACE : 0;
   void* p = ::mmap(at, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | fixed, -1, 0);
   CHECK(p != MAP_FAILED) << "mmap of " << bytes << " bytes: " << std::strerror(errno);
   CHECK(at == nullptr || p == at) << "mapping again at " << at << " gave " << p;
   return static_cast<char*>(p);
-}
-
-void fill_pattern(void* dst, std::size_t len, std::uint64_t seed, std::uint64_t pos) {
-  auto* out = static_cast<std::uint8_t*>(dst);
-  std::size_t k = 0;
-  while (k < len && (pos + k) % 8 != 0) {
-    out[k] = pattern_byte(seed, pos + k);
-    ++k;
-  }
-  std::uint64_t word = (pos + k) / 8;
-  for (; k + 8 <= len; k += 8, ++word) {
-    std::uint64_t w = pattern_word(seed, word);
-    std::memcpy(out + k, &w, 8);
-  }
-  for (; k < len; ++k) out[k] = pattern_byte(seed, pos + k);
-}
-
-std::optional<std::size_t> find_pattern_mismatch(const void* p, std::size_t len, std::uint64_t seed,
-                                                 std::uint64_t pos) {
-  const auto* in = static_cast<const std::uint8_t*>(p);
-  std::size_t k = 0;
-  while (k < len && (pos + k) % 8 != 0) {
-    if (in[k] != pattern_byte(seed, pos + k)) return k;
-    ++k;
-  }
-  std::uint64_t word = (pos + k) / 8;
-  for (; k + 8 <= len; k += 8, ++word) {
-    std::uint64_t w;
-    std::memcpy(&w, in + k, 8);
-    if (w != pattern_word(seed, word)) {
-      for (std::size_t j = 0; j < 8; ++j) {
-        if (in[k + j] != pattern_byte(seed, pos + k + j)) return k + j;
-      }
-    }
-  }
-  for (; k < len; ++k) {
-    if (in[k] != pattern_byte(seed, pos + k)) return k;
-  }
-  return std::nullopt;
-}
-
-void check_pattern(const void* p, std::size_t len, std::uint64_t seed, std::uint64_t pos, const std::string& what,
-                   const char* file, int line) {
-  auto bad = find_pattern_mismatch(p, len, seed, pos);
-  if (!bad) return;
-  const auto* in = static_cast<const std::uint8_t*>(p);
-  std::size_t run = 1;
-  while (*bad + run < len && in[*bad + run] != pattern_byte(seed, pos + *bad + run)) ++run;
-  std::ostringstream msg;
-  msg << what << ": content differs from pattern(seed " << seed << ") at offset " << *bad << " of " << len << ": got "
-      << hex(in[*bad]) << ", expected " << hex(pattern_byte(seed, pos + *bad)) << " (" << run
-      << " consecutive bad bytes from there";
-  if (in[*bad] == 0) msg << "; zero bytes suggest the data never arrived";
-  msg << ")";
-  fail_rank(file, line, msg.str());
-}
-
-void check_bytes(const void* p, std::size_t len, std::uint8_t value, const std::string& what, const char* file,
-                 int line) {
-  const auto* in = static_cast<const std::uint8_t*>(p);
-  for (std::size_t k = 0; k < len; ++k) {
-    if (in[k] != value) {
-      fail_rank(file, line,
-                what + ": byte at offset " + std::to_string(k) + " of " + std::to_string(len) + " is " + hex(in[k]) +
-                    ", expected " + hex(value));
-    }
-  }
 }
 
 // ---------------------------------------------------------------------------

@@ -14,6 +14,7 @@
 
 #include "rdmx/bootstrap.hpp"
 #include "rdmx/verbs.hpp"
+#include "support/buffer.hpp"
 #include "support/harness.hpp"
 
 namespace rdmx::test {
@@ -22,45 +23,9 @@ namespace rdmx::test {
 std::chrono::milliseconds default_timeout();
 
 // ---------------------------------------------------------------------------
-// Memory: page-aligned anonymous mappings (pages are only touched when used).
-class Buffer {
- public:
-  explicit Buffer(std::size_t size);
-  ~Buffer();
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  std::uint8_t* data() const noexcept { return data_; }
-  std::size_t size() const noexcept { return size_; }
-  std::uint64_t addr(std::size_t offset = 0) const noexcept { return reinterpret_cast<std::uint64_t>(data_ + offset); }
-  std::uint8_t& operator[](std::size_t i) const noexcept { return data_[i]; }
-  std::uint64_t* u64(std::size_t offset = 0) const noexcept { return reinterpret_cast<std::uint64_t*>(data_ + offset); }
-
- private:
-  std::uint8_t* data_ = nullptr;
-  std::size_t size_ = 0;
-};
-
-// A deterministic byte stream: byte `pos` of stream `seed` is byte pos%8 of a
-// 64-bit word derived from (seed, pos/8). Filling and checking run at memory
-// speed, so whole GiB regions can be verified.
-void fill_pattern(void* dst, std::size_t len, std::uint64_t seed, std::uint64_t pos = 0);
-
 // Fresh zeroed anonymous memory of its own mapping; with `at`, exactly there
 // (MAP_FIXED_NOREPLACE: new pages at an address just unmapped), else the rank fails.
 char* map_anonymous(std::size_t bytes, void* at = nullptr);
-std::uint8_t pattern_byte(std::uint64_t seed, std::uint64_t pos);
-// Offset of the first byte of [p, p+len) that differs from the stream, or nullopt.
-std::optional<std::size_t> find_pattern_mismatch(const void* p, std::size_t len, std::uint64_t seed,
-                                                 std::uint64_t pos = 0);
-// Fails the rank, naming `what`, the offset and the bytes, on a mismatch.
-void check_pattern(const void* p, std::size_t len, std::uint64_t seed, std::uint64_t pos, const std::string& what,
-                   const char* file, int line);
-#define CHECK_PATTERN(ptr, len, seed, pos, what) \
-  ::rdmx::test::check_pattern((ptr), (len), (seed), (pos), (what), __FILE__, __LINE__)
-// Fails the rank when [p, p+len) is not all `value`.
-void check_bytes(const void* p, std::size_t len, std::uint8_t value, const std::string& what, const char* file,
-                 int line);
-#define CHECK_BYTES(ptr, len, value, what) ::rdmx::test::check_bytes((ptr), (len), (value), (what), __FILE__, __LINE__)
 
 // ---------------------------------------------------------------------------
 // A remote region as exchanged between ranks.

@@ -122,6 +122,7 @@ void SoftRcQp::post_send(const SendWr& wr) {
   e.ack_requested = false;
   e.rnr_seen = false;
   e.staging = 0;
+  e.awaiting_staging = false;
   if (s == QpState::Error) {
     // As in IB: work posted to a QP in ERROR completes with WR_FLUSH_ERR.
     push_send_completion_locked(e, WcStatus::WrFlushErr);
@@ -129,35 +130,65 @@ void SoftRcQp::post_send(const SendWr& wr) {
     acked_msn_ = next_msn_;
     return;
   }
-  const Access need = carries_payload(wr.opcode) ? Access::None : Access::LocalWrite;
   std::array<RegionMemory, kSoftMaxSge> memory{};
   bool device_memory = false;
+  if (!check_send_sges_locked(e, memory, device_memory)) return;
+  e.awaiting_staging = false;
+  if (device_memory) {
+    // In order: behind a request waiting for room, this one waits too.
+    if (awaiting_staging_ > 0 || !staging_.has_room(e.total)) {
+      e.awaiting_staging = true;
+      ++awaiting_staging_;
+    } else if (!stage_send_locked(e, memory)) {
+      return;
+    }
+  }
+  send_queued_locked(e);
+}
+
+bool SoftRcQp::check_send_sges_locked(const SendEntry& e, std::array<RegionMemory, kSoftMaxSge>& memory,
+                                      bool& device_memory) {
+  const Access need = carries_payload(e.opcode) ? Access::None : Access::LocalWrite;
   for (std::uint32_t i = 0; i < e.num_sge; ++i) {
     const Sge& sge = e.sges[i];
     auto verdict = local_key_.check(pd_.registry(), false, &pd_, sge.lkey, sge.addr, sge.length, need);
     if (verdict != AccessCheck::Ok) {
-      fail_locked("post_send " + std::string(to_string(wr.opcode)) + " wr_id " + std::to_string(wr.wr_id) +
+      fail_locked("post_send " + std::string(to_string(e.opcode)) + " wr_id " + std::to_string(e.wr_id) +
                       ": local SGE " + std::to_string(i) + " (addr " + hex(sge.addr) + ", length " +
                       std::to_string(sge.length) + ", lkey " + hex(sge.lkey) + "): " + to_string(verdict),
                   WcStatus::LocProtErr, e.msn);
-      return;
+      return false;
     }
     if (sge.length > 0 && Staging::needs(local_key_.verdict())) {
       memory[i] = local_key_.verdict().memory;
       device_memory = true;
     }
   }
-  if (device_memory) {
-    try {
-      staging_.stage_send(e, memory);
-    } catch (const Error& error) {
-      fail_locked("post_send " + std::string(to_string(wr.opcode)) + " wr_id " + std::to_string(wr.wr_id) +
-                      ": copying its device memory to a host buffer failed: " + error.message(),
-                  WcStatus::LocProtErr, e.msn);
-      return;
-    }
+  return true;
+}
+
+bool SoftRcQp::stage_send_locked(SendEntry& e, const std::array<RegionMemory, kSoftMaxSge>& memory) {
+  try {
+    staging_.stage_send(e, memory);
+    return true;
+  } catch (const Error& error) {
+    fail_locked("post_send " + std::string(to_string(e.opcode)) + " wr_id " + std::to_string(e.wr_id) +
+                    ": copying its device memory to a host buffer failed: " + error.message(),
+                WcStatus::LocProtErr, e.msn);
+    return false;
   }
-  send_queued_locked(e);
+}
+
+bool SoftRcQp::ready_to_send_locked(SendEntry& e) {
+  if (!e.awaiting_staging) return true;
+  if (!staging_.has_room(e.total)) return false;
+  e.awaiting_staging = false;
+  --awaiting_staging_;
+  // Checked again: the buffers may have been deregistered while it waited.
+  std::array<RegionMemory, kSoftMaxSge> memory{};
+  bool device_memory = false;
+  if (!check_send_sges_locked(e, memory, device_memory)) return false;
+  return !device_memory || stage_send_locked(e, memory);
 }
 
 void SoftRcQp::post_recv(const RecvWr& wr) {
@@ -271,7 +302,10 @@ bool SoftRcQp::push_recv_completion_locked(const RecvEntry& e, WcStatus status, 
     bool settled = true;
     if (status == WcStatus::Success) {
       try {
-        settled = staging_.settle(e.staging, true, byte_len, staging_failure);
+        // A WRITE_WITH_IMM consumes the receive but places nothing in it:
+        // its byte_len counts the bytes written into the target region.
+        const bool placed = opcode != WcOpcode::RecvRdmaWithImm;
+        settled = staging_.settle(e.staging, placed, byte_len, staging_failure);
       } catch (const Error& error) {
         settled = false;
         staging_failure = "copying the message to device memory failed: " + error.message();
@@ -321,6 +355,7 @@ void SoftRcQp::fail_locked(const std::string& reason, WcStatus status, std::opti
     staging_.release(e.staging);
     sq_.pop();
   }
+  awaiting_staging_ = 0;
   acked_msn_ = next_msn_;
   error_entered_locked();
   while (!rq_.empty()) {

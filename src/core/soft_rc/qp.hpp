@@ -124,6 +124,12 @@ class RDMX_CAPABILITY("queue pair state") SoftRcQp : public QueuePair {
   // answer is copied into the device memory it was for. False when that
   // failed (the QP is then in ERROR, the entry completed with the error).
   bool settle_locked(const SendEntry& entry) RDMX_REQUIRES(this);
+  // Whether `entry`, the next request the transport would send, may go now.
+  // One whose device memory waits for room in the staging budget is staged
+  // here once there is room; false until then, and the transport sends
+  // nothing behind it. False too when its buffers fail the check made then
+  // (the QP is in ERROR).
+  bool ready_to_send_locked(SendEntry& entry) RDMX_REQUIRES(this);
   // The send-queue entry with `msn` among the first `within`, else null.
   SendEntry* entry_for_msn_locked(std::uint32_t msn, std::size_t within) RDMX_REQUIRES(this);
   // Starts the RNR clock of `entry`.
@@ -145,6 +151,13 @@ class RDMX_CAPABILITY("queue pair state") SoftRcQp : public QueuePair {
   // For the checks made before the lock is taken (takes it).
   static ErrorContext context_of(const void* qp, const std::string& op);
   std::string describe_peer() const RDMX_REQUIRES(this) { return peer_text_.empty() ? "the peer" : peer_text_; }
+  // post_send's check of a send entry's local SGEs: `memory` is filled for
+  // those in device memory. False when one fails (the QP is then in ERROR).
+  bool check_send_sges_locked(const SendEntry& entry, std::array<RegionMemory, kSoftMaxSge>& memory,
+                              bool& device_memory) RDMX_REQUIRES(this);
+  // Copies the entry's device memory to a staging buffer; false when that
+  // failed (the QP is then in ERROR).
+  bool stage_send_locked(SendEntry& entry, const std::array<RegionMemory, kSoftMaxSge>& memory) RDMX_REQUIRES(this);
 
   RegistryProtectionDomain& pd_;
   CompletionRing& send_cq_;
@@ -179,6 +192,7 @@ class RDMX_CAPABILITY("queue pair state") SoftRcQp : public QueuePair {
   WorkRing<RecvEntry> rq_ RDMX_GUARDED_BY(this);
   // Host buffers for requests whose local buffers are device memory.
   Staging staging_ RDMX_GUARDED_BY(this){pd_};
+  std::size_t awaiting_staging_ RDMX_GUARDED_BY(this) = 0;  // send entries waiting for room to be staged
 };
 
 }  // namespace rdmx::core

@@ -46,6 +46,7 @@ struct SendEntry {
   bool rnr_seen;                 // the responder had no receive for it: its RNR clock runs
   Clock::time_point first_rnr;
   std::uint32_t staging;  // its device memory is carried through a host buffer (core::Staging), else 0
+  bool awaiting_staging;  // its device memory waits for room in the staging budget (not sent yet)
 };
 
 struct RecvEntry {

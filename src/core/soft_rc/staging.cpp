@@ -5,10 +5,16 @@
 #include <cstring>
 
 #include "core/cuda/copy.hpp"
+#include "core/settings.hpp"
 #include "core/work_request.hpp"
 
 namespace rdmx::core {
 namespace {
+
+constexpr SizeSetting kStagingBytes{"RDMX_CUDA_STAGING_BYTES", std::size_t{64} << 20,
+                                    "device memory on staging providers (tcp, shm for cudaMalloc memory): host bytes "
+                                    "a QP's requests in flight may hold; a larger request is staged alone"};
+RDMX_SETTING(kStagingBytes);
 
 // Host memory with memcpy, device memory through the driver.
 void copy_piece(void* dst, const void* src, std::size_t n, const RegionMemory& device_side) {
@@ -21,8 +27,13 @@ void copy_piece(void* dst, const void* src, std::size_t n, const RegionMemory& d
 
 }  // namespace
 
+Staging::Staging(RegistryProtectionDomain& pd)
+    : pd_(pd), budget_(std::max<std::uint64_t>(kStagingBytes.read(), 4096)) {}
+
 Staging::~Staging() {
-  for (const Buffer& b : buffers_) pd_.registry().remove(b.lkey);
+  for (const Buffer& b : buffers_) {
+    if (b.bytes) pd_.registry().remove(b.lkey);
+  }
 }
 
 std::size_t Staging::take_buffer(std::uint64_t bytes) {
@@ -30,8 +41,10 @@ std::size_t Staging::take_buffer(std::uint64_t bytes) {
   // The smallest free buffer that fits; else a new one, rounded up to a
   // power of two so that buffers get reused across sizes.
   std::size_t best = buffers_.size();
+  std::size_t empty = buffers_.size();
   for (std::size_t i = 0; i < buffers_.size(); ++i) {
-    if (!buffer_busy_[i] && buffers_[i].capacity >= wanted &&
+    if (!buffers_[i].bytes) empty = i;
+    if (buffers_[i].bytes && !buffer_busy_[i] && buffers_[i].capacity >= wanted &&
         (best == buffers_.size() || buffers_[i].capacity < buffers_[best].capacity)) {
       best = i;
     }
@@ -40,11 +53,17 @@ std::size_t Staging::take_buffer(std::uint64_t bytes) {
     std::size_t capacity = 4096;
     while (capacity < wanted) capacity *= 2;
     Buffer b;
-    b.bytes = std::make_unique<char[]>(capacity);
+    // Not zeroed: every byte a transport reads from it was copied in first.
+    b.bytes = std::make_unique_for_overwrite<char[]>(capacity);
     b.capacity = capacity;
     b.lkey = pd_.registry().add(&pd_, b.bytes.get(), capacity, Access::LocalWrite).lkey;
-    buffers_.push_back(std::move(b));
-    buffer_busy_.push_back(false);
+    if (empty == buffers_.size()) {
+      buffers_.push_back(std::move(b));
+      buffer_busy_.push_back(false);
+    } else {
+      buffers_[empty] = std::move(b);
+    }
+    best = empty;
   }
   buffer_busy_[best] = true;
   return best;
@@ -75,7 +94,10 @@ std::uint32_t Staging::stage(std::array<Sge, kSoftMaxSge>& sges, std::uint32_t& 
 }
 
 void Staging::stage_send(SendEntry& entry, const std::array<RegionMemory, kSoftMaxSge>& memory) {
-  entry.staging = stage(entry.sges, entry.num_sge, entry.total, memory, carries_payload(entry.opcode));
+  const std::uint64_t bytes = entry.total;
+  entry.staging = stage(entry.sges, entry.num_sge, bytes, memory, carries_payload(entry.opcode));
+  staged_[entry.staging - 1].send_bytes = bytes;
+  send_bytes_ += bytes;
 }
 
 void Staging::stage_recv(RecvEntry& entry, const std::array<RegionMemory, kSoftMaxSge>& memory) {
@@ -107,6 +129,25 @@ void Staging::release(std::uint32_t handle) {
   Staged& s = staged_[handle - 1];
   buffer_busy_[s.buffer] = false;
   s.in_use = false;
+  send_bytes_ -= s.send_bytes;
+  s.send_bytes = 0;
+  trim_cache();
+}
+
+void Staging::trim_cache() {
+  for (;;) {
+    std::uint64_t cached = 0;
+    std::size_t largest = buffers_.size();
+    for (std::size_t i = 0; i < buffers_.size(); ++i) {
+      if (!buffers_[i].bytes || buffer_busy_[i]) continue;
+      cached += buffers_[i].capacity;
+      if (largest == buffers_.size() || buffers_[i].capacity > buffers_[largest].capacity) largest = i;
+    }
+    if (cached <= budget_) return;
+    // From under the QP's lock, which remove() would wait for.
+    pd_.registry().remove_unshared(buffers_[largest].lkey);
+    buffers_[largest] = Buffer{};
+  }
 }
 
 }  // namespace rdmx::core

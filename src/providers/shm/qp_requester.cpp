@@ -40,7 +40,7 @@ void ShmQp::pump_locked() {
   bool put = false;
   while (sq_sent_ < sq_.size()) {
     SendEntry& e = sq_.at(sq_sent_);
-    if (!put_request_locked(e)) break;
+    if (!ready_to_send_locked(e) || !put_request_locked(e)) break;
     ++sq_sent_;
     put = true;
   }

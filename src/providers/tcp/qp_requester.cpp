@@ -50,7 +50,7 @@ bool TcpQp::send_small_now_locked(const SendEntry& e) {
   // goes out in one send() without the general frame builder. Anything else
   // falls back to pump_locked().
   if (tx_.active || !control_.empty() || !read_jobs_.empty() || rnr_paused_ || tx_msn_ != e.msn || tx_offset_ != 0 ||
-      !carries_payload(e.opcode) || e.total > sizeof(tx_.header) - wire::kHeaderSize) {
+      e.awaiting_staging || !carries_payload(e.opcode) || e.total > sizeof(tx_.header) - wire::kHeaderSize) {
     return false;
   }
   const bool send = e.opcode == Opcode::Send || e.opcode == Opcode::SendWithImm;
@@ -324,8 +324,10 @@ bool TcpQp::write_frame_locked() {
   return true;
 }
 
-bool TcpQp::requests_to_send_locked() const { return !rnr_paused_ && msn_before(tx_msn_, next_msn_); }
-bool TcpQp::has_data_frames_locked() const { return !read_jobs_.empty() || requests_to_send_locked(); }
+bool TcpQp::requests_to_send_locked() {
+  return !rnr_paused_ && msn_before(tx_msn_, next_msn_) && ready_to_send_locked(*entry_for_msn_locked(tx_msn_));
+}
+bool TcpQp::has_data_frames_locked() { return !read_jobs_.empty() || requests_to_send_locked(); }
 
 void TcpQp::pump_locked(int frame_budget) {
   if (fd_ < 0 || !established_) return;

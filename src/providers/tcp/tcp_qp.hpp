@@ -125,8 +125,10 @@ class TcpQp final : public core::SoftRcQp {
   // Sending (qp_requester.cpp).
   void pump_locked(int frame_budget) RDMX_REQUIRES(this);
   bool send_small_now_locked(const SendEntry& e) RDMX_REQUIRES(this);
-  bool requests_to_send_locked() const RDMX_REQUIRES(this);
-  bool has_data_frames_locked() const RDMX_REQUIRES(this);
+  // Whether the next request may go (it may be staged on the way: see
+  // SoftRcQp::ready_to_send_locked).
+  bool requests_to_send_locked() RDMX_REQUIRES(this);
+  bool has_data_frames_locked() RDMX_REQUIRES(this);
   // Points the READ answer frame being built at a host copy when the job's
   // region is device memory; false (the QP failed) when that failed.
   bool stage_device_source_locked(const ReadJob& job, std::uint32_t chunk) RDMX_REQUIRES(this);

@@ -1,0 +1,106 @@
+// SPDX-License-Identifier: MIT
+// Staging's budget (core/soft_rc/staging.hpp): with RDMX_CUDA_STAGING_BYTES
+// far below what is posted, many device WRITEs in flight wait in order for
+// room, a request larger than the budget goes alone, host requests queued
+// behind waiting ones keep their place, and every byte lands. On each
+// provider that stages device memory (a provider whose caps say none is
+// skipped by device_memory_served_in_child).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "support/buffer.hpp"
+#include "support/cuda_device.hpp"
+#include "support/harness.hpp"
+#include "support/providers.hpp"
+#include "support/verbs_util.hpp"
+
+namespace rdmx {
+namespace {
+
+using namespace test;
+
+constexpr std::size_t kPiece = 768 << 10;  // each below the budget, two above it
+constexpr int kPieces = 24;
+constexpr std::size_t kLarge = 3 << 20;  // above the budget: staged alone
+constexpr std::size_t kTargetBytes = kPieces * kPiece + kLarge + 4096;
+
+class StagingBudget : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!device_memory_served_in_child(GetParam(), &why)) GTEST_SKIP() << why;
+  }
+};
+
+TEST_P(StagingBudget, ManyLargeDeviceWritesWaitInOrderForRoomAndAllLand) {
+  Options options;
+  options.provider = GetParam();
+  ASSERT_TRUE(run_ranks(
+      2, Placement::Local,
+      [](RankEnv& env) {
+        ::setenv("RDMX_CUDA_STAGING_BYTES", "1M", 1);
+        Node node(env);
+        Buffer target(kTargetBytes, BufferMemory::Device);
+        if (env.rank() == 0) {
+          auto mr = node.pd->register_memory(target.data(), target.size(), Access::LocalWrite | Access::RemoteWrite);
+          publish_region(env, "target", *mr);
+          auto qp = connected_qp(env, node, 1, "qp");
+          await(env, "written");
+          for (int i = 0; i < kPieces; ++i) {
+            CHECK_PATTERN(target.data() + kPiece * static_cast<std::size_t>(i), kPiece, 500 + i, 0,
+                          "device WRITE #" + std::to_string(i));
+          }
+          CHECK_PATTERN(target.data() + kPieces * kPiece, kLarge, 499, 0, "the WRITE larger than the budget");
+          // The host WRITE queued behind them all went last: its word is the one that stayed.
+          CHECK_BYTES(target.data() + kPieces * kPiece + kLarge, 8, 0x77, "host WRITE queued behind device ones");
+          env.barrier("checked");
+          return;
+        }
+        Buffer source(kTargetBytes, BufferMemory::Device);
+        Buffer host(4096, BufferMemory::Host);
+        set_bytes(host.data(), 0x77, 8);
+        for (int i = 0; i < kPieces; ++i) {
+          fill_pattern(source.data() + kPiece * static_cast<std::size_t>(i), kPiece, 500 + i);
+        }
+        fill_pattern(source.data() + kPieces * kPiece, kLarge, 499);
+        set_bytes(source.data() + kPieces * kPiece + kLarge, 0x11, 8);
+        auto mr = node.pd->register_memory(source.data(), source.size(), Access::LocalWrite);
+        auto host_mr = node.pd->register_memory(host.data(), host.size(), Access::LocalWrite);
+        QpCaps caps;
+        caps.max_send_wr = 64;
+        auto qp = connected_qp(env, node, 0, "qp", caps);
+        const RemoteRegion target_region = fetch_region(env, "target");
+        std::uint64_t wr_id = 0;
+        std::vector<Sge> sges;
+        auto post = [&](const Sge& sge, std::uint64_t offset) {
+          sges = {sge};
+          qp->post_send(rdma_wr(wr_id++, Opcode::RdmaWrite, sges, target_region.addr + offset, target_region.rkey));
+        };
+        // The device word at the end first, then the host word over it: if
+        // the host WRITE overtook the device ones waiting, 0x11 would stay.
+        post(mr->sge(kPieces * kPiece + kLarge, 8), kPieces * kPiece + kLarge);
+        for (int i = 0; i < kPieces; ++i) {
+          const std::size_t at = kPiece * static_cast<std::size_t>(i);
+          post(mr->sge(at, static_cast<std::uint32_t>(kPiece)), at);
+        }
+        post(mr->sge(kPieces * kPiece, static_cast<std::uint32_t>(kLarge)), kPieces * kPiece);
+        post(host_mr->sge(0, 8), kPieces * kPiece + kLarge);
+        const auto wcs = WAIT_WCS(*node.send_cq, static_cast<std::size_t>(wr_id), "the WRITEs");
+        for (std::size_t i = 0; i < wcs.size(); ++i) {
+          CHECK_WC(wcs[i], "WRITE #" + std::to_string(i), .wr_id = i, .status = WcStatus::Success);
+        }
+        signal(env, "written");
+        env.barrier("checked");
+      },
+      options));
+}
+
+INSTANTIATE_TEST_SUITE_P(Providers, StagingBudget, ::testing::ValuesIn(tested_providers()),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
+
+}  // namespace
+}  // namespace rdmx
