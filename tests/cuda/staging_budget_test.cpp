@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
-// Staging's budget (core/soft_rc/staging.hpp): with RDMX_CUDA_STAGING_BYTES
-// far below what is posted, many device WRITEs in flight wait in order for
-// room, a request larger than the budget goes alone, host requests queued
-// behind waiting ones keep their place, and every byte lands. On each
-// provider that stages device memory (a provider whose caps say none is
-// skipped by device_memory_served_in_child).
+// Device requests far beyond the host memory their providers may use for
+// them: with RDMX_CUDA_STAGING_BYTES at 1 MiB, 24 WRITEs of 768 KiB and one
+// of 3 MiB from device memory (staged within the budget on shm, copied
+// piece by piece as they are sent on tcp), a host WRITE queued behind them
+// all, then as many READs into device memory (staged within the budget on
+// both): requests waiting for room keep their order, a request larger than
+// the budget goes alone, and every byte lands. On each provider that serves
+// device memory (core/soft_rc/staging.hpp).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -36,7 +38,7 @@ class StagingBudget : public ::testing::TestWithParam<std::string> {
   }
 };
 
-TEST_P(StagingBudget, ManyLargeDeviceWritesWaitInOrderForRoomAndAllLand) {
+TEST_P(StagingBudget, ManyLargeDeviceWritesAndReadsStayInOrderAndAllLand) {
   Options options;
   options.provider = GetParam();
   ASSERT_TRUE(run_ranks(
@@ -46,7 +48,8 @@ TEST_P(StagingBudget, ManyLargeDeviceWritesWaitInOrderForRoomAndAllLand) {
         Node node(env);
         Buffer target(kTargetBytes, BufferMemory::Device);
         if (env.rank() == 0) {
-          auto mr = node.pd->register_memory(target.data(), target.size(), Access::LocalWrite | Access::RemoteWrite);
+          auto mr = node.pd->register_memory(target.data(), target.size(),
+                                             Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead);
           publish_region(env, "target", *mr);
           auto qp = connected_qp(env, node, 1, "qp");
           await(env, "written");
@@ -57,7 +60,8 @@ TEST_P(StagingBudget, ManyLargeDeviceWritesWaitInOrderForRoomAndAllLand) {
           CHECK_PATTERN(target.data() + kPieces * kPiece, kLarge, 499, 0, "the WRITE larger than the budget");
           // The host WRITE queued behind them all went last: its word is the one that stayed.
           CHECK_BYTES(target.data() + kPieces * kPiece + kLarge, 8, 0x77, "host WRITE queued behind device ones");
-          env.barrier("checked");
+          signal(env, "checked");
+          env.barrier("read");
           return;
         }
         Buffer source(kTargetBytes, BufferMemory::Device);
@@ -94,7 +98,29 @@ TEST_P(StagingBudget, ManyLargeDeviceWritesWaitInOrderForRoomAndAllLand) {
           CHECK_WC(wcs[i], "WRITE #" + std::to_string(i), .wr_id = i, .status = WcStatus::Success);
         }
         signal(env, "written");
-        env.barrier("checked");
+        await(env, "checked");
+        // The same bytes read back, into a second device buffer.
+        Buffer back(kTargetBytes, BufferMemory::Device);
+        auto back_mr = node.pd->register_memory(back.data(), back.size(), Access::LocalWrite);
+        const std::uint64_t first_read = wr_id;
+        for (int i = 0; i < kPieces; ++i) {
+          const std::size_t at = kPiece * static_cast<std::size_t>(i);
+          sges = {back_mr->sge(at, static_cast<std::uint32_t>(kPiece))};
+          qp->post_send(rdma_wr(wr_id++, Opcode::RdmaRead, sges, target_region.addr + at, target_region.rkey));
+        }
+        sges = {back_mr->sge(kPieces * kPiece, static_cast<std::uint32_t>(kLarge))};
+        qp->post_send(
+            rdma_wr(wr_id++, Opcode::RdmaRead, sges, target_region.addr + kPieces * kPiece, target_region.rkey));
+        const auto reads = WAIT_WCS(*node.send_cq, static_cast<std::size_t>(wr_id - first_read), "the READs");
+        for (std::size_t i = 0; i < reads.size(); ++i) {
+          CHECK_WC(reads[i], "READ #" + std::to_string(i), .wr_id = first_read + i, .status = WcStatus::Success);
+        }
+        for (int i = 0; i < kPieces; ++i) {
+          CHECK_PATTERN(back.data() + kPiece * static_cast<std::size_t>(i), kPiece, 500 + i, 0,
+                        "device READ #" + std::to_string(i));
+        }
+        CHECK_PATTERN(back.data() + kPieces * kPiece, kLarge, 499, 0, "the READ larger than the budget");
+        env.barrier("read");
       },
       options));
 }

@@ -123,6 +123,7 @@ void SoftRcQp::post_send(const SendWr& wr) {
   e.rnr_seen = false;
   e.staging = 0;
   e.awaiting_staging = false;
+  e.device_payload = false;
   if (s == QpState::Error) {
     // As in IB: work posted to a QP in ERROR completes with WR_FLUSH_ERR.
     push_send_completion_locked(e, WcStatus::WrFlushErr);
@@ -134,7 +135,9 @@ void SoftRcQp::post_send(const SendWr& wr) {
   bool device_memory = false;
   if (!check_send_sges_locked(e, memory, device_memory)) return;
   e.awaiting_staging = false;
-  if (device_memory) {
+  if (device_memory && carries_payload(e.opcode) && copies_device_payloads()) {
+    e.device_payload = true;
+  } else if (device_memory) {
     // In order: behind a request waiting for room, this one waits too.
     if (awaiting_staging_ > 0 || !staging_.has_room(e.total)) {
       e.awaiting_staging = true;

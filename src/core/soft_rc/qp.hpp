@@ -91,6 +91,11 @@ class RDMX_CAPABILITY("queue pair state") SoftRcQp : public QueuePair {
   virtual void send_queued_locked(SendEntry& entry) RDMX_REQUIRES(this) = 0;
   // A receive was queued.
   virtual void recv_queued_locked() RDMX_REQUIRES(this) {}
+  // Whether the transport copies SEND and WRITE payloads out of device
+  // memory itself, piece by piece as it sends them (SendEntry::device_payload):
+  // the copy of one piece then overlaps the transfer of the one before, and
+  // the host memory it takes is one piece's. Otherwise they are staged whole.
+  virtual bool copies_device_payloads() const { return false; }
   // The QP entered ERROR and its send queue was flushed (its receive queue
   // is flushed next): stop the transport and tell the peer.
   virtual void error_entered_locked() RDMX_REQUIRES(this) = 0;

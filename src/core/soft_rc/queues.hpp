@@ -47,6 +47,7 @@ struct SendEntry {
   Clock::time_point first_rnr;
   std::uint32_t staging;  // its device memory is carried through a host buffer (core::Staging), else 0
   bool awaiting_staging;  // its device memory waits for room in the staging budget (not sent yet)
+  bool device_payload;    // its payload includes device memory the transport copies as it sends it
 };
 
 struct RecvEntry {

@@ -50,7 +50,8 @@ bool TcpQp::send_small_now_locked(const SendEntry& e) {
   // goes out in one send() without the general frame builder. Anything else
   // falls back to pump_locked().
   if (tx_.active || !control_.empty() || !read_jobs_.empty() || rnr_paused_ || tx_msn_ != e.msn || tx_offset_ != 0 ||
-      e.awaiting_staging || !carries_payload(e.opcode) || e.total > sizeof(tx_.header) - wire::kHeaderSize) {
+      e.awaiting_staging || e.device_payload || !carries_payload(e.opcode) ||
+      e.total > sizeof(tx_.header) - wire::kHeaderSize) {
     return false;
   }
   const bool send = e.opcode == Opcode::Send || e.opcode == Opcode::SendWithImm;
@@ -118,6 +119,52 @@ int TcpQp::gather_locked(const std::array<Sge, kMaxSge>& sges, std::uint32_t num
     offset = 0;
   }
   return count;
+}
+
+bool TcpQp::copy_device_payload_locked(const SendEntry& e, std::uint64_t offset, std::uint32_t length) {
+  // Copied just before the piece is sent: the socket still carries the
+  // piece before while the GPU copies this one.
+  if (device_payload_.size() < length) device_payload_.resize(wire::kMaxChunk);
+  std::uint64_t at = 0;
+  for (std::uint32_t i = 0; i < e.num_sge && at < length; ++i) {
+    const Sge& sge = e.sges[i];
+    if (offset >= sge.length) {
+      offset -= sge.length;
+      continue;
+    }
+    const std::uint64_t take = std::min<std::uint64_t>(sge.length - offset, length - at);
+    std::string failure;
+    const auto verdict = device_.registry().with_access_in(
+        false, &pd_, sge.lkey, sge.addr + offset, take, Access::None, [&](char* p, const core::RegionMemory& memory) {
+          held_by_caller();
+          if (memory.type == MemoryType::Host) {
+            std::memcpy(device_payload_.data() + at, p, take);
+            return;
+          }
+          try {
+            core::cuda::copy_memory(device_payload_.data() + at, p, take, memory.device,
+                                    "tcp payload from device memory");
+          } catch (const Error& error) {
+            failure = error.message();
+          }
+        });
+    const std::string what = std::string(to_string(e.opcode)) + " wr_id " + std::to_string(e.wr_id) + ": local SGE " +
+                             std::to_string(i) + " (lkey " + std::to_string(sge.lkey) + ")";
+    if (verdict != core::AccessCheck::Ok) {
+      fail_locked(what + " was deregistered while it was being sent: " + to_string(verdict), WcStatus::LocProtErr,
+                  e.msn);
+      return false;
+    }
+    if (!failure.empty()) {
+      fail_locked(what + ": copying the payload out of device memory failed: " + failure, WcStatus::LocProtErr, e.msn);
+      return false;
+    }
+    at += take;
+    offset = 0;
+  }
+  tx_.iov[1] = {device_payload_.data(), length};
+  tx_.iov_count = 2;
+  return true;
 }
 
 bool TcpQp::stage_device_source_locked(const ReadJob& job, std::uint32_t chunk) {
@@ -217,7 +264,11 @@ bool TcpQp::build_frame_locked() {
             if (imm) h.arg1 = e.imm;
             if (e.signaled || sq_.size() * 2 >= sq_.capacity()) h.flags |= wire::kAckNow;
           }
-          tx_.iov_count = 1 + gather_locked(e.sges, e.num_sge, tx_offset_, chunk, &tx_.iov[1], nullptr);
+          if (e.device_payload) {
+            if (!copy_device_payload_locked(e, tx_offset_, chunk)) return false;
+          } else {
+            tx_.iov_count = 1 + gather_locked(e.sges, e.num_sge, tx_offset_, chunk, &tx_.iov[1], nullptr);
+          }
           payload = chunk;
           tx_offset_ += chunk;
           if (last) {

@@ -119,6 +119,7 @@ class TcpQp final : public core::SoftRcQp {
   void lock_state() override RDMX_ACQUIRE();
   void unlock_state() override RDMX_RELEASE();
   void send_queued_locked(SendEntry& entry) override RDMX_REQUIRES(this);
+  bool copies_device_payloads() const override { return true; }
   void error_entered_locked() override RDMX_REQUIRES(this);
   bool peer_left_in_order_locked(const std::string& reason) const override RDMX_REQUIRES(this);
 
@@ -132,6 +133,11 @@ class TcpQp final : public core::SoftRcQp {
   // Points the READ answer frame being built at a host copy when the job's
   // region is device memory; false (the QP failed) when that failed.
   bool stage_device_source_locked(const ReadJob& job, std::uint32_t chunk) RDMX_REQUIRES(this);
+  // Copies bytes [offset, offset + length) of a request's payload, which
+  // includes device memory, to device_payload_ and points the frame there;
+  // false when an SGE is no longer registered or the copy failed (the QP is
+  // then in ERROR).
+  bool copy_device_payload_locked(const SendEntry& e, std::uint64_t offset, std::uint32_t length) RDMX_REQUIRES(this);
   bool build_frame_locked() RDMX_REQUIRES(this);
   bool write_frame_locked() RDMX_REQUIRES(this);
   void set_want_write_locked(bool want) RDMX_REQUIRES(this);
@@ -229,6 +235,7 @@ class TcpQp final : public core::SoftRcQp {
   // first, READ answers from it are copied here before they are sent.
   std::vector<char> device_landing_ RDMX_GUARDED_BY(this);
   std::vector<char> device_source_ RDMX_GUARDED_BY(this);
+  std::vector<char> device_payload_ RDMX_GUARDED_BY(this);  // a request's piece from device memory
   std::deque<ReadJob> read_jobs_ RDMX_GUARDED_BY(this);
   std::deque<wire::Header> control_ RDMX_GUARDED_BY(this);
   bool serve_reads_next_ RDMX_GUARDED_BY(this) = false;
