@@ -55,11 +55,13 @@ bool on_device(const void* p, std::size_t len) {
   return true;
 }
 
-// Bytes of device memory in host memory, for reading them on the CPU.
-std::vector<std::uint8_t> fetched(const void* p, std::size_t len) {
-  std::vector<std::uint8_t> out(len);
-  if (len > 0) cuda_copy(out.data(), p, len);
-  return out;
+// [p, p+len) readable by the CPU: p itself for host memory, else a copy of
+// the device bytes kept in `copy`.
+const std::uint8_t* readable(const void* p, std::size_t len, std::vector<std::uint8_t>& copy) {
+  if (!on_device(p, len)) return static_cast<const std::uint8_t*>(p);
+  copy.resize(len);
+  if (len > 0) cuda_copy(copy.data(), p, len);
+  return copy.data();
 }
 
 void fill_host(std::uint8_t* out, std::size_t len, std::uint64_t seed, std::uint64_t pos) {
@@ -223,19 +225,14 @@ void fill_pattern(void* dst, std::size_t len, std::uint64_t seed, std::uint64_t 
 
 std::optional<std::size_t> find_pattern_mismatch(const void* p, std::size_t len, std::uint64_t seed,
                                                  std::uint64_t pos) {
-  if (!on_device(p, len)) return find_in_host(static_cast<const std::uint8_t*>(p), len, seed, pos);
-  const std::vector<std::uint8_t> bytes = fetched(p, len);
-  return find_in_host(bytes.data(), len, seed, pos);
+  std::vector<std::uint8_t> copy;
+  return find_in_host(readable(p, len, copy), len, seed, pos);
 }
 
 void check_pattern(const void* p, std::size_t len, std::uint64_t seed, std::uint64_t pos, const std::string& what,
                    const char* file, int line) {
   std::vector<std::uint8_t> copy;
-  const auto* in = static_cast<const std::uint8_t*>(p);
-  if (on_device(p, len)) {
-    copy = fetched(p, len);
-    in = copy.data();
-  }
+  const std::uint8_t* in = readable(p, len, copy);
   auto bad = find_in_host(in, len, seed, pos);
   if (!bad) return;
   std::size_t run = 1;
@@ -253,11 +250,7 @@ void check_pattern(const void* p, std::size_t len, std::uint64_t seed, std::uint
 void check_bytes(const void* p, std::size_t len, std::uint8_t value, const std::string& what, const char* file,
                  int line) {
   std::vector<std::uint8_t> copy;
-  const auto* in = static_cast<const std::uint8_t*>(p);
-  if (on_device(p, len)) {
-    copy = fetched(p, len);
-    in = copy.data();
-  }
+  const std::uint8_t* in = readable(p, len, copy);
   for (std::size_t k = 0; k < len; ++k) {
     if (in[k] != value) {
       fail_rank(file, line,

@@ -134,7 +134,6 @@ void SoftRcQp::post_send(const SendWr& wr) {
   std::array<RegionMemory, kSoftMaxSge> memory{};
   bool device_memory = false;
   if (!check_send_sges_locked(e, memory, device_memory)) return;
-  e.awaiting_staging = false;
   if (device_memory && carries_payload(e.opcode) && copies_device_payloads()) {
     e.device_payload = true;
   } else if (device_memory) {
