@@ -221,7 +221,17 @@ std::uint32_t Links::lkey_for(const void* addr, std::size_t bytes) {
 // trusted, as with NCCL's user-buffer registration. Peers learn the rkey
 // within the operation that uses it, and nothing is in flight between
 // operations, so the cache may drop a registration at any get().
+//
+// Device memory is the exception: a peer may open it (CUDA IPC, shm's peer
+// mapping), and cudaMalloc memory freed while another process has it open
+// is undefined. The cache cannot see cudaFree, so such a buffer is
+// registered for the one operation, and its deregistration when the
+// operation ends has the peers close what they opened.
 std::uint32_t Links::rkey_for(void* addr, std::size_t bytes) {
+  if (memory_type(addr, bytes) == MemoryType::Cuda) {
+    operation_mrs_.push_back(pd_->register_memory(addr, bytes, Access::LocalWrite | Access::RemoteWrite));
+    return operation_mrs_.back()->rkey();
+  }
   return user_mrs_->get(addr, bytes, Access::LocalWrite | Access::RemoteWrite).rkey();
 }
 

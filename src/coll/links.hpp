@@ -154,7 +154,8 @@ class Links {
   // Registers user memory through a RegistrationCache: kept between
   // operations (on verbs, while the memory stays mapped).
   std::uint32_t lkey_for(const void* addr, std::size_t bytes);
-  // The same, registered for peers' RDMA WRITEs as well: returns the rkey.
+  // The same, registered for peers' RDMA WRITEs as well: returns the rkey
+  // (device memory: registered until the operation ends).
   std::uint32_t rkey_for(void* addr, std::size_t bytes);
 
   struct Control;  // defined in links.cpp; public for its layout
@@ -221,6 +222,8 @@ class Links {
   std::string abort_reason_;
   std::uint64_t outstanding_signaled_ = 0;       // signaled WRITEs in flight
   std::unique_ptr<RegistrationCache> user_mrs_;  // user buffers given to collectives
+  // Device buffers peers write into, registered for the running operation only (rkey_for).
+  std::vector<std::unique_ptr<MemoryRegion>> operation_mrs_;
   std::unique_ptr<MemoryRegion> scratch_mr_;
   // Declared in the order that frees them safely: work, then the
   // registration, then the memory.

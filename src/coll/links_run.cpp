@@ -482,8 +482,10 @@ void Links::run(Schedule& schedule, const OpDesc& desc, const Combine& combine, 
     run_schedule(schedule, desc, combine, timeout);
   } catch (...) {
     settle();
+    operation_mrs_.clear();
     throw;
   }
+  operation_mrs_.clear();
 }
 
 void Links::run_schedule(Schedule& schedule, const OpDesc& desc, const Combine& combine,

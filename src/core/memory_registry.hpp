@@ -24,15 +24,21 @@
 
 namespace rdmx::core {
 
+struct RegionOffers;  // core/shared_region.hpp
+
 // The shared state of a region allocated by allocate_memory(), in the page
 // after its data, so peers that map the region can tell whether it is still
 // registered. Each peer QP that copies directly owns one busy slot (its own
 // cache line): it sets it, then reads `live` (core::light_fence between);
 // deregistration clears `live`, runs core::heavy_fence, then waits until
-// every slot is clear, so no direct copy outlives it.
+// every slot is clear, so no direct copy outlives it. For device memory
+// shared through a legacy IPC handle, a peer QP also sets `holding` while
+// its process has the allocation open (the same fences, against `live`);
+// deregistration waits for that too (core/shared_region.hpp).
 constexpr std::uint32_t kDirectSlots = 63;
 struct alignas(64) BusySlot {
   std::atomic<std::uint32_t> busy;
+  std::atomic<std::uint32_t> holding;
 };
 struct SharedRegionState {
   alignas(64) std::atomic<std::uint32_t> live;
@@ -55,6 +61,9 @@ struct SharedRegion {
   cuda::SharedMemoryHandle cuda{};
   int cuda_fd = -1;
   std::uint64_t cuda_offset = 0;
+  // Legacy-handle device memory: the connections it was offered over, whose
+  // peers must close their imports before deregistration returns.
+  std::shared_ptr<RegionOffers> offers;
 };
 
 // Where a region's memory lives: the GPU of device memory, which the

@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
+#include <string>
+#include <vector>
 
 #include "core/asymmetric_fence.hpp"
 #include "core/config.hpp"
@@ -23,10 +25,6 @@ constexpr std::size_t kStatePage = 4096;
 std::unique_ptr<SharedRegion> share_device_memory(const cuda::PointerInfo& info, const void* addr,
                                                   SharedRegionState** state) {
   *state = nullptr;
-  if (info.legacy_ipc) {
-    RDMX_TRACE("device region at %p stays unshared: cudaMalloc memory (legacy IPC) is staged", addr);
-    return nullptr;
-  }
   auto shared = std::make_unique<SharedRegion>();
   shared->device = true;
   shared->cuda_offset = reinterpret_cast<std::uint64_t>(addr) - info.allocation_base;
@@ -36,10 +34,7 @@ std::unique_ptr<SharedRegion> share_device_memory(const cuda::PointerInfo& info,
     RDMX_INFO("device region at %p stays unshared (peers stage it): %s", addr, e.what());
     return nullptr;
   }
-  if (shared->cuda.kind != cuda::SharedMemoryHandle::kPosixFd) {
-    if (shared->cuda_fd >= 0) ::close(shared->cuda_fd);
-    return nullptr;
-  }
+  if (shared->cuda.kind == cuda::SharedMemoryHandle::kLegacy) shared->offers = std::make_shared<RegionOffers>();
   shared->memfd = ::memfd_create("rdmx-device-region", MFD_CLOEXEC);
   void* page = MAP_FAILED;
   if (shared->memfd >= 0 && ::ftruncate(shared->memfd, kStatePage) == 0) {
@@ -48,7 +43,7 @@ std::unique_ptr<SharedRegion> share_device_memory(const cuda::PointerInfo& info,
   if (page == MAP_FAILED) {
     RDMX_INFO("device region at %p stays unshared: no state page (%s)", addr, std::strerror(errno));
     if (shared->memfd >= 0) ::close(shared->memfd);
-    ::close(shared->cuda_fd);
+    if (shared->cuda_fd >= 0) ::close(shared->cuda_fd);
     return nullptr;
   }
   shared->map_length = kStatePage;
@@ -57,6 +52,43 @@ std::unique_ptr<SharedRegion> share_device_memory(const cuda::PointerInfo& info,
   (*state)->live.store(1, std::memory_order_release);
   return shared;
 }
+
+namespace {
+
+// Asks every peer the region was offered to to close its import, then waits
+// until each has (its slot's `holding` word is clear) or its process exited.
+void wait_for_imports_closed(RegionOffers& region_offers, SharedRegionState* state) noexcept {
+  std::vector<RegionOffers::Offer> offers;
+  {
+    LockGuard lock(region_offers.mutex);
+    offers = region_offers.offers;
+  }
+  if (offers.empty()) return;
+  std::vector<bool> asked(offers.size(), false);
+  auto closed = [&] {
+    bool all = true;
+    for (std::size_t i = 0; i < offers.size(); ++i) {
+      const RegionOffers::Offer& o = offers[i];
+      if (state->slots[o.slot].holding.load(std::memory_order_acquire) == 0 || o.link->peer_exited()) continue;
+      if (!asked[i]) asked[i] = o.link->ask_to_close(o.rkey);
+      all = false;
+    }
+    return all;
+  };
+  if (wait_until(closed, nullptr, deadline_after(timeout())) == WaitResult::Ready) return;
+  std::string who;
+  for (std::size_t i = 0; i < offers.size(); ++i) {
+    if (state->slots[offers[i].slot].holding.load(std::memory_order_acquire) == 0) continue;
+    who += (who.empty() ? "" : ", ") + offers[i].link->describe();
+  }
+  RDMX_WARN(
+      "deregistering cudaMalloc memory (rkey 0x%x) shared through a legacy IPC handle: %s did not close its import "
+      "within RDMX_TIMEOUT (%lld ms); freeing the memory while it is open is undefined behaviour in CUDA (is that "
+      "process stopped or hung?)",
+      offers.front().rkey, who.c_str(), static_cast<long long>(timeout().count()));
+}
+
+}  // namespace
 
 void retire_shared(const SharedRegion& shared, SharedRegionState* state) noexcept {
   state->live.store(0, std::memory_order_relaxed);
@@ -75,6 +107,7 @@ void retire_shared(const SharedRegion& shared, SharedRegionState* state) noexcep
         "deregistering a shared region: a peer's direct copy did not finish within RDMX_TIMEOUT "
         "(was the peer killed in the middle of one?)");
   }
+  if (shared.offers) wait_for_imports_closed(*shared.offers, state);
 }
 
 void release_device_share(SharedRegion& shared, SharedRegionState* state) noexcept {

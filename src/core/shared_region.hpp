@@ -7,10 +7,14 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "core/cuda/pointer.hpp"
 #include "core/memory_registry.hpp"
+#include "core/mutex.hpp"
 
 namespace rdmx::core {
 
@@ -21,18 +25,48 @@ struct StatePage {
   SharedRegionState* state = nullptr;
 };
 
+// A connection over which a region of legacy-handle device memory was
+// offered, as the offering provider sees it. cudaMalloc memory freed while
+// another process has it open through a legacy IPC handle is undefined
+// behaviour (cuda.h, cuIpcOpenMemHandle), and a deregistered region may be
+// freed next: so deregistration asks each such peer to close its import
+// and waits until it has (the slot's `holding` word) or its process is gone.
+class OfferLink {
+ public:
+  virtual ~OfferLink() = default;
+  // Asks the peer to close its import behind `rkey`; false when the
+  // request cannot be sent yet (it is asked again).
+  virtual bool ask_to_close(std::uint32_t rkey) noexcept = 0;
+  // The peer's process has exited: whatever it imported was closed with it.
+  virtual bool peer_exited() const noexcept = 0;
+  // Who the peer is, for messages.
+  virtual std::string describe() const = 0;
+};
+
+// The offers of one region (SharedRegion::offers), added under the device
+// lock by the QPs that offer it and read by deregistration once the region
+// has left the registry (so no offer is added after that).
+struct RegionOffers {
+  struct Offer {
+    std::shared_ptr<OfferLink> link;
+    std::uint32_t rkey;
+    std::uint32_t slot;
+  };
+  Mutex mutex;
+  std::vector<Offer> offers RDMX_GUARDED_BY(mutex);
+};
+
 // Device memory `info` (classify()) made shareable: its allocation exported
-// for peers (cuMemCreate memory with the POSIX descriptor handle type) and
-// a state page of its own. Null when it cannot be shared, with the reason
-// logged at INFO: the region then travels by staging, as on tcp. cudaMalloc
-// memory is not shared: a legacy handle's importer must close it before
-// the exporter frees the memory, which deregistration does not wait for
-// yet (docs/GPU.md).
+// for peers (cudaMalloc memory through a legacy IPC handle, with `offers`
+// set; cuMemCreate memory with the POSIX descriptor handle type) and a
+// state page of its own. Null when it cannot be shared, with the reason
+// logged at INFO: the region then travels by staging, as on tcp.
 std::unique_ptr<SharedRegion> share_device_memory(const cuda::PointerInfo& info, const void* addr,
                                                   SharedRegionState** state);
 
 // Deregistration's half: marks the region gone, then waits (bounded by
-// RDMX_TIMEOUT) until no peer is inside a direct copy of it.
+// RDMX_TIMEOUT) until no peer is inside a direct copy of it and, for legacy
+// handles, until every peer it was offered to has closed its import.
 void retire_shared(const SharedRegion& shared, SharedRegionState* state) noexcept;
 
 // Unmaps a device region's state page and closes its descriptors (after retire_shared).

@@ -262,7 +262,8 @@ void long_rendezvous(RankEnv& env, const std::string& name) {
 // Where the ranks live (a namespace, an address family) changes how they
 // connect, not how the provider moves 2 GiB; device memory moves it by the
 // same chunks as smaller messages: by default these cases run in the Local
-// placement on host memory only (about 50 s each here), and in every
+// placement on host memory only (1-25 s each here with huge pages, whose
+// supply varies; 35-70 s before the test buffers asked for them), and in every
 // placement and memory with RDMX_LARGEST_MESSAGE_PLACEMENTS=all (make test-largest).
 bool largest_message_runs_in(const ConformanceParam& param) {
   const char* all = std::getenv("RDMX_LARGEST_MESSAGE_PLACEMENTS");

@@ -1,15 +1,19 @@
 // SPDX-License-Identifier: MIT
 // shm's peer mapping (DeviceCaps::cuda_memory: peer-mapping): device memory
-// made with cuMemCreate is offered to the peer once it first uses the rkey,
-// and from then on the peer copies into and out of it itself, on the GPU's
-// copy engine. On the simulated driver the test also sees that the copies
+// (cuMemCreate memory exportable as a descriptor, or cudaMalloc memory
+// through a legacy IPC handle) is offered to the peer once it first uses the
+// rkey, and from then on the peer copies into and out of it itself, on the
+// GPU's copy engine. A legacy import is closed before the exporter's
+// deregistration returns: the simulated driver aborts a process that frees
+// memory another process still has open. On the simulated driver the test also sees that the copies
 // touched the other process's memory directly (a counter the simulated
 // driver keeps; a real driver has none, and there the data checks stand alone).
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,13 +30,7 @@ constexpr Access kRemote = Access::LocalWrite | Access::RemoteWrite | Access::Re
 constexpr std::uint32_t kPiece = 4096;
 constexpr int kPieces = 32;
 
-// The simulated driver's count of copies that touched a peer's memory; -1 on a real driver.
-long long peer_copies() {
-  using Count = unsigned long long (*)();
-  void* library = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  auto* count = library != nullptr ? reinterpret_cast<Count>(::dlsym(library, "rdmx_sim_peer_copies")) : nullptr;
-  return count != nullptr ? static_cast<long long>(count()) : -1;
-}
+long long peer_copies() { return simulated_driver_count("peer_copies"); }
 
 std::vector<std::uint8_t> pattern(std::size_t n, std::uint64_t seed) {
   std::vector<std::uint8_t> bytes(n);
@@ -166,6 +164,96 @@ TEST(ShmPeerMapping, ADeregisteredDeviceRegionRefusesThePeerThatMappedIt) {
       env.barrier("done");
     }
   }));
+}
+
+// WRITEs with `mr` into `target` until one is copied into the peer's memory
+// directly (on the simulated driver; a few on a real one).
+void write_until_mapped(Node& node, QueuePair& qp, MemoryRegion& mr, const RemoteRegion& target) {
+  const long long start = peer_copies();
+  for (std::uint64_t i = 0; i < 10000; ++i) {
+    CHECK_WC(RDMA_SYNC(qp, *node.send_cq, Opcode::RdmaWrite, mr.sge(0, 64), target.addr, target.rkey, i),
+             "WRITE while registered", .wr_id = i, .status = WcStatus::Success);
+    if (start < 0 ? i >= 16 : peer_copies() > start) break;
+  }
+  if (start >= 0) {
+    CHECK_GT(peer_copies(), start) << "the region was never mapped";
+  }
+}
+
+// cudaMalloc memory: the peer opens it through a legacy IPC handle, and has
+// closed it by the time deregistration returns, so the memory may be freed
+// at once (the simulated driver would abort the free otherwise).
+TEST(ShmPeerMapping, CudaMallocMemoryIsClosedByThePeerBeforeDeregistrationReturns) {
+  RDMX_REQUIRE_GPU_BEFORE_FORK();
+  ASSERT_TRUE(run_shm_pair([](RankEnv& env, Node& node) {
+    if (env.rank() == 0) {
+      auto target = std::make_unique<DeviceBuffer>(kPiece);
+      auto mr = node.pd->register_memory(target->get(), kPiece, kRemote);
+      auto qp = connected_qp(env, node, 1, "qp");
+      publish_region(env, "target", *mr);
+      await(env, "mapped");
+      std::vector<std::uint8_t> got(64);
+      cuda_copy(got.data(), target->get(), got.size());
+      CHECK_PATTERN(got.data(), got.size(), 3, 0, "WRITEs from the peer, the last of them copied directly");
+      mr.reset();
+      target.reset();  // freed while the peer's QP lives on
+      signal(env, "freed");
+      env.barrier("done");
+    } else {
+      Buffer local(kPiece);
+      fill_pattern(local.data(), kPiece, 3);
+      auto mr = node.pd->register_memory(local.data(), kPiece, Access::LocalWrite);
+      auto qp = connected_qp(env, node, 0, "qp");
+      const RemoteRegion target = fetch_region(env, "target");
+      write_until_mapped(node, *qp, *mr, target);
+      signal(env, "mapped");
+      await(env, "freed");
+      auto stale = RDMA_SYNC(*qp, *node.send_cq, Opcode::RdmaWrite, mr->sge(0, 64), target.addr, target.rkey, 9);
+      CHECK_WC(stale, "WRITE after deregistration", .wr_id = 9, .status = WcStatus::RemAccessErr);
+      env.barrier("done");
+    }
+  }));
+}
+
+// A peer killed while it has the memory open cannot close it, but its
+// imports died with it: deregistration sees the process gone and does not
+// wait for RDMX_TIMEOUT.
+TEST(ShmPeerMapping, DeregistrationDoesNotWaitForAKilledPeersImport) {
+  RDMX_REQUIRE_GPU_BEFORE_FORK();
+  Options options;
+  options.provider = "shm";
+  options.may_be_killed = {1};
+  ASSERT_TRUE(run_ranks(
+      2, Placement::Local,
+      [](RankEnv& env) {
+        std::string why;
+        CHECK(cuda_for_test(&why) != nullptr) << why;
+        Node node(env);
+        if (env.rank() == 1) {
+          Buffer local(kPiece);
+          auto mr = node.pd->register_memory(local.data(), kPiece, Access::LocalWrite);
+          auto qp = connected_qp(env, node, 0, "qp");
+          write_until_mapped(node, *qp, *mr, fetch_region(env, "target"));
+          signal(env, "mapped");
+          env.kill_self();
+        }
+        auto target = std::make_unique<DeviceBuffer>(kPiece);
+        auto mr = node.pd->register_memory(target->get(), kPiece, kRemote);
+        Buffer local(kPiece);
+        auto local_mr = node.pd->register_memory(local.data(), kPiece, Access::LocalWrite);
+        auto qp = connected_qp(env, node, 1, "qp");
+        publish_region(env, "target", *mr);
+        await(env, "mapped");
+        // Our QP learns of the death when a SEND finds the peer gone.
+        auto wc = RDMA_SYNC(*qp, *node.send_cq, Opcode::Send, local_mr->sge(0, 8), 0, 0, 1);
+        CHECK(wc.status != WcStatus::Success) << "a SEND to a killed peer succeeded: " << describe(wc);
+        const auto start = std::chrono::steady_clock::now();
+        mr.reset();
+        const auto took = std::chrono::steady_clock::now() - start;
+        CHECK_LT(took, default_timeout() / 2) << "deregistration waited for a dead process's import";
+        target.reset();
+      },
+      options));
 }
 
 }  // namespace

@@ -5,8 +5,9 @@
 // piece by piece as they are sent on tcp), a host WRITE queued behind them
 // all, then as many READs into device memory (staged within the budget on
 // both): requests waiting for room keep their order, a request larger than
-// the budget goes alone, and every byte lands. On each provider that serves
-// device memory (core/soft_rc/staging.hpp).
+// the budget goes alone, and every byte lands, copied through page-locked
+// host memory only. On each provider that serves device memory
+// (core/soft_rc/staging.hpp).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -50,9 +51,12 @@ TEST_P(StagingBudget, ManyLargeDeviceWritesAndReadsStayInOrderAndAllLand) {
         if (env.rank() == 0) {
           auto mr = node.pd->register_memory(target.data(), target.size(),
                                              Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead);
+          const long long pageable_before_writes = simulated_driver_count("pageable_copies");
           publish_region(env, "target", *mr);
           auto qp = connected_qp(env, node, 1, "qp");
           await(env, "written");
+          CHECK_EQ(simulated_driver_count("pageable_copies"), pageable_before_writes)
+              << "WRITEs landed in device memory through pageable host memory";
           for (int i = 0; i < kPieces; ++i) {
             CHECK_PATTERN(target.data() + kPiece * static_cast<std::size_t>(i), kPiece, 500 + i, 0,
                           "device WRITE #" + std::to_string(i));
@@ -60,8 +64,11 @@ TEST_P(StagingBudget, ManyLargeDeviceWritesAndReadsStayInOrderAndAllLand) {
           CHECK_PATTERN(target.data() + kPieces * kPiece, kLarge, 499, 0, "the WRITE larger than the budget");
           // The host WRITE queued behind them all went last: its word is the one that stayed.
           CHECK_BYTES(target.data() + kPieces * kPiece + kLarge, 8, 0x77, "host WRITE queued behind device ones");
+          const long long pageable_before_reads = simulated_driver_count("pageable_copies");
           signal(env, "checked");
           env.barrier("read");
+          CHECK_EQ(simulated_driver_count("pageable_copies"), pageable_before_reads)
+              << "READs were answered from device memory through pageable host memory";
           return;
         }
         Buffer source(kTargetBytes, BufferMemory::Device);
@@ -84,6 +91,9 @@ TEST_P(StagingBudget, ManyLargeDeviceWritesAndReadsStayInOrderAndAllLand) {
           sges = {sge};
           qp->post_send(rdma_wr(wr_id++, Opcode::RdmaWrite, sges, target_region.addr + offset, target_region.rkey));
         };
+        // Every copy between device memory and the providers' host buffers
+        // goes through page-locked memory (counted by the simulated driver).
+        const long long pageable_before = simulated_driver_count("pageable_copies");
         // The device word at the end first, then the host word over it: if
         // the host WRITE overtook the device ones waiting, 0x11 would stay.
         post(mr->sge(kPieces * kPiece + kLarge, 8), kPieces * kPiece + kLarge);
@@ -115,6 +125,8 @@ TEST_P(StagingBudget, ManyLargeDeviceWritesAndReadsStayInOrderAndAllLand) {
         for (std::size_t i = 0; i < reads.size(); ++i) {
           CHECK_WC(reads[i], "READ #" + std::to_string(i), .wr_id = first_read + i, .status = WcStatus::Success);
         }
+        CHECK_EQ(simulated_driver_count("pageable_copies"), pageable_before)
+            << "device memory was copied to or from pageable host memory";
         for (int i = 0; i < kPieces; ++i) {
           CHECK_PATTERN(back.data() + kPiece * static_cast<std::size_t>(i), kPiece, 500 + i, 0,
                         "device READ #" + std::to_string(i));

@@ -8,7 +8,9 @@
 //   the test as it would on a GPU; the driver's copies go through a second,
 //   private mapping of the same pages;
 // - allocations have bounds, and copies or kernels past them fail;
-// - IPC handles open only in another process, once per process;
+// - IPC handles open only in another process, once per process, and
+//   freeing memory that another process still has open through one (which
+//   is undefined on a GPU) aborts the process that frees it;
 // - VMM allocations export file descriptors; cudaMalloc-style ones do not.
 // Kernels are run by name on the CPU with the same element functions the
 // real kernels use. Streams are asynchronous, as a GPU's (sim_streams.hpp).
@@ -20,6 +22,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -43,6 +46,7 @@ constexpr CUresult kInvalidHandle = 400;
 constexpr CUresult kNotFound = 500;
 constexpr CUresult kNotSupported = 801;
 constexpr std::size_t kGranularity = 2 << 20;
+constexpr std::size_t kBulkCopy = 64 << 10;                  // pageable copies from this size on are counted
 constexpr std::uint64_t kHandleMagic = 0x6d69737864726dull;  // "rdmxsim"
 
 enum class Kind { Device, Imported, Mapped, PinnedHost, RegisteredHost };
@@ -71,7 +75,8 @@ struct State {
   std::map<std::uint64_t, VmmHandle> handles;
   std::map<std::string, std::uintptr_t> opened_ipc;  // handle bytes -> address
   std::uint64_t next_id = 1;
-  std::uint64_t peer_copies = 0;  // copies that touched another process's memory
+  std::uint64_t peer_copies = 0;      // copies that touched another process's memory
+  std::uint64_t pageable_copies = 0;  // bulk copies between device memory and host memory the driver does not know
 };
 State& state() {
   static State s;
@@ -375,6 +380,16 @@ CUresult cuMemFree_v2(CUdeviceptr pointer) {
   std::lock_guard lock(state().mutex);
   auto it = state().allocations.find(static_cast<std::uintptr_t>(pointer));
   if (it == state().allocations.end() || it->second.kind != Kind::Device) return kInvalidValue;
+  struct flock probe {};
+  probe.l_type = F_WRLCK;
+  probe.l_whence = SEEK_SET;
+  if (::fcntl(it->second.memfd, F_OFD_GETLK, &probe) == 0 && probe.l_type != F_UNLCK) {
+    std::fprintf(stderr,
+                 "simulated CUDA driver: cuMemFree(0x%llx) of %zu bytes that another process still has open "
+                 "through a legacy IPC handle (undefined behaviour on a GPU): aborting\n",
+                 static_cast<unsigned long long>(pointer), it->second.size);
+    std::abort();
+  }
   unmap_locked(it->second, false);
   ::close(it->second.memfd);
   state().allocations.erase(it);
@@ -418,13 +433,16 @@ CUresult cuMemHostUnregister(void* pointer) {
 
 CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) {
   std::lock_guard lock(state().mutex);
-  for (CUdeviceptr p : {dst, src}) {
-    const Allocation* a = find_locked(static_cast<std::uintptr_t>(p));
-    if (a != nullptr && a->from_peer) {
-      ++state().peer_copies;
-      break;
-    }
+  const Allocation* to_allocation = find_locked(static_cast<std::uintptr_t>(dst));
+  const Allocation* from_allocation = find_locked(static_cast<std::uintptr_t>(src));
+  if ((to_allocation != nullptr && to_allocation->from_peer) ||
+      (from_allocation != nullptr && from_allocation->from_peer)) {
+    ++state().peer_copies;
   }
+  // A real driver copies pageable memory through a bounce buffer of its
+  // own, which costs bandwidth on bulk copies (a word or an inline payload
+  // costs latency either way).
+  if (bytes >= kBulkCopy && (to_allocation == nullptr) != (from_allocation == nullptr)) ++state().pageable_copies;
   bool dst_ok = false, src_ok = false;
   char* to = translate_locked(static_cast<std::uintptr_t>(dst), bytes, &dst_ok);
   const char* from = translate_locked(static_cast<std::uintptr_t>(src), bytes, &src_ok);
@@ -551,6 +569,15 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* pointer, CUipcMemHandle handle, unsi
   const std::string path = "/proc/" + std::to_string(payload.pid) + "/fd/" + std::to_string(payload.memfd);
   const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return kInvalidHandle;
+  // Held on this open file until the import is closed or this process
+  // exits, so the exporter's cuMemFree can tell whether anyone has it open.
+  struct flock reading {};
+  reading.l_type = F_RDLCK;
+  reading.l_whence = SEEK_SET;
+  if (::fcntl(fd, F_OFD_SETLK, &reading) != 0) {
+    ::close(fd);
+    return kInvalidHandle;
+  }
   std::uintptr_t address = 0;
   if (const CUresult r = map_device_locked(fd, payload.size, nullptr, Kind::Imported, &address); r != kSuccess) {
     ::close(fd);
@@ -697,6 +724,11 @@ CUresult cuMemGetHandleForAddressRange(void*, CUdeviceptr, std::size_t, int, uns
 unsigned long long rdmx_sim_peer_copies() {
   std::lock_guard lock(state().mutex);
   return state().peer_copies;
+}
+
+unsigned long long rdmx_sim_pageable_copies() {
+  std::lock_guard lock(state().mutex);
+  return state().pageable_copies;
 }
 
 }  // extern "C"

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "support/cuda_device.hpp"
 
+#include <dlfcn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -124,6 +125,14 @@ bool ask_in_child(const std::function<bool(std::string*)>& question, std::string
 }
 
 }  // namespace
+
+long long simulated_driver_count(const char* name) {
+  using Count = unsigned long long (*)();
+  void* library = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  const std::string symbol = std::string("rdmx_sim_") + name;
+  auto* count = library != nullptr ? reinterpret_cast<Count>(::dlsym(library, symbol.c_str())) : nullptr;
+  return count != nullptr ? static_cast<long long>(count()) : -1;
+}
 
 bool gpu_usable_in_child(std::string* why) {
   return ask_in_child([](std::string* reason) { return cuda_for_test(reason) != nullptr; }, why);

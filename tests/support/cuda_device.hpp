@@ -69,6 +69,12 @@ void cuda_copy(void* dst, const void* src, std::size_t bytes);
 // cuMemsetD8 on device memory, synchronous.
 void cuda_set(void* dst, std::uint8_t value, std::size_t bytes);
 
+// A count the simulated driver keeps in this process (tests/cuda_sim:
+// "peer_copies", copies that touched another process's memory;
+// "pageable_copies", copies of 64 KiB or more between device memory and
+// host memory not page-locked); -1 on a real driver, which keeps none.
+long long simulated_driver_count(const char* name);
+
 }  // namespace rdmx::test
 
 namespace rdmx::test {

@@ -12,8 +12,8 @@ namespace rdmx::core {
 namespace {
 
 constexpr SizeSetting kStagingBytes{"RDMX_CUDA_STAGING_BYTES", std::size_t{64} << 20,
-                                    "device memory on staging providers (tcp, shm for cudaMalloc memory): host bytes "
-                                    "a QP's requests in flight may hold; a larger request is staged alone"};
+                                    "device memory moved through host buffers (tcp; shm before a region is mapped): "
+                                    "host bytes a QP's requests in flight may hold; a larger request is staged alone"};
 RDMX_SETTING(kStagingBytes);
 
 // Host memory with memcpy, device memory through the driver.
@@ -44,8 +44,8 @@ std::size_t Staging::take_buffer(std::uint64_t bytes) {
   std::size_t empty = buffers_.size();
   for (std::size_t i = 0; i < buffers_.size(); ++i) {
     if (!buffers_[i].bytes) empty = i;
-    if (buffers_[i].bytes && !buffer_busy_[i] && buffers_[i].capacity >= wanted &&
-        (best == buffers_.size() || buffers_[i].capacity < buffers_[best].capacity)) {
+    if (buffers_[i].bytes && !buffer_busy_[i] && buffers_[i].bytes.size() >= wanted &&
+        (best == buffers_.size() || buffers_[i].bytes.size() < buffers_[best].bytes.size())) {
       best = i;
     }
   }
@@ -53,10 +53,8 @@ std::size_t Staging::take_buffer(std::uint64_t bytes) {
     std::size_t capacity = 4096;
     while (capacity < wanted) capacity *= 2;
     Buffer b;
-    // Not zeroed: every byte a transport reads from it was copied in first.
-    b.bytes = std::make_unique_for_overwrite<char[]>(capacity);
-    b.capacity = capacity;
-    b.lkey = pd_.registry().add(&pd_, b.bytes.get(), capacity, Access::LocalWrite).lkey;
+    b.bytes = cuda::PinnedBuffer(capacity);
+    b.lkey = pd_.registry().add(&pd_, b.bytes.data(), capacity, Access::LocalWrite).lkey;
     if (empty == buffers_.size()) {
       buffers_.push_back(std::move(b));
       buffer_busy_.push_back(false);
@@ -81,14 +79,17 @@ std::uint32_t Staging::stage(std::array<Sge, kSoftMaxSge>& sges, std::uint32_t& 
   s.memory = memory;
   s.num_sge = num_sge;
   Buffer& b = buffers_[s.buffer];
+  for (std::uint32_t i = 0; i < num_sge; ++i) {
+    if (memory[i].type != MemoryType::Host) b.bytes.pin(memory[i].device);
+  }
   if (copy_in) {
     std::uint64_t at = 0;
     for (std::uint32_t i = 0; i < num_sge; ++i) {
-      copy_piece(b.bytes.get() + at, reinterpret_cast<const void*>(sges[i].addr), sges[i].length, memory[i]);
+      copy_piece(b.bytes.data() + at, reinterpret_cast<const void*>(sges[i].addr), sges[i].length, memory[i]);
       at += sges[i].length;
     }
   }
-  sges[0] = {reinterpret_cast<std::uint64_t>(b.bytes.get()), static_cast<std::uint32_t>(bytes), b.lkey};
+  sges[0] = {reinterpret_cast<std::uint64_t>(b.bytes.data()), static_cast<std::uint32_t>(bytes), b.lkey};
   num_sge = bytes == 0 ? 0 : 1;
   return static_cast<std::uint32_t>(slot + 1);
 }
@@ -107,7 +108,7 @@ void Staging::stage_recv(RecvEntry& entry, const std::array<RegionMemory, kSoftM
 bool Staging::settle(std::uint32_t handle, bool copy_out, std::uint64_t bytes, std::string& why) {
   if (handle == 0 || !copy_out) return true;
   const Staged& s = staged_[handle - 1];
-  const char* from = buffers_[s.buffer].bytes.get();
+  const char* from = buffers_[s.buffer].bytes.data();
   MemoryRegistry::Reader reader(pd_.registry());
   for (std::uint32_t i = 0; i < s.num_sge && bytes > 0; ++i) {
     const Sge& sge = s.original[i];
@@ -140,8 +141,8 @@ void Staging::trim_cache() {
     std::size_t largest = buffers_.size();
     for (std::size_t i = 0; i < buffers_.size(); ++i) {
       if (!buffers_[i].bytes || buffer_busy_[i]) continue;
-      cached += buffers_[i].capacity;
-      if (largest == buffers_.size() || buffers_[i].capacity > buffers_[largest].capacity) largest = i;
+      cached += buffers_[i].bytes.size();
+      if (largest == buffers_.size() || buffers_[i].bytes.size() > buffers_[largest].bytes.size()) largest = i;
     }
     if (cached <= budget_) return;
     // From under the QP's lock, which remove() would wait for.

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cuda/pinned.hpp"
 #include "core/memory_registry.hpp"
 #include "core/soft_rc/queues.hpp"
 
@@ -52,8 +53,7 @@ class Staging {
 
  private:
   struct Buffer {
-    std::unique_ptr<char[]> bytes;
-    std::size_t capacity = 0;
+    cuda::PinnedBuffer bytes;  // page-locked once device memory is copied through it
     std::uint32_t lkey = 0;
   };
   struct Staged {

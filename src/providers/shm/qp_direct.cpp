@@ -4,8 +4,10 @@
 // we first use its rkey; we map it, and later WRITEs and READs on it are
 // copied straight into or out of that mapping, guarded by the region's
 // shared liveness word so none outlives its deregistration. Shared device
-// memory is offered the same way with its allocation's descriptor: we open
-// it through CUDA IPC, and the copies run on the GPU's copy engine.
+// memory is offered the same way with its allocation's handle: we open it
+// through CUDA IPC, and the copies run on the GPU's copy engine. An import
+// of cudaMalloc memory (a legacy handle) is closed when the peer
+// deregisters the region, before its deregistration returns.
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,11 +15,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <string>
 
 #include "core/asymmetric_fence.hpp"
 #include "core/cuda/copy.hpp"
 #include "core/log.hpp"
 #include "core/ordered_placement.hpp"
+#include "providers/shm/offer_link.hpp"
 #include "providers/shm/shm_qp.hpp"
 
 namespace rdmx::shm {
@@ -137,8 +141,16 @@ void ShmQp::offer_region_locked(std::uint32_t rkey, const core::MemoryRegistry::
   if (verdict.shared == nullptr || socket_ < 0 || !accepted_) return;
   if (std::find(offered_.begin(), offered_.end(), rkey) != offered_.end()) return;
   offered_.push_back(rkey);
+  const bool legacy = verdict.shared->offers != nullptr;
+  // A legacy handle cannot be opened by the process that made it.
+  if (legacy && peer_pid_ == ::getpid()) return;
   const std::uint32_t slot = verdict.shared->slots_given.fetch_add(1);
   if (slot >= core::kDirectSlots) return;  // every slot taken: this peer keeps using the ring
+  if (legacy) {
+    if (!offer_link_) offer_link_ = std::make_shared<ShmOfferLink>(device_lock_, this, peer_pid_, describe_peer());
+    core::LockGuard lock(verdict.shared->offers->mutex);
+    verdict.shared->offers->offers.push_back({offer_link_, rkey, slot});
+  }
   ShareOffer offer;
   offer.rkey = rkey;
   offer.base = verdict.base;
@@ -165,29 +177,50 @@ void ShmQp::take_offer_locked(const ShareOffer& offer, int fd, int cuda_fd) {
               : offer.state_offset >= offer.length) &&
       offer.map_length >= offer.state_offset + sizeof(core::SharedRegionState) && offer.slot < core::kDirectSlots &&
       ::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) >= offer.map_length;
-  std::shared_ptr<core::cuda::ImportedMemory> imported;
-  if (sane && device) {
-    try {
-      imported = core::cuda::import_shared(peer_pid_, offer.cuda, cuda_fd, "shm device region offer");
-    } catch (const Error& e) {
-      RDMX_INFO(
-          "shm qp %u: cannot open the device region rkey 0x%x offered by %s; its WRITEs and READs keep "
-          "using the ring: %s",
-          qpn_, offer.rkey, describe_peer().c_str(), e.what());
-      ::close(fd);
-      return;
-    }
-  } else if (cuda_fd >= 0) {
-    ::close(cuda_fd);
-  }
   // Page tables filled now rather than page by page inside the copies.
   void* map =
       sane ? ::mmap(nullptr, offer.map_length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0) : MAP_FAILED;
   ::close(fd);
   if (map == MAP_FAILED) {
+    if (cuda_fd >= 0) ::close(cuda_fd);
     RDMX_WARN("shm qp %u: cannot map the region rkey 0x%x offered by %s; its WRITEs and READs keep using the ring",
               qpn_, offer.rkey, describe_peer().c_str());
     return;
+  }
+  auto* base = static_cast<char*>(map);
+  auto* state = reinterpret_cast<core::SharedRegionState*>(base + offer.state_offset);
+  std::atomic<std::uint32_t>* holding = &state->slots[offer.slot].holding;
+  std::shared_ptr<core::cuda::ImportedMemory> imported;
+  if (device) {
+    // A legacy handle's exporter waits for `holding` to clear before its
+    // memory may be freed: set before `live` is read, as `busy` is.
+    const bool legacy = offer.cuda.kind == core::cuda::SharedMemoryHandle::kLegacy;
+    if (legacy) {
+      holding->store(1, std::memory_order_relaxed);
+      core::light_fence(device_.asymmetric_fence());
+    }
+    std::string why;
+    if (state->live.load(std::memory_order_relaxed) == 0) {
+      why = "it was deregistered meanwhile";
+      if (cuda_fd >= 0) ::close(cuda_fd);
+    } else {
+      try {
+        imported = core::cuda::import_shared(peer_pid_, offer.cuda, cuda_fd, "shm device region offer");
+      } catch (const Error& e) {
+        why = e.what();
+      }
+    }
+    if (!why.empty()) {
+      RDMX_INFO(
+          "shm qp %u: not opening the device region rkey 0x%x offered by %s; its WRITEs and READs keep "
+          "using the ring: %s",
+          qpn_, offer.rkey, describe_peer().c_str(), why.c_str());
+      holding->store(0, std::memory_order_release);
+      ::munmap(map, offer.map_length);
+      return;
+    }
+  } else if (cuda_fd >= 0) {
+    ::close(cuda_fd);
   }
   for (std::size_t i = 0; i < peer_regions_.size(); ++i) {
     if (peer_regions_[i].rkey == offer.rkey) {
@@ -195,18 +228,46 @@ void ShmQp::take_offer_locked(const ShareOffer& offer, int fd, int cuda_fd) {
       break;
     }
   }
-  auto* base = static_cast<char*>(map);
-  auto* state = reinterpret_cast<core::SharedRegionState*>(base + offer.state_offset);
   char* device_data = imported ? imported->base() + offer.cuda_offset : nullptr;
   peer_regions_.push_back({offer.rkey, offer.base, offer.length, static_cast<Access>(offer.access), base,
-                           offer.map_length, state, &state->slots[offer.slot].busy, std::move(imported), device_data});
+                           offer.map_length, state, &state->slots[offer.slot].busy, holding, std::move(imported),
+                           device_data});
   RDMX_TRACE("shm qp %u: mapped %s's region rkey 0x%x (%llu bytes) for direct access", qpn_, describe_peer().c_str(),
              offer.rkey, static_cast<unsigned long long>(offer.length));
 }
 
 void ShmQp::drop_peer_region_locked(std::size_t index) {
-  ::munmap(peer_regions_[index].map, peer_regions_[index].map_length);
+  PeerRegion& r = peer_regions_[index];
+  // Closed (when ours was the last reference in this process) before the
+  // exporter may see `holding` clear and let its memory be freed.
+  r.imported.reset();
+  r.holding->store(0, std::memory_order_release);
+  ::munmap(r.map, r.map_length);
   peer_regions_.erase(peer_regions_.begin() + static_cast<std::ptrdiff_t>(index));
+}
+
+void ShmQp::drop_peer_regions_locked() {
+  while (!peer_regions_.empty()) drop_peer_region_locked(peer_regions_.size() - 1);
+}
+
+bool ShmQp::ask_peer_to_close_locked(std::uint32_t rkey) {
+  state_held_by_device(device_lock_);
+  // A QP in ERROR closes its connection, or says Bye: the peer drops every
+  // region it mapped then.
+  if (state() == QpState::Error || socket_ < 0) return true;
+  if (!push_control_locked(RecordType::Revoke, 0, rkey)) return false;
+  wake_peer_locked();
+  return true;
+}
+
+void ShmQp::revoke_peer_region_locked(std::uint32_t rkey) {
+  for (std::size_t i = 0; i < peer_regions_.size(); ++i) {
+    if (peer_regions_[i].rkey != rkey) continue;
+    RDMX_TRACE("shm qp %u: %s deregisters its region rkey 0x%x: closing our import", qpn_, describe_peer().c_str(),
+               rkey);
+    drop_peer_region_locked(i);
+    return;
+  }
 }
 
 }  // namespace rdmx::shm

@@ -211,6 +211,7 @@ ShmQp::Step ShmQp::handle_response_locked(const Record* r, std::uint16_t slots, 
       return Step::Failed;
     }
     case RecordType::Bye: peer_gone_locked(describe_peer() + "'s QP entered ERROR", false); return Step::Done;
+    case RecordType::Revoke: revoke_peer_region_locked(static_cast<std::uint32_t>(arg0)); return Step::Done;
     default: return bad("unknown record type " + std::to_string(static_cast<int>(type)));
   }
 }

@@ -54,7 +54,8 @@ bool on_device(const core::RegionMemory& memory) { return memory.type != MemoryT
 // pulled from the initiator (`pid`, `remote`) through a host buffer.
 // Returns the bytes placed (fewer when pulling failed, errno set).
 std::uint64_t write_to_device(char* target, std::uint64_t length, const core::RegionMemory& memory,
-                              const std::uint8_t* inline_payload, pid_t pid, const iovec* remote, int remote_count) {
+                              const std::uint8_t* inline_payload, pid_t pid, const iovec* remote, int remote_count,
+                              char* piece) {
   const bool hold = core::has_last_word(reinterpret_cast<std::uint64_t>(target), length);
   const std::uint64_t body = hold ? length - 8 : length;
   auto place = [&](std::uint64_t at, std::uint64_t n) {
@@ -65,13 +66,12 @@ std::uint64_t write_to_device(char* target, std::uint64_t length, const core::Re
     if (hold) place(body, 8);
     return length;
   }
-  std::vector<char> piece(std::min(length, kDevicePiece));
   auto pull = [&](std::uint64_t at, std::uint64_t n) {
     iovec from[kMaxSge];
     const int from_count = tail_iovecs(remote, remote_count, at, from);
-    iovec into{piece.data(), n};
+    iovec into{piece, n};
     if (read_from_process(pid, &into, 1, from, from_count, n) != static_cast<ssize_t>(n)) return false;
-    core::cuda::copy_memory(target + at, piece.data(), n, memory.device, "shm WRITE into device memory");
+    core::cuda::copy_memory(target + at, piece, n, memory.device, "shm WRITE into device memory");
     return true;
   };
   std::uint64_t at = 0;
@@ -229,7 +229,8 @@ ShmQp::Step ShmQp::deliver_locked(const Record* r, const RecvEntry* recv, std::u
           why = "the request's buffer list does not cover its length";
         } else {
           placed = write_to_device(reinterpret_cast<char*>(target_addr), length, target_memory,
-                                   cross ? nullptr : RingConsumer::payload(r), peer_pid_, remote, count);
+                                   cross ? nullptr : RingConsumer::payload(r), peer_pid_, remote, count,
+                                   cross ? device_piece_.ready(kDevicePiece, target_memory.device) : nullptr);
           if (placed != length) {
             nak_status = WcStatus::RemOpErr;
             why = "copying " + std::to_string(length) + " bytes from pid " + std::to_string(peer_pid_) +
@@ -329,14 +330,14 @@ ShmQp::Step ShmQp::answer_read_locked(const Record* r) {
             nak_status = WcStatus::RemInvReqErr;
             why = "the READ's buffer list does not cover its length";
           }
-          std::vector<char> piece(std::min<std::uint64_t>(length, kDevicePiece));
+          char* piece = device_piece_.ready(kDevicePiece, source.device);
           for (std::uint64_t at = 0; nak_status == WcStatus::Success && at < length;) {
             const std::uint64_t n = std::min<std::uint64_t>(length - at, kDevicePiece);
-            core::cuda::copy_memory(piece.data(), reinterpret_cast<const char*>(addr) + at, n, source.device,
+            core::cuda::copy_memory(piece, reinterpret_cast<const char*>(addr) + at, n, source.device,
                                     "shm READ from device memory");
             iovec to[kMaxSge];
             const int to_count = tail_iovecs(remote, count, at, to);
-            iovec from{piece.data(), n};
+            iovec from{piece, n};
             if (write_to_process(peer_pid_, &from, 1, to, to_count, n) != static_cast<ssize_t>(n)) {
               nak_status = WcStatus::RemOpErr;
               why =

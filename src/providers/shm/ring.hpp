@@ -40,6 +40,7 @@ enum class RecordType : std::uint8_t {
   RnrNak,  // a SEND found no receive; the requester starts its RNR clock
   Nak,     // the request was refused; `arg0` is the status the requester reports
   Bye,     // the sender's QP entered ERROR (its process lives on)
+  Revoke,  // the sender deregisters its region `arg0` (an rkey) that we mapped: close it now
 };
 
 enum RecordFlags : std::uint8_t {

@@ -25,6 +25,7 @@
 #include "core/mutex.hpp"
 #include "core/work_request.hpp"
 #include "providers/shm/cross_memory.hpp"
+#include "providers/shm/offer_link.hpp"
 
 namespace rdmx::shm {
 
@@ -56,8 +57,7 @@ ShmQp::~ShmQp() {
   core::LockGuard lock(device_.lock());
   device_.remove_qp_locked(this);
   device_.release_probe_locked(probe_);
-  close_socket_locked();
-  while (!peer_regions_.empty()) drop_peer_region_locked(peer_regions_.size() - 1);
+  close_socket_locked();  // drops the regions we mapped too
   if (segment_ != nullptr) {
     // A progress() call that read our probe just before we released it may
     // still look at the segment: leave readable zeros there, not a hole.
@@ -202,6 +202,10 @@ void ShmQp::close_socket_locked() {
     ::close(memfd_);
     memfd_ = -1;
   }
+  // The connection is over: what we imported of the peer's memory is closed
+  // now (a deregistration there may be waiting for it), not when the QP goes.
+  drop_peer_regions_locked();
+  if (offer_link_) offer_link_->detach_locked();
   if (socket_ < 0) return;
   ::epoll_ctl(device_.epoll_fd(), EPOLL_CTL_DEL, socket_, nullptr);
   ::close(socket_);
@@ -340,6 +344,8 @@ bool ShmQp::on_socket_locked(std::uint32_t events) {
 }
 
 void ShmQp::peer_gone_locked(const std::string& reason, bool receives_too) {
+  // Nothing is copied directly any more: what we imported is closed now.
+  drop_peer_regions_locked();
   if (state() == QpState::Error || !peer_gone_.empty()) return;
   if (!sq_.empty() || (receives_too && !rq_.empty())) return fail_locked(reason, WcStatus::RetryExcErr);
   peer_gone_ = reason;

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "core/completion_queue.hpp"
+#include "core/cuda/pinned.hpp"
 #include "core/memory_registry.hpp"
 #include "core/soft_rc/qp.hpp"
 #include "core/thread_annotations.hpp"
@@ -42,6 +43,8 @@ constexpr std::uint32_t kMaxSge = core::kSoftMaxSge;
 constexpr std::uint64_t kMaxMessage = 1ull << 31;
 // Ring slots per direction: 4096 x 64 B = 256 KiB, room for 16 eager messages of 16 KiB.
 constexpr std::uint32_t kRingSlots = 4096;
+
+class ShmOfferLink;  // offer_link.hpp
 
 // The local pieces [0, length) of an SGE list, as iovecs.
 int sge_iovecs(const std::array<Sge, kMaxSge>& sges, std::uint32_t num, std::uint64_t length, iovec* out);
@@ -76,6 +79,9 @@ class ShmQp final : public core::SoftRcQp {
   // and whether we have other work that needs a pass.
   void update_probe_locked() RDMX_REQUIRES(this);
   core::Offer offer_locked(const core::PendingConnection& pending) override RDMX_REQUIRES(device_lock_);
+  // Deregistration of our region `rkey`, offered to the peer: asks it to
+  // close its import (ShmOfferLink). False when the ring has no room yet.
+  bool ask_peer_to_close_locked(std::uint32_t rkey) RDMX_REQUIRES(device_lock_);
 
  private:
   using SendEntry = core::SendEntry;
@@ -104,7 +110,8 @@ class ShmQp final : public core::SoftRcQp {
     char* map;  // the mapping: the region's data then its state page, or (device memory) the state page only
     std::size_t map_length;
     core::SharedRegionState* state;
-    std::atomic<std::uint32_t>* busy;  // our slot in `state`
+    std::atomic<std::uint32_t>* busy;     // our slot in `state`
+    std::atomic<std::uint32_t>* holding;  // set while we hold a legacy-handle import of it
     // Device memory: the peer's allocation opened here, and where the region starts in this process.
     std::shared_ptr<core::cuda::ImportedMemory> imported;
     char* device_data = nullptr;
@@ -120,7 +127,11 @@ class ShmQp final : public core::SoftRcQp {
   void offer_region_locked(std::uint32_t rkey, const core::MemoryRegistry::Verdict& verdict) RDMX_REQUIRES(this);
   // `cuda_fd`: a device region's exported allocation (-1 otherwise).
   void take_offer_locked(const ShareOffer& offer, int fd, int cuda_fd) RDMX_REQUIRES(this);
+  // Drops the mapped region's mapping and import; its `holding` word is cleared after the import closes.
   void drop_peer_region_locked(std::size_t index) RDMX_REQUIRES(this);
+  void drop_peer_regions_locked() RDMX_REQUIRES(this);
+  // The peer deregisters `rkey` and waits for us to close our import of it.
+  void revoke_peer_region_locked(std::uint32_t rkey) RDMX_REQUIRES(this);
 
   // Requester (qp_requester.cpp).
   void pump_locked() RDMX_REQUIRES(this);
@@ -204,8 +215,12 @@ class ShmQp final : public core::SoftRcQp {
 
   std::vector<PeerRegion> peer_regions_ RDMX_GUARDED_BY(this);  // the peer's regions we mapped
   int direct_local_gpu_ RDMX_GUARDED_BY(this) = -1;             // see direct_locals_ok_locked()
-  std::vector<std::uint32_t> offered_ RDMX_GUARDED_BY(this);    // our rkeys whose memory we offered the peer
-  bool rnr_nak_sent_ RDMX_GUARDED_BY(this) = false;             // for the request at the ring's head
+  // What a request between the peer's memory and our device memory is carried through, a piece at a time.
+  core::cuda::PinnedBuffer device_piece_ RDMX_GUARDED_BY(this);
+  std::vector<std::uint32_t> offered_ RDMX_GUARDED_BY(this);  // our rkeys whose memory we offered the peer
+  // How deregistration of our legacy-handle device regions reaches the peer (made at the first such offer).
+  std::shared_ptr<ShmOfferLink> offer_link_ RDMX_GUARDED_BY(this);
+  bool rnr_nak_sent_ RDMX_GUARDED_BY(this) = false;  // for the request at the ring's head
   // Inbound ring position up to which skim_locked() has handled the answers
   // (requests there still wait their turn).
   std::uint64_t skimmed_to_ RDMX_GUARDED_BY(this) = 0;

@@ -231,9 +231,9 @@ std::size_t TcpQp::deliver_locked(const std::uint8_t* from, std::size_t n) {
           true, &pd_, incoming_.rkey, addr, n, Access::RemoteWrite, [&](char* p, const core::RegionMemory& memory) {
             held_by_caller();
             const bool device = memory.type != MemoryType::Host;
-            if (device && device_landing_.size() < direct) device_landing_.resize(direct);
+            char* landing = device ? device_landing_.ready(wire::kMaxChunk, memory.device) : p;
             count = 0;
-            if (direct > 0) iov[static_cast<std::size_t>(count++)] = {device ? device_landing_.data() : p, direct};
+            if (direct > 0) iov[static_cast<std::size_t>(count++)] = {landing, direct};
             if (direct < n)
               iov[static_cast<std::size_t>(count++)] = {tail_hold_ + (off + direct - before_tail), n - direct};
             land();

@@ -124,7 +124,7 @@ int TcpQp::gather_locked(const std::array<Sge, kMaxSge>& sges, std::uint32_t num
 bool TcpQp::copy_device_payload_locked(const SendEntry& e, std::uint64_t offset, std::uint32_t length) {
   // Copied just before the piece is sent: the socket still carries the
   // piece before while the GPU copies this one.
-  if (device_payload_.size() < length) device_payload_.resize(wire::kMaxChunk);
+  if (!device_payload_) device_payload_ = core::cuda::PinnedBuffer(wire::kMaxChunk);
   std::uint64_t at = 0;
   for (std::uint32_t i = 0; i < e.num_sge && at < length; ++i) {
     const Sge& sge = e.sges[i];
@@ -142,6 +142,7 @@ bool TcpQp::copy_device_payload_locked(const SendEntry& e, std::uint64_t offset,
             return;
           }
           try {
+            device_payload_.pin(memory.device);
             core::cuda::copy_memory(device_payload_.data() + at, p, take, memory.device,
                                     "tcp payload from device memory");
           } catch (const Error& error) {
@@ -171,19 +172,19 @@ bool TcpQp::stage_device_source_locked(const ReadJob& job, std::uint32_t chunk) 
   // A READ answer from device memory is copied to a host buffer first; the
   // frame is still re-checked against the registry while it is sent.
   std::string failure;
-  auto verdict = device_.registry().with_access_in(
-      true, &pd_, job.rkey, job.addr + job.offset, chunk, Access::RemoteRead,
-      [&](char* p, const core::RegionMemory& memory) {
-        held_by_caller();
-        if (memory.type == MemoryType::Host) return;
-        if (device_source_.size() < chunk) device_source_.resize(chunk);
-        try {
-          core::cuda::copy_memory(device_source_.data(), p, chunk, memory.device, "tcp READ from device memory");
-          tx_.iov[1].iov_base = device_source_.data();
-        } catch (const Error& e) {
-          failure = e.message();
-        }
-      });
+  auto verdict = device_.registry().with_access_in(true, &pd_, job.rkey, job.addr + job.offset, chunk,
+                                                   Access::RemoteRead, [&](char* p, const core::RegionMemory& memory) {
+                                                     held_by_caller();
+                                                     if (memory.type == MemoryType::Host) return;
+                                                     try {
+                                                       core::cuda::copy_memory(
+                                                           device_source_.ready(wire::kMaxChunk, memory.device), p,
+                                                           chunk, memory.device, "tcp READ from device memory");
+                                                       tx_.iov[1].iov_base = device_source_.data();
+                                                     } catch (const Error& e) {
+                                                       failure = e.message();
+                                                     }
+                                                   });
   if (verdict != core::AccessCheck::Ok) {
     fail_locked("memory region deregistered while serving a READ for " + peer_text_, WcStatus::WrFlushErr);
     return false;

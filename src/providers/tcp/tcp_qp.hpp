@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/completion_queue.hpp"
+#include "core/cuda/pinned.hpp"
 #include "core/memory_registry.hpp"
 #include "core/mutex.hpp"
 #include "core/soft_rc/qp.hpp"
@@ -232,10 +233,11 @@ class TcpQp final : public core::SoftRcQp {
   Incoming incoming_ RDMX_GUARDED_BY(this);
   std::uint8_t tail_hold_[8] RDMX_GUARDED_BY(this) = {};  // a WRITE's last word, stored after the rest of it
   // Device memory is never the socket's: WRITE payloads for it land here
-  // first, READ answers from it are copied here before they are sent.
-  std::vector<char> device_landing_ RDMX_GUARDED_BY(this);
-  std::vector<char> device_source_ RDMX_GUARDED_BY(this);
-  std::vector<char> device_payload_ RDMX_GUARDED_BY(this);  // a request's piece from device memory
+  // first, READ answers from it are copied here before they are sent (one
+  // frame's payload each, page-locked for the GPU).
+  core::cuda::PinnedBuffer device_landing_ RDMX_GUARDED_BY(this);
+  core::cuda::PinnedBuffer device_source_ RDMX_GUARDED_BY(this);
+  core::cuda::PinnedBuffer device_payload_ RDMX_GUARDED_BY(this);  // a request's piece from device memory
   std::deque<ReadJob> read_jobs_ RDMX_GUARDED_BY(this);
   std::deque<wire::Header> control_ RDMX_GUARDED_BY(this);
   bool serve_reads_next_ RDMX_GUARDED_BY(this) = false;
