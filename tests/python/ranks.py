@@ -104,6 +104,24 @@ def run_command(cmd, timeout_s=120, env=None):
     return collect([p], timeout_s)[0]
 
 
+def results_in(output):
+    """Every `RESULT <json>` record in a launcher's merged output. mpirun
+    forwards each rank's bytes as they come, so one rank's record may end up
+    glued to the other's on one line; records are found by decoding, not by
+    lines."""
+    decoder = json.JSONDecoder()
+    found = []
+    at = output.find("RESULT ")
+    while at >= 0:
+        try:
+            value, end = decoder.raw_decode(output, at + len("RESULT "))
+            found.append(value)
+        except ValueError:
+            end = at + len("RESULT ")
+        at = output.find("RESULT ", end)
+    return found
+
+
 def assert_all_ok(results):
     bad = [r for r in results if r.returncode != 0 or r.result is None]
     assert not bad, "\n".join(repr(r) for r in results)

@@ -100,8 +100,8 @@ def test_under_rdmx_run():
     cmd = [RDMX_CLI, "run", "-n", "3", "--time-limit", "90", "--", ranks.PYTHON, ranks.SCENARIOS, "env_only"]
     r = ranks.run_command(cmd, timeout_s=120)
     assert r.returncode == 0, r
-    sums = [line for line in r.output.splitlines() if "RESULT" in line]
-    assert len(sums) == 3 and all('"sum": 6.0' in line for line in sums), r.output
+    records = ranks.results_in(r.output)
+    assert sorted(x["rank"] for x in records) == [0, 1, 2] and all(x["sum"] == 6.0 for x in records), r.output
 
 
 def test_under_slurm_variables():
@@ -132,5 +132,5 @@ def test_under_mpirun():
            ranks.SCENARIOS, "env_only"]
     r = ranks.run_command(cmd, timeout_s=120, env=env)
     assert r.returncode == 0, r
-    sums = [line for line in r.output.splitlines() if line.startswith("RESULT")]
-    assert len(sums) == 2 and all('"sum": 3.0' in line for line in sums), r.output
+    records = ranks.results_in(r.output)
+    assert sorted(x["rank"] for x in records) == [0, 1] and all(x["sum"] == 3.0 for x in records), r.output
