@@ -171,6 +171,17 @@ MemoryType memory_type(const void* addr, std::size_t length);
 // ---------------------------------------------------------------------------
 // Memory registration. Destroying a MemoryRegion deregisters it: its lkey and
 // rkey stop working at once, for local and remote users alike.
+// Something a thread can sleep on until it happens (a peer's WRITE landing
+// in a region: MemoryRegion::write_doorbell()). Read epoch(), test the
+// condition, then block(seen, deadline): it returns once epoch() has moved
+// past `seen`, at `deadline`, or after a short slice (test again).
+class Doorbell {
+ public:
+  virtual ~Doorbell() = default;
+  virtual std::uint32_t epoch() const noexcept = 0;
+  virtual void block(std::uint32_t seen, std::chrono::steady_clock::time_point deadline) const noexcept = 0;
+};
+
 class MemoryRegion {
  public:
   virtual ~MemoryRegion() = default;
@@ -187,6 +198,11 @@ class MemoryRegion {
   int cuda_device() const noexcept { return cuda_device_; }
   // A ready-made SGE over [addr() + offset, +length).
   Sge sge(std::size_t offset, std::uint32_t length) const;
+  // Rings once each peer RDMA WRITE (with or without immediate) into this
+  // region has landed, so a thread waiting for data sleeps until it comes
+  // rather than polling. Regions from allocate_memory() on a device whose
+  // caps().writes_wake_waiters; null otherwise. Lives as long as the region.
+  const Doorbell* write_doorbell() const noexcept { return write_doorbell_; }
 
  protected:
   MemoryRegion(void* addr, std::size_t length, std::uint32_t lkey, std::uint32_t rkey, Access access,
@@ -198,6 +214,7 @@ class MemoryRegion {
         access_(access),
         memory_type_(memory_type),
         cuda_device_(cuda_device) {}
+  void set_write_doorbell(const Doorbell* doorbell) noexcept { write_doorbell_ = doorbell; }
 
  private:
   void* addr_;
@@ -207,6 +224,7 @@ class MemoryRegion {
   Access access_;
   MemoryType memory_type_;
   int cuda_device_;
+  const Doorbell* write_doorbell_ = nullptr;
 };
 
 class ProtectionDomain {
@@ -327,6 +345,10 @@ struct DeviceCaps {
   // caller that keeps registrations of memory it does not own (a cache)
   // must drop them when that memory may have changed.
   bool registration_pins_memory = false;
+  // A peer's RDMA WRITE into a region from allocate_memory() rings the
+  // region's write_doorbell() once it has landed (software providers; an
+  // RDMA NIC writes memory without telling any thread).
+  bool writes_wake_waiters = false;
   std::uint64_t max_msg_size = 0;  // bytes per work request
   std::uint32_t max_qp_wr = 0;
   std::uint32_t max_sge = 0;

@@ -142,7 +142,7 @@ Links::~Links() {
           }
           return true;
         },
-        nullptr, deadline, {.progress = [this] { device_->progress(); }});
+        region_->write_doorbell(), deadline, {.progress = [this] { device_->progress(); }});
   } catch (const std::exception& e) {
     RDMX_INFO("communicator teardown on rank %d: %s", rank_, e.what());
   }

@@ -506,8 +506,12 @@ void Links::run_schedule(Schedule& schedule, const OpDesc& desc, const Combine& 
   const auto deadline = core::deadline_after(timeout);
   core::WaitHooks hooks;
   hooks.progress = [p = &progress] { (*p)(); };  // one pointer: no allocation
+  // Everything a run waits for is a peer's WRITE into this rank's region
+  // (messages, announcements, credits): where such WRITEs ring the
+  // region's doorbell, a rank past its spin sleeps until one lands.
+  const Doorbell* doorbell = region_->write_doorbell();
   while (!state.finished()) {
-    auto r = core::wait_until([st = &state] { return st->step() || st->finished(); }, nullptr, deadline, hooks);
+    auto r = core::wait_until([st = &state] { return st->step() || st->finished(); }, doorbell, deadline, hooks);
     if (r == core::WaitResult::Timeout) fail_timeout(desc, state.waiting_for());
     if (r == core::WaitResult::Aborted) fail_aborted(desc);
   }
@@ -533,7 +537,7 @@ void Links::run_schedule(Schedule& schedule, const OpDesc& desc, const Combine& 
       }
       return true;
     };
-    auto r = core::wait_until(credited, nullptr, deadline, hooks);
+    auto r = core::wait_until(credited, doorbell, deadline, hooks);
     if (r == core::WaitResult::Timeout) fail_timeout(desc, "waiting for the peers to confirm its last messages");
     if (r == core::WaitResult::Aborted) fail_aborted(desc);
   }

@@ -8,8 +8,10 @@
 #include <cstdio>
 #include <cstring>
 #include <new>
+#include <optional>
 
 #include "core/cuda/pointer.hpp"
+#include "core/device_resources.hpp"
 #include "core/shared_region.hpp"
 
 #include "core/log.hpp"
@@ -170,28 +172,56 @@ void check_rights(Access access, const char* sizes) {
   }
 }
 
+// An allocated region's write doorbell: the state page's words, which
+// whoever places a peer's WRITE rings (core::ring). A waiter about to sleep
+// hands progress to the device's engine first: on tcp that engine is what
+// places the WRITE it waits for.
+class RegionDoorbell final : public Doorbell {
+ public:
+  RegionDoorbell(WakeWords* words, EngineHandoff* handoff) noexcept : word_(words), handoff_(handoff) {}
+  std::uint32_t epoch() const noexcept override { return word_.epoch(); }
+  void block(std::uint32_t seen, Clock::time_point deadline) const noexcept override {
+    handoff_->application_idle();
+    word_.block(seen, deadline);
+  }
+
+ private:
+  WaitWord word_;
+  EngineHandoff* handoff_;
+};
+
 // Memory from a memfd, registered; the state page follows the data.
 class AllocatedRegion final : public MemoryRegion {
  public:
   AllocatedRegion(MemoryRegistry& registry, void* addr, std::size_t length, MemoryRegistry::Keys keys, Access access,
-                  std::unique_ptr<SharedRegion> shared, std::unique_ptr<RegionBinder::Binding> binding)
+                  std::unique_ptr<SharedRegion> shared, std::unique_ptr<RegionBinder::Binding> binding,
+                  EngineHandoff* doorbell_handoff)
       : MemoryRegion(addr, length, keys.lkey, keys.rkey, access),
         registry_(registry),
         shared_(std::move(shared)),
-        binding_(std::move(binding)) {}
+        binding_(std::move(binding)) {
+    if (doorbell_handoff != nullptr) {
+      doorbell_.emplace(&state()->doorbell, doorbell_handoff);
+      set_write_doorbell(&*doorbell_);
+    }
+  }
   ~AllocatedRegion() override {
     registry_.remove(lkey());
     binding_.reset();
-    auto* base = static_cast<char*>(addr());
-    retire_shared(*shared_, reinterpret_cast<SharedRegionState*>(base + shared_->state_offset));
-    ::munmap(base, shared_->map_length);
+    retire_shared(*shared_, state());
+    ::munmap(addr(), shared_->map_length);
     ::close(shared_->memfd);
   }
 
  private:
+  SharedRegionState* state() const {
+    return reinterpret_cast<SharedRegionState*>(static_cast<char*>(addr()) + shared_->state_offset);
+  }
+
   MemoryRegistry& registry_;
   std::unique_ptr<SharedRegion> shared_;
   std::unique_ptr<RegionBinder::Binding> binding_;
+  std::optional<RegionDoorbell> doorbell_;
 };
 }  // namespace
 
@@ -222,15 +252,15 @@ std::unique_ptr<MemoryRegion> RegistryProtectionDomain::allocate_memory(std::siz
   std::unique_ptr<RegionBinder::Binding> binding;
   MemoryRegistry::Keys keys{};
   try {
-    keys = add_region(base, length, access, shared.get(), &binding, RegionMemory{});
+    keys = add_region(base, length, access, shared.get(), &binding, RegionMemory{.doorbell = &state->doorbell});
   } catch (...) {
     ::munmap(base, shared->map_length);
     ::close(shared->memfd);
     throw;
   }
   RDMX_TRACE("allocated %s lkey=0x%x rkey=0x%x access=%s", sizes, keys.lkey, keys.rkey, to_string(access).c_str());
-  return std::make_unique<AllocatedRegion>(registry_, base, length, keys, access, std::move(shared),
-                                           std::move(binding));
+  return std::make_unique<AllocatedRegion>(registry_, base, length, keys, access, std::move(shared), std::move(binding),
+                                           doorbell_handoff_);
 }
 
 std::unique_ptr<MemoryRegion> RegistryProtectionDomain::register_memory(void* addr, std::size_t length, Access access) {

@@ -20,11 +20,13 @@
 #include "core/device_lock.hpp"
 #include "core/mutex.hpp"
 #include "core/region_binder.hpp"
+#include "core/wait.hpp"
 #include "rdmx/verbs.hpp"
 
 namespace rdmx::core {
 
 struct RegionOffers;  // core/shared_region.hpp
+class EngineHandoff;  // core/device_resources.hpp
 
 // The shared state of a region allocated by allocate_memory(), in the page
 // after its data, so peers that map the region can tell whether it is still
@@ -35,13 +37,16 @@ struct RegionOffers;  // core/shared_region.hpp
 // shared through a legacy IPC handle, a peer QP also sets `holding` while
 // its process has the allocation open (the same fences, against `live`);
 // deregistration waits for that too (core/shared_region.hpp).
-constexpr std::uint32_t kDirectSlots = 63;
+// `doorbell` is rung by whoever places a peer's WRITE in the region, the
+// peer's own process included (MemoryRegion::write_doorbell()).
+constexpr std::uint32_t kDirectSlots = 62;
 struct alignas(64) BusySlot {
   std::atomic<std::uint32_t> busy;
   std::atomic<std::uint32_t> holding;
 };
 struct SharedRegionState {
   alignas(64) std::atomic<std::uint32_t> live;
+  alignas(64) WakeWords doorbell;
   BusySlot slots[kDirectSlots];
 };
 static_assert(sizeof(SharedRegionState) <= 4096);
@@ -71,6 +76,9 @@ struct SharedRegion {
 struct RegionMemory {
   MemoryType type = MemoryType::Host;
   int device = -1;
+  // The write doorbell of a region from allocate_memory(), rung after a
+  // peer's WRITE into it has landed; null for other regions.
+  WakeWords* doorbell = nullptr;
 };
 
 enum class AccessCheck : std::uint8_t { Ok, NoSuchKey, WrongDomain, OutOfBounds, MissingRight };
@@ -253,13 +261,18 @@ class RegistryProtectionDomain final : public ProtectionDomain {
   // `provider` names the device in errors; `cuda` is its caps().cuda_memory.
   // `share_device_memory`: device regions are made shareable with peers on
   // this host (a provider that maps them: shm, or auto over it).
+  // `doorbell_handoff`: given where the device's caps().writes_wake_waiters;
+  // allocated regions then offer a write doorbell, and a thread about to
+  // sleep on one hands progress to the device's engine (which may be the
+  // one to place the WRITE it waits for).
   RegistryProtectionDomain(MemoryRegistry& registry, std::string provider, CudaMemorySupport cuda,
-                           bool share_device_memory = false)
+                           bool share_device_memory = false, EngineHandoff* doorbell_handoff = nullptr)
       : registry_(registry),
         bound_(registry.binder() ? registry.binder()->open_domain() : nullptr),
         provider_(std::move(provider)),
         cuda_(cuda),
-        share_device_memory_(share_device_memory) {}
+        share_device_memory_(share_device_memory),
+        doorbell_handoff_(doorbell_handoff) {}
   std::unique_ptr<MemoryRegion> register_memory(void* addr, std::size_t length, Access access) override;
   std::unique_ptr<MemoryRegion> allocate_memory(std::size_t length, Access access) override;
   MemoryRegistry& registry() const { return registry_; }
@@ -276,6 +289,7 @@ class RegistryProtectionDomain final : public ProtectionDomain {
   std::string provider_;
   CudaMemorySupport cuda_;
   bool share_device_memory_;
+  EngineHandoff* doorbell_handoff_;
 };
 
 }  // namespace rdmx::core

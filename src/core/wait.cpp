@@ -20,11 +20,20 @@ std::atomic<bool> g_aborted{false};
 // Blocked waiters wake at least this often to re-check abort and their condition.
 constexpr auto kBlockSlice = std::chrono::milliseconds(100);
 
-void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t seen, std::chrono::nanoseconds limit) {
+void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t seen, std::chrono::nanoseconds limit, bool shared) {
   timespec ts{};
   ts.tv_sec = static_cast<time_t>(limit.count() / 1000000000);
   ts.tv_nsec = static_cast<long>(limit.count() % 1000000000);
-  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAIT_PRIVATE, seen, &ts, nullptr, 0);
+  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), shared ? FUTEX_WAIT : FUTEX_WAIT_PRIVATE, seen, &ts,
+          nullptr, 0);
+}
+
+void wake(WakeWords& words, bool shared) noexcept {
+  words.epoch.fetch_add(1, std::memory_order_acq_rel);
+  if (words.sleepers.load(std::memory_order_acquire) != 0) {
+    syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&words.epoch), shared ? FUTEX_WAKE : FUTEX_WAKE_PRIVATE,
+            INT_MAX, nullptr, nullptr, 0);
+  }
 }
 
 // Short sleeps mean what they say: the kernel's default timer slack (50 us)
@@ -43,25 +52,22 @@ inline void cpu_relax() {
 }
 }  // namespace
 
-void WaitWord::notify_all() noexcept {
-  epoch_.fetch_add(1, std::memory_order_acq_rel);
-  if (sleepers_.load(std::memory_order_acquire) != 0) {
-    syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&epoch_), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
-  }
-}
+void ring(WakeWords& words) noexcept { wake(words, true); }
 
-void WaitWord::block(std::uint32_t seen, Clock::time_point deadline) noexcept {
+void WaitWord::notify_all() noexcept { wake(*words_, shared_); }
+
+void WaitWord::block(std::uint32_t seen, Clock::time_point deadline) const noexcept {
   auto now = Clock::now();
   if (now >= deadline) return;
   auto limit = std::min<Clock::duration>(deadline - now, kBlockSlice);
-  sleepers_.fetch_add(1, std::memory_order_acq_rel);
-  if (epoch_.load(std::memory_order_acquire) == seen) {
-    futex_wait(&epoch_, seen, std::chrono::duration_cast<std::chrono::nanoseconds>(limit));
+  words_->sleepers.fetch_add(1, std::memory_order_acq_rel);
+  if (words_->epoch.load(std::memory_order_acquire) == seen) {
+    futex_wait(&words_->epoch, seen, std::chrono::duration_cast<std::chrono::nanoseconds>(limit), shared_);
   }
-  sleepers_.fetch_sub(1, std::memory_order_acq_rel);
+  words_->sleepers.fetch_sub(1, std::memory_order_acq_rel);
 }
 
-WaitResult wait_until(const std::function<bool()>& ready, WaitWord* word, Clock::time_point deadline,
+WaitResult wait_until(const std::function<bool()>& ready, const Doorbell* word, Clock::time_point deadline,
                       const WaitHooks& hooks) {
   if (ready()) return WaitResult::Ready;
   // Spin phase: cheap checks, driving progress from this thread. The clock

@@ -10,22 +10,46 @@
 #include <cstdint>
 #include <functional>
 
+#include "rdmx/verbs.hpp"
+
 namespace rdmx::core {
 
 using Clock = std::chrono::steady_clock;
 
-// An event counter that blocked waiters sleep on.
-class WaitWord {
+// The two words blocked waiters sleep on. Plain atomics, so they may lie
+// in memory several processes map (a region's state page); a word there is
+// waited on and woken as a shared futex, keyed by the page, not by the
+// address space.
+struct WakeWords {
+  std::atomic<std::uint32_t> epoch{0};
+  std::atomic<std::uint32_t> sleepers{0};
+};
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
+
+// Advances shared `words` and wakes every thread sleeping on them, in any
+// process. Cheap when nobody sleeps.
+void ring(WakeWords& words) noexcept;
+
+// An event counter that blocked waiters sleep on: this process's own words,
+// or shared ones (a region's write doorbell, rung by peers with ring()).
+class WaitWord final : public Doorbell {
  public:
-  std::uint32_t epoch() const noexcept { return epoch_.load(std::memory_order_acquire); }
+  WaitWord() noexcept : words_(&own_) {}
+  explicit WaitWord(WakeWords* shared) noexcept : words_(shared), shared_(true) {}
+  WaitWord(const WaitWord&) = delete;
+  WaitWord& operator=(const WaitWord&) = delete;
+
+  std::uint32_t epoch() const noexcept override { return words_->epoch.load(std::memory_order_acquire); }
   // Wakes every thread blocked on this word. Cheap when nobody sleeps.
   void notify_all() noexcept;
-  // Sleeps while epoch() == seen, at most until `deadline`.
-  void block(std::uint32_t seen, Clock::time_point deadline) noexcept;
+  // Sleeps while epoch() == seen, at most until `deadline` (and at most a
+  // short slice, after which the caller tests its condition again).
+  void block(std::uint32_t seen, Clock::time_point deadline) const noexcept override;
 
  private:
-  std::atomic<std::uint32_t> epoch_{0};
-  std::atomic<std::uint32_t> sleepers_{0};
+  WakeWords own_;
+  WakeWords* words_;
+  bool shared_ = false;
 };
 
 enum class WaitResult { Ready, Timeout, Aborted };
@@ -38,9 +62,10 @@ struct WaitHooks {
   std::function<void()> before_block;
 };
 
-// Returns Ready as soon as ready() is true. `word` may be null, in which case
-// the block phase sleeps in short slices and polls again.
-WaitResult wait_until(const std::function<bool()>& ready, WaitWord* word, Clock::time_point deadline,
+// Returns Ready as soon as ready() is true. `word` is what rings when ready()
+// may have changed (a WaitWord, a region's write doorbell); it may be null,
+// in which case the block phase sleeps in short slices and polls again.
+WaitResult wait_until(const std::function<bool()>& ready, const Doorbell* word, Clock::time_point deadline,
                       const WaitHooks& hooks = {});
 
 // Aborting makes every current and future wait return Aborted until

@@ -67,6 +67,66 @@ TEST_P(HostMemoryConformance, AllocatedMemoryWriteReadAndDeregistration) {
   }));
 }
 
+// A peer's WRITE rings the region's write doorbell once it has landed, on
+// every path a provider places WRITEs by (small and streamed tcp frames,
+// shm's ring before the region is mapped and its direct copies after): the
+// target only sleeps on the doorbell, so a WRITE that rings nothing fails
+// the round at its deadline, and data missing when it rings fails the check.
+TEST_P(HostMemoryConformance, AllocatedMemoryWriteRingsItsDoorbell) {
+  constexpr int kRounds = 24;
+  constexpr std::size_t kSizes[] = {8, 4000, 256 * 1024};
+  ASSERT_TRUE(run(2, [&](RankEnv& env) {
+    Node node(env);
+    const bool rings = node.device->caps().writes_wake_waiters;
+    if (env.rank() == kTarget) {
+      auto a = node.pd->allocate_memory(kBig, Access::LocalWrite | Access::RemoteWrite);
+      auto b = node.pd->allocate_memory(4096, Access::LocalWrite | Access::RemoteWrite);
+      const Doorbell* bell = a->write_doorbell();
+      auto qp = connected_qp(env, node, kInitiator, "t");
+      publish_region(env, "a", *a);
+      publish_region(env, "b", *b);
+      if (!rings) {
+        CHECK(bell == nullptr) << "a device without writes_wake_waiters offers a write doorbell";
+        env.barrier("done");
+        return;
+      }
+      CHECK(bell != nullptr) << "writes_wake_waiters, but an allocated region has no write doorbell";
+      CHECK(b->write_doorbell() != bell);
+      auto* bytes = static_cast<std::uint8_t*>(a->addr());
+      for (int r = 0; r < kRounds; ++r) {
+        const std::size_t len = kSizes[r % 3];
+        const std::uint32_t seen = bell->epoch();
+        signal(env, "armed/" + std::to_string(r));
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (bell->epoch() == seen && std::chrono::steady_clock::now() < deadline) bell->block(seen, deadline);
+        CHECK_NE(bell->epoch(), seen) << "round " << r << ": a " << len << "-byte WRITE did not ring within 20 s";
+        CHECK_PATTERN(bytes, len, 400 + r, 0, "a WRITE's bytes when its doorbell rings");
+        signal(env, "checked/" + std::to_string(r));
+      }
+      env.barrier("done");
+    } else {
+      auto local = node.pd->allocate_memory(kBig, Access::LocalWrite);
+      auto* bytes = static_cast<std::uint8_t*>(local->addr());
+      auto qp = connected_qp(env, node, kTarget, "t");
+      RemoteRegion a = fetch_region(env, "a");
+      RemoteRegion b = fetch_region(env, "b");
+      for (int r = 0; rings && r < kRounds; ++r) {
+        const std::size_t len = kSizes[r % 3];
+        fill_pattern(bytes, len, 400 + r);
+        await(env, "armed/" + std::to_string(r));
+        // A WRITE into another region first: it must not ring this one.
+        CHECK_WC(RDMA_SYNC(*qp, *node.send_cq, Opcode::RdmaWrite, local->sge(0, 8), b.addr, b.rkey, 1),
+                 "WRITE into the other region", .wr_id = 1, .status = WcStatus::Success);
+        CHECK_WC(RDMA_SYNC(*qp, *node.send_cq, Opcode::RdmaWrite, local->sge(0, static_cast<std::uint32_t>(len)),
+                           a.addr, a.rkey, 2),
+                 "WRITE into the region waited on", .wr_id = 2, .status = WcStatus::Success);
+        await(env, "checked/" + std::to_string(r));
+      }
+      env.barrier("done");
+    }
+  }));
+}
+
 // Rights and bounds hold for allocated regions as for any other, also on a
 // QP that has been using the region (and may have it mapped).
 TEST_P(HostMemoryConformance, AllocatedMemoryRightsAndBounds) {

@@ -85,6 +85,7 @@ DeviceCaps SoftRcDevice::caps() const {
   caps.same_host_peers = true;
   caps.auto_progress = true;
   caps.ordered_write_placement = true;  // see core::place_last_word_last
+  caps.writes_wake_waiters = true;      // every WRITE is placed by software: tcp's engine, shm's copies
   caps.max_msg_size = max_message_;
   caps.max_qp_wr = 16384;
   caps.max_sge = kSoftMaxSge;
@@ -94,8 +95,10 @@ DeviceCaps SoftRcDevice::caps() const {
 }
 
 std::unique_ptr<ProtectionDomain> SoftRcDevice::alloc_pd() {
-  return std::make_unique<RegistryProtectionDomain>(registry(), provider(), caps().cuda_memory,
-                                                    caps().cuda_memory == CudaMemorySupport::PeerMapping);
+  const DeviceCaps all = caps();
+  return std::make_unique<RegistryProtectionDomain>(registry(), provider(), all.cuda_memory,
+                                                    all.cuda_memory == CudaMemorySupport::PeerMapping,
+                                                    all.writes_wake_waiters ? this : nullptr);
 }
 
 std::unique_ptr<CompletionQueue> SoftRcDevice::create_cq(std::size_t depth) {

@@ -137,6 +137,7 @@ class AutoDevice final : public Device, public core::EngineHandoff {
       caps.auto_progress = caps.auto_progress && d.auto_progress;
       caps.ordered_write_placement = caps.ordered_write_placement && d.ordered_write_placement;
       caps.registration_pins_memory = caps.registration_pins_memory || d.registration_pins_memory;
+      caps.writes_wake_waiters = caps.writes_wake_waiters && d.writes_wake_waiters;
       caps.max_msg_size = std::min(caps.max_msg_size, d.max_msg_size);
       caps.max_qp_wr = std::min(caps.max_qp_wr, d.max_qp_wr);
       caps.max_sge = std::min(caps.max_sge, d.max_sge);
@@ -150,8 +151,9 @@ class AutoDevice final : public Device, public core::EngineHandoff {
     // Device regions are made shareable when a candidate maps them in peers (shm).
     bool share = false;
     for (const auto& c : candidates_) share = share || c.device->caps().cuda_memory == CudaMemorySupport::PeerMapping;
-    return std::make_unique<core::RegistryProtectionDomain>(*resources_.registry, provider(), caps().cuda_memory,
-                                                            share);
+    const DeviceCaps all = caps();
+    return std::make_unique<core::RegistryProtectionDomain>(*resources_.registry, provider(), all.cuda_memory, share,
+                                                            all.writes_wake_waiters ? this : nullptr);
   }
   std::unique_ptr<CompletionQueue> create_cq(std::size_t depth) override {
     return core::make_device_cq(depth, *this, *this);

@@ -74,6 +74,7 @@ bool ShmQp::try_direct_locked(const SendWr& wr, std::uint64_t total) {
     }
     if (r.device_data != nullptr || direct_local_gpu_ >= 0) {
       const bool done = copy_through_gpu_locked(r, wr, total);
+      if (done && write) core::ring(r.state->doorbell);
       r.busy->store(0, std::memory_order_release);
       return done;
     }
@@ -98,6 +99,7 @@ bool ShmQp::try_direct_locked(const SendWr& wr, std::uint64_t total) {
       at += sge.length;
     }
     if (hold) core::store_last_word(remote - 8, tail);
+    if (write) core::ring(r.state->doorbell);
     r.busy->store(0, std::memory_order_release);
     return true;
   }

@@ -287,7 +287,10 @@ ShmQp::Step ShmQp::deliver_locked(const Record* r, const RecvEntry* recv, std::u
       }
     }
   }
-  if (nak_status == WcStatus::Success) return Step::Done;
+  if (nak_status == WcStatus::Success) {
+    if (!to_recv && target_memory.doorbell != nullptr) core::ring(*target_memory.doorbell);
+    return Step::Done;
+  }
   if (recv != nullptr && recv_status != WcStatus::Success) {
     rq_.pop();
     push_recv_completion_locked(*recv, recv_status, WcOpcode::Recv, 0, false, 0);

@@ -227,9 +227,11 @@ std::size_t TcpQp::deliver_locked(const std::uint8_t* from, std::size_t n) {
           off < before_tail ? static_cast<std::size_t>(std::min<std::uint64_t>(n, before_tail - off)) : 0;
       // Device memory: the bytes land in a host buffer and go on through the driver.
       std::string device_failure;
+      core::WakeWords* doorbell = nullptr;
       auto verdict = registry.with_access_in(
           true, &pd_, incoming_.rkey, addr, n, Access::RemoteWrite, [&](char* p, const core::RegionMemory& memory) {
             held_by_caller();
+            doorbell = memory.doorbell;
             const bool device = memory.type != MemoryType::Host;
             char* landing = device ? device_landing_.ready(wire::kMaxChunk, memory.device) : p;
             count = 0;
@@ -272,6 +274,7 @@ std::size_t TcpQp::deliver_locked(const std::uint8_t* from, std::size_t n) {
                    "RDMA WRITE into device memory at " + hex(addr) + ": " + device_failure);
         return 0;
       }
+      if (doorbell != nullptr && got > 0 && off + static_cast<std::uint64_t>(got) == total) core::ring(*doorbell);
       break;
     }
     case RxTarget::RecvBuffer:

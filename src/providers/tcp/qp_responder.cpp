@@ -184,8 +184,10 @@ bool TcpQp::on_write_request_locked(const Header& h) {
     // A small WRITE already in the read-ahead buffer: check and copy under one lock.
     const std::uint8_t* payload = rx_buf_.data() + rx_begin_;
     std::string device_failure;
+    core::WakeWords* doorbell = nullptr;
     auto verdict = registry.with_access_in(true, &pd_, h.rkey, h.addr, h.length, Access::RemoteWrite,
                                            [&](char* p, const core::RegionMemory& memory) {
+                                             doorbell = memory.doorbell;
                                              if (memory.type == MemoryType::Host) {
                                                core::copy_last_word_last(p, payload, h.length);
                                              } else {
@@ -197,6 +199,7 @@ bool TcpQp::on_write_request_locked(const Header& h) {
       nak_locked(h.msn, Syndrome::RemOp, "RDMA WRITE to device memory at " + hex(h.addr) + ": " + device_failure);
       return false;
     }
+    if (doorbell != nullptr) core::ring(*doorbell);
     rx_begin_ += h.length;
     request_executed_locked(h.flags);
     return true;
