@@ -361,6 +361,7 @@ void all_reduce(OpContext& ctx) {
     case Algo::RecursiveDoubling: return all_reduce_rd(ctx);
     case Algo::HalvingDoubling: return all_reduce_hd(ctx);
     case Algo::Tree: return all_reduce_tree(ctx);
+    case Algo::Hierarchical: return all_reduce_hier(ctx);
     default: return all_reduce_direct(ctx);
   }
 }

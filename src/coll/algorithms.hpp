@@ -13,6 +13,7 @@
 #include <cstring>
 #include <vector>
 
+#include "coll/host_layout.hpp"
 #include "coll/links.hpp"
 #include "coll/op_desc.hpp"
 #include "rdmx/comm.hpp"
@@ -32,6 +33,7 @@ struct OpContext {
   // Transfers of at least this many bytes go straight into the receiver's
   // buffer (direct sends after a ready-to-receive announcement).
   std::size_t direct_min = 0;
+  const HostLayout* layout = nullptr;  // which ranks share a host (the hierarchical algorithms)
 
   bool use_direct(std::size_t transfer_bytes) const { return direct_min != 0 && transfer_bytes >= direct_min; }
 
@@ -43,6 +45,8 @@ struct OpContext {
 
 // Runs ctx.call with ctx.desc.algo (already chosen and valid for the op).
 void run_algorithm(OpContext& ctx);
+// all_reduce by host (algo_hierarchical.cpp); ctx.layout has equal hosts.
+void all_reduce_hier(OpContext& ctx);
 
 // --- helpers shared by the algorithm files --------------------------------
 // Block j of `count` elements split over `parts` as evenly as possible.

@@ -72,10 +72,15 @@ void Work::wait() { wait(state_ ? state_->timeout : core::timeout()); }
 namespace coll {
 namespace {
 
-constexpr core::TextSetting kAlgo{"RDMX_ALGO", "auto",
-                                  "force collective algorithms: ring, or per operation all_reduce:rd,broadcast:tree "
-                                  "(auto: by size and rank count)"};
+constexpr core::TextSetting kAlgo{
+    "RDMX_ALGO", "auto",
+    "force collective algorithms: ring, hier, or per operation all_reduce:rd,broadcast:tree "
+    "(auto: by size, rank count and hosts)"};
 RDMX_SETTING(kAlgo);
+constexpr core::TextSetting kHostId{"RDMX_HOSTID", "unset",
+                                    "this rank's host identity: ranks with the same value count as one host for the "
+                                    "hierarchical algorithms (unset: host name and boot id)"};
+RDMX_SETTING(kHostId);
 
 std::string read_boot_id() {
   std::ifstream in("/proc/sys/kernel/random/boot_id");
@@ -118,25 +123,33 @@ class CommImpl final : public Communicator {
         timeout_(options.timeout.count() >= 0 ? options.timeout : core::timeout()),
         selector_(!options.algo.empty() ? options.algo : kAlgo.read().value_or("")) {
     // Where everyone lives: host name plus boot id, so containers sharing a
-    // name are told apart.
-    const std::string me = host_name() + "/" + read_boot_id();
-    store_->set(options_.tag + "/host/" + std::to_string(rank_), std::string_view(me));
-    placement_.host = host_name();
-    placement_.local_rank = 0;
-    placement_.local_size = 0;
+    // name are told apart (RDMX_HOSTID overrides it, as NCCL_HOSTID does).
+    const std::string identity = kHostId.read().value_or(host_name() + "/" + read_boot_id());
+    store_->set(options_.tag + "/host/" + std::to_string(rank_), std::string_view(identity + "\n" + host_name()));
+    std::vector<std::string> identities(static_cast<std::size_t>(size_)), names(static_cast<std::size_t>(size_));
     for (int p = 0; p < size_; ++p) {
-      const std::string theirs = p == rank_ ? me : store_->get_string(options_.tag + "/host/" + std::to_string(p));
-      if (theirs == me) {
-        if (p < rank_) ++placement_.local_rank;
-        ++placement_.local_size;
-      }
+      const std::string entry =
+          p == rank_ ? identity + "\n" + host_name() : store_->get_string(options_.tag + "/host/" + std::to_string(p));
+      const auto cut = entry.find('\n');
+      identities[static_cast<std::size_t>(p)] = entry.substr(0, cut);
+      names[static_cast<std::size_t>(p)] = cut == std::string::npos ? entry : entry.substr(cut + 1);
     }
+    layout_ = make_host_layout(identities, names);
+    placement_.host = host_name();
+    placement_.local_rank = layout_.local_of[static_cast<std::size_t>(rank_)];
+    placement_.local_size = static_cast<int>(
+        layout_.ranks[static_cast<std::size_t>(layout_.host_of[static_cast<std::size_t>(rank_)])].size());
+    selector_.set_layout(layout_.hosts(), layout_.per_host());
     LinksConfig config = links_config();
     config.yield_when_waiting = static_cast<std::size_t>(placement_.local_size) > online_cpus();
     links_ = std::make_unique<Links>(std::move(device), *store_, rank_, size_, options_.tag, config, timeout_);
     RDMX_INFO("communicator '%s': rank %d of %d, local rank %d of %d on %s%s", options_.tag.c_str(), rank_, size_,
               placement_.local_rank, placement_.local_size, placement_.host.c_str(),
               config.yield_when_waiting ? " (more local ranks than cores: waiters yield)" : "");
+    if (rank_ == 0) {
+      RDMX_INFO("communicator '%s': topology %s; hierarchical rings %s", options_.tag.c_str(),
+                layout_.describe().c_str(), layout_.describe_rings().c_str());
+    }
   }
 
   ~CommImpl() override {
@@ -427,7 +440,7 @@ class CommImpl final : public Communicator {
     ticket.wait_for_inputs(core::deadline_after(timeout_), to_string(call.op));
     register_user_buffers(run_call, send_bytes, recv_bytes);
     schedule_.clear();
-    OpContext ctx{*links_, run_call, desc, schedule_, combine, timeout_, rank_, size_, e, direct_min_};
+    OpContext ctx{*links_, run_call, desc, schedule_, combine, timeout_, rank_, size_, e, direct_min_, &layout_};
     links_->enter(desc);
     coll::run_algorithm(ctx);
     links_->leave(desc);
@@ -518,6 +531,7 @@ class CommImpl final : public Communicator {
   CommOptions options_;
   std::chrono::milliseconds timeout_;
   AlgoSelector selector_;
+  HostLayout layout_;
   RankPlacement placement_;
   std::unique_ptr<Links> links_;
   Schedule schedule_;

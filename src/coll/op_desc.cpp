@@ -13,6 +13,7 @@ const char* to_string(Algo algo) noexcept {
     case Algo::Direct: return "direct";
     case Algo::Dissemination: return "dissemination";
     case Algo::Local: return "local";
+    case Algo::Hierarchical: return "hier";
   }
   return "?";
 }

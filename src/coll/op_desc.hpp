@@ -10,8 +10,18 @@
 
 namespace rdmx::coll {
 
-enum class Algo : std::uint8_t { None, Ring, RecursiveDoubling, HalvingDoubling, Tree, Direct, Dissemination, Local };
-inline constexpr int kAlgoCount = 8;
+enum class Algo : std::uint8_t {
+  None,
+  Ring,
+  RecursiveDoubling,
+  HalvingDoubling,
+  Tree,
+  Direct,
+  Dissemination,
+  Local,
+  Hierarchical
+};
+inline constexpr int kAlgoCount = 9;
 const char* to_string(Algo algo) noexcept;  // "ring", "rd", "hd", "tree", "direct", ...
 
 struct OpDesc {

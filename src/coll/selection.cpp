@@ -8,6 +8,8 @@
 namespace rdmx::coll {
 namespace {
 
+constexpr std::size_t kHierarchicalMin = 256 * 1024;
+
 constexpr CollOp kOps[] = {CollOp::AllReduce, CollOp::AllGather, CollOp::ReduceScatter, CollOp::Broadcast,
                            CollOp::Reduce,    CollOp::AllToAll,  CollOp::AllToAllv,     CollOp::Gather,
                            CollOp::Scatter,   CollOp::Barrier};
@@ -37,8 +39,8 @@ bool supports(CollOp op, Algo algo) {
 }  // namespace
 
 const std::vector<Algo>& AlgoSelector::supported(CollOp op) {
-  static const std::vector<Algo> all_reduce{Algo::Ring, Algo::RecursiveDoubling, Algo::HalvingDoubling, Algo::Tree,
-                                            Algo::Direct};
+  static const std::vector<Algo> all_reduce{Algo::Ring,   Algo::RecursiveDoubling, Algo::HalvingDoubling, Algo::Tree,
+                                            Algo::Direct, Algo::Hierarchical};
   static const std::vector<Algo> all_gather{Algo::Ring, Algo::RecursiveDoubling, Algo::Direct};
   static const std::vector<Algo> reduce_scatter{Algo::Ring, Algo::HalvingDoubling, Algo::Direct};
   static const std::vector<Algo> rooted{Algo::Tree, Algo::Ring, Algo::Direct};
@@ -73,8 +75,8 @@ AlgoSelector::AlgoSelector(const std::string& spec) : spec_(spec) {
     if (algo == Algo::None || algo == Algo::Local) {
       throw Error(ErrorCode::Config, "RDMX_ALGO: unknown algorithm '" + name + "' in '" + spec + "'",
                   {.op = "algorithm selection",
-                   .hint = "use ring, rd, hd, tree, direct or dissemination, for every operation or per operation "
-                           "as all_reduce:rd,broadcast:tree"});
+                   .hint = "use ring, rd, hd, tree, direct, dissemination or hier, for every operation or per "
+                           "operation as all_reduce:rd,broadcast:tree"});
     }
     if (colon == std::string::npos) {
       bool any = false;
@@ -110,6 +112,21 @@ AlgoSelector::AlgoSelector(const std::string& spec) : spec_(spec) {
   }
 }
 
+void AlgoSelector::set_layout(int hosts, int per_host) {
+  hosts_ = hosts;
+  per_host_ = per_host;
+  for (CollOp op : kOps) {
+    if (forced_[static_cast<std::size_t>(op)] == Algo::Hierarchical && per_host == 0) {
+      throw Error(ErrorCode::Config,
+                  std::string("RDMX_ALGO forces hier for ") + to_string(op) + " ('" + spec_ +
+                      "'), but the hosts of this communicator have unequal rank counts",
+                  {.op = "algorithm selection",
+                   .hint = "start as many ranks on every host, or leave hier out of RDMX_ALGO (RDMX_DEBUG=INFO "
+                           "logs the topology)"});
+    }
+  }
+}
+
 // The table. Thresholds come from bench/run_coll.sh on the development
 // machine (docs/PERFORMANCE.md): latency-bound sizes take the fewest rounds,
 // bandwidth-bound sizes the ring, whose every rank sends and receives
@@ -119,6 +136,9 @@ Algo AlgoSelector::table(CollOp op, std::size_t bytes, int ranks) const {
   switch (op) {
     case CollOp::AllReduce:
       if (bytes <= 16 * 1024) return Algo::RecursiveDoubling;
+      // Several hosts of several ranks: cross each host's link once, every
+      // local rank carrying a share (docs/COLLECTIVES.md, "Hierarchical").
+      if (hosts_ > 1 && per_host_ > 1 && bytes >= kHierarchicalMin) return Algo::Hierarchical;
       if (bytes <= 256 * 1024 && ranks > 2) return Algo::HalvingDoubling;
       return Algo::Ring;
     case CollOp::AllGather:
@@ -150,7 +170,8 @@ std::string AlgoSelector::explain(CollOp op, std::size_t bytes, int ranks) const
     return std::string(to_string(algo)) + ": forced by RDMX_ALGO='" + spec_ + "'";
   }
   return std::string(to_string(algo)) + ": table choice for " + std::to_string(bytes) + " bytes on " +
-         std::to_string(ranks) + " ranks";
+         std::to_string(ranks) + " ranks (" + std::to_string(hosts_) + (hosts_ == 1 ? " host" : " hosts") +
+         (per_host_ > 0 ? " x " + std::to_string(per_host_) : std::string(" of unequal sizes")) + ")";
 }
 
 }  // namespace rdmx::coll

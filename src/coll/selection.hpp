@@ -19,6 +19,11 @@ class AlgoSelector {
   // Config naming the bad entry and what is valid.
   explicit AlgoSelector(const std::string& spec);
 
+  // The communicator's layout: `hosts`, and ranks per host when every host
+  // has as many (else 0). Throws Config when RDMX_ALGO forces a
+  // hierarchical algorithm the layout cannot run.
+  void set_layout(int hosts, int per_host);
+
   // `bytes`: the size nccl-tests reports for the operation (see algorithms.cpp).
   Algo choose(CollOp op, std::size_t bytes, int ranks) const;
   // Why choose() gives what it gives, for INFO logs and `rdmx info`.
@@ -32,6 +37,8 @@ class AlgoSelector {
   Algo table(CollOp op, std::size_t bytes, int ranks) const;
   std::string spec_;
   std::array<Algo, 16> forced_{};  // per CollOp; None = the table
+  int hosts_ = 1;
+  int per_host_ = 0;
 };
 
 }  // namespace rdmx::coll

@@ -8,6 +8,7 @@
 // 1023 elements and a chosen few at 1 MiB + 3 elements; RDMX_COLL_MATRIX=full
 // (make test-coll-full) runs every combination at every size, 64 MiB included.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <vector>
@@ -47,12 +48,15 @@ std::vector<ReduceOp> ops_for(DataType type) {
 
 std::vector<std::string> algos_for(CollOp op) {
   std::vector<std::string> out{""};  // the table's choice
-  static const char* names[] = {"ring", "rd", "hd", "tree", "direct", "dissemination"};
+  static const char* names[] = {"ring", "rd", "hd", "tree", "direct", "dissemination", "hier"};
   const std::vector<std::string> supported = [&] {
     std::vector<std::string> s;
-    const char* per_op[][2] = {{"all_reduce", "ring,rd,hd,tree,direct"}, {"all_gather", "ring,rd,direct"},
-                               {"reduce_scatter", "ring,hd,direct"},     {"broadcast", "tree,ring,direct"},
-                               {"reduce", "tree,ring,direct"},           {"barrier", "dissemination,direct"}};
+    const char* per_op[][2] = {{"all_reduce", "ring,rd,hd,tree,direct,hier"},
+                               {"all_gather", "ring,rd,direct"},
+                               {"reduce_scatter", "ring,hd,direct"},
+                               {"broadcast", "tree,ring,direct"},
+                               {"reduce", "tree,ring,direct"},
+                               {"barrier", "dissemination,direct"}};
     for (auto& row : per_op) {
       if (std::string(row[0]) != rdmx::to_string(op)) continue;
       for (const char* name : names) {
@@ -108,14 +112,19 @@ struct Runner {
   bool device = false;  // the operations run on device buffers
   std::uint64_t cases = 0;
 
-  // One communicator per algorithm, created on first use.
+  // One communicator per algorithm, created on first use. The hierarchical
+  // ones see the ranks as hosts of two (RDMX_HOSTID), four ranks as 2x2 and
+  // eight as 4x2; two and three ranks as hosts of one.
   std::vector<std::pair<std::string, std::unique_ptr<Communicator>>> comms;
   Communicator& comm(CollOp op, const std::string& algo) {
     const std::string spec = algo.empty() ? "" : std::string(rdmx::to_string(op)) + ":" + algo;
     for (auto& [s, c] : comms) {
       if (s == spec) return *c;
     }
+    const int per_host = n % 2 == 0 && n > 2 ? 2 : 1;
+    if (algo == "hier") ::setenv("RDMX_HOSTID", ("test-host-" + std::to_string(r / per_host)).c_str(), 1);
     comms.emplace_back(spec, make_comm(env, "c" + std::to_string(comms.size()), spec));
+    ::unsetenv("RDMX_HOSTID");
     return *comms.back().second;
   }
 

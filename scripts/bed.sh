@@ -1,0 +1,236 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# A multi-host bed on one machine: H network namespaces ("hosts"), each
+# joined to one bridge by its own veth link, every link shaped with `tc tbf`
+# in both directions. Ranks in one namespace share memory (shm reaches them);
+# ranks in different namespaces reach each other only over the shaped links,
+# as hosts of a cluster do over their NICs. Needs root and iproute2.
+#
+#   scripts/bed.sh up NAME HOSTS [RATE]   create the bed; RATE as tc writes it (1gbit, 10gbit;
+#                                         default: unshaped). Host h is namespace rdmxb-NAME-h<h>
+#                                         with address 10.203.0.<h+1>/24 on interface rb<NAME>h<h>;
+#                                         the bridge lives in namespace rdmxb-NAME-sw
+#   scripts/bed.sh run NAME HxL [--time-limit S] [--port P] -- CMD..
+#                                         start H*L ranks of CMD, L in each of the first H hosts,
+#                                         rank = h*L + l, with RDMX_RANK, RDMX_WORLD_SIZE,
+#                                         RDMX_LOCAL_RANK, RDMX_LOCAL_WORLD_SIZE, RDMX_STORE (rank 0
+#                                         serves it on host 0) and RDMX_SOCKET_IFNAME set; each
+#                                         output line is prefixed with its rank; exits with the first
+#                                         failing rank's status (124 when the time limit, default
+#                                         300 s, ran out)
+#   scripts/bed.sh exec NAME HOST CMD..   run CMD in host HOST's namespace (RDMX_SOCKET_IFNAME set)
+#   scripts/bed.sh show NAME              the hosts, addresses and each link's qdisc
+#   scripts/bed.sh down NAME              delete the bed
+#
+# NAME is at most 6 characters ([a-z0-9]): interface names must fit in 15.
+set -euo pipefail
+
+die() {
+  echo "bed.sh: $*" >&2
+  exit 2
+}
+
+need_root() {
+  [[ $(id -u) -eq 0 ]] || die "network namespaces need root"
+  command -v ip >/dev/null || die "the ip command is missing (Debian package iproute2)"
+}
+
+check_name() {
+  [[ "$1" =~ ^[a-z0-9]{1,6}$ ]] || die "NAME must be 1-6 characters of [a-z0-9] (got '$1')"
+}
+
+host_ns() { echo "rdmxb-$1-h$2"; }
+switch_ns() { echo "rdmxb-$1-sw"; }
+host_if() { echo "rb$1h$2"; }
+switch_if() { echo "rb$1s$2"; }
+host_ip() { echo "10.203.0.$(($2 + 1))"; }
+
+# The hosts of bed NAME, in order.
+host_count() {
+  local n=0
+  while ip netns list | awk '{print $1}' | grep -qx "$(host_ns "$1" "$n")"; do n=$((n + 1)); done
+  echo "$n"
+}
+
+# tbf on `dev` in namespace `ns` at `rate`. The bucket holds at least one
+# timer tick's worth of bytes at that rate (the kernel refills it per tick),
+# and never less than 64 KiB, so segments of a GSO burst pass whole.
+shape() {
+  local ns=$1 dev=$2 rate=$3
+  local bits
+  bits=$(rate_bits "$rate")
+  local burst=$((bits / 8 / 250))
+  ((burst < 65536)) && burst=65536
+  ip -n "$ns" link set "$dev" txqueuelen 1000
+  tc -n "$ns" qdisc replace dev "$dev" root tbf rate "$rate" burst "$burst" latency 100ms
+}
+
+# "10gbit" -> 10000000000 (tc's decimal units, as tc reads them).
+rate_bits() {
+  local r=${1,,}
+  local num=${r%%[a-z]*} unit=${r##*[0-9.]}
+  [[ -n "$num" ]] || die "rate '$1' has no number"
+  case "$unit" in
+    bit) echo "$num" | awk '{printf "%d", $1}' ;;
+    kbit) echo "$num" | awk '{printf "%d", $1 * 1e3}' ;;
+    mbit) echo "$num" | awk '{printf "%d", $1 * 1e6}' ;;
+    gbit) echo "$num" | awk '{printf "%d", $1 * 1e9}' ;;
+    *) die "rate '$1': use bit, kbit, mbit or gbit (as tc does)" ;;
+  esac
+}
+
+up() {
+  local name=$1 hosts=$2 rate=${3:-}
+  check_name "$name"
+  [[ "$hosts" =~ ^[0-9]+$ ]] && ((hosts >= 1 && hosts <= 64)) || die "HOSTS must be 1..64 (got '$hosts')"
+  [[ -z "$rate" ]] || rate_bits "$rate" >/dev/null
+  need_root
+  if ip netns list | awk '{print $1}' | grep -qx "$(switch_ns "$name")"; then
+    die "bed $name exists already (scripts/bed.sh down $name first)"
+  fi
+  local sw
+  sw=$(switch_ns "$name")
+  trap 'down "$name" >/dev/null 2>&1 || true' ERR
+  ip netns add "$sw"
+  ip -n "$sw" link set lo up
+  ip -n "$sw" link add br0 type bridge
+  ip -n "$sw" link set br0 up
+  local h
+  for ((h = 0; h < hosts; ++h)); do
+    local ns hif sif
+    ns=$(host_ns "$name" "$h")
+    hif=$(host_if "$name" "$h")
+    sif=$(switch_if "$name" "$h")
+    ip netns add "$ns"
+    ip -n "$ns" link set lo up
+    ip link add "$hif" type veth peer name "$sif"
+    ip link set "$hif" netns "$ns"
+    ip link set "$sif" netns "$sw"
+    ip -n "$sw" link set "$sif" master br0
+    ip -n "$sw" link set "$sif" up
+    ip -n "$ns" addr add "$(host_ip "$name" "$h")/24" dev "$hif"
+    ip -n "$ns" link set "$hif" up
+    if [[ -n "$rate" ]]; then
+      shape "$ns" "$hif" "$rate"  # host -> switch
+      shape "$sw" "$sif" "$rate"  # switch -> host
+    fi
+  done
+  trap - ERR
+  echo "bed.sh: bed $name: $hosts hosts (10.203.0.1-$hosts), links ${rate:-unshaped}"
+}
+
+down() {
+  local name=$1
+  check_name "$name"
+  need_root
+  local ns
+  for ns in $(ip netns list | awk '{print $1}' | grep "^rdmxb-$name-" || true); do
+    ip netns del "$ns" 2>/dev/null || true
+  done
+}
+
+show() {
+  local name=$1
+  check_name "$name"
+  need_root
+  local hosts h
+  hosts=$(host_count "$name")
+  ((hosts > 0)) || die "no bed named $name"
+  for ((h = 0; h < hosts; ++h)); do
+    local ns hif
+    ns=$(host_ns "$name" "$h")
+    hif=$(host_if "$name" "$h")
+    echo "host $h: $ns $hif $(host_ip "$name" "$h") qdisc: $(tc -n "$ns" qdisc show dev "$hif" | head -1)"
+  done
+}
+
+exec_in() {
+  local name=$1 host=$2
+  shift 2
+  check_name "$name"
+  need_root
+  local ns
+  ns=$(host_ns "$name" "$host")
+  ip netns list | awk '{print $1}' | grep -qx "$ns" || die "bed $name has no host $host"
+  exec ip netns exec "$ns" env RDMX_SOCKET_IFNAME="$(host_if "$name" "$host")" "$@"
+}
+
+run() {
+  local name=$1 layout=$2
+  shift 2
+  check_name "$name"
+  [[ "$layout" =~ ^([0-9]+)x([0-9]+)$ ]] || die "layout must be HxL, e.g. 2x4 (got '$layout')"
+  local H=${BASH_REMATCH[1]} L=${BASH_REMATCH[2]}
+  ((H >= 1 && L >= 1)) || die "layout $layout: H and L must be at least 1"
+  local limit=300 port=29500
+  while [[ $# -gt 0 && "$1" != "--" ]]; do
+    case "$1" in
+      --time-limit) limit=${2:?}; shift 2 ;;
+      --port) port=${2:?}; shift 2 ;;
+      *) die "unknown option $1 (the command goes after --)" ;;
+    esac
+  done
+  [[ "${1:-}" == "--" ]] || die "usage: bed.sh run NAME HxL [--time-limit S] [--port P] -- CMD.."
+  shift
+  [[ $# -gt 0 ]] || die "no command given"
+  need_root
+  local hosts
+  hosts=$(host_count "$name")
+  ((hosts >= H)) || die "layout $layout needs $H hosts; bed $name has $hosts (scripts/bed.sh up $name $H)"
+  local world=$((H * L)) store
+  store="$(host_ip "$name" 0):$port"
+  local pids=() h
+  for ((h = 0; h < H; ++h)); do
+    ip netns exec "$(host_ns "$name" "$h")" unshare --uts bash -c "$HOST_LAUNCHER" bed-host "$name" "$h" "$L" \
+      "$world" "$store" "$(host_if "$name" "$h")" "$limit" "$@" &
+    pids+=($!)
+  done
+  local status=0 pid got
+  for pid in "${pids[@]}"; do
+    got=0
+    wait "$pid" || got=$?
+    if ((status == 0 && got != 0)); then status=$got; fi
+  done
+  return "$status"
+}
+
+# One host's L ranks, run inside its network namespace and a mount namespace
+# of its own (ip netns exec makes one). The shm provider's socket directory
+# gets a private tmpfs there: ranks of one host find each other's sockets,
+# ranks of other hosts do not, so they connect over the shaped links as on
+# separate machines. The UTS namespace gives the host its own name.
+HOST_LAUNCHER='
+set -u
+name=$1 h=$2 L=$3 world=$4 store=$5 ifname=$6 limit=$7
+shift 7
+hostname "bed-$name-h$h"
+dir=${RDMX_SHM_DIR:-/tmp/rdmx-shm-$(id -u)}
+mkdir -p "$dir"
+mount -t tmpfs -o mode=0700 "rdmx-bed-$name-h$h" "$dir" || { echo "bed.sh: cannot mount a tmpfs on $dir" >&2; exit 2; }
+pids=()
+for ((l = 0; l < L; ++l)); do
+  rank=$((h * L + l))
+  RDMX_RANK=$rank RDMX_WORLD_SIZE=$world RDMX_LOCAL_RANK=$l RDMX_LOCAL_WORLD_SIZE=$L RDMX_STORE=$store \
+    RDMX_SOCKET_IFNAME=$ifname timeout -k 5 "$limit" "$@" > >(sed -u "s/^/[$rank] /") 2>&1 &
+  pids+=($!)
+done
+status=0
+for pid in "${pids[@]}"; do
+  got=0
+  wait "$pid" || got=$?
+  if ((status == 0 && got != 0)); then status=$got; fi
+done
+wait
+exit $status
+'
+
+cmd=${1:-}
+shift || true
+case "$cmd" in
+  up) up "${1:?usage: bed.sh up NAME HOSTS [RATE]}" "${2:?usage: bed.sh up NAME HOSTS [RATE]}" "${3:-}" ;;
+  down) down "${1:?usage: bed.sh down NAME}" ;;
+  show) show "${1:?usage: bed.sh show NAME}" ;;
+  exec) exec_in "${1:?usage: bed.sh exec NAME HOST CMD..}" "${2:?usage: bed.sh exec NAME HOST CMD..}" "${@:3}" ;;
+  run) run "${1:?usage: bed.sh run NAME HxL -- CMD..}" "${2:?usage: bed.sh run NAME HxL -- CMD..}" "${@:3}" ;;
+  *) die "usage: bed.sh up|run|exec|show|down ... (see the comment at the top)" ;;
+esac

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# The multi-host bed (scripts/bed.sh) as a cluster would be: two hosts of
+# two ranks each, links shaped to 1 Gbit/s. Collectives give right results
+# (the perf tool checks every element); ranks of one host pick shm and ranks
+# of different hosts tcp (the host's private socket directory); the bytes
+# between hosts pass the shaped links; the bed is gone afterwards.
+#   tests/bed/bed_test.sh BUILD_DIR
+set -euo pipefail
+build=$(cd "$1" && pwd)
+src=$(cd "$(dirname "$0")/../.." && pwd)
+bed=$src/scripts/bed.sh
+if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
+  echo "SKIP: the bed needs root, ip and tc (iproute2)"
+  exit 77
+fi
+name="c$(($$ % 100000))"
+work=$(mktemp -d "${TMPDIR:-/tmp}/rdmx-bed.XXXXXX")
+trap '"$bed" down "$name" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
+export RDMX_TIMEOUT=${RDMX_TIMEOUT:-60}
+
+fail() {
+  echo "bed test: $*" >&2
+  echo "--- output of the run:" >&2
+  cat "$work/run.log" >&2 || true
+  exit 1
+}
+
+"$bed" up "$name" 2 1gbit
+"$bed" show "$name"
+port=$((20000 + $$ % 10000))
+RDMX_DEBUG=INFO "$bed" run "$name" 2x2 --time-limit 240 --port "$port" -- \
+  "$build/tools/rdmx" perf coll all_reduce,all_gather,broadcast,reduce_scatter --sizes 4,64K,1M -n 5 \
+  >"$work/run.log" 2>&1 || fail "the 2x2 run failed (exit $?)"
+
+grep -q "Out of bounds values : 0 OK" "$work/run.log" || fail "rank 0 did not report every result right"
+if grep -E "^\[0\] +[0-9]+ " "$work/run.log" | awk '($10 != 0 && $10 != "n/a") || $14 != 0 {bad = 1} END {exit !bad}'; then
+  fail "a row reports wrong elements"
+fi
+# Ranks 0 and 1 share host 0; ranks 2 and 3 host 1.
+grep -qE "^\[0\] .*rank 1 via shm" "$work/run.log" || fail "rank 0 did not reach rank 1 (same host) over shm"
+grep -qE "^\[0\] .*rank 2 via tcp" "$work/run.log" || fail "rank 0 did not reach rank 2 (other host) over tcp"
+if grep -qE "^\[0\] .*rank 2 via shm" "$work/run.log"; then fail "rank 0 reached rank 2 (other host) over shm"; fi
+sent=$(tc -s -n "rdmxb-$name-h0" qdisc show dev "rb${name}h0" | awk '/Sent/ {print $2; exit}')
+((sent > 3000000)) || fail "only ${sent:-0} bytes left host 0 through its shaped link"
+grep -q "^\[2\] bed-$name-h1:" "$work/run.log" || fail "rank 2 does not run on host 1 (its hostname)"
+echo "bed test: 2x2 over 1 Gbit/s links: results right, shm within hosts, tcp between ($sent bytes left host 0)"
+
+"$bed" down "$name"
+if ip netns list | grep -q "^rdmxb-$name-"; then fail "bed $name still has namespaces after down"; fi

@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: MIT
+// The host layout a communicator learns, and how it steers the choice of
+// the hierarchical algorithms.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "coll/host_layout.hpp"
+#include "coll/selection.hpp"
+#include "rdmx/error.hpp"
+
+namespace rdmx::coll {
+namespace {
+
+TEST(HostLayout, HostsAreNumberedByTheirLowestRankAndKeepRankOrder) {
+  // Ranks interleaved over two hosts, as a launcher that places round-robin would.
+  const HostLayout layout = make_host_layout({"b", "a", "b", "a"}, {"hb", "ha", "hb", "ha"});
+  ASSERT_EQ(layout.hosts(), 2);
+  EXPECT_EQ(layout.per_host(), 2);
+  EXPECT_EQ(layout.ranks[0], (std::vector<int>{0, 2}));
+  EXPECT_EQ(layout.ranks[1], (std::vector<int>{1, 3}));
+  EXPECT_EQ(layout.host_of, (std::vector<int>{0, 1, 0, 1}));
+  EXPECT_EQ(layout.local_of, (std::vector<int>{0, 0, 1, 1}));
+  EXPECT_EQ(layout.rank_at(1, 1), 3);
+  EXPECT_EQ(layout.describe(), "2 hosts x 2 ranks: hb [0 2], ha [1 3]");
+  EXPECT_EQ(layout.describe_rings(),
+            "within hosts: 0->2->0 1->3->1; across hosts, one per local index: 0->1->0 2->3->2");
+}
+
+TEST(HostLayout, UnequalHostsHaveNoRanksPerHost) {
+  const HostLayout layout = make_host_layout({"a", "a", "a", "b"}, {"x", "x", "x", "y"});
+  EXPECT_EQ(layout.hosts(), 2);
+  EXPECT_EQ(layout.per_host(), 0);
+  EXPECT_NE(layout.describe().find("unequal"), std::string::npos);
+  EXPECT_NE(layout.describe_rings().find("unequal"), std::string::npos);
+}
+
+TEST(AlgoSelection, HierarchicalAllReduceOnSeveralHostsOfSeveralRanksFromItsThreshold) {
+  AlgoSelector table("");
+  table.set_layout(2, 4);
+  EXPECT_EQ(table.choose(CollOp::AllReduce, 256 * 1024, 8), Algo::Hierarchical);
+  EXPECT_EQ(table.choose(CollOp::AllReduce, 64 << 20, 8), Algo::Hierarchical);
+  EXPECT_EQ(table.choose(CollOp::AllReduce, 4, 8), Algo::RecursiveDoubling);
+  EXPECT_NE(table.explain(CollOp::AllReduce, 1 << 20, 8).find("2 hosts x 4"), std::string::npos);
+  for (auto [hosts, per_host] : {std::pair{1, 8}, std::pair{8, 1}, std::pair{2, 0}}) {
+    AlgoSelector other("");
+    other.set_layout(hosts, per_host);
+    EXPECT_EQ(other.choose(CollOp::AllReduce, 64 << 20, 8), Algo::Ring) << hosts << " hosts x " << per_host;
+  }
+}
+
+TEST(AlgoSelection, ForcedHierarchicalOnUnequalHostsIsAConfigError) {
+  AlgoSelector forced("all_reduce:hier");
+  try {
+    forced.set_layout(2, 0);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::Config);
+    EXPECT_NE(std::string(e.what()).find("unequal rank counts"), std::string::npos) << e.what();
+  }
+  AlgoSelector fine("hier");
+  fine.set_layout(1, 3);  // one host: the hierarchy is the host's ring
+  EXPECT_EQ(fine.choose(CollOp::AllReduce, 4, 3), Algo::Hierarchical);
+  EXPECT_THROW(AlgoSelector("broadcast:hier"), Error);
+}
+
+}  // namespace
+}  // namespace rdmx::coll
