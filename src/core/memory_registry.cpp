@@ -149,7 +149,9 @@ class RegisteredRegion final : public MemoryRegion {
   ~RegisteredRegion() override {
     registry_.remove(lkey());
     binding_.reset();
-    if (shared_) {
+    if (shared_ && shared_->heap) {
+      retire_heap_share(*shared_);
+    } else if (shared_) {
       retire_shared(*shared_, state_);
       release_device_share(*shared_, state_);
     }
@@ -158,7 +160,7 @@ class RegisteredRegion final : public MemoryRegion {
  private:
   MemoryRegistry& registry_;
   std::unique_ptr<RegionBinder::Binding> binding_;
-  std::unique_ptr<SharedRegion> shared_;  // device memory shared with same-host peers, else null
+  std::unique_ptr<SharedRegion> shared_;  // device or remotely reachable host memory shared with same-host peers
   SharedRegionState* state_;
 };
 }  // namespace
@@ -288,7 +290,11 @@ std::unique_ptr<MemoryRegion> RegistryProtectionDomain::register_memory(void* ad
   std::unique_ptr<RegionBinder::Binding> binding;
   std::unique_ptr<SharedRegion> shared;
   SharedRegionState* state = nullptr;
-  if (memory.type == MemoryType::Cuda && share_device_memory_) shared = share_device_memory(memory, addr, &state);
+  if (memory.type == MemoryType::Cuda && share_device_memory_) {
+    shared = share_device_memory(memory, addr, &state);
+  } else if (memory.type == MemoryType::Host && (has(access, Access::RemoteWrite) || has(access, Access::RemoteRead))) {
+    shared = share_heap_memory();
+  }
   MemoryRegistry::Keys keys{};
   try {
     keys = add_region(addr, length, access, shared.get(), &binding, RegionMemory{memory.type, memory.device});

@@ -25,8 +25,9 @@
 
 namespace rdmx::core {
 
-struct RegionOffers;  // core/shared_region.hpp
-class EngineHandoff;  // core/device_resources.hpp
+struct RegionOffers;   // core/shared_region.hpp
+struct HeapStatePage;  // core/shared_region.hpp
+class EngineHandoff;   // core/device_resources.hpp
 
 // The shared state of a region allocated by allocate_memory(), in the page
 // after its data, so peers that map the region can tell whether it is still
@@ -69,6 +70,13 @@ struct SharedRegion {
   // Legacy-handle device memory: the connections it was offered over, whose
   // peers must close their imports before deregistration returns.
   std::shared_ptr<RegionOffers> offers;
+  // Host memory given to register_memory(): peers on this host copy into
+  // and out of it across processes (process_vm_writev/readv), so the memfd
+  // holds the state page only. That page is made when the region is first
+  // offered (core::heap_state_page): most regions never are, and a page
+  // holds a descriptor for as long as its region lives.
+  bool heap = false;
+  std::shared_ptr<HeapStatePage> heap_page;
 };
 
 // Where a region's memory lives: the GPU of device memory, which the
@@ -155,7 +163,7 @@ class MemoryRegistry {
     std::uint64_t length = 0;
     Access access = Access::None;
     const void* domain = nullptr;
-    const SharedRegion* shared = nullptr;  // set for regions from allocate_memory()
+    const SharedRegion* shared = nullptr;  // set for regions peers on this host may reach directly
     RegionMemory memory;
   };
   // The region behind a key, for caching (nullopt when there is none).

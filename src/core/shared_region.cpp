@@ -53,6 +53,45 @@ std::unique_ptr<SharedRegion> share_device_memory(const cuda::PointerInfo& info,
   return shared;
 }
 
+std::unique_ptr<SharedRegion> share_heap_memory() {
+  auto shared = std::make_unique<SharedRegion>();
+  shared->heap = true;
+  shared->heap_page = std::make_shared<HeapStatePage>();
+  return shared;
+}
+
+StatePage heap_state_page(const SharedRegion& shared) {
+  HeapStatePage& lazy = *shared.heap_page;
+  LockGuard lock(lazy.mutex);
+  if (lazy.tried) return lazy.page;
+  lazy.tried = true;
+  const int memfd = ::memfd_create("rdmx-heap-region", MFD_CLOEXEC);
+  void* page = MAP_FAILED;
+  if (memfd >= 0 && ::ftruncate(memfd, kStatePage) == 0) {
+    page = ::mmap(nullptr, kStatePage, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, memfd, 0);
+  }
+  if (page == MAP_FAILED) {
+    RDMX_INFO("a registered host region stays unshared (peers reach it through the ring): no state page (%s)",
+              std::strerror(errno));
+    if (memfd >= 0) ::close(memfd);
+    return lazy.page;
+  }
+  lazy.page.memfd = memfd;
+  lazy.page.state = new (page) SharedRegionState{};
+  lazy.page.state->live.store(1, std::memory_order_release);
+  return lazy.page;
+}
+
+void retire_heap_share(const SharedRegion& shared) noexcept {
+  HeapStatePage& lazy = *shared.heap_page;
+  LockGuard lock(lazy.mutex);
+  if (lazy.page.state == nullptr) return;
+  retire_shared(shared, lazy.page.state);
+  ::munmap(lazy.page.state, kStatePage);
+  ::close(lazy.page.memfd);
+  lazy.page = {};
+}
+
 namespace {
 
 // Asks every peer the region was offered to to close its import, then waits

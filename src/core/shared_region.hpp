@@ -18,12 +18,30 @@
 
 namespace rdmx::core {
 
-// A state page in a memfd of its own, mapped here; nullptr in *state and a
-// thrown Error(System) when the memfd cannot be made.
+// A state page in a memfd of its own, mapped here.
 struct StatePage {
   int memfd = -1;
   SharedRegionState* state = nullptr;
 };
+
+// The state page of a registered host region (SharedRegion::heap), made
+// under `mutex` by whichever QP offers the region first.
+struct HeapStatePage {
+  Mutex mutex;
+  bool tried RDMX_GUARDED_BY(mutex) = false;
+  StatePage page RDMX_GUARDED_BY(mutex);
+};
+
+// A heap region's SharedRegion (no page yet).
+std::unique_ptr<SharedRegion> share_heap_memory();
+// Its state page, made (with `live` set) on the first call; memfd -1 when
+// it cannot be made (said once at INFO: peers then keep using the ring).
+// Called by the offering provider under its access lock, which
+// deregistration waits out before retire_heap_share().
+StatePage heap_state_page(const SharedRegion& shared);
+// Deregistration's half for a heap region: retire_shared() and unmap the
+// page, if one was made.
+void retire_heap_share(const SharedRegion& shared) noexcept;
 
 // A connection over which a region of legacy-handle device memory was
 // offered, as the offering provider sees it. cudaMalloc memory freed while

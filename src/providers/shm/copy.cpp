@@ -11,6 +11,7 @@
 
 #include "core/config.hpp"
 #include "core/settings.hpp"
+#include "providers/shm/cross_memory.hpp"
 
 namespace rdmx::shm {
 namespace {
@@ -86,35 +87,66 @@ ParallelCopy::~ParallelCopy() {
 }
 
 void ParallelCopy::copy(void* dst, const void* src, std::size_t n) {
-  if (!enabled_ || n < threshold_) return copy_large(dst, src, n);
+  split({.dst = static_cast<char*>(dst), .src = static_cast<const char*>(src), .n = n});
+}
+
+bool ParallelCopy::copy_across(pid_t pid, bool write, std::uint64_t remote, void* local, std::size_t n) {
+  auto* remote_bytes = reinterpret_cast<char*>(remote);
+  auto* local_bytes = static_cast<char*>(local);
+  return split({.pid = pid,
+                .write = write,
+                .dst = write ? remote_bytes : local_bytes,
+                .src = write ? local_bytes : remote_bytes,
+                .n = n});
+}
+
+bool ParallelCopy::run(const Job& job) {
+  if (job.pid == 0) {
+    copy_large(job.dst, job.src, job.n);
+    return true;
+  }
+  const iovec local{const_cast<char*>(job.write ? job.src : job.dst), job.n};
+  const iovec remote{const_cast<char*>(job.write ? job.dst : job.src), job.n};
+  const ssize_t moved = job.write ? write_to_process(job.pid, &local, 1, &remote, 1, job.n)
+                                  : read_from_process(job.pid, &local, 1, &remote, 1, job.n);
+  return moved == static_cast<ssize_t>(job.n);
+}
+
+bool ParallelCopy::split(const Job& job) {
+  if (!enabled_ || job.n < threshold_) return run(job);
   const auto now = core::Clock::now();
   const bool streaming = now - last_end_ < std::chrono::microseconds(20);
   if (!helper_awake_.load(std::memory_order_relaxed) && !streaming) {
-    copy_large(dst, src, n);
+    const bool ok = run(job);
     last_end_ = core::Clock::now();
-    return;
+    return ok;
   }
   if (!helper_.joinable()) helper_ = std::thread([this] { helper_main(); });
   // Halves on a 64-byte boundary, so neither copy shares a cache line.
-  const std::size_t first = (n / 2) & ~std::size_t{63};
-  dst_ = static_cast<char*>(dst) + first;
-  src_ = static_cast<const char*>(src) + first;
-  n_ = n - first;
+  const std::size_t first = (job.n / 2) & ~std::size_t{63};
+  second_ = job;
+  second_.dst += first;
+  second_.src += first;
+  second_.n -= first;
   state_.store(kPosted, std::memory_order_release);
   posted_word_.notify_all();
-  copy_large(dst, src, first);
+  Job mine = job;
+  mine.n = first;
+  bool ok = run(mine);
   std::uint32_t expected = kPosted;
   if (state_.compare_exchange_strong(expected, kIdle, std::memory_order_acq_rel)) {
-    copy_large(dst_, src_, n_);  // the helper never started: do it here
+    ok = run(second_) && ok;  // the helper never started: do it here
   } else {
     while (state_.load(std::memory_order_acquire) != kDone) {
 #if defined(__x86_64__)
       __builtin_ia32_pause();
 #endif
     }
+    ok = second_ok_.load(std::memory_order_relaxed) && ok;
     state_.store(kIdle, std::memory_order_relaxed);
   }
   last_end_ = core::Clock::now();
+  return ok;
 }
 
 void ParallelCopy::helper_main() {
@@ -137,7 +169,7 @@ void ParallelCopy::helper_main() {
     }
     std::uint32_t expected = kPosted;
     if (!state_.compare_exchange_strong(expected, kTaken, std::memory_order_acq_rel)) continue;
-    copy_large(dst_, src_, n_);
+    second_ok_.store(run(second_), std::memory_order_relaxed);
     state_.store(kDone, std::memory_order_release);
   }
 }

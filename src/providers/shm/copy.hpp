@@ -17,7 +17,10 @@ void copy_large(void* dst, const void* src, std::size_t n);
 
 }  // namespace rdmx::shm
 
+#include <sys/types.h>
+
 #include <atomic>
+#include <cstdint>
 #include <thread>
 
 #include "core/wait.hpp"
@@ -42,9 +45,24 @@ class ParallelCopy {
   ParallelCopy& operator=(const ParallelCopy&) = delete;
 
   void copy(void* dst, const void* src, std::size_t n);
+  // The same between this process's `local` and `remote` in process `pid`
+  // (cross-memory attach; `write`: into `remote`). False when the kernel
+  // refused a part (errno says why).
+  bool copy_across(pid_t pid, bool write, std::uint64_t remote, void* local, std::size_t n);
 
  private:
   enum : std::uint32_t { kIdle, kPosted, kTaken, kDone };
+  // One copy, or one half of one: `dst` and `src` are addresses in this
+  // process, except the remote side of a copy across processes.
+  struct Job {
+    pid_t pid = 0;  // 0: a copy within this process
+    bool write = false;
+    char* dst = nullptr;
+    const char* src = nullptr;
+    std::size_t n = 0;
+  };
+  static bool run(const Job& job);
+  bool split(const Job& job);
   void helper_main();
 
   const std::size_t threshold_;
@@ -54,9 +72,8 @@ class ParallelCopy {
   core::Clock::time_point last_end_{};     // when the last large copy finished
   std::atomic<bool> stopping_{false};
   core::WaitWord posted_word_;
-  void* dst_ = nullptr;
-  const void* src_ = nullptr;
-  std::size_t n_ = 0;
+  Job second_;  // the helper's half
+  std::atomic<bool> second_ok_{true};
   std::thread helper_;  // started on the first split
 };
 

@@ -3,7 +3,9 @@
 // allocate_memory() is offered to us (its memfd over the QP's socket) once
 // we first use its rkey; we map it, and later WRITEs and READs on it are
 // copied straight into or out of that mapping, guarded by the region's
-// shared liveness word so none outlives its deregistration. Shared device
+// shared liveness word so none outlives its deregistration. A region of the
+// peer's own memory (register_memory) is offered with a state page alone,
+// and copied into and out of with cross-memory calls on the peer's process. Shared device
 // memory is offered the same way with its allocation's handle: we open it
 // through CUDA IPC, and the copies run on the GPU's copy engine. An import
 // of cudaMalloc memory (a legacy handle) is closed when the peer
@@ -21,10 +23,27 @@
 #include "core/cuda/copy.hpp"
 #include "core/log.hpp"
 #include "core/ordered_placement.hpp"
+#include "core/settings.hpp"
+#include "core/shared_region.hpp"
+#include "providers/shm/cross_memory.hpp"
 #include "providers/shm/offer_link.hpp"
 #include "providers/shm/shm_qp.hpp"
 
 namespace rdmx::shm {
+namespace {
+
+constexpr core::SizeSetting kHeapDirectMin{
+    "RDMX_SHM_HEAP_DIRECT_MIN", std::size_t{64} << 10,
+    "shm: WRITEs and READs from this size on into a peer's registered heap memory are copied by the initiator "
+    "across processes (smaller ones go through the peer's ring; 0: all do)"};
+RDMX_SETTING(kHeapDirectMin);
+
+bool heap_direct(std::uint64_t total) {
+  static const std::size_t min = kHeapDirectMin.read();
+  return min != 0 && total >= min;
+}
+
+}  // namespace
 
 bool ShmQp::post_direct_locked(const SendWr& wr, std::uint64_t total) {
   // One-sided: a WRITE or READ with nothing queued ahead of it, on a region
@@ -63,6 +82,7 @@ bool ShmQp::try_direct_locked(const SendWr& wr, std::uint64_t total) {
         total > r.length || wr.remote_addr - r.base > r.length - total) {
       return false;  // the peer's region table gives the verdict on the ring path
     }
+    if (r.heap && !heap_direct(total)) return false;
     // Mark ourselves busy before looking at `live`: deregistration clears
     // `live`, then waits for busy slots (see core::SharedRegionState).
     r.busy->store(1, std::memory_order_relaxed);
@@ -71,6 +91,19 @@ bool ShmQp::try_direct_locked(const SendWr& wr, std::uint64_t total) {
       r.busy->store(0, std::memory_order_release);
       drop_peer_region_locked(i);
       return false;
+    }
+    if (r.heap) {
+      // Local device memory cannot be handed to the kernel: the ring stages it.
+      const bool done = direct_local_gpu_ < 0 && copy_across_processes_locked(wr, total);
+      if (done && write) core::ring(r.state->doorbell);
+      r.busy->store(0, std::memory_order_release);
+      if (!done && direct_local_gpu_ < 0) {
+        // Refused (a ptrace policy, the region unmapped under it): the ring
+        // path carries this one and every later one, and reports what is
+        // wrong.
+        drop_peer_region_locked(i);
+      }
+      return done;
     }
     if (r.device_data != nullptr || direct_local_gpu_ >= 0) {
       const bool done = copy_through_gpu_locked(r, wr, total);
@@ -139,10 +172,52 @@ bool ShmQp::copy_through_gpu_locked(const PeerRegion& r, const SendWr& wr, std::
   return true;
 }
 
+// The peer's heap: the kernel copies between the two processes (cross-
+// memory attach, allowed where the peer's ring path copies too). A WRITE's
+// last word goes in a call of its own after the rest, as one aligned
+// 8-byte copy (DeviceCaps::ordered_write_placement). False when the kernel
+// refuses, so the ring path carries the request instead.
+bool ShmQp::copy_across_processes_locked(const SendWr& wr, std::uint64_t total) {
+  const bool write = wr.opcode == Opcode::RdmaWrite;
+  iovec local[kMaxSge];
+  int count = 0;
+  for (const Sge& sge : wr.sg_list) {
+    if (sge.length > 0) local[count++] = {reinterpret_cast<void*>(sge.addr), sge.length};
+  }
+  const bool hold = write && core::has_last_word(wr.remote_addr, total);
+  const std::uint64_t body = hold ? total - 8 : total;
+  const iovec remote{reinterpret_cast<void*>(wr.remote_addr), body};
+  if (body > 0) {
+    // One local buffer (the common case) may be split over the copy helper.
+    const bool moved =
+        count == 1 ? device_.copier().copy_across(peer_pid_, write, wr.remote_addr, local[0].iov_base, body)
+        : write    ? write_to_process(peer_pid_, local, count, &remote, 1, body) == static_cast<ssize_t>(body)
+                   : read_from_process(peer_pid_, local, count, &remote, 1, body) == static_cast<ssize_t>(body);
+    if (!moved) {
+      RDMX_INFO(
+          "shm qp %u: %s of %llu bytes at 0x%llx in %s's memory across processes failed (%s); the ring "
+          "carries it instead",
+          qpn_, write ? "WRITE" : "READ", static_cast<unsigned long long>(body),
+          static_cast<unsigned long long>(wr.remote_addr), describe_peer().c_str(), std::strerror(errno));
+      return false;
+    }
+  }
+  if (hold) {
+    iovec tail[kMaxSge];
+    const int tail_count = tail_iovecs(local, count, body, tail);
+    const iovec last{reinterpret_cast<void*>(wr.remote_addr + body), 8};
+    if (write_to_process(peer_pid_, tail, tail_count, &last, 1, 8) != 8) return false;
+  }
+  return true;
+}
+
 void ShmQp::offer_region_locked(std::uint32_t rkey, const core::MemoryRegistry::Verdict& verdict) {
   if (verdict.shared == nullptr || socket_ < 0 || !accepted_) return;
   if (std::find(offered_.begin(), offered_.end(), rkey) != offered_.end()) return;
   offered_.push_back(rkey);
+  const bool heap = verdict.shared->heap;
+  const core::StatePage heap_page = heap ? core::heap_state_page(*verdict.shared) : core::StatePage{};
+  if (heap && heap_page.memfd < 0) return;
   const bool legacy = verdict.shared->offers != nullptr;
   // A legacy handle cannot be opened by the process that made it.
   if (legacy && peer_pid_ == ::getpid()) return;
@@ -157,14 +232,16 @@ void ShmQp::offer_region_locked(std::uint32_t rkey, const core::MemoryRegistry::
   offer.rkey = rkey;
   offer.base = verdict.base;
   offer.length = verdict.length;
-  offer.map_length = verdict.shared->map_length;
-  offer.state_offset = verdict.shared->state_offset;
+  offer.map_length = heap ? sizeof(core::SharedRegionState) : verdict.shared->map_length;
+  offer.state_offset = heap ? 0 : verdict.shared->state_offset;
+  offer.heap = heap ? 1 : 0;
   offer.access = static_cast<std::uint32_t>(verdict.access);
   offer.slot = slot;
   offer.device = verdict.shared->device ? 1 : 0;
   offer.cuda_offset = verdict.shared->cuda_offset;
   offer.cuda = verdict.shared->cuda;
-  if (int error = send_with_fd(socket_, &offer, sizeof(offer), verdict.shared->memfd, verdict.shared->cuda_fd);
+  if (int error = send_with_fd(socket_, &offer, sizeof(offer), heap ? heap_page.memfd : verdict.shared->memfd,
+                               verdict.shared->cuda_fd);
       error != 0) {
     RDMX_INFO("shm qp %u: offering region rkey 0x%x to %s failed: %s", qpn_, rkey, describe_peer().c_str(),
               std::strerror(error));
@@ -174,8 +251,10 @@ void ShmQp::offer_region_locked(std::uint32_t rkey, const core::MemoryRegistry::
 void ShmQp::take_offer_locked(const ShareOffer& offer, int fd, int cuda_fd) {
   struct stat st {};
   const bool device = offer.device != 0;
+  const bool heap = offer.heap != 0 && !device;
   const bool sane =
       (device ? offer.cuda_offset <= offer.cuda.size && offer.length <= offer.cuda.size - offer.cuda_offset
+       : heap ? offer.state_offset == 0 && offer.base + offer.length >= offer.base
               : offer.state_offset >= offer.length) &&
       offer.map_length >= offer.state_offset + sizeof(core::SharedRegionState) && offer.slot < core::kDirectSlots &&
       ::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) >= offer.map_length;
@@ -224,16 +303,18 @@ void ShmQp::take_offer_locked(const ShareOffer& offer, int fd, int cuda_fd) {
   } else if (cuda_fd >= 0) {
     ::close(cuda_fd);
   }
-  for (std::size_t i = 0; i < peer_regions_.size(); ++i) {
-    if (peer_regions_[i].rkey == offer.rkey) {
+  // Regions the peer has deregistered since go now: it offers a new one for
+  // each buffer it registers (a cache of the application's buffers may
+  // register thousands over a job), and nothing else would unmap them.
+  for (std::size_t i = peer_regions_.size(); i-- > 0;) {
+    if (peer_regions_[i].rkey == offer.rkey || peer_regions_[i].state->live.load(std::memory_order_relaxed) == 0) {
       drop_peer_region_locked(i);
-      break;
     }
   }
   char* device_data = imported ? imported->base() + offer.cuda_offset : nullptr;
   peer_regions_.push_back({offer.rkey, offer.base, offer.length, static_cast<Access>(offer.access), base,
                            offer.map_length, state, &state->slots[offer.slot].busy, holding, std::move(imported),
-                           device_data});
+                           device_data, heap});
   RDMX_TRACE("shm qp %u: mapped %s's region rkey 0x%x (%llu bytes) for direct access", qpn_, describe_peer().c_str(),
              offer.rkey, static_cast<unsigned long long>(offer.length));
 }

@@ -150,8 +150,9 @@ ShmQp::Step ShmQp::execute_request_locked(const Record* r, std::uint16_t slots) 
     default: break;
   }
   if (step != Step::Done) return step;
-  // A region from allocate_memory() is offered to the peer the first time it
-  // uses it, so its later WRITEs and READs go there directly.
+  // A region peers may reach directly (allocated, heap, shared device
+  // memory) is offered to the peer the first time it uses it, so its later
+  // WRITEs and READs go there without this side's threads.
   if ((type == RecordType::Write || type == RecordType::Read) && length > 0) {
     if (!cross) {
       if (remote_key_.verdict().shared != nullptr) offer_region_locked(r->rkey, remote_key_.verdict());

@@ -107,7 +107,9 @@ class ShmQp final : public core::SoftRcQp {
     std::uint64_t base;
     std::uint64_t length;
     Access access;
-    char* map;  // the mapping: the region's data then its state page, or (device memory) the state page only
+    // The mapping: the region's data then its state page, or (device memory
+    // and the peer's heap) the state page only.
+    char* map;
     std::size_t map_length;
     core::SharedRegionState* state;
     std::atomic<std::uint32_t>* busy;     // our slot in `state`
@@ -115,6 +117,7 @@ class ShmQp final : public core::SoftRcQp {
     // Device memory: the peer's allocation opened here, and where the region starts in this process.
     std::shared_ptr<core::cuda::ImportedMemory> imported;
     char* device_data = nullptr;
+    bool heap = false;  // the peer's own memory: copied with process_vm_writev/readv
   };
   // Copies a WRITE or READ straight into or out of the peer's mapped region;
   // false when it cannot (no mapping, out of bounds, deregistered): the ring
@@ -124,6 +127,7 @@ class ShmQp final : public core::SoftRcQp {
   // it); sets direct_local_gpu_ when one of them is device memory.
   bool direct_locals_ok_locked(const SendWr& wr) RDMX_REQUIRES(this);
   bool copy_through_gpu_locked(const PeerRegion& r, const SendWr& wr, std::uint64_t total) RDMX_REQUIRES(this);
+  bool copy_across_processes_locked(const SendWr& wr, std::uint64_t total) RDMX_REQUIRES(this);
   void offer_region_locked(std::uint32_t rkey, const core::MemoryRegistry::Verdict& verdict) RDMX_REQUIRES(this);
   // `cuda_fd`: a device region's exported allocation (-1 otherwise).
   void take_offer_locked(const ShareOffer& offer, int fd, int cuda_fd) RDMX_REQUIRES(this);

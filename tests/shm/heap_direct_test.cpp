@@ -1,0 +1,126 @@
+// SPDX-License-Identifier: MIT
+// shm's WRITEs and READs into a peer's registered heap memory, once the
+// peer has offered the region, are copied by the initiator across processes
+// (process_vm_writev/readv): they complete while the target process is
+// stopped, they stop at the region's deregistration, and the initiator
+// unmaps what the target deregistered.
+#include <signal.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <string>
+
+#include "support/harness.hpp"
+#include "support/verbs_util.hpp"
+
+namespace rdmx::test {
+namespace {
+
+constexpr int kTarget = 0;
+constexpr int kInitiator = 1;
+constexpr std::size_t kLen = 1 << 20;
+constexpr int kChurn = 40;
+
+// State pages of a peer's heap regions mapped in this process.
+int heap_pages_mapped() {
+  std::ifstream maps("/proc/self/maps");
+  int count = 0;
+  for (std::string line; std::getline(maps, line);) count += line.find("rdmx-heap-region") != std::string::npos;
+  return count;
+}
+
+char process_state(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() ? line[close + 2] : '?';
+}
+
+// Continues the stopped target however this rank leaves the scope.
+struct Stopped {
+  explicit Stopped(pid_t target) : pid(target) { CHECK_EQ(::kill(pid, SIGSTOP), 0); }
+  ~Stopped() { ::kill(pid, SIGCONT); }
+  pid_t pid;
+};
+
+TEST(ShmProvider, HeapWritesAndReadsNeedNoTargetThread) {
+  Options options;
+  options.provider = "shm";
+  ASSERT_TRUE(run_ranks(
+      2, Placement::Local,
+      [](RankEnv& env) {
+        Node node(env);
+        if (env.rank() == kTarget) {
+          Buffer buf(kLen);
+          set_bytes(buf.data(), 0, kLen / 2);
+          fill_pattern(buf.data() + kLen / 2, kLen / 2, 11);
+          auto mr =
+              node.pd->register_memory(buf.data(), kLen, Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead);
+          auto qp = connected_qp(env, node, kInitiator, "h");
+          auto churn_qp = connected_qp(env, node, kInitiator, "c");
+          publish_region(env, "heap", *mr);
+          signal(env, "pid", std::to_string(::getpid()));
+          await(env, "written");  // stopped and continued by the initiator meanwhile
+          CHECK_PATTERN(buf.data(), kLen / 2, 12, 0, "a WRITE placed while this process was stopped");
+          mr.reset();
+          signal(env, "deregistered");
+          for (int i = 0; i < kChurn; ++i) {
+            Buffer one(4096);
+            set_bytes(one.data(), 0, 4096);
+            auto m = node.pd->register_memory(one.data(), 4096, Access::LocalWrite | Access::RemoteWrite);
+            publish_region(env, "churn/" + std::to_string(i), *m);
+            await(env, "churned/" + std::to_string(i));
+            CHECK_PATTERN(one.data(), 64, 12, 0, "WRITEs into a short-lived region");
+          }
+          env.barrier("done");
+          return;
+        }
+        Buffer src(kLen);
+        fill_pattern(src.data(), kLen / 2, 12);
+        set_bytes(src.data() + kLen / 2, 0, kLen / 2);
+        auto src_mr = node.pd->register_memory(src.data(), kLen, Access::LocalWrite);
+        auto qp = connected_qp(env, node, kTarget, "h");
+        // The access error below moves `qp` to ERROR, so the churn has its own.
+        auto churn_qp = connected_qp(env, node, kTarget, "c");
+        RemoteRegion heap = fetch_region(env, "heap");
+        const auto pid = static_cast<pid_t>(std::stol(await(env, "pid")));
+        // The first WRITE takes the ring; the target offers the region then.
+        CHECK_WC(RDMA_SYNC(*qp, *node.send_cq, Opcode::RdmaWrite, src_mr->sge(0, 64), heap.addr, heap.rkey, 1),
+                 "first WRITE into the heap region", .wr_id = 1);
+        CHECK(eventually([&] { return heap_pages_mapped() == 1; }, std::chrono::seconds(20)))
+            << "the target never offered its heap region";
+        {
+          Stopped stopped(pid);
+          CHECK(eventually([&] { return process_state(pid) == 'T'; }, std::chrono::seconds(20)))
+              << "the target did not stop";
+          CHECK_WC(RDMA_SYNC(*qp, *node.send_cq, Opcode::RdmaWrite, src_mr->sge(0, kLen / 2), heap.addr, heap.rkey, 2),
+                   "WRITE into a stopped target's heap", .wr_id = 2);
+          CHECK_WC(RDMA_SYNC(*qp, *node.send_cq, Opcode::RdmaRead, src_mr->sge(kLen / 2, kLen / 2),
+                             heap.addr + kLen / 2, heap.rkey, 3),
+                   "READ from a stopped target's heap", .wr_id = 3);
+        }
+        CHECK_PATTERN(src.data() + kLen / 2, kLen / 2, 11, 0, "a READ from a stopped target's heap");
+        signal(env, "written");
+        await(env, "deregistered");
+        CHECK_WC(RDMA_SYNC(*qp, *node.send_cq, Opcode::RdmaWrite, src_mr->sge(0, 8), heap.addr, heap.rkey, 4),
+                 "WRITE into a deregistered heap region", .wr_id = 4, .status = WcStatus::RemAccessErr);
+        for (int i = 0; i < kChurn; ++i) {
+          RemoteRegion one = fetch_region(env, "churn/" + std::to_string(i));
+          for (std::uint64_t k = 0; k < 2; ++k) {
+            CHECK_WC(
+                RDMA_SYNC(*churn_qp, *node.send_cq, Opcode::RdmaWrite, src_mr->sge(0, 64), one.addr, one.rkey, 10 + k),
+                "WRITE into a short-lived region", .wr_id = 10 + k);
+          }
+          signal(env, "churned/" + std::to_string(i));
+        }
+        // Each offer drops the regions the target deregistered before it.
+        CHECK_LE(heap_pages_mapped(), 1) << "state pages of deregistered regions stay mapped";
+        env.barrier("done");
+      },
+      options));
+}
+
+}  // namespace
+}  // namespace rdmx::test
