@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# all_reduce on the multi-host bed (scripts/bed.sh, docs/BED.md), side by
-# side in one run: rdmx hierarchical, rdmx flat ring, Open MPI with its
-# tuned collectives, on the same namespaces and shaped links.
+# Collectives on the multi-host bed (scripts/bed.sh, docs/BED.md), side by
+# side in one run: rdmx hierarchical, rdmx flat, Open MPI with its tuned
+# collectives, on the same namespaces and shaped links.
 #
 #   bench/run_bed.sh BUILD_DIR [LAYOUTS] [RATES] [SIZES]
 #     LAYOUTS  default "2x2 4x2"      RATES  default "1gbit"
 #     SIZES    default "1M,16M,64M,256M"
+#   BED_OPS: the operations (default all_reduce; any of all_reduce
+#   all_gather reduce_scatter broadcast reduce). BED_FLAT: rdmx's flat
+#   algorithms to compare with (default ring; e.g. "ring rd").
+#   Output: one line per row, "<rate> <layout> <op> <who> <size> <out-of-place
+#   us> <in-place us>".
 #   BED_MPI_COLLS="tuned han" adds Open MPI's han (coll_han_priority 100); in
 #   Open MPI 4.1.4 it crashes in vader here (docs/PERFORMANCE.md).
 #
@@ -49,21 +54,24 @@ for rate in $rates; do
     "$bed" up "$name" "$H" "$rate" >&2
     hosts=""
     for ((h = 0; h < H; ++h)); do hosts+="${hosts:+,}rdmxb-$name-h$h:$L"; done
-    for algo in hier ring; do
-      show "RDMX_ALGO=all_reduce:$algo bed.sh run $name $layout -- rdmx perf coll all_reduce --sizes $sizes -n 5"
-      RDMX_ALGO=all_reduce:$algo "$bed" run "$name" "$layout" --time-limit 600 -- \
-        "$build/tools/rdmx" perf coll all_reduce --sizes "$sizes" -n 5 2>&1 | grep '^\[0\]' | rows "$rate $layout rdmx-$algo"
-    done
-    for coll in ${BED_MPI_COLLS:-tuned}; do
-      extra=()
-      [[ $coll == han ]] && extra=(--mca coll_han_priority 100)
-      show "mpirun ($coll) --host $hosts mpi_coll_perf --op all_reduce --sizes $sizes --iters 5"
-      ip netns exec "rdmxb-$name-h0" timeout -k 5 600 mpirun --allow-run-as-root --oversubscribe --bind-to none \
-        --host "$hosts" -np $((H * L)) --mca plm_rsh_agent "$work/agent.sh" --mca plm_rsh_no_tree_spawn 1 \
-        --mca pml ob1 --mca btl self,vader,tcp --mca btl_tcp_if_include 10.203.0.0/24 \
-        --mca oob_tcp_if_include 10.203.0.0/24 "${extra[@]}" \
-        "$work/mpi_coll_perf" --op all_reduce --sizes "$sizes" --iters 5 2>&1 | rows "$rate $layout mpi-$coll" ||
-        echo "$rate $layout mpi-$coll failed (exit ${PIPESTATUS[0]})"
+    for op in ${BED_OPS:-all_reduce}; do
+      for algo in hier ${BED_FLAT:-ring}; do
+        show "RDMX_ALGO=$op:$algo bed.sh run $name $layout -- rdmx perf coll $op --sizes $sizes -n 5"
+        RDMX_ALGO=$op:$algo "$bed" run "$name" "$layout" --time-limit 600 -- \
+          "$build/tools/rdmx" perf coll "$op" --sizes "$sizes" -n 5 2>&1 | grep '^\[0\]' |
+          rows "$rate $layout $op rdmx-$algo" || echo "$rate $layout $op rdmx-$algo failed"
+      done
+      for coll in ${BED_MPI_COLLS:-tuned}; do
+        extra=()
+        [[ $coll == han ]] && extra=(--mca coll_han_priority 100)
+        show "mpirun ($coll) --host $hosts mpi_coll_perf --op $op --sizes $sizes --iters 5"
+        ip netns exec "rdmxb-$name-h0" timeout -k 5 600 mpirun --allow-run-as-root --oversubscribe --bind-to none \
+          --host "$hosts" -np $((H * L)) --mca plm_rsh_agent "$work/agent.sh" --mca plm_rsh_no_tree_spawn 1 \
+          --mca pml ob1 --mca btl self,vader,tcp --mca btl_tcp_if_include 10.203.0.0/24 \
+          --mca oob_tcp_if_include 10.203.0.0/24 "${extra[@]}" \
+          "$work/mpi_coll_perf" --op "$op" --sizes "$sizes" --iters 5 2>&1 | rows "$rate $layout $op mpi-$coll" ||
+          echo "$rate $layout $op mpi-$coll failed (exit ${PIPESTATUS[0]})"
+      done
     done
   done
 done

@@ -150,6 +150,14 @@ class Communicator {
   int local_size() const noexcept { return placement().local_size; }
   // How each peer is reached ("shm", "tcp"); empty for this rank.
   virtual std::vector<std::string> peer_providers() const = 0;
+  // What the communicator built from where its ranks live, one line each:
+  // the hosts and their ranks, the hierarchical algorithms' rings within and
+  // across the hosts, and their trees across the hosts.
+  virtual std::string describe_topology() const = 0;
+  // The algorithm `op` takes for `bytes` (as nccl-tests counts them: the
+  // whole output of all_gather, the whole input of reduce_scatter), and why ("ring: table
+  // choice for ...", "hier: forced by RDMX_ALGO=...").
+  virtual std::string explain_algorithm(CollOp op, std::size_t bytes) const = 0;
 
   // Collective: ranks with the same color form a new communicator, ordered by
   // (key, rank in this one). A negative color joins none and returns null.

@@ -1,16 +1,21 @@
 // SPDX-License-Identifier: MIT
-// Hierarchical all_reduce over several hosts of as many ranks each (NCCL's
-// ring over the topology, in three phases): a reduce-scatter around each
+// Hierarchical rings over several hosts of as many ranks each. all_reduce
+// (NCCL's ring over the topology, in three phases): a reduce-scatter around each
 // host's ring leaves local rank l with block l+1 of its host's sum; the
 // ranks of one local index then all-reduce that block around a ring across
 // the hosts; an all-gather around each host's ring spreads the blocks. What
 // leaves a host is 2(H-1)/H of the vector, shared by its L ranks, the least
 // any algorithm sends; a flat ring sends 2(n-1)/n from each rank.
+// all_gather and reduce_scatter are its halves, in the order that crosses
+// the hosts' links with the least: all_gather first across the hosts (each
+// local index its own ring), then around each host; reduce_scatter around
+// each host first, then across.
 #include "coll/algorithms.hpp"
 
 namespace rdmx::coll {
 
 void all_reduce_hier(OpContext& ctx) {
+  if (ctx.call.count * ctx.elem < kHierRingMin) return all_reduce_hier_trees(ctx);
   const HostLayout& layout = *ctx.layout;
   const auto& c = ctx.call;
   const std::size_t e = ctx.elem;
@@ -81,6 +86,91 @@ void all_reduce_hier(OpContext& ctx) {
       prev = add_recv(s, local(l - 1), at(c.recv, rb.off, e), rb.len * e);
     }
   }
+  ctx.run();
+}
+
+// Blocks are ranks' shares of the output; a host's "super-block" j is the
+// blocks of local index j on every host, which leave the host together.
+void all_gather_hier(OpContext& ctx) {
+  const HostLayout& layout = *ctx.layout;
+  const auto& c = ctx.call;
+  const std::size_t bytes = c.count * ctx.elem;
+  const auto me = static_cast<std::size_t>(ctx.rank);
+  const int h = layout.host_of[me], l = layout.local_of[me];
+  const int H = layout.hosts(), L = layout.per_host();
+  auto* out = static_cast<char*>(c.recv);
+  auto block = [&](int host, int local) { return out + static_cast<std::size_t>(layout.rank_at(host, local)) * bytes; };
+  auto& s = ctx.sched;
+  ctx.copy(block(h, l), c.send, bytes);
+  // complete[host]: the receive after which block (host, l) is here (-1: from the start).
+  std::vector<int> complete(static_cast<std::size_t>(H), -1);
+  const int right = layout.rank_at(mod(h + 1, H), l), left = layout.rank_at(mod(h - 1, H), l);
+  for (int step = 0; step < H - 1; ++step) {
+    const int sh = mod(h - step, H), rh = mod(h - step - 1, H);
+    add_send(s, right, block(sh, l), bytes, complete[static_cast<std::size_t>(sh)], true, true);
+    complete[static_cast<std::size_t>(rh)] = add_recv(s, left, block(rh, l), bytes);
+  }
+  // Around the host: super-block (l - step) goes on, its blocks each behind
+  // the receive that brought it.
+  std::vector<int> got(static_cast<std::size_t>(H * L), -1);
+  for (int host = 0; host < H; ++host)
+    got[static_cast<std::size_t>(host * L + l)] = complete[static_cast<std::size_t>(host)];
+  const int next = layout.rank_at(h, mod(l + 1, L)), prev = layout.rank_at(h, mod(l - 1, L));
+  for (int step = 0; step < L - 1; ++step) {
+    const int sl = mod(l - step, L), rl = mod(l - step - 1, L);
+    for (int host = 0; host < H; ++host) {
+      add_send(s, next, block(host, sl), bytes, got[static_cast<std::size_t>(host * L + sl)], true, true);
+    }
+    for (int host = 0; host < H; ++host)
+      got[static_cast<std::size_t>(host * L + rl)] = add_recv(s, prev, block(host, rl), bytes);
+  }
+  ctx.run();
+}
+
+void reduce_scatter_hier(OpContext& ctx) {
+  const HostLayout& layout = *ctx.layout;
+  const auto& c = ctx.call;
+  const std::size_t e = ctx.elem, bytes = c.count * e;
+  const auto me = static_cast<std::size_t>(ctx.rank);
+  const int h = layout.host_of[me], l = layout.local_of[me];
+  const int H = layout.hosts(), L = layout.per_host();
+  // Partial sums travel in a scratch image of the input, so no block a peer
+  // may still be reading is overwritten.
+  auto* scratch = static_cast<char*>(ctx.scratch(static_cast<std::size_t>(ctx.n) * bytes));
+  auto offset = [&](int host, int local) { return static_cast<std::size_t>(layout.rank_at(host, local)) * bytes; };
+  auto input = [&](int host, int local) { return at(c.send, offset(host, local) / e, e); };
+  auto partial = [&](int host, int local) { return scratch + offset(host, local); };
+  auto& s = ctx.sched;
+  // Around the host: after L-1 steps super-block l holds the host's sum.
+  std::vector<int> got(static_cast<std::size_t>(H * L), -1);
+  const int next = layout.rank_at(h, mod(l + 1, L)), prev = layout.rank_at(h, mod(l - 1, L));
+  for (int step = 0; step < L - 1; ++step) {
+    const int sl = mod(l - step - 1, L), rl = mod(l - step - 2, L);
+    for (int host = 0; host < H; ++host) {
+      const void* src = step == 0 ? input(host, sl) : partial(host, sl);
+      add_send(s, next, src, bytes, got[static_cast<std::size_t>(host * L + sl)], true, true);
+    }
+    for (int host = 0; host < H; ++host) {
+      // With one host the last step's block is this rank's result.
+      void* dst = H == 1 && step == L - 2 ? c.recv : partial(host, rl);
+      got[static_cast<std::size_t>(host * L + rl)] = add_recv(s, prev, dst, bytes, input(host, rl));
+    }
+  }
+  if (H > 1) {
+    // Across the hosts, among the ranks of local index l: the ring's block
+    // (h - step - 1) goes right; this host's block ends in c.recv.
+    auto host_sum = [&](int host) -> const void* { return L > 1 ? partial(host, l) : input(host, l); };
+    const int right = layout.rank_at(mod(h + 1, H), l), left = layout.rank_at(mod(h - 1, H), l);
+    int last = -1;
+    for (int step = 0; step < H - 1; ++step) {
+      const int sh = mod(h - step - 1, H), rh = mod(h - step - 2, H);
+      const int ready = got[static_cast<std::size_t>(sh * L + l)];
+      add_send(s, right, step == 0 ? host_sum(sh) : partial(sh, l), bytes, step == 0 ? ready : last, step > 0, true);
+      void* dst = step == H - 2 ? c.recv : partial(rh, l);
+      last = add_recv(s, left, dst, bytes, host_sum(rh), got[static_cast<std::size_t>(rh * L + l)]);
+    }
+  }
+  s.recvs.back().finalize = true;
   ctx.run();
 }
 

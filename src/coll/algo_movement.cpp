@@ -88,27 +88,6 @@ void all_gather_direct(OpContext& ctx) {
 
 // --- broadcast ------------------------------------------------------------------
 
-// Receives the buffer from `parent` (none at the root) and forwards it to
-// `children` in that order, every forward streaming chunk by chunk behind the
-// receive; large messages go straight into each child's buffer.
-void broadcast_along(OpContext& ctx, int parent, const std::vector<int>& children) {
-  const auto& c = ctx.call;
-  const std::size_t bytes = c.count * ctx.elem;
-  const bool direct = ctx.use_direct(bytes);
-  int got = -1;
-  if (parent >= 0) {
-    if (direct) add_announce(ctx.sched, parent, c.recv, bytes);
-    got = add_recv(ctx.sched, parent, c.recv, bytes);
-    ctx.sched.recvs[static_cast<std::size_t>(got)].direct = direct;
-  }
-  for (int child : children) {
-    const int announcement = direct ? add_announcement_recv(ctx.sched, child) : -1;
-    const int si = add_send(ctx.sched, child, c.recv, bytes, got, true, true);
-    if (direct) make_direct(ctx.sched, si, announcement, 0);
-  }
-  ctx.run();
-}
-
 // The binomial tree (as reduce's), largest subtree first.
 void broadcast_tree(OpContext& ctx) {
   auto [parent, children] = binomial_tree(ctx.rank, ctx.n, ctx.call.root);
@@ -138,11 +117,30 @@ void broadcast_direct(OpContext& ctx) {
 
 }  // namespace
 
+void broadcast_along(OpContext& ctx, int parent, const std::vector<int>& children) {
+  const auto& c = ctx.call;
+  const std::size_t bytes = c.count * ctx.elem;
+  const bool direct = ctx.use_direct(bytes);
+  int got = -1;
+  if (parent >= 0) {
+    if (direct) add_announce(ctx.sched, parent, c.recv, bytes);
+    got = add_recv(ctx.sched, parent, c.recv, bytes);
+    ctx.sched.recvs[static_cast<std::size_t>(got)].direct = direct;
+  }
+  for (int child : children) {
+    const int announcement = direct ? add_announcement_recv(ctx.sched, child) : -1;
+    const int si = add_send(ctx.sched, child, c.recv, bytes, got, true, true);
+    if (direct) make_direct(ctx.sched, si, announcement, 0);
+  }
+  ctx.run();
+}
+
 void all_gather(OpContext& ctx) {
   switch (ctx.desc.algo) {
     case Algo::Local: return ctx.copy(ctx.call.recv, ctx.call.send, ctx.call.count * ctx.elem);
     case Algo::Ring: return all_gather_ring(ctx);
     case Algo::RecursiveDoubling: return all_gather_rd(ctx);
+    case Algo::Hierarchical: return all_gather_hier(ctx);
     default: return all_gather_direct(ctx);
   }
 }
@@ -152,6 +150,7 @@ void broadcast(OpContext& ctx) {
     case Algo::Local: return;
     case Algo::Tree: return broadcast_tree(ctx);
     case Algo::Ring: return broadcast_ring(ctx);
+    case Algo::Hierarchical: return broadcast_hier(ctx);
     default: return broadcast_direct(ctx);
   }
 }

@@ -170,6 +170,7 @@ void all_reduce_hd(OpContext& ctx) {
 }
 
 // Binomial tree towards rank 0 (children folded in a fixed order), then back.
+// Up the binomial tree, children folded in a fixed order.
 void reduce_tree_into(OpContext& ctx, const void* in, void* out, int root, bool then_broadcast);
 
 void all_reduce_tree(OpContext& ctx) { reduce_tree_into(ctx, ctx.call.send, ctx.call.recv, 0, true); }
@@ -194,29 +195,9 @@ void all_reduce_direct(OpContext& ctx) {
 
 // --- reduce (rooted) ---------------------------------------------------------
 
-// Up the binomial tree, children folded in a fixed order.
 void reduce_tree_into(OpContext& ctx, const void* in, void* out, int root, bool then_broadcast) {
-  const int r = ctx.rank, n = ctx.n;
-  const std::size_t bytes = ctx.call.count * ctx.elem;
-  auto& s = ctx.sched;
-  const int v = mod(r - root, n);
-  const auto [parent, children] = binomial_tree(r, n, root);
-  void* acc = v == 0 ? out : (children.empty() ? nullptr : ctx.scratch(bytes));
-  int prev = -1;
-  for (int child : children) {
-    prev = add_recv(s, child, acc, bytes, prev < 0 ? in : acc, prev, true);
-  }
-  if (v == 0 && prev >= 0) s.recvs[static_cast<std::size_t>(prev)].finalize = true;
-  if (parent >= 0) add_send(s, parent, children.empty() ? in : acc, bytes, prev, true, true);
-  if (then_broadcast) {
-    // Back down the same tree, largest subtree first.
-    int from_parent = prev;
-    if (parent >= 0) from_parent = add_recv(s, parent, out, bytes, nullptr, -1, false);
-    for (auto it = children.rbegin(); it != children.rend(); ++it) {
-      add_send(s, *it, out, bytes, from_parent, true, true);
-    }
-  }
-  ctx.run();
+  const auto [parent, children] = binomial_tree(ctx.rank, ctx.n, root);
+  reduce_along(ctx, in, out, parent, children, then_broadcast);
 }
 
 void reduce_tree(OpContext& ctx) { reduce_tree_into(ctx, ctx.call.send, ctx.call.recv, ctx.call.root, false); }
@@ -353,6 +334,38 @@ void reduce_scatter_direct(OpContext& ctx) {
 
 }  // namespace
 
+int add_reduce_up(OpContext& ctx, const void* in, void* out, void* scratch, std::size_t bytes, int parent,
+                  const std::vector<int>& children) {
+  auto& s = ctx.sched;
+  void* acc = parent < 0 ? out : scratch;
+  int prev = -1;
+  for (int child : children) {
+    prev = add_recv(s, child, acc, bytes, prev < 0 ? in : acc, prev, true);
+  }
+  if (parent < 0 && prev >= 0) s.recvs[static_cast<std::size_t>(prev)].finalize = true;
+  if (parent >= 0) add_send(s, parent, children.empty() ? in : acc, bytes, prev, true, true);
+  return prev;
+}
+
+void add_broadcast_down(OpContext& ctx, void* out, std::size_t bytes, int parent, const std::vector<int>& children,
+                        int reduced) {
+  auto& s = ctx.sched;
+  // In the reverse order (a binomial tree's largest subtree first).
+  const int from_parent = parent >= 0 ? add_recv(s, parent, out, bytes, nullptr, -1, false) : reduced;
+  for (auto it = children.rbegin(); it != children.rend(); ++it) {
+    add_send(s, *it, out, bytes, from_parent, true, true);
+  }
+}
+
+void reduce_along(OpContext& ctx, const void* in, void* out, int parent, const std::vector<int>& children,
+                  bool then_broadcast) {
+  const std::size_t bytes = ctx.call.count * ctx.elem;
+  void* scratch = parent >= 0 && !children.empty() ? ctx.scratch(bytes) : nullptr;
+  const int reduced = add_reduce_up(ctx, in, out, scratch, bytes, parent, children);
+  if (then_broadcast) add_broadcast_down(ctx, out, bytes, parent, children, reduced);
+  ctx.run();
+}
+
 void all_reduce(OpContext& ctx) {
   const auto& c = ctx.call;
   switch (ctx.desc.algo) {
@@ -372,6 +385,7 @@ void reduce(OpContext& ctx) {
     case Algo::Local: return reduce_in_rank_order(ctx, c.recv, {c.send}, c.count);
     case Algo::Tree: return reduce_tree(ctx);
     case Algo::Ring: return reduce_ring(ctx);
+    case Algo::Hierarchical: return reduce_hier(ctx);
     default: return reduce_direct(ctx);
   }
 }
@@ -382,6 +396,7 @@ void reduce_scatter(OpContext& ctx) {
     case Algo::Local: return reduce_in_rank_order(ctx, c.recv, {c.send}, c.count);
     case Algo::Ring: return reduce_scatter_ring(ctx);
     case Algo::HalvingDoubling: return reduce_scatter_hd(ctx);
+    case Algo::Hierarchical: return reduce_scatter_hier(ctx);
     default: return reduce_scatter_direct(ctx);
   }
 }

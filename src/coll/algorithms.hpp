@@ -9,8 +9,10 @@
 // so every rank gets the same bits on every run.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "coll/host_layout.hpp"
@@ -45,8 +47,19 @@ struct OpContext {
 
 // Runs ctx.call with ctx.desc.algo (already chosen and valid for the op).
 void run_algorithm(OpContext& ctx);
-// all_reduce by host (algo_hierarchical.cpp); ctx.layout has equal hosts.
+// The operations by host; ctx.layout has equal hosts. Below kHierRingMin
+// bytes they take trees, latency-bound (algo_hierarchical_trees.cpp); from
+// it on rings and chains, bandwidth-bound (algo_hierarchical.cpp).
+constexpr std::size_t kHierRingMin = 64 * 1024;
 void all_reduce_hier(OpContext& ctx);
+void all_reduce_hier_trees(OpContext& ctx);
+// The double binary tree over `hosts` hosts, for logs and `rdmx info`:
+// "tree 0: h1 <- h0 h2, h3 <- h1; tree 1: ...".
+std::string describe_host_trees(int hosts);
+void all_gather_hier(OpContext& ctx);
+void reduce_scatter_hier(OpContext& ctx);
+void broadcast_hier(OpContext& ctx);
+void reduce_hier(OpContext& ctx);
 
 // --- helpers shared by the algorithm files --------------------------------
 // Block j of `count` elements split over `parts` as evenly as possible.
@@ -112,6 +125,26 @@ inline BinomialTree binomial_tree(int rank, int n, int root) {
   }
   return t;
 }
+
+// A tree given by this rank's parent (-1 at the root) and children.
+// Receives the buffer from the parent and forwards it to the children in
+// that order, each forward streaming chunk by chunk behind the receive
+// (algo_movement.cpp).
+void broadcast_along(OpContext& ctx, int parent, const std::vector<int>& children);
+// Folds `in` and the children's partials in their order (each streamed
+// behind the one before), sends the sum to the parent; the root's lands in
+// `out`. then_broadcast: the root's result goes back down the tree into
+// every rank's `out` (algo_reductions.cpp).
+void reduce_along(OpContext& ctx, const void* in, void* out, int parent, const std::vector<int>& children,
+                  bool then_broadcast);
+// Its halves for `bytes` of the operation, added to ctx.sched without
+// running it. Up: `scratch` holds the partial sum on ranks that are neither
+// root nor leaf; returns the receive after which this rank's sum is whole
+// (-1 on a leaf). Down: `reduced` is that receive on the root.
+int add_reduce_up(OpContext& ctx, const void* in, void* out, void* scratch, std::size_t bytes, int parent,
+                  const std::vector<int>& children);
+void add_broadcast_down(OpContext& ctx, void* out, std::size_t bytes, int parent, const std::vector<int>& children,
+                        int reduced);
 
 void all_reduce(OpContext& ctx);
 void reduce_scatter(OpContext& ctx);

@@ -147,8 +147,9 @@ class CommImpl final : public Communicator {
               placement_.local_rank, placement_.local_size, placement_.host.c_str(),
               config.yield_when_waiting ? " (more local ranks than cores: waiters yield)" : "");
     if (rank_ == 0) {
-      RDMX_INFO("communicator '%s': topology %s; hierarchical rings %s", options_.tag.c_str(),
-                layout_.describe().c_str(), layout_.describe_rings().c_str());
+      RDMX_INFO("communicator '%s': topology %s; hierarchical rings %s; trees across hosts %s", options_.tag.c_str(),
+                layout_.describe().c_str(), layout_.describe_rings().c_str(),
+                describe_host_trees(layout_.hosts()).c_str());
     }
   }
 
@@ -174,6 +175,15 @@ class CommImpl final : public Communicator {
       if (p != rank_) out[static_cast<std::size_t>(p)] = links_->peer_provider(p);
     }
     return out;
+  }
+
+  std::string describe_topology() const override {
+    return "hosts: " + layout_.describe() + "\nrings: " + layout_.describe_rings() +
+           "\ntrees across hosts (small all_reduce, double binary tree): " + describe_host_trees(layout_.hosts());
+  }
+
+  std::string explain_algorithm(CollOp op, std::size_t bytes) const override {
+    return selector_.explain(op, bytes, size_);
   }
 
   void abort(const std::string& reason) override {

@@ -41,9 +41,9 @@ bool supports(CollOp op, Algo algo) {
 const std::vector<Algo>& AlgoSelector::supported(CollOp op) {
   static const std::vector<Algo> all_reduce{Algo::Ring,   Algo::RecursiveDoubling, Algo::HalvingDoubling, Algo::Tree,
                                             Algo::Direct, Algo::Hierarchical};
-  static const std::vector<Algo> all_gather{Algo::Ring, Algo::RecursiveDoubling, Algo::Direct};
-  static const std::vector<Algo> reduce_scatter{Algo::Ring, Algo::HalvingDoubling, Algo::Direct};
-  static const std::vector<Algo> rooted{Algo::Tree, Algo::Ring, Algo::Direct};
+  static const std::vector<Algo> all_gather{Algo::Ring, Algo::RecursiveDoubling, Algo::Direct, Algo::Hierarchical};
+  static const std::vector<Algo> reduce_scatter{Algo::Ring, Algo::HalvingDoubling, Algo::Direct, Algo::Hierarchical};
+  static const std::vector<Algo> rooted{Algo::Tree, Algo::Ring, Algo::Direct, Algo::Hierarchical};
   static const std::vector<Algo> direct{Algo::Direct};
   static const std::vector<Algo> barrier{Algo::Dissemination, Algo::Direct};
   static const std::vector<Algo> none{};
@@ -133,22 +133,32 @@ void AlgoSelector::set_layout(int hosts, int per_host) {
 // 2(n-1)/n of the data once.
 Algo AlgoSelector::table(CollOp op, std::size_t bytes, int ranks) const {
   if (ranks == 1) return Algo::Local;
+  // Several hosts of several ranks, bandwidth-bound: cross each host's link
+  // as little as any algorithm can (docs/PERFORMANCE.md, the bed). Small
+  // messages stay flat: on the bed recursive doubling beat the host trees.
+  const auto by_host = [&](std::size_t b) { return hosts_ > 1 && per_host_ > 1 && b >= kHierarchicalMin; };
   switch (op) {
     case CollOp::AllReduce:
       if (bytes <= 16 * 1024) return Algo::RecursiveDoubling;
       // Several hosts of several ranks: cross each host's link once, every
       // local rank carrying a share (docs/COLLECTIVES.md, "Hierarchical").
-      if (hosts_ > 1 && per_host_ > 1 && bytes >= kHierarchicalMin) return Algo::Hierarchical;
+      if (by_host(bytes)) return Algo::Hierarchical;
       if (bytes <= 256 * 1024 && ranks > 2) return Algo::HalvingDoubling;
       return Algo::Ring;
     case CollOp::AllGather:
       if (bytes <= 16 * 1024) return Algo::RecursiveDoubling;
+      if (by_host(bytes)) return Algo::Hierarchical;
       return Algo::Ring;
     case CollOp::ReduceScatter:
       if (bytes <= 16 * 1024) return Algo::Direct;
+      if (by_host(bytes)) return Algo::Hierarchical;
       return Algo::Ring;
     case CollOp::Broadcast:
     case CollOp::Reduce:
+      // On ranks numbered host by host the flat chain crosses each link
+      // once too (the same time on the bed); by host it does whatever the
+      // numbering.
+      if (by_host(bytes)) return Algo::Hierarchical;
       if (ranks <= 2) return Algo::Direct;
       if (bytes <= 256 * 1024) return Algo::Tree;
       return Algo::Ring;

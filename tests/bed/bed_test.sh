@@ -46,5 +46,21 @@ sent=$(tc -s -n "rdmxb-$name-h0" qdisc show dev "rb${name}h0" | awk '/Sent/ {pri
 grep -q "^\[2\] bed-$name-h1:" "$work/run.log" || fail "rank 2 does not run on host 1 (its hostname)"
 echo "bed test: 2x2 over 1 Gbit/s links: results right, shm within hosts, tcp between ($sent bytes left host 0)"
 
+# The hierarchical algorithms of every operation, forced, on 2x2 and 2x4
+# (four ranks per host: every local rank carries a share across the link).
+for layout in 2x2 2x4; do
+  RDMX_ALGO=hier RDMX_DEBUG=INFO "$bed" run "$name" "$layout" --time-limit 240 --port "$((port + 1))" -- \
+    "$build/tools/rdmx" perf coll all_reduce,all_gather,reduce_scatter,broadcast,reduce --sizes 4,64K,1M -n 3 \
+    >"$work/run.log" 2>&1 || fail "the $layout run of the hierarchical algorithms failed (exit $?)"
+  grep -q "Out of bounds values : 0 OK" "$work/run.log" || fail "$layout hier: rank 0 did not report every result right"
+  hosts="2 hosts x ${layout#2x} ranks"
+  grep -q "topology $hosts" "$work/run.log" || fail "$layout hier: the communicator did not see $hosts"
+done
+"$bed" run "$name" 2x2 --time-limit 60 --port "$((port + 2))" -- "$build/tools/rdmx" info --communicator \
+  >"$work/run.log" 2>&1 || fail "rdmx info --communicator failed on the bed"
+grep -q "hosts: 2 hosts x 2 ranks" "$work/run.log" || fail "rdmx info --communicator did not show 2 hosts x 2 ranks"
+grep -qE "all_reduce +1 MiB +hier: table choice" "$work/run.log" || fail "rdmx info: 1 MiB all_reduce does not take hier"
+echo "bed test: hier forced on 2x2 and 2x4: results right; rdmx info shows the layout"
+
 "$bed" down "$name"
 if ip netns list | grep -q "^rdmxb-$name-"; then fail "bed $name still has namespaces after down"; fi

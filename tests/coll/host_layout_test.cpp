@@ -61,8 +61,11 @@ TEST(AlgoSelection, ForcedHierarchicalOnUnequalHostsIsAConfigError) {
   }
   AlgoSelector fine("hier");
   fine.set_layout(1, 3);  // one host: the hierarchy is the host's ring
-  EXPECT_EQ(fine.choose(CollOp::AllReduce, 4, 3), Algo::Hierarchical);
-  EXPECT_THROW(AlgoSelector("broadcast:hier"), Error);
+  for (CollOp op : {CollOp::AllReduce, CollOp::AllGather, CollOp::ReduceScatter, CollOp::Broadcast, CollOp::Reduce}) {
+    EXPECT_EQ(fine.choose(op, 4, 3), Algo::Hierarchical) << to_string(op);
+  }
+  EXPECT_EQ(fine.choose(CollOp::AllToAll, 4, 3), Algo::Direct);
+  EXPECT_THROW(AlgoSelector("all_to_all:hier"), Error);
 }
 
 }  // namespace

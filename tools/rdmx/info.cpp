@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "local_job.hpp"
+#include "rdmx/comm.hpp"
 #include "rdmx/info.hpp"
 #include "rdmx/registration_cache.hpp"
 #include "rdmx/verbs.hpp"
@@ -18,6 +20,8 @@ namespace {
 struct InfoOptions {
   bool json = false;
   bool settings_markdown = false;
+  bool communicator = false;
+  int np = 0;  // 0: default_local_ranks()
 };
 
 struct Report {
@@ -210,7 +214,32 @@ void print_text(const Report& report) {
   print_settings(report.settings);
 }
 
+// What a communicator over this job's ranks builds: its topology, and the
+// algorithm each operation takes at a few sizes (rank 0 prints it).
+void print_communicator() {
+  const std::unique_ptr<Communicator> comm = Communicator::from_env();
+  if (comm->rank() == 0) {
+    std::printf("rdmx info: communicator of %d ranks\n\n%s\n\nAlgorithms (RDMX_ALGO overrides):\n", comm->size(),
+                comm->describe_topology().c_str());
+    const CollOp ops[] = {CollOp::AllReduce, CollOp::AllGather, CollOp::ReduceScatter, CollOp::Broadcast,
+                          CollOp::Reduce};
+    const std::size_t sizes[] = {4, 64 << 10, 1 << 20, 64 << 20};
+    for (CollOp op : ops) {
+      for (std::size_t bytes : sizes) {
+        std::printf("  %-15s %9s  %s\n", to_string(op), size_text(bytes).c_str(),
+                    comm->explain_algorithm(op, bytes).c_str());
+      }
+    }
+  }
+  comm->barrier();
+}
+
 void run_info(const InfoOptions& options) {
+  if (options.communicator) {
+    if (run_self_as_local_ranks(options.np > 0 ? options.np : default_local_ranks(), "rdmx info")) return;
+    print_communicator();
+    return;
+  }
   if (options.json) {
     std::printf("%s\n", info_json().c_str());
     return;
@@ -240,6 +269,11 @@ void register_info(CLI::App& root) {
   info->add_flag("--json", options->json, "Print one JSON document (docs/schemas/info.schema.json)");
   info->add_flag("--settings-markdown", options->settings_markdown,
                  "Print the table of settings (name, default, meaning) as the README has it");
+  info->add_flag("--communicator", options->communicator,
+                 "Join a communicator of this job's ranks (a launcher's, or --np local ones) and print the "
+                 "topology it built (hosts, rings and trees) and each operation's algorithm by size");
+  info->add_option("--np", options->np, "local ranks to start for --communicator when no launcher started this")
+      ->check(CLI::Range(1, 65536));
   info->callback([options] { run_info(*options); });
 }
 
