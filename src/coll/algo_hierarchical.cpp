@@ -19,8 +19,7 @@ void all_reduce_hier(OpContext& ctx) {
   const HostLayout& layout = *ctx.layout;
   const auto& c = ctx.call;
   const std::size_t e = ctx.elem;
-  const auto me = static_cast<std::size_t>(ctx.rank);
-  const int h = layout.host_of[me], l = layout.local_of[me];
+  const int h = layout.host(ctx.rank), l = layout.local(ctx.rank);
   const int H = layout.hosts(), L = layout.per_host();
   auto local = [&](int i) { return layout.rank_at(h, mod(i, L)); };
   auto across = [&](int i) { return layout.rank_at(mod(i, H), l); };
@@ -95,8 +94,7 @@ void all_gather_hier(OpContext& ctx) {
   const HostLayout& layout = *ctx.layout;
   const auto& c = ctx.call;
   const std::size_t bytes = c.count * ctx.elem;
-  const auto me = static_cast<std::size_t>(ctx.rank);
-  const int h = layout.host_of[me], l = layout.local_of[me];
+  const int h = layout.host(ctx.rank), l = layout.local(ctx.rank);
   const int H = layout.hosts(), L = layout.per_host();
   auto* out = static_cast<char*>(c.recv);
   auto block = [&](int host, int local) { return out + static_cast<std::size_t>(layout.rank_at(host, local)) * bytes; };
@@ -131,8 +129,7 @@ void reduce_scatter_hier(OpContext& ctx) {
   const HostLayout& layout = *ctx.layout;
   const auto& c = ctx.call;
   const std::size_t e = ctx.elem, bytes = c.count * e;
-  const auto me = static_cast<std::size_t>(ctx.rank);
-  const int h = layout.host_of[me], l = layout.local_of[me];
+  const int h = layout.host(ctx.rank), l = layout.local(ctx.rank);
   const int H = layout.hosts(), L = layout.per_host();
   // Partial sums travel in a scratch image of the input, so no block a peer
   // may still be reading is overwritten.

@@ -75,9 +75,8 @@ BinomialTree double_binary_tree(int v, int count, int which) {
 // (`within`, in local indices). Children: across the hosts first.
 BinomialTree by_host(const OpContext& ctx, int root, const BinomialTree& across, const BinomialTree& within) {
   const HostLayout& layout = *ctx.layout;
-  const auto me = static_cast<std::size_t>(ctx.rank);
-  const int h = layout.host_of[me], l = layout.local_of[me];
-  const int lr = layout.local_of[static_cast<std::size_t>(root)];
+  const int h = layout.host(ctx.rank), l = layout.local(ctx.rank);
+  const int lr = layout.local(root);
   BinomialTree t;
   if (l == lr) {
     if (across.parent >= 0) t.parent = layout.rank_at(across.parent, lr);
@@ -93,15 +92,13 @@ BinomialTree by_host(const OpContext& ctx, int root, const BinomialTree& across,
 // (largest subtree first, for broadcast) for small ones.
 BinomialTree rooted_tree(const OpContext& ctx, int root, bool largest_first) {
   const HostLayout& layout = *ctx.layout;
-  const auto me = static_cast<std::size_t>(ctx.rank);
-  const auto r = static_cast<std::size_t>(root);
-  const int h = layout.host_of[me], l = layout.local_of[me];
+  const int h = layout.host(ctx.rank), l = layout.local(ctx.rank);
   const int H = layout.hosts(), L = layout.per_host();
   if (ctx.call.count * ctx.elem >= kHierRingMin) {
-    return by_host(ctx, root, chain(h, H, layout.host_of[r]), chain(l, L, layout.local_of[r]));
+    return by_host(ctx, root, chain(h, H, layout.host(root)), chain(l, L, layout.local(root)));
   }
-  BinomialTree across = binomial_tree(h, H, layout.host_of[r]);
-  BinomialTree within = binomial_tree(l, L, layout.local_of[r]);
+  BinomialTree across = binomial_tree(h, H, layout.host(root));
+  BinomialTree within = binomial_tree(l, L, layout.local(root));
   if (largest_first) {
     std::reverse(across.children.begin(), across.children.end());
     std::reverse(within.children.begin(), within.children.end());
@@ -143,8 +140,7 @@ void all_reduce_hier_trees(OpContext& ctx) {
   const HostLayout& layout = *ctx.layout;
   const auto& c = ctx.call;
   const std::size_t e = ctx.elem;
-  const auto me = static_cast<std::size_t>(ctx.rank);
-  const int h = layout.host_of[me], l = layout.local_of[me];
+  const int h = layout.host(ctx.rank), l = layout.local(ctx.rank);
   const int H = layout.hosts(), L = layout.per_host();
   const int root = layout.rank_at(0, 0);  // only its local index counts
   const BinomialTree within = binomial_tree(l, L, 0);

@@ -19,6 +19,8 @@ struct HostLayout {
   // Ranks per host when every host has as many (what the hierarchical
   // algorithms need), else 0.
   int per_host() const noexcept;
+  int host(int rank) const { return host_of[static_cast<std::size_t>(rank)]; }
+  int local(int rank) const { return local_of[static_cast<std::size_t>(rank)]; }
   // The rank with local index `local` on host `host`.
   int rank_at(int host, int local) const {
     return ranks[static_cast<std::size_t>(host)][static_cast<std::size_t>(local)];
