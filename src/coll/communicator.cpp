@@ -102,6 +102,30 @@ std::size_t online_cpus() {
   return n > 0 ? static_cast<std::size_t>(n) : 1;
 }
 
+// Where this machine has two cores for each rank on it (one for the waiter,
+// one for the provider's helper and engine threads), a collective's waiter
+// spins this long before it sleeps: waking a sleeper costs more than the
+// core it frees. On the 16-core VM a futex wake of an idle vCPU took tens of
+// microseconds, and a ring pays it at every step (docs/PERFORMANCE.md,
+// "Waiting on 16 cores"). Elsewhere, and whenever RDMX_SPIN_US is set, waits
+// spin RDMX_SPIN_US.
+constexpr std::chrono::microseconds kDedicatedCoreSpin{20000};
+
+struct WaitPolicy {
+  std::chrono::microseconds spin;
+  std::string why;
+};
+
+WaitPolicy wait_policy(int ranks_here, std::size_t cpus) {
+  const std::string where = std::to_string(ranks_here) + (ranks_here == 1 ? " rank" : " ranks") +
+                            " on this machine's " + std::to_string(cpus) + " cores";
+  if (core::env("RDMX_SPIN_US")) return {core::spin_budget(), "RDMX_SPIN_US is set (" + where + ")"};
+  if (static_cast<std::size_t>(ranks_here) * 2 <= cpus) {
+    return {kDedicatedCoreSpin, where + ": two cores per rank, so waiters spin longer; RDMX_SPIN_US sets it"};
+  }
+  return {core::spin_budget(), where + ": RDMX_SPIN_US's default (longer where each rank has two cores)"};
+}
+
 LinksConfig links_config() {
   LinksConfig c;
   const CollSettings settings = coll_settings();
@@ -124,15 +148,21 @@ class CommImpl final : public Communicator {
         selector_(!options.algo.empty() ? options.algo : kAlgo.read().value_or("")) {
     // Where everyone lives: host name plus boot id, so containers sharing a
     // name are told apart (RDMX_HOSTID overrides it, as NCCL_HOSTID does).
-    const std::string identity = kHostId.read().value_or(host_name() + "/" + read_boot_id());
-    store_->set(options_.tag + "/host/" + std::to_string(rank_), std::string_view(identity + "\n" + host_name()));
+    // The boot id also says which ranks share this machine's cores, whatever
+    // RDMX_HOSTID or a network namespace makes of their hosts.
+    const std::string boot_id = read_boot_id();
+    const std::string identity = kHostId.read().value_or(host_name() + "/" + boot_id);
+    const std::string mine = identity + "\n" + host_name() + "\n" + boot_id;
+    store_->set(options_.tag + "/host/" + std::to_string(rank_), std::string_view(mine));
     std::vector<std::string> identities(static_cast<std::size_t>(size_)), names(static_cast<std::size_t>(size_));
+    int sharing_cores = 0;
     for (int p = 0; p < size_; ++p) {
-      const std::string entry =
-          p == rank_ ? identity + "\n" + host_name() : store_->get_string(options_.tag + "/host/" + std::to_string(p));
+      const std::string entry = p == rank_ ? mine : store_->get_string(options_.tag + "/host/" + std::to_string(p));
       const auto cut = entry.find('\n');
+      const auto cut2 = cut == std::string::npos ? cut : entry.find('\n', cut + 1);
       identities[static_cast<std::size_t>(p)] = entry.substr(0, cut);
-      names[static_cast<std::size_t>(p)] = cut == std::string::npos ? entry : entry.substr(cut + 1);
+      names[static_cast<std::size_t>(p)] = cut == std::string::npos ? entry : entry.substr(cut + 1, cut2 - cut - 1);
+      if (cut2 != std::string::npos && entry.substr(cut2 + 1) == boot_id) ++sharing_cores;
     }
     layout_ = make_host_layout(identities, names);
     placement_.host = host_name();
@@ -141,11 +171,15 @@ class CommImpl final : public Communicator {
         layout_.ranks[static_cast<std::size_t>(layout_.host_of[static_cast<std::size_t>(rank_)])].size());
     selector_.set_layout(layout_.hosts(), layout_.per_host());
     LinksConfig config = links_config();
-    config.yield_when_waiting = static_cast<std::size_t>(placement_.local_size) > online_cpus();
+    const std::size_t cpus = online_cpus();
+    config.yield_when_waiting = static_cast<std::size_t>(sharing_cores) > cpus;
+    const WaitPolicy waits = wait_policy(sharing_cores, cpus);
+    config.spin = waits.spin;
+    waits_ = "spin " + std::to_string(waits.spin.count()) + " us, then sleep; " + waits.why +
+             (config.yield_when_waiting ? "; more ranks than cores: spinning waiters yield" : "");
     links_ = std::make_unique<Links>(std::move(device), *store_, rank_, size_, options_.tag, config, timeout_);
-    RDMX_INFO("communicator '%s': rank %d of %d, local rank %d of %d on %s%s", options_.tag.c_str(), rank_, size_,
-              placement_.local_rank, placement_.local_size, placement_.host.c_str(),
-              config.yield_when_waiting ? " (more local ranks than cores: waiters yield)" : "");
+    RDMX_INFO("communicator '%s': rank %d of %d, local rank %d of %d on %s; waits %s", options_.tag.c_str(), rank_,
+              size_, placement_.local_rank, placement_.local_size, placement_.host.c_str(), waits_.c_str());
     if (rank_ == 0) {
       RDMX_INFO("communicator '%s': topology %s; hierarchical rings %s; trees across hosts %s", options_.tag.c_str(),
                 layout_.describe().c_str(), layout_.describe_rings().c_str(),
@@ -179,7 +213,8 @@ class CommImpl final : public Communicator {
 
   std::string describe_topology() const override {
     return "hosts: " + layout_.describe() + "\nrings: " + layout_.describe_rings() +
-           "\ntrees across hosts (small all_reduce, double binary tree): " + describe_host_trees(layout_.hosts());
+           "\ntrees across hosts (small all_reduce, double binary tree): " + describe_host_trees(layout_.hosts()) +
+           "\nwaits (rank " + std::to_string(rank_) + "): " + waits_;
   }
 
   std::string explain_algorithm(CollOp op, std::size_t bytes) const override {
@@ -542,6 +577,7 @@ class CommImpl final : public Communicator {
   std::chrono::milliseconds timeout_;
   AlgoSelector selector_;
   HostLayout layout_;
+  std::string waits_;  // how this rank's collectives wait, and why
   RankPlacement placement_;
   std::unique_ptr<Links> links_;
   Schedule schedule_;

@@ -99,6 +99,7 @@ struct LinksConfig {
   std::uint32_t slots = 16;             // slots per peer and direction
   std::size_t stage_limit = 16 * 1024;  // payloads up to this are copied into staging even when in place is allowed
   bool yield_when_waiting = false;      // more local ranks than cores: give the core away while spinning
+  std::chrono::microseconds spin{-1};   // how long a run's waits spin before sleeping (negative: RDMX_SPIN_US)
 };
 
 struct Layout;

@@ -528,6 +528,7 @@ void Links::run_schedule(Schedule& schedule, const OpDesc& desc, const Combine& 
   const auto deadline = core::deadline_after(timeout);
   core::WaitHooks hooks;
   hooks.progress = [p = &progress] { (*p)(); };  // one pointer: no allocation
+  hooks.spin = config_.spin;
   // Everything a run waits for is a peer's WRITE into this rank's region
   // (messages, announcements, credits): where such WRITEs ring the
   // region's doorbell, a rank past its spin sleeps until one lands.

@@ -9,6 +9,7 @@ namespace rdmx::coll {
 namespace {
 
 constexpr std::size_t kHierarchicalMin = 256 * 1024;
+constexpr std::size_t kHalvingDoublingMax = 4 << 20;
 
 constexpr CollOp kOps[] = {CollOp::AllReduce, CollOp::AllGather, CollOp::ReduceScatter, CollOp::Broadcast,
                            CollOp::Reduce,    CollOp::AllToAll,  CollOp::AllToAllv,     CollOp::Gather,
@@ -143,7 +144,11 @@ Algo AlgoSelector::table(CollOp op, std::size_t bytes, int ranks) const {
       // Several hosts of several ranks: cross each host's link once, every
       // local rank carrying a share (docs/COLLECTIVES.md, "Hierarchical").
       if (by_host(bytes)) return Algo::Hierarchical;
-      if (bytes <= 256 * 1024 && ranks > 2) return Algo::HalvingDoubling;
+      // Up to a few MiB, halving-doubling's log2(n) steps beat the ring's
+      // 2(n-1): at 8 ranks and 1 MiB on 16 cores 0.5 ms against 1.2-1.4
+      // (docs/PERFORMANCE.md, "Waiting on 16 cores"), and even or ahead on
+      // 2 cores at 3 and 4 ranks up to 4 MiB.
+      if (bytes <= kHalvingDoublingMax && ranks > 2) return Algo::HalvingDoubling;
       return Algo::Ring;
     case CollOp::AllGather:
       if (bytes <= 16 * 1024) return Algo::RecursiveDoubling;

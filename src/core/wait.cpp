@@ -72,6 +72,7 @@ WaitResult wait_until(const std::function<bool()>& ready, const Doorbell* word, 
   if (ready()) return WaitResult::Ready;
   // Spin phase: cheap checks, driving progress from this thread. The clock
   // is first read after some spins: most waits end before that.
+  const Clock::duration spin = hooks.spin.count() >= 0 ? Clock::duration(hooks.spin) : Clock::duration(spin_budget());
   Clock::time_point spin_end{};
   for (unsigned i = 0;; ++i) {
     if (hooks.progress) hooks.progress();
@@ -79,7 +80,7 @@ WaitResult wait_until(const std::function<bool()>& ready, const Doorbell* word, 
     if (g_aborted.load(std::memory_order_relaxed)) return WaitResult::Aborted;
     if ((i & 15) == 15) {
       auto now = Clock::now();
-      if (spin_end == Clock::time_point{}) spin_end = now + spin_budget();
+      if (spin_end == Clock::time_point{}) spin_end = now + spin;
       if (now >= deadline) return WaitResult::Timeout;
       if (now >= spin_end) break;
     }
@@ -95,7 +96,7 @@ WaitResult wait_until(const std::function<bool()>& ready, const Doorbell* word, 
   // data (docs/PERFORMANCE.md, "Measurements behind the code"). Growing slices also keep two waiters
   // that wait on each other from falling into step.
   if (word == nullptr) precise_sleeps();
-  const Clock::time_point waiting_since = spin_end - spin_budget();
+  const Clock::time_point waiting_since = spin_end - spin;
   for (;;) {
     std::uint32_t seen = word != nullptr ? word->epoch() : 0;
     if (hooks.progress) hooks.progress();

@@ -56,10 +56,13 @@ enum class WaitResult { Ready, Timeout, Aborted };
 
 // Hooks a waiter may give: `progress` is called while spinning (drives a
 // provider from the waiting thread); `before_block` is called once before the
-// first sleep (e.g. to hand progress to a background engine).
+// first sleep (e.g. to hand progress to a background engine); `spin`, when
+// not negative, replaces spin_budget() for this wait (a caller that knows its
+// process has a core to itself may spin longer).
 struct WaitHooks {
   std::function<void()> progress;
   std::function<void()> before_block;
+  std::chrono::microseconds spin{-1};
 };
 
 // Returns Ready as soon as ready() is true. `word` is what rings when ready()

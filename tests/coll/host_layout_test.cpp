@@ -50,6 +50,16 @@ TEST(AlgoSelection, HierarchicalAllReduceOnSeveralHostsOfSeveralRanksFromItsThre
   }
 }
 
+TEST(AlgoSelection, FlatAllReduceByRoundsUpToFourMebibytes) {
+  AlgoSelector table("");
+  table.set_layout(1, 8);
+  EXPECT_EQ(table.choose(CollOp::AllReduce, 16 * 1024, 8), Algo::RecursiveDoubling);
+  EXPECT_EQ(table.choose(CollOp::AllReduce, 1 << 20, 8), Algo::HalvingDoubling);
+  EXPECT_EQ(table.choose(CollOp::AllReduce, 4 << 20, 8), Algo::HalvingDoubling);
+  EXPECT_EQ(table.choose(CollOp::AllReduce, (4 << 20) + 4, 8), Algo::Ring);
+  EXPECT_EQ(table.choose(CollOp::AllReduce, 1 << 20, 2), Algo::Ring);
+}
+
 TEST(AlgoSelection, ForcedHierarchicalOnUnequalHostsIsAConfigError) {
   AlgoSelector forced("all_reduce:hier");
   try {
