@@ -14,6 +14,9 @@
 #   us> <in-place us>".
 #   BED_MPI_COLLS="tuned han" adds Open MPI's han (coll_han_priority 100); in
 #   Open MPI 4.1.4 it crashes in vader here (docs/PERFORMANCE.md).
+#   BED_NICS: NICs per host, one bed each (default 1; "1 2" compares): local
+#   rank l takes NIC l mod NICS, and Open MPI's tcp btl stripes over all of
+#   them. A layout of several NICs prints as <layout>/<n>nic.
 #
 # Open MPI starts its daemons in the hosts' namespaces through a launch
 # agent (plm_rsh_agent) that runs each under its host's name, so Open MPI
@@ -47,30 +50,38 @@ chmod +x "$work/agent.sh"
 rows() { awk -v who="$1" '/^[# ]*$/ {next} /^#/ {next} {sub(/^\[0\] +/, ""); if ($1 ~ /^[0-9]+$/) print who, $1, $6, $10}'; }
 
 for rate in $rates; do
-  for layout in $layouts; do
-    H=${layout%x*}
-    L=${layout#*x}
-    "$bed" down "$name" >/dev/null 2>&1 || true
-    "$bed" up "$name" "$H" "$rate" >&2
-    hosts=""
-    for ((h = 0; h < H; ++h)); do hosts+="${hosts:+,}rdmxb-$name-h$h:$L"; done
-    for op in ${BED_OPS:-all_reduce}; do
-      for algo in hier ${BED_FLAT:-ring}; do
-        show "RDMX_ALGO=$op:$algo bed.sh run $name $layout -- rdmx perf coll $op --sizes $sizes -n 5"
-        RDMX_ALGO=$op:$algo "$bed" run "$name" "$layout" --time-limit 600 -- \
-          "$build/tools/rdmx" perf coll "$op" --sizes "$sizes" -n 5 2>&1 | grep '^\[0\]' |
-          rows "$rate $layout $op rdmx-$algo" || echo "$rate $layout $op rdmx-$algo failed"
-      done
-      for coll in ${BED_MPI_COLLS:-tuned}; do
-        extra=()
-        [[ $coll == han ]] && extra=(--mca coll_han_priority 100)
-        show "mpirun ($coll) --host $hosts mpi_coll_perf --op $op --sizes $sizes --iters 5"
-        ip netns exec "rdmxb-$name-h0" timeout -k 5 600 mpirun --allow-run-as-root --oversubscribe --bind-to none \
-          --host "$hosts" -np $((H * L)) --mca plm_rsh_agent "$work/agent.sh" --mca plm_rsh_no_tree_spawn 1 \
-          --mca pml ob1 --mca btl self,vader,tcp --mca btl_tcp_if_include 10.203.0.0/24 \
-          --mca oob_tcp_if_include 10.203.0.0/24 "${extra[@]}" \
-          "$work/mpi_coll_perf" --op "$op" --sizes "$sizes" --iters 5 2>&1 | rows "$rate $layout $op mpi-$coll" ||
-          echo "$rate $layout $op mpi-$coll failed (exit ${PIPESTATUS[0]})"
+  for nics in ${BED_NICS:-1}; do
+    for layout in $layouts; do
+      H=${layout%x*}
+      L=${layout#*x}
+      label=$layout
+      mpi_nets=10.203.0.0/24
+      if ((nics > 1)); then
+        label=$layout/${nics}nic
+        mpi_nets=10.203.0.0/16
+      fi
+      "$bed" down "$name" >/dev/null 2>&1 || true
+      "$bed" up "$name" "$H" "$rate" "$nics" >&2
+      hosts=""
+      for ((h = 0; h < H; ++h)); do hosts+="${hosts:+,}rdmxb-$name-h$h:$L"; done
+      for op in ${BED_OPS:-all_reduce}; do
+        for algo in hier ${BED_FLAT:-ring}; do
+          show "RDMX_ALGO=$op:$algo bed.sh run $name $layout -- rdmx perf coll $op --sizes $sizes -n 5"
+          RDMX_ALGO=$op:$algo "$bed" run "$name" "$layout" --time-limit 600 -- \
+            "$build/tools/rdmx" perf coll "$op" --sizes "$sizes" -n 5 2>&1 | grep '^\[0\]' |
+            rows "$rate $label $op rdmx-$algo" || echo "$rate $label $op rdmx-$algo failed"
+        done
+        for coll in ${BED_MPI_COLLS:-tuned}; do
+          extra=()
+          [[ $coll == han ]] && extra=(--mca coll_han_priority 100)
+          show "mpirun ($coll) --host $hosts mpi_coll_perf --op $op --sizes $sizes --iters 5"
+          ip netns exec "rdmxb-$name-h0" timeout -k 5 600 mpirun --allow-run-as-root --oversubscribe --bind-to none \
+            --host "$hosts" -np $((H * L)) --mca plm_rsh_agent "$work/agent.sh" --mca plm_rsh_no_tree_spawn 1 \
+            --mca pml ob1 --mca btl self,vader,tcp --mca btl_tcp_if_include "$mpi_nets" \
+            --mca oob_tcp_if_include 10.203.0.0/24 "${extra[@]}" \
+            "$work/mpi_coll_perf" --op "$op" --sizes "$sizes" --iters 5 2>&1 | rows "$rate $label $op mpi-$coll" ||
+            echo "$rate $label $op mpi-$coll failed (exit ${PIPESTATUS[0]})"
+        done
       done
     done
   done

@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # A multi-host bed on one machine: H network namespaces ("hosts"), each
-# joined to one bridge by its own veth link, every link shaped with `tc tbf`
-# in both directions. Ranks in one namespace share memory (shm reaches them);
-# ranks in different namespaces reach each other only over the shaped links,
-# as hosts of a cluster do over their NICs. Needs root and iproute2.
+# joined to a bridge by its own veth link (one link and one bridge per NIC
+# when hosts have several), every link shaped with `tc tbf` in both
+# directions. Ranks in one namespace share memory (shm reaches them); ranks
+# in different namespaces reach each other only over the shaped links, as
+# hosts of a cluster do over their NICs. Needs root and iproute2.
 #
-#   scripts/bed.sh up NAME HOSTS [RATE]   create the bed; RATE as tc writes it (1gbit, 10gbit;
-#                                         default: unshaped). Host h is namespace rdmxb-NAME-h<h>
-#                                         with address 10.203.0.<h+1>/24 on interface rb<NAME>h<h>;
-#                                         the bridge lives in namespace rdmxb-NAME-sw
+#   scripts/bed.sh up NAME HOSTS [RATE] [NICS]
+#                                         create the bed; RATE as tc writes it (1gbit, 10gbit;
+#                                         default or "-": unshaped), NICS per host (default 1).
+#                                         Host h is namespace rdmxb-NAME-h<h>; its NIC 0 is
+#                                         interface rb<NAME>h<h> with address 10.203.0.<h+1>/24, NIC k
+#                                         rb<NAME>h<h>n<k> with 10.203.<k>.<h+1>/24 on bridge k (one
+#                                         rail per NIC, as multi-rail clusters are); the bridges live
+#                                         in namespace rdmxb-NAME-sw. Ranks reach other rails through
+#                                         their own NIC on that rail (reverse-path filtering is off)
 #   scripts/bed.sh run NAME HxL [--time-limit S] [--port P] -- CMD..
 #                                         start H*L ranks of CMD, L in each of the first H hosts,
 #                                         rank = h*L + l, with RDMX_RANK, RDMX_WORLD_SIZE,
@@ -41,9 +47,11 @@ check_name() {
 
 host_ns() { echo "rdmxb-$1-h$2"; }
 switch_ns() { echo "rdmxb-$1-sw"; }
-host_if() { echo "rb$1h$2"; }
-switch_if() { echo "rb$1s$2"; }
-host_ip() { echo "10.203.0.$(($2 + 1))"; }
+# NAME HOST [NIC]: NIC 0 keeps the plain name, so "rb<NAME>h<h>" as a
+# prefix (RDMX_SOCKET_IFNAME) matches every NIC of the host.
+host_if() { if ((${3:-0} == 0)); then echo "rb$1h$2"; else echo "rb$1h$2n$3"; fi; }
+switch_if() { if ((${3:-0} == 0)); then echo "rb$1s$2"; else echo "rb$1s$2n$3"; fi; }
+host_ip() { echo "10.203.${3:-0}.$(($2 + 1))"; }
 
 # The hosts of bed NAME, in order.
 host_count() {
@@ -80,9 +88,11 @@ rate_bits() {
 }
 
 up() {
-  local name=$1 hosts=$2 rate=${3:-}
+  local name=$1 hosts=$2 rate=${3:-} nics=${4:-1}
+  [[ "$rate" != "-" ]] || rate=
   check_name "$name"
   [[ "$hosts" =~ ^[0-9]+$ ]] && ((hosts >= 1 && hosts <= 64)) || die "HOSTS must be 1..64 (got '$hosts')"
+  [[ "$nics" =~ ^[0-9]$ ]] && ((nics >= 1)) || die "NICS must be 1..9 (got '$nics')"
   [[ -z "$rate" ]] || rate_bits "$rate" >/dev/null
   need_root
   if ip netns list | awk '{print $1}' | grep -qx "$(switch_ns "$name")"; then
@@ -93,30 +103,38 @@ up() {
   trap 'down "$name" >/dev/null 2>&1 || true' ERR
   ip netns add "$sw"
   ip -n "$sw" link set lo up
-  ip -n "$sw" link add br0 type bridge
-  ip -n "$sw" link set br0 up
-  local h
+  local h k
+  for ((k = 0; k < nics; ++k)); do
+    ip -n "$sw" link add "br$k" type bridge
+    ip -n "$sw" link set "br$k" up
+  done
   for ((h = 0; h < hosts; ++h)); do
-    local ns hif sif
+    local ns
     ns=$(host_ns "$name" "$h")
-    hif=$(host_if "$name" "$h")
-    sif=$(switch_if "$name" "$h")
     ip netns add "$ns"
     ip -n "$ns" link set lo up
-    ip link add "$hif" type veth peer name "$sif"
-    ip link set "$hif" netns "$ns"
-    ip link set "$sif" netns "$sw"
-    ip -n "$sw" link set "$sif" master br0
-    ip -n "$sw" link set "$sif" up
-    ip -n "$ns" addr add "$(host_ip "$name" "$h")/24" dev "$hif"
-    ip -n "$ns" link set "$hif" up
-    if [[ -n "$rate" ]]; then
-      shape "$ns" "$hif" "$rate"  # host -> switch
-      shape "$sw" "$sif" "$rate"  # switch -> host
-    fi
+    # A rank bound to its rail's address reaches another rail through the
+    # host's NIC on that rail; the answers come back on its own.
+    ip netns exec "$ns" sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0
+    for ((k = 0; k < nics; ++k)); do
+      local hif sif
+      hif=$(host_if "$name" "$h" "$k")
+      sif=$(switch_if "$name" "$h" "$k")
+      ip link add "$hif" type veth peer name "$sif"
+      ip link set "$hif" netns "$ns"
+      ip link set "$sif" netns "$sw"
+      ip -n "$sw" link set "$sif" master "br$k"
+      ip -n "$sw" link set "$sif" up
+      ip -n "$ns" addr add "$(host_ip "$name" "$h" "$k")/24" dev "$hif"
+      ip -n "$ns" link set "$hif" up
+      if [[ -n "$rate" ]]; then
+        shape "$ns" "$hif" "$rate"  # host -> switch
+        shape "$sw" "$sif" "$rate"  # switch -> host
+      fi
+    done
   done
   trap - ERR
-  echo "bed.sh: bed $name: $hosts hosts (10.203.0.1-$hosts), links ${rate:-unshaped}"
+  echo "bed.sh: bed $name: $hosts hosts (10.203.0.1-$hosts), $nics NIC(s) each, links ${rate:-unshaped}"
 }
 
 down() {
@@ -133,14 +151,17 @@ show() {
   local name=$1
   check_name "$name"
   need_root
-  local hosts h
+  local hosts h k
   hosts=$(host_count "$name")
   ((hosts > 0)) || die "no bed named $name"
   for ((h = 0; h < hosts; ++h)); do
     local ns hif
     ns=$(host_ns "$name" "$h")
-    hif=$(host_if "$name" "$h")
-    echo "host $h: $ns $hif $(host_ip "$name" "$h") qdisc: $(tc -n "$ns" qdisc show dev "$hif" | head -1)"
+    for ((k = 0; k < 10; ++k)); do
+      hif=$(host_if "$name" "$h" "$k")
+      ip -n "$ns" link show "$hif" >/dev/null 2>&1 || break
+      echo "host $h NIC $k: $ns $hif $(host_ip "$name" "$h" "$k") qdisc: $(tc -n "$ns" qdisc show dev "$hif" | head -1)"
+    done
   done
 }
 
@@ -227,7 +248,7 @@ exit $status
 cmd=${1:-}
 shift || true
 case "$cmd" in
-  up) up "${1:?usage: bed.sh up NAME HOSTS [RATE]}" "${2:?usage: bed.sh up NAME HOSTS [RATE]}" "${3:-}" ;;
+  up) up "${1:?usage: bed.sh up NAME HOSTS [RATE] [NICS]}" "${2:?usage: bed.sh up NAME HOSTS [RATE] [NICS]}" "${3:-}" "${4:-}" ;;
   down) down "${1:?usage: bed.sh down NAME}" ;;
   show) show "${1:?usage: bed.sh show NAME}" ;;
   exec) exec_in "${1:?usage: bed.sh exec NAME HOST CMD..}" "${2:?usage: bed.sh exec NAME HOST CMD..}" "${@:3}" ;;

@@ -126,6 +126,37 @@ WaitPolicy wait_policy(int ranks_here, std::size_t cpus) {
   return {core::spin_budget(), where + ": RDMX_SPIN_US's default (longer where each rank has two cores)"};
 }
 
+// What each rank tells the others of where it runs, one line per field.
+struct RankWhere {
+  std::string identity;  // host identity (RDMX_HOSTID, or name/boot id)
+  std::string name;      // host name
+  std::string boot_id;   // ranks with the same one share the cores
+  std::string device;    // Device::name(): provider, interface, address
+  int numa_node = -1;
+
+  std::string encode() const {
+    return identity + "\n" + name + "\n" + boot_id + "\n" + device + "\n" + std::to_string(numa_node);
+  }
+  static RankWhere decode(const std::string& text) {
+    std::vector<std::string> fields;
+    std::size_t start = 0;
+    for (std::size_t cut; (cut = text.find('\n', start)) != std::string::npos; start = cut + 1) {
+      fields.push_back(text.substr(start, cut - start));
+    }
+    fields.push_back(text.substr(start));
+    fields.resize(5);
+    RankWhere w{fields[0], fields[1], fields[2], fields[3]};
+    w.numa_node = std::atoi(fields[4].empty() ? "-1" : fields[4].c_str());
+    return w;
+  }
+};
+
+// The NUMA node of the CPU this thread runs on now (-1 when unknown).
+int current_numa_node() {
+  unsigned cpu = 0, node = 0;
+  return ::getcpu(&cpu, &node) == 0 ? static_cast<int>(node) : -1;
+}
+
 LinksConfig links_config() {
   LinksConfig c;
   const CollSettings settings = coll_settings();
@@ -150,19 +181,23 @@ class CommImpl final : public Communicator {
     // name are told apart (RDMX_HOSTID overrides it, as NCCL_HOSTID does).
     // The boot id also says which ranks share this machine's cores, whatever
     // RDMX_HOSTID or a network namespace makes of their hosts.
-    const std::string boot_id = read_boot_id();
-    const std::string identity = kHostId.read().value_or(host_name() + "/" + boot_id);
-    const std::string mine = identity + "\n" + host_name() + "\n" + boot_id;
-    store_->set(options_.tag + "/host/" + std::to_string(rank_), std::string_view(mine));
+    RankWhere mine;
+    mine.boot_id = read_boot_id();
+    mine.name = host_name();
+    mine.identity = kHostId.read().value_or(mine.name + "/" + mine.boot_id);
+    mine.device = device->name();
+    mine.numa_node = current_numa_node();
+    store_->set(options_.tag + "/host/" + std::to_string(rank_), std::string_view(mine.encode()));
     std::vector<std::string> identities(static_cast<std::size_t>(size_)), names(static_cast<std::size_t>(size_));
     int sharing_cores = 0;
     for (int p = 0; p < size_; ++p) {
-      const std::string entry = p == rank_ ? mine : store_->get_string(options_.tag + "/host/" + std::to_string(p));
-      const auto cut = entry.find('\n');
-      const auto cut2 = cut == std::string::npos ? cut : entry.find('\n', cut + 1);
-      identities[static_cast<std::size_t>(p)] = entry.substr(0, cut);
-      names[static_cast<std::size_t>(p)] = cut == std::string::npos ? entry : entry.substr(cut + 1, cut2 - cut - 1);
-      if (cut2 != std::string::npos && entry.substr(cut2 + 1) == boot_id) ++sharing_cores;
+      const RankWhere where =
+          p == rank_ ? mine : RankWhere::decode(store_->get_string(options_.tag + "/host/" + std::to_string(p)));
+      identities[static_cast<std::size_t>(p)] = where.identity;
+      names[static_cast<std::size_t>(p)] = where.name;
+      if (where.boot_id == mine.boot_id) ++sharing_cores;
+      devices_.push_back(where.device +
+                         (where.numa_node >= 0 ? " (NUMA node " + std::to_string(where.numa_node) + ")" : ""));
     }
     layout_ = make_host_layout(identities, names);
     placement_.host = host_name();
@@ -214,7 +249,21 @@ class CommImpl final : public Communicator {
   std::string describe_topology() const override {
     return "hosts: " + layout_.describe() + "\nrings: " + layout_.describe_rings() +
            "\ntrees across hosts (small all_reduce, double binary tree): " + describe_host_trees(layout_.hosts()) +
-           "\nwaits (rank " + std::to_string(rank_) + "): " + waits_;
+           "\nwaits (rank " + std::to_string(rank_) + "): " + waits_ + "\ndevices: " + describe_devices();
+  }
+
+  // Each host's ranks with their devices (the NIC a rank's network
+  // traffic leaves by) and NUMA nodes.
+  std::string describe_devices() const {
+    std::string out;
+    for (std::size_t h = 0; h < layout_.ranks.size(); ++h) {
+      out += (h == 0 ? "" : "; ") + layout_.names[h] + ":";
+      for (int r : layout_.ranks[h]) {
+        out += " " + std::to_string(r) + " " + devices_[static_cast<std::size_t>(r)] + ",";
+      }
+      out.pop_back();
+    }
+    return out;
   }
 
   std::string explain_algorithm(CollOp op, std::size_t bytes) const override {
@@ -577,7 +626,8 @@ class CommImpl final : public Communicator {
   std::chrono::milliseconds timeout_;
   AlgoSelector selector_;
   HostLayout layout_;
-  std::string waits_;  // how this rank's collectives wait, and why
+  std::string waits_;                 // how this rank's collectives wait, and why
+  std::vector<std::string> devices_;  // each rank's device and NUMA node, for describe_topology()
   RankPlacement placement_;
   std::unique_ptr<Links> links_;
   Schedule schedule_;

@@ -29,7 +29,7 @@ constexpr IntegerSetting kSpinUs{
     kMaxSpin.count(),
     "microseconds",
     "how long a waiter busy-polls before it sleeps, in microseconds (at most 1000000); lower it when ranks far "
-    "outnumber cores"};
+    "outnumber cores; unset, collectives spin 20 ms where the machine has two cores per rank"};
 RDMX_SETTING(kSpinUs);
 constexpr FlagSetting kRegistrationCache{
     "RDMX_REGISTRATION_CACHE", true,

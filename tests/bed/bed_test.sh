@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # The multi-host bed (scripts/bed.sh) as a cluster would be: two hosts of
-# two ranks each, links shaped to 1 Gbit/s. Collectives give right results
-# (the perf tool checks every element); ranks of one host pick shm and ranks
-# of different hosts tcp (the host's private socket directory); the bytes
-# between hosts pass the shaped links; the bed is gone afterwards.
+# two ranks each, two NICs per host (one rail each), links shaped to 1
+# Gbit/s. Collectives give right results (the perf tool checks every
+# element); ranks of one host pick shm and ranks of different hosts tcp (the
+# host's private socket directory); each local rank takes its own NIC and the
+# bytes between hosts pass both shaped links; the bed is gone afterwards.
 #   tests/bed/bed_test.sh BUILD_DIR
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -26,7 +27,7 @@ fail() {
   exit 1
 }
 
-"$bed" up "$name" 2 1gbit
+"$bed" up "$name" 2 1gbit 2
 "$bed" show "$name"
 port=$((20000 + $$ % 10000))
 RDMX_DEBUG=INFO "$bed" run "$name" 2x2 --time-limit 240 --port "$port" -- \
@@ -42,9 +43,11 @@ grep -qE "^\[0\] .*rank 1 via shm" "$work/run.log" || fail "rank 0 did not reach
 grep -qE "^\[0\] .*rank 2 via tcp" "$work/run.log" || fail "rank 0 did not reach rank 2 (other host) over tcp"
 if grep -qE "^\[0\] .*rank 2 via shm" "$work/run.log"; then fail "rank 0 reached rank 2 (other host) over shm"; fi
 sent=$(tc -s -n "rdmxb-$name-h0" qdisc show dev "rb${name}h0" | awk '/Sent/ {print $2; exit}')
-((sent > 3000000)) || fail "only ${sent:-0} bytes left host 0 through its shaped link"
+((sent > 3000000)) || fail "only ${sent:-0} bytes left host 0 through its shaped link (NIC 0)"
+sent1=$(tc -s -n "rdmxb-$name-h0" qdisc show dev "rb${name}h0n1" | awk '/Sent/ {print $2; exit}')
+((sent1 > 3000000)) || fail "only ${sent1:-0} bytes left host 0 through its NIC 1: local rank 1 did not take it"
 grep -q "^\[2\] bed-$name-h1:" "$work/run.log" || fail "rank 2 does not run on host 1 (its hostname)"
-echo "bed test: 2x2 over 1 Gbit/s links: results right, shm within hosts, tcp between ($sent bytes left host 0)"
+echo "bed test: 2x2 over 1 Gbit/s links: results right, shm within hosts, tcp between ($sent and $sent1 bytes left host 0 by its two NICs)"
 
 # The hierarchical algorithms of every operation, forced, on 2x2 and 2x4
 # (four ranks per host: every local rank carries a share across the link).
@@ -60,6 +63,8 @@ done
   >"$work/run.log" 2>&1 || fail "rdmx info --communicator failed on the bed"
 grep -q "hosts: 2 hosts x 2 ranks" "$work/run.log" || fail "rdmx info --communicator did not show 2 hosts x 2 ranks"
 grep -qE "all_reduce +1 MiB +hier: table choice" "$work/run.log" || fail "rdmx info: 1 MiB all_reduce does not take hier"
+grep -qE "devices: .* 1 auto\[[^]]*tcp:rb${name}h0n1/" "$work/run.log" || fail "rdmx info: rank 1 does not use host 0's NIC 1"
+grep -qE "devices: .* 2 auto\[[^]]*tcp:rb${name}h1/" "$work/run.log" || fail "rdmx info: rank 2 does not use host 1's NIC 0"
 echo "bed test: hier forced on 2x2 and 2x4: results right; rdmx info shows the layout"
 
 "$bed" down "$name"

@@ -5,12 +5,14 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>
 
 #include "core/config.hpp"
 #include "core/settings.hpp"
+#include "rdmx/bootstrap.hpp"
 #include "rdmx/error.hpp"
 
 namespace rdmx::tcp {
@@ -18,8 +20,9 @@ namespace {
 
 constexpr core::TextSetting kSocketIfname{
     "RDMX_SOCKET_IFNAME", "auto",
-    "tcp: interfaces to use, as NCCL_SOCKET_IFNAME (name prefixes, ^ excludes, = exact); auto: the first up that "
-    "is neither loopback nor docker*, else loopback"};
+    "tcp: interfaces to use, as NCCL_SOCKET_IFNAME (name prefixes, ^ excludes, = exact; where several match, "
+    "local rank l takes the (l mod k)-th of the k, one NIC per rail); auto: the first up that is neither loopback "
+    "nor docker*, else loopback"};
 RDMX_SETTING(kSocketIfname);
 constexpr core::TextSetting kSocketFamily{"RDMX_SOCKET_FAMILY", "any",
                                           "tcp: AF_INET or AF_INET6 (any: IPv4 preferred)"};
@@ -138,10 +141,40 @@ SocketInterface choose_interface() {
                          ", RDMX_SOCKET_FAMILY=" + (family_text ? *family_text : "<unset>") +
                          "; set RDMX_SOCKET_IFNAME to one of them"});
   }
-  const Candidate* best = &candidates.front();
+  // Each interface's best address; with RDMX_SOCKET_IFNAME matching several
+  // interfaces at the best rank, the ranks of a host spread over them by
+  // local rank, one rail per NIC as NCCL's rings are: local rank l of every
+  // host takes the same NIC, so the hierarchical algorithms' rings across
+  // hosts (one per local index) each cross one NIC of every host.
+  std::vector<const Candidate*> rails;
   for (const auto& c : candidates) {
-    if (c.rank < best->rank) best = &c;
+    bool replaced = false;
+    for (auto& r : rails) {
+      if (std::strcmp(r->entry->ifa_name, c.entry->ifa_name) != 0) continue;
+      if (c.rank < r->rank) r = &c;
+      replaced = true;
+    }
+    if (!replaced) rails.push_back(&c);
   }
+  const Candidate* first_best = &candidates.front();
+  for (const auto& c : candidates) {
+    if (c.rank < first_best->rank) first_best = &c;
+  }
+  std::erase_if(rails, [first_best](const Candidate* r) { return r->rank != first_best->rank; });
+  int local_rank = 0;
+  if (spec && rails.size() > 1) {
+    // By name, so that every host numbers its NICs alike.
+    std::sort(rails.begin(), rails.end(), [](const Candidate* a, const Candidate* b) {
+      return std::strcmp(a->entry->ifa_name, b->entry->ifa_name) < 0;
+    });
+    try {
+      if (launcher_present()) local_rank = std::max(detect_launch().local_rank, 0);
+    } catch (const Error&) {
+      // The bootstrap reports a broken launcher environment itself.
+    }
+  }
+  const Candidate* best =
+      spec && rails.size() > 1 ? rails[static_cast<std::size_t>(local_rank) % rails.size()] : first_best;
   SocketInterface chosen;
   chosen.name = best->entry->ifa_name;
   chosen.address_len = best->entry->ifa_addr->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
@@ -150,7 +183,12 @@ SocketInterface choose_interface() {
     auto* a6 = reinterpret_cast<sockaddr_in6*>(&chosen.address);
     if (IN6_IS_ADDR_LINKLOCAL(&a6->sin6_addr)) a6->sin6_scope_id = if_nametoindex(chosen.name.c_str());
   }
-  if (spec) {
+  if (spec && rails.size() > 1) {
+    std::string names;
+    for (const auto* r : rails) names += (names.empty() ? "" : " ") + std::string(r->entry->ifa_name);
+    chosen.why = "RDMX_SOCKET_IFNAME=" + *spec + " matched " + std::to_string(rails.size()) + " interfaces (" + names +
+                 "): local rank " + std::to_string(local_rank) + " takes " + chosen.name + ", one NIC per local rank";
+  } else if (spec) {
     chosen.why = "RDMX_SOCKET_IFNAME=" + *spec + " matched " + chosen.name;
   } else if (best->rank >= 10) {
     chosen.why = "no non-loopback interface is up; using " + chosen.name;
