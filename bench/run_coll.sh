@@ -28,7 +28,8 @@
 # Knobs: RDMX_BENCH_NP (rank counts, default "2 4"), RDMX_BENCH_SIZES
 # (all_reduce sizes, default 4,4K,64K,1M,16M,64M), RDMX_BENCH_BIG_SIZES
 # (all_gather and broadcast sizes, default 1M,64M), RDMX_BENCH_OPS (default
-# "all_reduce all_gather broadcast"), RDMX_BENCH_ROUNDS (default 1: the whole
+# "all_reduce all_gather broadcast"), RDMX_BENCH_CONFIGS (the columns to run,
+# default "rdmx-shm mpi-vader rdmx-tcp mpi-tcp gloo"), RDMX_BENCH_ROUNDS (default 1: the whole
 # sequence runs that many times and each row keeps its best round, rdmx and
 # peers alike), RDMX_BENCH_QUICK=1 (5 iterations and 1 warm-up per size: a
 # smoke test of the harness, not a measurement), RDMX_BENCH_TIMEOUT (seconds
@@ -67,7 +68,7 @@ quick=${RDMX_BENCH_QUICK:-0}
 limit=${RDMX_BENCH_TIMEOUT:-300}
 stamp=$(date +%Y%m%d-%H%M%S)
 json_out=${RDMX_BENCH_JSON:-$build/bench/coll-$stamp.jsonl}
-configs=(rdmx-shm mpi-vader rdmx-tcp mpi-tcp gloo)
+read -r -a configs <<<"${RDMX_BENCH_CONFIGS:-rdmx-shm mpi-vader rdmx-tcp mpi-tcp gloo}"
 cores=$(nproc)
 # The peers' flags, and the same in `rdmx perf coll`'s spelling.
 common_args=(--type fp32 --redop sum --root 0 --check 1)

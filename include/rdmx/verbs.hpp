@@ -290,6 +290,8 @@ struct ConnectOptions {
   std::chrono::milliseconds rnr_timeout{-1};
 };
 
+struct DeviceCaps;
+
 class QueuePair {
  public:
   virtual ~QueuePair() = default;
@@ -297,6 +299,10 @@ class QueuePair {
   virtual std::uint32_t qp_num() const noexcept = 0;
   virtual QpState state() const noexcept = 0;
   virtual QpCaps caps() const noexcept = 0;
+  // The capabilities of the device that carries this QP's traffic: for an
+  // auto QP, those of the provider connect() chose (before it, the auto
+  // device's).
+  virtual DeviceCaps device_caps() const = 0;
   virtual std::string provider() const = 0;
   // Why the QP entered ERROR, empty otherwise.
   virtual std::string error_reason() const = 0;
@@ -349,6 +355,13 @@ struct DeviceCaps {
   // region's write_doorbell() once it has landed (software providers; an
   // RDMA NIC writes memory without telling any thread).
   bool writes_wake_waiters = false;
+  // A peer's RDMA WRITE into a region from register_memory() is placed by
+  // the transport as it arrives (a socket's receive, a NIC's DMA), at no
+  // more cost than into memory from allocate_memory(). Where false (shm),
+  // such a WRITE costs a copy across processes that the target's own
+  // mapped memory does not. Collectives write large payloads straight into
+  // receivers' buffers where it holds.
+  bool direct_registered_writes = false;
   std::uint64_t max_msg_size = 0;  // bytes per work request
   std::uint32_t max_qp_wr = 0;
   std::uint32_t max_sge = 0;

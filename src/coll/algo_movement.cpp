@@ -20,20 +20,17 @@ void all_gather_ring(OpContext& ctx) {
   ctx.copy(out + static_cast<std::size_t>(r) * bytes, c.send, bytes);
   const int right = mod(r + 1, n), left = mod(r - 1, n);
   // Large blocks go straight into the right neighbour's buffer.
-  const bool direct = ctx.use_direct(bytes);
-  int announcement = -1;
-  if (direct) {
-    add_announce(ctx.sched, left, out, bytes * static_cast<std::size_t>(n));
-    announcement = add_announcement_recv(ctx.sched, right);
-  }
+  const bool direct_in = ctx.use_direct(left, bytes), direct_out = ctx.use_direct(right, bytes);
+  if (direct_in) add_announce(ctx.sched, left, out, bytes * static_cast<std::size_t>(n));
+  const int announcement = direct_out ? add_announcement_recv(ctx.sched, right) : -1;
   int prev = -1;
   for (int step = 0; step < n - 1; ++step) {
     const auto sb = static_cast<std::size_t>(mod(r - step, n));
     const auto rb = static_cast<std::size_t>(mod(r - step - 1, n));
     const int si = add_send(ctx.sched, right, out + sb * bytes, bytes, prev, true, true);
-    if (direct) make_direct(ctx.sched, si, announcement, sb * bytes);
+    if (direct_out) make_direct(ctx.sched, si, announcement, sb * bytes);
     prev = add_recv(ctx.sched, left, out + rb * bytes, bytes);
-    ctx.sched.recvs[static_cast<std::size_t>(prev)].direct = direct;
+    ctx.sched.recvs[static_cast<std::size_t>(prev)].direct = direct_in;
   }
   ctx.run();
 }
@@ -108,9 +105,18 @@ void broadcast_direct(OpContext& ctx) {
   const int r = ctx.rank, n = ctx.n;
   const std::size_t bytes = c.count * ctx.elem;
   if (r == c.root) {
-    for (int k = 1; k < n; ++k) add_send(ctx.sched, mod(r + k, n), c.recv, bytes, -1, false, true);
+    for (int k = 1; k < n; ++k) {
+      const int peer = mod(r + k, n);
+      const bool direct = ctx.use_direct(peer, bytes);
+      const int announcement = direct ? add_announcement_recv(ctx.sched, peer) : -1;
+      const int si = add_send(ctx.sched, peer, c.recv, bytes, -1, false, true);
+      if (direct) make_direct(ctx.sched, si, announcement, 0);
+    }
   } else {
-    add_recv(ctx.sched, c.root, c.recv, bytes);
+    const bool direct = ctx.use_direct(c.root, bytes);
+    if (direct) add_announce(ctx.sched, c.root, c.recv, bytes);
+    const int got = add_recv(ctx.sched, c.root, c.recv, bytes);
+    ctx.sched.recvs[static_cast<std::size_t>(got)].direct = direct;
   }
   ctx.run();
 }
@@ -120,14 +126,15 @@ void broadcast_direct(OpContext& ctx) {
 void broadcast_along(OpContext& ctx, int parent, const std::vector<int>& children) {
   const auto& c = ctx.call;
   const std::size_t bytes = c.count * ctx.elem;
-  const bool direct = ctx.use_direct(bytes);
   int got = -1;
   if (parent >= 0) {
+    const bool direct = ctx.use_direct(parent, bytes);
     if (direct) add_announce(ctx.sched, parent, c.recv, bytes);
     got = add_recv(ctx.sched, parent, c.recv, bytes);
     ctx.sched.recvs[static_cast<std::size_t>(got)].direct = direct;
   }
   for (int child : children) {
+    const bool direct = ctx.use_direct(child, bytes);
     const int announcement = direct ? add_announcement_recv(ctx.sched, child) : -1;
     const int si = add_send(ctx.sched, child, c.recv, bytes, got, true, true);
     if (direct) make_direct(ctx.sched, si, announcement, 0);

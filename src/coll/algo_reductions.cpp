@@ -50,19 +50,17 @@ void all_reduce_ring(OpContext& ctx) {
   }
   s.recvs.back().finalize = true;  // this rank's block (r + 1) is complete
   // All-gather: large blocks go straight into the right neighbour's buffer.
-  const bool direct = ctx.use_direct(block_of(c.count, n, 0).len * e);
-  int announcement = -1;
-  if (direct) {
-    add_announce(s, left, c.recv, c.count * e);
-    announcement = add_announcement_recv(s, right);
-  }
+  const std::size_t largest = block_of(c.count, n, 0).len * e;
+  const bool direct_in = ctx.use_direct(left, largest), direct_out = ctx.use_direct(right, largest);
+  if (direct_in) add_announce(s, left, c.recv, c.count * e);
+  const int announcement = direct_out ? add_announcement_recv(s, right) : -1;
   for (int step = 0; step < n - 1; ++step) {
     const Block sb = block_of(c.count, n, mod(r + 1 - step, n));
     const Block rb = block_of(c.count, n, mod(r - step, n));
     const int si = add_send(s, right, at(c.recv, sb.off, e), sb.len * e, prev, true, true);
-    if (direct) make_direct(s, si, announcement, sb.off * e);
+    if (direct_out) make_direct(s, si, announcement, sb.off * e);
     prev = add_recv(s, left, at(c.recv, rb.off, e), rb.len * e);
-    s.recvs[static_cast<std::size_t>(prev)].direct = direct;
+    s.recvs[static_cast<std::size_t>(prev)].direct = direct_in;
   }
   ctx.run();
 }

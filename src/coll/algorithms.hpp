@@ -33,11 +33,15 @@ struct OpContext {
   int n = 1;
   std::size_t elem = 1;
   // Transfers of at least this many bytes go straight into the receiver's
-  // buffer (direct sends after a ready-to-receive announcement).
+  // buffer (direct sends after a ready-to-receive announcement), over links
+  // whose device places WRITEs into registered memory itself; 0: never.
   std::size_t direct_min = 0;
   const HostLayout* layout = nullptr;  // which ranks share a host (the hierarchical algorithms)
 
-  bool use_direct(std::size_t transfer_bytes) const { return direct_min != 0 && transfer_bytes >= direct_min; }
+  // Both ends of a link decide alike: the same size, setting and device.
+  bool use_direct(int peer, std::size_t transfer_bytes) const {
+    return direct_min != 0 && transfer_bytes >= direct_min && links.direct_writes(peer);
+  }
 
   void run() { links.run(sched, desc, combine, timeout); }
   // Scratch in the operation's memory (on its GPU when its buffers are).

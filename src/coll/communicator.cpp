@@ -213,6 +213,7 @@ class CommImpl final : public Communicator {
     waits_ = "spin " + std::to_string(waits.spin.count()) + " us, then sleep; " + waits.why +
              (config.yield_when_waiting ? "; more ranks than cores: spinning waiters yield" : "");
     links_ = std::make_unique<Links>(std::move(device), *store_, rank_, size_, options_.tag, config, timeout_);
+    selector_.set_network(links_->network());
     RDMX_INFO("communicator '%s': rank %d of %d, local rank %d of %d on %s; waits %s", options_.tag.c_str(), rank_,
               size_, placement_.local_rank, placement_.local_size, placement_.host.c_str(), waits_.c_str());
     if (rank_ == 0) {

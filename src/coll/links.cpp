@@ -64,12 +64,20 @@ Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, c
   p2p_recv_seq_.assign(static_cast<std::size_t>(size), 0);
 
   Mesh mesh = connect_mesh(store, rank, size, *device_, *pd_, *send_cq_, *recv_cq_, QpCaps{}, tag + "/qp");
-  for (int p = 0; p < size; ++p)
-    peers_[static_cast<std::size_t>(p)].qp = std::move(mesh.qps[static_cast<std::size_t>(p)]);
+  for (int p = 0; p < size; ++p) {
+    Peer& peer = peers_[static_cast<std::size_t>(p)];
+    peer.qp = std::move(mesh.qps[static_cast<std::size_t>(p)]);
+    if (!peer.qp) continue;
+    const DeviceCaps caps = peer.qp->device_caps();
+    peer.direct_writes = caps.direct_registered_writes;
+    network_ = network_ || caps.remote_peers;
+  }
 
-  // Exchange where each region is: "<tag>/region/<rank>" = base:rkey:length.
+  // Exchange where each region is, and whether the rank reaches a peer over
+  // a network link: "<tag>/region/<rank>" = base:rkey:length:network.
   std::ostringstream mine;
-  mine << reinterpret_cast<std::uintptr_t>(base_) << ':' << region_->rkey() << ':' << layout_->total;
+  mine << reinterpret_cast<std::uintptr_t>(base_) << ':' << region_->rkey() << ':' << layout_->total << ':'
+       << (network_ ? 1 : 0);
   store.set(tag + "/region/" + std::to_string(rank), std::string_view(mine.str()));
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
@@ -87,7 +95,9 @@ Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, c
     }
     unsigned long long base = 0, length = 0;
     unsigned rkey = 0;
-    if (std::sscanf(text.c_str(), "%llu:%u:%llu", &base, &rkey, &length) != 3 || length != layout_->total) {
+    int network = 0;
+    if (std::sscanf(text.c_str(), "%llu:%u:%llu:%d", &base, &rkey, &length, &network) != 4 ||
+        length != layout_->total) {
       throw Error(ErrorCode::Protocol,
                   "communicator create: rank " + std::to_string(p) + " published buffers '" + text +
                       "' that do not match this rank's layout (" + std::to_string(layout_->total) + " bytes)",
@@ -100,7 +110,9 @@ Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, c
     peer.remote_base = base;
     peer.rkey = rkey;
     peer.salt = pair_salt(base, rank);
+    any_network_ = any_network_ || network != 0;
   }
+  any_network_ = any_network_ || network_;
   salts_from_.resize(static_cast<std::size_t>(size));
   for (int p = 0; p < size; ++p)
     salts_from_[static_cast<std::size_t>(p)] = pair_salt(reinterpret_cast<std::uintptr_t>(base_), p);
@@ -148,6 +160,8 @@ Links::~Links() {
   }
   for (auto& peer : peers_) peer.qp.reset();
 }
+
+bool Links::direct_writes(int peer) const { return peers_[static_cast<std::size_t>(peer)].direct_writes; }
 
 std::string Links::peer_provider(int peer) const {
   const auto& qp = peers_[static_cast<std::size_t>(peer)].qp;

@@ -122,6 +122,13 @@ class Links {
   std::shared_ptr<Device> device_shared() const { return device_; }
   ProtectionDomain& pd() noexcept { return *pd_; }
   std::string peer_provider(int peer) const;
+  // Whether WRITEs to `peer` land in its registered memory as cheaply as in
+  // its region (DeviceCaps::direct_registered_writes of the link's device).
+  bool direct_writes(int peer) const;
+  // Whether some rank of the communicator reaches a peer through a device
+  // that reaches other hosts (DeviceCaps::remote_peers): its rounds then
+  // cost a network's latency. The same answer on every rank.
+  bool network() const noexcept { return any_network_; }
 
   // Runs `schedule` for the operation `desc` until every transfer is done.
   // `reduce` combines (dst, a, b, count) for receives with reduce_with.
@@ -216,6 +223,8 @@ class Links {
   std::vector<std::vector<std::uint32_t>> send_queues_, recv_queues_;  // reused by run()
   std::unique_ptr<RunScratch> run_scratch_;
   bool ordered_ = false;                   // DeviceCaps::ordered_write_placement: one WRITE per message
+  bool network_ = false;                   // this rank reaches a peer over a network link
+  bool any_network_ = false;               // some rank does (network())
   std::vector<std::uint64_t> salts_from_;  // per sender: see pair_salt()
   std::uint64_t salt_from(int sender) const;
   std::vector<std::uint64_t> p2p_send_seq_, p2p_recv_seq_;

@@ -182,6 +182,7 @@ struct Links::Peer {
   std::uint64_t signaled_out = 0;  // signaled WRITEs to it not completed yet
   std::uint64_t salt = 0;          // flags of messages to this peer are their number ^ salt
   std::string failure;             // why a WR towards this peer failed
+  bool direct_writes = false;      // its device places WRITEs into registered memory itself
   // The watch over stalled runs (links_watch.cpp).
   bool reading = false;                  // a READ of its Progress is in flight
   bool fresh = false;                    // ... and has landed, not yet looked at

@@ -128,6 +128,24 @@ void AlgoSelector::set_layout(int hosts, int per_host) {
   }
 }
 
+// Recursive doubling sends the whole vector in each of its log2(n) rounds;
+// halving-doubling and the ring send about twice the vector in 2 log2(n) or
+// 2(n-1) rounds. With a round's latency a and a byte's cost b, rd wins below
+// about log2(n) a / (b (log2(n) - 2(n-1)/n)) bytes: always at 2 ranks (the
+// same bytes in half the rounds), below about 4 a/b at 4, 2.4 a/b at 8.
+// a/b is about 15 KB over shm and 60 KB over tcp on loopback (20 us, 3 GB/s;
+// a 1 GbE link is nearer 10 KB, a 100 GbE one 200 KB). Measured here
+// (docs/PERFORMANCE.md, "all_reduce by rounds over tcp"): over tcp, rd at 2
+// ranks takes half the ring's time up to 512 KiB, at 4 ranks 0.5x hd's at
+// 64 KiB; over shm rd is even with the ring at 2 ranks up to 128 KiB and
+// ahead of hd at 4 ranks up to 64 KiB; at 8 and 16 ranks on 16 cores hd is
+// 2x ahead at 64 KiB.
+std::size_t AlgoSelector::recursive_doubling_max(int ranks) const {
+  if (ranks == 2 && network_) return 256 * 1024;
+  if (ranks <= 4) return 64 * 1024;
+  return 16 * 1024;
+}
+
 // The table. Thresholds come from bench/run_coll.sh on the development
 // machine (docs/PERFORMANCE.md): latency-bound sizes take the fewest rounds,
 // bandwidth-bound sizes the ring, whose every rank sends and receives
@@ -140,7 +158,7 @@ Algo AlgoSelector::table(CollOp op, std::size_t bytes, int ranks) const {
   const auto by_host = [&](std::size_t b) { return hosts_ > 1 && per_host_ > 1 && b >= kHierarchicalMin; };
   switch (op) {
     case CollOp::AllReduce:
-      if (bytes <= 16 * 1024) return Algo::RecursiveDoubling;
+      if (bytes <= recursive_doubling_max(ranks)) return Algo::RecursiveDoubling;
       // Several hosts of several ranks: cross each host's link once, every
       // local rank carrying a share (docs/COLLECTIVES.md, "Hierarchical").
       if (by_host(bytes)) return Algo::Hierarchical;
@@ -186,7 +204,8 @@ std::string AlgoSelector::explain(CollOp op, std::size_t bytes, int ranks) const
   }
   return std::string(to_string(algo)) + ": table choice for " + std::to_string(bytes) + " bytes on " +
          std::to_string(ranks) + " ranks (" + std::to_string(hosts_) + (hosts_ == 1 ? " host" : " hosts") +
-         (per_host_ > 0 ? " x " + std::to_string(per_host_) : std::string(" of unequal sizes")) + ")";
+         (per_host_ > 0 ? " x " + std::to_string(per_host_) : std::string(" of unequal sizes")) +
+         (network_ ? ", network links" : "") + ")";
 }
 
 }  // namespace rdmx::coll

@@ -23,6 +23,9 @@ class AlgoSelector {
   // has as many (else 0). Throws Config when RDMX_ALGO forces a
   // hierarchical algorithm the layout cannot run.
   void set_layout(int hosts, int per_host);
+  // Whether some link of the communicator crosses a network (tcp, verbs:
+  // DeviceCaps::remote_peers), where each round costs a network's latency.
+  void set_network(bool network) noexcept { network_ = network; }
 
   // `bytes`: the size nccl-tests reports for the operation (see algorithms.cpp).
   Algo choose(CollOp op, std::size_t bytes, int ranks) const;
@@ -35,10 +38,12 @@ class AlgoSelector {
 
  private:
   Algo table(CollOp op, std::size_t bytes, int ranks) const;
+  std::size_t recursive_doubling_max(int ranks) const;
   std::string spec_;
   std::array<Algo, 16> forced_{};  // per CollOp; None = the table
   int hosts_ = 1;
   int per_host_ = 0;
+  bool network_ = false;
 };
 
 }  // namespace rdmx::coll

@@ -15,9 +15,12 @@ constexpr core::SizeSetting kStageLimit{"RDMX_COLL_STAGE_LIMIT", std::size_t{16}
                                         "collectives: payloads up to this size are copied, larger ones written in "
                                         "place"};
 RDMX_SETTING(kStageLimit);
-constexpr core::SizeSetting kDirectMin{"RDMX_COLL_DIRECT_MIN", 0,
+// 1 MiB: below it the receiver's announcement costs more than the copy it
+// saves over tcp on loopback (docs/PERFORMANCE.md, "Direct transfers").
+constexpr core::SizeSetting kDirectMin{"RDMX_COLL_DIRECT_MIN", std::size_t{1} << 20,
                                        "collectives: transfers from this size on go straight into the receiver's "
-                                       "buffer (0: off)"};
+                                       "buffer where the link's device places such WRITEs itself (tcp, verbs; not "
+                                       "shm); 0: never"};
 RDMX_SETTING(kDirectMin);
 
 }  // namespace

@@ -36,6 +36,7 @@ Json caps_json(const DeviceCaps& caps) {
           {"ordered_write_placement", caps.ordered_write_placement},
           {"registration_pins_memory", caps.registration_pins_memory},
           {"writes_wake_waiters", caps.writes_wake_waiters},
+          {"direct_registered_writes", caps.direct_registered_writes},
           {"max_msg_size", caps.max_msg_size},
           {"max_qp_wr", caps.max_qp_wr},
           {"max_sge", caps.max_sge},

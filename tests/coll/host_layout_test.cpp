@@ -60,6 +60,24 @@ TEST(AlgoSelection, FlatAllReduceByRoundsUpToFourMebibytes) {
   EXPECT_EQ(table.choose(CollOp::AllReduce, 1 << 20, 2), Algo::Ring);
 }
 
+// Over a network each round costs more: whole-vector exchanges pay off
+// further (2 ranks: the same bytes as the ring in half the rounds).
+TEST(AlgoSelection, RecursiveDoublingReachesFurtherOverANetwork) {
+  AlgoSelector local("");
+  local.set_layout(1, 4);
+  AlgoSelector network("");
+  network.set_layout(1, 4);
+  network.set_network(true);
+  EXPECT_EQ(local.choose(CollOp::AllReduce, 64 * 1024, 4), Algo::RecursiveDoubling);
+  EXPECT_EQ(local.choose(CollOp::AllReduce, 128 * 1024, 2), Algo::Ring);
+  EXPECT_EQ(network.choose(CollOp::AllReduce, 256 * 1024, 2), Algo::RecursiveDoubling);
+  EXPECT_EQ(network.choose(CollOp::AllReduce, 512 * 1024, 2), Algo::Ring);
+  EXPECT_EQ(network.choose(CollOp::AllReduce, 128 * 1024, 4), Algo::HalvingDoubling);
+  EXPECT_EQ(network.choose(CollOp::AllReduce, 64 * 1024, 8), Algo::HalvingDoubling);
+  EXPECT_EQ(network.choose(CollOp::AllReduce, 16 * 1024, 8), Algo::RecursiveDoubling);
+  EXPECT_NE(network.explain(CollOp::AllReduce, 4, 2).find("network links"), std::string::npos);
+}
+
 TEST(AlgoSelection, ForcedHierarchicalOnUnequalHostsIsAConfigError) {
   AlgoSelector forced("all_reduce:hier");
   try {

@@ -101,6 +101,9 @@ TEST(AutoSelection, SameHostPeersUseShm) {
         CHECK_EQ(node.device->provider(), std::string("auto"));
         auto qp = connected_qp(env, node, 1 - env.rank(), "a");
         CHECK_EQ(qp->provider(), std::string("shm")) << "a peer on this host must be reached through shm";
+        // What the link can do is shm's, not the least of the candidates'.
+        CHECK(!qp->device_caps().direct_registered_writes) << "shm copies WRITEs into heap memory across processes";
+        CHECK(!qp->device_caps().remote_peers) << "device_caps() of an auto QP that chose shm";
         env.barrier("done");
       },
       options));
@@ -127,6 +130,8 @@ TEST(AutoSelection, PeersThatCannotShareMemoryUseTcp) {
         // The QP chose a later candidate than the first (shm), which it let go.
         const QpCaps caps = qp->caps();
         CHECK_GE(caps.max_send_wr, 1u) << "caps() of an auto QP that chose tcp";
+        CHECK(qp->device_caps().direct_registered_writes) << "device_caps() of an auto QP that chose tcp";
+        CHECK(!node.device->caps().direct_registered_writes) << "auto claims what only some candidates do";
         Buffer buf(4096);
         auto mr = node.pd->register_memory(buf.data(), buf.size(), Access::LocalWrite | Access::RemoteWrite);
         publish_region(env, "r" + std::to_string(env.rank()), *mr);

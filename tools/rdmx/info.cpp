@@ -80,6 +80,7 @@ std::string caps_text(const DeviceCaps& caps) {
   if (caps.ordered_write_placement) flags.emplace_back("ordered write placement");
   if (caps.registration_pins_memory) flags.emplace_back("registration pins memory");
   if (caps.writes_wake_waiters) flags.emplace_back("writes wake waiters");
+  if (caps.direct_registered_writes) flags.emplace_back("direct writes into registered memory");
   return join(flags, ", ") + "; max message " + size_text(caps.max_msg_size) + ", " + std::to_string(caps.max_qp_wr) +
          " WRs per QP, " + std::to_string(caps.max_sge) + " SGEs, " + std::to_string(caps.max_inline_data) +
          " B inline; CUDA memory: " + to_string(caps.cuda_memory);

@@ -24,10 +24,11 @@ constexpr std::size_t kMaxPendingConnections = 1024;
 }  // namespace
 
 SoftRcDevice::SoftRcDevice(const char* provider, DeviceResources resources, std::uint64_t max_message,
-                           bool remote_peers, CudaMemorySupport cuda_memory)
+                           bool remote_peers, bool direct_registered_writes, CudaMemorySupport cuda_memory)
     : provider_(provider),
       max_message_(max_message),
       remote_peers_(remote_peers),
+      direct_registered_writes_(direct_registered_writes),
       cuda_memory_(cuda_memory),
       resources_(std::move(resources)) {
   std::random_device entropy;
@@ -86,6 +87,7 @@ DeviceCaps SoftRcDevice::caps() const {
   caps.auto_progress = true;
   caps.ordered_write_placement = true;  // see core::place_last_word_last
   caps.writes_wake_waiters = true;      // every WRITE is placed by software: tcp's engine, shm's copies
+  caps.direct_registered_writes = direct_registered_writes_;
   caps.max_msg_size = max_message_;
   caps.max_qp_wr = 16384;
   caps.max_sge = kSoftMaxSge;

@@ -78,10 +78,12 @@ class SoftRcDevice : public Device, public EngineHandoff {
 
  protected:
   // `remote_peers`: the transport reaches other hosts (else only this one).
+  // `direct_registered_writes`: WRITEs into registered memory are placed by
+  // the transport's own receive (DeviceCaps).
   // `cuda_memory`: how the provider's responder serves device memory (the
   // requester's side is core::Staging, the same for every provider).
   SoftRcDevice(const char* provider, DeviceResources resources, std::uint64_t max_message, bool remote_peers,
-               CudaMemorySupport cuda_memory);
+               bool direct_registered_writes, CudaMemorySupport cuda_memory);
   // Watches the provider's listening socket, then starts the engine thread.
   void start(int listen_fd, std::string name, std::string why);
   // Stops the engine thread; the derived destructor calls it first, as the
@@ -127,6 +129,7 @@ class SoftRcDevice : public Device, public EngineHandoff {
   const char* const provider_;
   const std::uint64_t max_message_;
   const bool remote_peers_;
+  const bool direct_registered_writes_;
   const CudaMemorySupport cuda_memory_;
   std::string name_;
   std::string why_;

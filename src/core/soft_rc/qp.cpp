@@ -26,6 +26,8 @@ SoftRcQp::SoftRcQp(const char* provider, std::uint32_t qpn, std::uint64_t max_me
   rq_.resize(caps_.max_recv_wr);
 }
 
+DeviceCaps SoftRcQp::device_caps() const { return soft_device_.caps(); }
+
 std::string SoftRcQp::error_reason() const {
   StateGuard lock(*this);
   return error_reason_;

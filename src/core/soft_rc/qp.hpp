@@ -39,6 +39,7 @@ class RDMX_CAPABILITY("queue pair state") SoftRcQp : public QueuePair {
   std::uint32_t qp_num() const noexcept final { return qpn_; }
   QpState state() const noexcept final { return state_.load(std::memory_order_acquire); }
   QpCaps caps() const noexcept final { return caps_; }
+  DeviceCaps device_caps() const final;
   std::string provider() const final { return provider_; }
   QpAddress local_address() const final { return soft_device_.qp_address(qpn_); }
   std::string error_reason() const final;

@@ -36,6 +36,7 @@ class AutoQp final : public QueuePair {
     if (QueuePair* q = chosen()) return q->caps();
     return subs_.front()->caps();
   }
+  DeviceCaps device_caps() const override;
   std::string provider() const override {
     core::LockGuard lock(mutex_);
     if (QueuePair* q = chosen()) return q->provider();
@@ -138,6 +139,7 @@ class AutoDevice final : public Device, public core::EngineHandoff {
       caps.ordered_write_placement = caps.ordered_write_placement && d.ordered_write_placement;
       caps.registration_pins_memory = caps.registration_pins_memory || d.registration_pins_memory;
       caps.writes_wake_waiters = caps.writes_wake_waiters && d.writes_wake_waiters;
+      caps.direct_registered_writes = caps.direct_registered_writes && d.direct_registered_writes;
       caps.max_msg_size = std::min(caps.max_msg_size, d.max_msg_size);
       caps.max_qp_wr = std::min(caps.max_qp_wr, d.max_qp_wr);
       caps.max_sge = std::min(caps.max_sge, d.max_sge);
@@ -192,6 +194,13 @@ class AutoDevice final : public Device, public core::EngineHandoff {
   std::string name_;
   std::string why_;
 };
+
+DeviceCaps AutoQp::device_caps() const {
+  if (QueuePair* q = chosen()) return q->device_caps();
+  core::LockGuard lock(mutex_);
+  if (QueuePair* q = chosen()) return q->device_caps();
+  return device_.caps();
+}
 
 void AutoQp::connect(const QpAddress& remote, const ConnectOptions& options) {
   const std::vector<QpAddress> parts = core::unbundle_addresses(remote);

@@ -98,7 +98,7 @@ std::shared_ptr<Device> open_shm_device(const std::string& why, core::DeviceReso
 }
 
 ShmDevice::ShmDevice(std::string why, core::DeviceResources resources)
-    : SoftRcDevice("shm", std::move(resources), kMaxMessage, false, CudaMemorySupport::PeerMapping) {
+    : SoftRcDevice("shm", std::move(resources), kMaxMessage, false, false, CudaMemorySupport::PeerMapping) {
   const std::string dir = socket_directory();
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) throw_system("cannot create the socket directory", dir);
   remove_stale_sockets(dir);

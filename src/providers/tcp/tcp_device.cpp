@@ -41,7 +41,7 @@ std::shared_ptr<Device> open_tcp_device(const std::string& why, core::DeviceReso
 }
 
 TcpDevice::TcpDevice(SocketInterface iface, std::string why, core::DeviceResources resources)
-    : SoftRcDevice("tcp", std::move(resources), wire::kMaxMessage, true, CudaMemorySupport::Staging),
+    : SoftRcDevice("tcp", std::move(resources), wire::kMaxMessage, true, true, CudaMemorySupport::Staging),
       iface_(std::move(iface)) {
   std::string local = format_address(reinterpret_cast<const sockaddr*>(&iface_.address));
   const int listen_fd = ::socket(iface_.address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

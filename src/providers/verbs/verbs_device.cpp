@@ -329,6 +329,7 @@ VerbsDevice::VerbsDevice(ContextHandle context, const ibv_device_attr& attr, Por
   // HCAs write in address order in practice, but nothing enforces it for
   // every device: not claimed (see DeviceCaps).
   caps_.ordered_write_placement = false;
+  caps_.direct_registered_writes = true;  // the NIC places every WRITE by DMA, wherever it lands
   caps_.registration_pins_memory = true;
   // IB's largest message; RDMA longer than the port's own limit (8 MiB on
   // rxe, 1 GiB on ConnectX) is split into several work requests.

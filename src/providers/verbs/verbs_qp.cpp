@@ -169,6 +169,8 @@ ErrorContext VerbsQp::context(const std::string& op) const {
   return c;
 }
 
+DeviceCaps VerbsQp::device_caps() const { return device_.caps(); }
+
 std::string VerbsQp::error_reason() const {
   core::LockGuard lock(control_mutex_);
   return error_reason_;

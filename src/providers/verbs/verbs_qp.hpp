@@ -39,6 +39,7 @@ class VerbsQp final : public QueuePair {
   std::uint32_t qp_num() const noexcept override { return qpn_; }
   QpState state() const noexcept override { return state_.load(std::memory_order_acquire); }
   QpCaps caps() const noexcept override { return caps_; }
+  DeviceCaps device_caps() const override;
   std::string provider() const override { return "verbs"; }
   std::string error_reason() const override;
   QpAddress local_address() const override;
