@@ -233,7 +233,7 @@ std::size_t TcpQp::deliver_locked(const std::uint8_t* from, std::size_t n) {
             held_by_caller();
             doorbell = memory.doorbell;
             const bool device = memory.type != MemoryType::Host;
-            char* landing = device ? device_landing_.ready(wire::kMaxChunk, memory.device) : p;
+            char* landing = device ? device_landing_.ready(wire::kMaxFrame, memory.device) : p;
             count = 0;
             if (direct > 0) iov[static_cast<std::size_t>(count++)] = {landing, direct};
             if (direct < n)

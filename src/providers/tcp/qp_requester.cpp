@@ -124,7 +124,7 @@ int TcpQp::gather_locked(const std::array<Sge, kMaxSge>& sges, std::uint32_t num
 bool TcpQp::copy_device_payload_locked(const SendEntry& e, std::uint64_t offset, std::uint32_t length) {
   // Copied just before the piece is sent: the socket still carries the
   // piece before while the GPU copies this one.
-  if (!device_payload_) device_payload_ = core::cuda::PinnedBuffer(wire::kMaxChunk);
+  if (!device_payload_) device_payload_ = core::cuda::PinnedBuffer(wire::kMaxFrame);
   std::uint64_t at = 0;
   for (std::uint32_t i = 0; i < e.num_sge && at < length; ++i) {
     const Sge& sge = e.sges[i];
@@ -178,7 +178,7 @@ bool TcpQp::stage_device_source_locked(const ReadJob& job, std::uint32_t chunk) 
                                                      if (memory.type == MemoryType::Host) return;
                                                      try {
                                                        core::cuda::copy_memory(
-                                                           device_source_.ready(wire::kMaxChunk, memory.device), p,
+                                                           device_source_.ready(wire::kMaxFrame, memory.device), p,
                                                            chunk, memory.device, "tcp READ from device memory");
                                                        tx_.iov[1].iov_base = device_source_.data();
                                                      } catch (const Error& e) {
@@ -217,7 +217,7 @@ bool TcpQp::build_frame_locked() {
     serve_reads_next_ = !serve_read;
     if (serve_read) {
       ReadJob& job = read_jobs_.front();
-      auto chunk = static_cast<std::uint32_t>(std::min<std::uint64_t>(wire::kMaxChunk, job.total - job.offset));
+      const std::uint32_t chunk = wire::frame_length(job.total, job.offset);
       h.type = FrameType::ReadResp;
       h.msn = job.msn;
       h.length = chunk;
@@ -247,7 +247,7 @@ bool TcpQp::build_frame_locked() {
         case Opcode::RdmaWriteWithImm: {
           const bool send = e.opcode == Opcode::Send || e.opcode == Opcode::SendWithImm;
           const bool imm = e.opcode == Opcode::SendWithImm || e.opcode == Opcode::RdmaWriteWithImm;
-          auto chunk = static_cast<std::uint32_t>(std::min<std::uint64_t>(wire::kMaxChunk, e.total - tx_offset_));
+          const std::uint32_t chunk = wire::frame_length(e.total, tx_offset_);
           h.type = send ? FrameType::SendReq : FrameType::WriteReq;
           h.length = chunk;
           if (send)

@@ -18,6 +18,17 @@ constexpr std::size_t kHeaderSize = 48;
 // Large messages travel as frames of at most this many payload bytes, so one
 // huge transfer cannot monopolise the progress engine or a socket.
 constexpr std::uint32_t kMaxChunk = 256 * 1024;
+// A message's last frame may run up to this far past kMaxChunk rather than
+// leave a few bytes to a frame of their own: a collective's slot message is
+// 256 KiB of payload plus its 48-byte header and 8-byte flag, and the second
+// frame cost a send, a receive and a header on each side.
+constexpr std::uint32_t kChunkSlack = 4096;
+constexpr std::uint32_t kMaxFrame = kMaxChunk + kChunkSlack;
+// Payload bytes of the frame at `offset` of a `total`-byte message.
+inline std::uint32_t frame_length(std::uint64_t total, std::uint64_t offset) {
+  const std::uint64_t left = total - offset;
+  return static_cast<std::uint32_t>(left <= kMaxFrame ? left : kMaxChunk);
+}
 // Largest message (IB's limit is 2 GiB).
 constexpr std::uint64_t kMaxMessage = 1ull << 31;
 
