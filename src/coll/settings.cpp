@@ -15,9 +15,11 @@ constexpr core::SizeSetting kStageLimit{"RDMX_COLL_STAGE_LIMIT", std::size_t{16}
                                         "collectives: payloads up to this size are copied, larger ones written in "
                                         "place"};
 RDMX_SETTING(kStageLimit);
-// 1 MiB: below it the receiver's announcement costs more than the copy it
-// saves over tcp on loopback (docs/PERFORMANCE.md, "Direct transfers").
-constexpr core::SizeSetting kDirectMin{"RDMX_COLL_DIRECT_MIN", std::size_t{1} << 20,
+// A slot's size (256 KiB): over tcp on loopback, 2-rank all_reduce at 1 MiB
+// (512 KiB transfers) took 370-460 us this way against 320-580 with the
+// inbox; smaller transfers pay the announcement's round trip for little
+// (docs/PERFORMANCE.md, "Direct transfers and rounds over tcp").
+constexpr core::SizeSetting kDirectMin{"RDMX_COLL_DIRECT_MIN", std::size_t{256} << 10,
                                        "collectives: transfers from this size on go straight into the receiver's "
                                        "buffer where the link's device places such WRITEs itself (tcp, verbs; not "
                                        "shm); 0: never"};
