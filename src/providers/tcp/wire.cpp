@@ -28,7 +28,7 @@ const char* validate(const Header& h) {
   const bool has_payload =
       h.type == FrameType::SendReq || h.type == FrameType::WriteReq || h.type == FrameType::ReadResp;
   if (!has_payload && h.length != 0) return "payload on a frame type that carries none";
-  if (h.length > kMaxFrame) return "frame payload larger than the maximum frame";
+  if (h.length > kMaxFrame) return "frame payload larger than the maximum chunk (plus its slack)";
   switch (h.type) {
     case FrameType::SendReq:
     case FrameType::WriteReq:
