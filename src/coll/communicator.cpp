@@ -2,12 +2,8 @@
 // The Communicator: argument checks, sequence numbers, algorithm choice, and
 // the executor that runs operations one at a time in call order (inline for
 // blocking calls when nothing is queued, on a worker thread otherwise).
-#include <sched.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <deque>
-#include <fstream>
 #include <mutex>
 #include <thread>
 
@@ -16,6 +12,7 @@
 #include "coll/cuda/kernels.hpp"
 #include "coll/cuda/stream_order.hpp"
 #include "coll/links.hpp"
+#include "coll/rank_placement.hpp"
 #include "coll/reduce.hpp"
 #include "coll/selection.hpp"
 #include "coll/settings.hpp"
@@ -82,81 +79,6 @@ constexpr core::TextSetting kHostId{"RDMX_HOSTID", "unset",
                                     "hierarchical algorithms (unset: host name and boot id)"};
 RDMX_SETTING(kHostId);
 
-std::string read_boot_id() {
-  std::ifstream in("/proc/sys/kernel/random/boot_id");
-  std::string id;
-  std::getline(in, id);
-  return id;
-}
-
-std::string host_name() {
-  char name[256] = {};
-  ::gethostname(name, sizeof(name) - 1);
-  return name;
-}
-
-std::size_t online_cpus() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return static_cast<std::size_t>(CPU_COUNT(&set));
-  const long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? static_cast<std::size_t>(n) : 1;
-}
-
-// Where this machine has two cores for each rank on it (one for the waiter,
-// one for the provider's helper and engine threads), a collective's waiter
-// spins this long before it sleeps: waking a sleeper costs more than the
-// core it frees. On the 16-core VM a futex wake of an idle vCPU took tens of
-// microseconds, and a ring pays it at every step (docs/PERFORMANCE.md,
-// "Waiting on 16 cores"). Elsewhere, and whenever RDMX_SPIN_US is set, waits
-// spin RDMX_SPIN_US.
-constexpr std::chrono::microseconds kDedicatedCoreSpin{20000};
-
-struct WaitPolicy {
-  std::chrono::microseconds spin;
-  std::string why;
-};
-
-WaitPolicy wait_policy(int ranks_here, std::size_t cpus) {
-  const std::string where = std::to_string(ranks_here) + (ranks_here == 1 ? " rank" : " ranks") +
-                            " on this machine's " + std::to_string(cpus) + " cores";
-  if (core::env("RDMX_SPIN_US")) return {core::spin_budget(), "RDMX_SPIN_US is set (" + where + ")"};
-  if (static_cast<std::size_t>(ranks_here) * 2 <= cpus) {
-    return {kDedicatedCoreSpin, where + ": two cores per rank, so waiters spin longer; RDMX_SPIN_US sets it"};
-  }
-  return {core::spin_budget(), where + ": RDMX_SPIN_US's default (longer where each rank has two cores)"};
-}
-
-// What each rank tells the others of where it runs, one line per field.
-struct RankWhere {
-  std::string identity;  // host identity (RDMX_HOSTID, or name/boot id)
-  std::string name;      // host name
-  std::string boot_id;   // ranks with the same one share the cores
-  std::string device;    // Device::name(): provider, interface, address
-  int numa_node = -1;
-
-  std::string encode() const {
-    return identity + "\n" + name + "\n" + boot_id + "\n" + device + "\n" + std::to_string(numa_node);
-  }
-  static RankWhere decode(const std::string& text) {
-    std::vector<std::string> fields;
-    std::size_t start = 0;
-    for (std::size_t cut; (cut = text.find('\n', start)) != std::string::npos; start = cut + 1) {
-      fields.push_back(text.substr(start, cut - start));
-    }
-    fields.push_back(text.substr(start));
-    fields.resize(5);
-    RankWhere w{fields[0], fields[1], fields[2], fields[3]};
-    w.numa_node = std::atoi(fields[4].empty() ? "-1" : fields[4].c_str());
-    return w;
-  }
-};
-
-// The NUMA node of the CPU this thread runs on now (-1 when unknown).
-int current_numa_node() {
-  unsigned cpu = 0, node = 0;
-  return ::getcpu(&cpu, &node) == 0 ? static_cast<int>(node) : -1;
-}
-
 LinksConfig links_config() {
   LinksConfig c;
   const CollSettings settings = coll_settings();
@@ -181,12 +103,7 @@ class CommImpl final : public Communicator {
     // name are told apart (RDMX_HOSTID overrides it, as NCCL_HOSTID does).
     // The boot id also says which ranks share this machine's cores, whatever
     // RDMX_HOSTID or a network namespace makes of their hosts.
-    RankWhere mine;
-    mine.boot_id = read_boot_id();
-    mine.name = host_name();
-    mine.identity = kHostId.read().value_or(mine.name + "/" + mine.boot_id);
-    mine.device = device->name();
-    mine.numa_node = current_numa_node();
+    const RankWhere mine = RankWhere::here(kHostId.read(), device->name());
     store_->set(options_.tag + "/host/" + std::to_string(rank_), std::string_view(mine.encode()));
     std::vector<std::string> identities(static_cast<std::size_t>(size_)), names(static_cast<std::size_t>(size_));
     int sharing_cores = 0;
