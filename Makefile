@@ -2,6 +2,7 @@
 # The two commands the README promises. Both install what is missing first.
 BUILD ?= build
 COLL_JOBS ?= 2
+COLL_ALGOS ?=
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
@@ -62,9 +63,11 @@ test: format-check build
 
 # The collectives' full correctness matrix: every size up to 64 MiB and every
 # rank count on shm, tcp and two network-namespace hosts (long; not in CI).
+# COLL_ALGOS=hier,hier-wide runs only those algorithms (table: the table's
+# choice).
 test-coll-full: build
 	@echo "== test-coll-full (RDMX_COLL_MATRIX=full: the collective correctness suite at every size)"
-	cd $(BUILD) && RDMX_COLL_MATRIX=full ctest --output-on-failure -j $(COLL_JOBS) -R 'Coll/Correctness'
+	cd $(BUILD) && RDMX_COLL_MATRIX=full RDMX_COLL_ALGOS=$(COLL_ALGOS) ctest --output-on-failure -j $(COLL_JOBS) -R 'Coll/Correctness'
 
 # The 2 GiB (max_msg_size) WRITE and READ cases in every placement, not only Local.
 test-largest: build
