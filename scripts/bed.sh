@@ -115,7 +115,7 @@ up() {
     ip -n "$ns" link set lo up
     # A rank bound to its rail's address reaches another rail through the
     # host's NIC on that rail; the answers come back on its own.
-    ip netns exec "$ns" sysctl -qw net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0
+    ip netns exec "$ns" sh -c 'for k in all default; do echo 0 >"/proc/sys/net/ipv4/conf/$k/rp_filter"; done'
     for ((k = 0; k < nics; ++k)); do
       local hif sif
       hif=$(host_if "$name" "$h" "$k")
