@@ -134,9 +134,9 @@ class CommImpl final : public Communicator {
     RDMX_INFO("communicator '%s': rank %d of %d, local rank %d of %d on %s; waits %s", options_.tag.c_str(), rank_,
               size_, placement_.local_rank, placement_.local_size, placement_.host.c_str(), waits_.c_str());
     if (rank_ == 0) {
-      RDMX_INFO("communicator '%s': topology %s; hierarchical rings %s; trees across hosts %s", options_.tag.c_str(),
-                layout_.describe().c_str(), layout_.describe_rings().c_str(),
-                describe_host_trees(layout_.hosts()).c_str());
+      RDMX_INFO("communicator '%s': topology %s; hierarchical rings %s; trees across hosts %s; devices %s",
+                options_.tag.c_str(), layout_.describe().c_str(), layout_.describe_rings().c_str(),
+                describe_host_trees(layout_.hosts()).c_str(), describe_devices().c_str());
     }
   }
 
