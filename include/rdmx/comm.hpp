@@ -122,6 +122,7 @@ struct CommOptions {
   std::string algo;                       // empty: RDMX_ALGO, else the selection table
   std::chrono::milliseconds timeout{-1};  // negative: RDMX_TIMEOUT
   std::string tag = "comm";               // store key prefix (several communicators per store)
+  bool profile = true;                    // record into RDMX_PROFILE's trace (rdmx/profile.hpp) when it is set
 };
 
 // Where a rank lives, as the communicator learnt it at creation.

@@ -100,7 +100,20 @@ def _register():
         register(BACKEND_NAME, _create)
 
 
+def profile_step():
+    """End the training step in the RDMX_PROFILE trace (call after optimizer.step(), on every rank).
+
+    Without calls, rdmx finds steps by the repetition of their first collective.
+    """
+    _torch.profile_step()
+
+
+def profile_describe(samples_per_step, parameters=0):
+    """Record samples per step per rank and the parameter count for rdmx plan."""
+    _torch.profile_describe(float(samples_per_step), float(parameters))
+
+
 _os.environ.update(launcher_env())
 _register()
 
-__all__ = ["ProcessGroupRdmx", "BACKEND_NAME", "launcher_env"]
+__all__ = ["ProcessGroupRdmx", "BACKEND_NAME", "launcher_env", "profile_step", "profile_describe"]

@@ -24,6 +24,7 @@
 #include "core/mutex.hpp"
 #include "core/settings.hpp"
 #include "core/wait.hpp"
+#include "rdmx/profile.hpp"
 
 namespace rdmx {
 
@@ -34,7 +35,8 @@ struct Work::State {
   std::exception_ptr error;
   core::WaitWord word;
   std::chrono::milliseconds timeout{0};
-  std::string what;  // for the Timeout message
+  std::string what;              // for the Timeout message
+  std::uint64_t profile_id = 0;  // rdmx/profile.hpp's record of it, or 0
 
   void finish(std::exception_ptr e) {
     error = std::move(e);
@@ -52,6 +54,7 @@ bool Work::test() {
 
 void Work::wait(std::chrono::milliseconds timeout) {
   if (!state_) throw Error(ErrorCode::InvalidState, "wait() on an empty Work handle", {.op = "Work::wait"});
+  profile::waited(state_->profile_id);
   auto r = core::wait_until([&] { return state_->status.load(std::memory_order_acquire) != State::kPending; },
                             &state_->word, core::deadline_after(timeout));
   if (r != core::WaitResult::Ready) {
@@ -211,13 +214,20 @@ class CommImpl final : public Communicator {
     const int gpu = validate(call);
     StreamTicket ticket;
     if (gpu >= 0 && cuda_stream_ != nullptr) ticket = stream_order_.enter(cuda_stream_, gpu, to_string(call.op));
+    const std::uint64_t profile_id =
+        options_.profile ? profile::issued(rank_, size_, call.op,
+                                           profile::counted_bytes(call.op, call.count, call.type, size_), call.type)
+                         : 0;
     if (!async && async_pending_.load(std::memory_order_acquire) == 0) {
       // Nothing queued or running: run here, on the caller's thread, for the
       // lowest latency (no lock, no Work state: the caller only waits).
+      profile::waited(profile_id);
       execute(call, gpu, ticket);
+      profile::completed(profile_id);
       return Work();
     }
     auto state = std::make_shared<Work::State>();
+    state->profile_id = profile_id;
     state->timeout = timeout_;
     state->what = std::string(to_string(call.op)) + " on rank " + std::to_string(rank_);
     {
@@ -258,6 +268,7 @@ class CommImpl final : public Communicator {
       // Counted down before the handle completes, so a blocking call made
       // right after wait() returns runs inline.
       async_pending_.fetch_sub(1, std::memory_order_acq_rel);
+      if (!error) profile::completed(job.state->profile_id);
       job.state->finish(error);
       lock.lock();
     }

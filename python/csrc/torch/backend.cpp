@@ -4,6 +4,7 @@
 
 #include <Python.h>
 
+#include "rdmx/profile.hpp"
 #include "store_adapter.hpp"
 #include "tensors.hpp"
 
@@ -15,10 +16,50 @@ std::unique_ptr<Communicator> connect(const c10::intrusive_ptr<c10d::Store>& sto
   CommOptions options;
   options.timeout = timeout;
   options.tag = "rdmx";
+  // The group records its own calls (enqueue): when the caller issued and
+  // waited, not when its thread ran them.
+  options.profile = false;
   return Communicator::create(std::make_shared<TorchStore>(store), rank, size, options);
 }
 
+// The operation as rdmx/profile.hpp records it.
+CollOp coll_op_of(c10d::OpType type) {
+  switch (type) {
+    case c10d::OpType::BROADCAST: return CollOp::Broadcast;
+    case c10d::OpType::REDUCE: return CollOp::Reduce;
+    case c10d::OpType::ALLGATHER:
+    case c10d::OpType::_ALLGATHER_BASE: return CollOp::AllGather;
+    case c10d::OpType::GATHER: return CollOp::Gather;
+    case c10d::OpType::SCATTER: return CollOp::Scatter;
+    case c10d::OpType::REDUCE_SCATTER:
+    case c10d::OpType::_REDUCE_SCATTER_BASE: return CollOp::ReduceScatter;
+    case c10d::OpType::ALLTOALL_BASE: return CollOp::AllToAll;
+    case c10d::OpType::BARRIER: return CollOp::Barrier;
+    case c10d::OpType::SEND: return CollOp::Send;
+    case c10d::OpType::RECV: return CollOp::Recv;
+    default: return CollOp::AllReduce;
+  }
+}
+
 }  // namespace
+
+// Bytes as nccl-tests counts them: the outputs, and reduce_scatter's input
+// (the group's size times its output).
+std::uint64_t ProcessGroupRdmx::profile_issue(c10d::OpType type, const std::vector<at::Tensor>& outputs) const {
+  std::size_t bytes = 0;
+  for (const auto& t : outputs) bytes += t.numel() * t.element_size();
+  const CollOp op = coll_op_of(type);
+  if (op == CollOp::ReduceScatter) bytes *= static_cast<std::size_t>(getSize());
+  DataType dtype = DataType::Uint8;
+  if (!outputs.empty()) {
+    try {
+      dtype = data_type_of(outputs[0].scalar_type(), "profile");
+    } catch (const Error&) {
+      // A type rdmx does not reduce; the call itself reports it.
+    }
+  }
+  return profile::issued(getRank(), getSize(), op, bytes, dtype);
+}
 
 ProcessGroupRdmx::ProcessGroupRdmx(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                    std::chrono::milliseconds timeout)
@@ -38,8 +79,9 @@ ProcessGroupRdmx::~ProcessGroupRdmx() {
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::enqueue(c10d::OpType type, const char* op,
                                                          std::vector<at::Tensor> outputs, std::function<void()> body) {
+  const std::uint64_t profile_id = profile::enabled() ? profile_issue(type, outputs) : 0;
   auto work = c10::make_intrusive<RdmxWork>(getRank(), type, std::string(op) + " on rank " + std::to_string(getRank()),
-                                            std::move(outputs));
+                                            std::move(outputs), profile_id);
   executor_.post(work, std::move(body));
   return work;
 }

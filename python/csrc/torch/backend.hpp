@@ -59,6 +59,7 @@ class ProcessGroupRdmx : public BackendBase {
  private:
   c10::intrusive_ptr<Work> enqueue(c10d::OpType type, const char* op, std::vector<at::Tensor> outputs,
                                    std::function<void()> body);
+  std::uint64_t profile_issue(c10d::OpType type, const std::vector<at::Tensor>& outputs) const;
   // Point to point (backend_p2p.cpp): tagged messages over rdmx's ordered ones.
   void send_tagged(const at::Tensor& tensor, int dst, int tag);
   void recv_tagged(const at::Tensor& tensor, int src, int tag);

@@ -6,6 +6,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include "backend.hpp"
+#include "rdmx/profile.hpp"
 
 namespace py = pybind11;
 using rdmx::torch_backend::BackendBase;
@@ -27,4 +28,9 @@ PYBIND11_MODULE(_torch, m) {
       .def_property_readonly("peer_providers", &ProcessGroupRdmx::peer_providers,
                              "How each peer is reached ('shm', 'tcp', ...; '' for this rank)")
       .def_property_readonly("timeout", &ProcessGroupRdmx::timeout);
+  m.def("profile_step", &rdmx::profile::step,
+        "End the current training step in RDMX_PROFILE's trace (after the optimizer, on every rank)");
+  m.def("profile_describe", &rdmx::profile::describe, py::arg("samples_per_step"), py::arg("parameters") = 0.0,
+        "Record samples per step per rank and the parameter count in RDMX_PROFILE's trace");
+  m.attr("profile_enabled") = rdmx::profile::enabled();
 }

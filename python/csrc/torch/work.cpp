@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "rdmx/error.hpp"
+#include "rdmx/profile.hpp"
 
 namespace rdmx::torch_backend {
 namespace {
@@ -124,13 +125,16 @@ class TaskQueue {
   bool thread_asleep_ = false;
 };
 
-RdmxWork::RdmxWork(int rank, c10d::OpType type, std::string what, std::vector<at::Tensor> outputs)
+RdmxWork::RdmxWork(int rank, c10d::OpType type, std::string what, std::vector<at::Tensor> outputs,
+                   std::uint64_t profile_id)
     : c10d::Work(rank, type),
       what_(std::move(what)),
+      profile_id_(profile_id),
       outputs_(std::move(outputs)),
       future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
 
 bool RdmxWork::wait(std::chrono::milliseconds timeout) {
+  profile::waited(profile_id_);
   if (timeout <= std::chrono::milliseconds(0)) {
     if (auto queue = queue_.lock()) queue->run_until(this);
   }
@@ -152,6 +156,7 @@ bool RdmxWork::wait(std::chrono::milliseconds timeout) {
 }
 
 void RdmxWork::complete(std::exception_ptr error) {
+  if (!error) profile::completed(profile_id_);
   finish(error);
   if (error) {
     future_->setError(error);

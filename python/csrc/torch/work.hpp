@@ -30,7 +30,8 @@ class TaskQueue;
 
 class RdmxWork : public c10d::Work {
  public:
-  RdmxWork(int rank, c10d::OpType type, std::string what, std::vector<at::Tensor> outputs);
+  RdmxWork(int rank, c10d::OpType type, std::string what, std::vector<at::Tensor> outputs,
+           std::uint64_t profile_id = 0);
 
   // Waits until the task has run, running it (and the tasks queued before
   // it) on this thread if nobody has started them; rethrows its error (a
@@ -47,6 +48,7 @@ class RdmxWork : public c10d::Work {
 
  private:
   std::string what_;
+  std::uint64_t profile_id_;  // rdmx/profile.hpp's record, or 0
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::weak_ptr<TaskQueue> queue_;  // gone with the group, after every task has completed
