@@ -516,6 +516,37 @@ def ddp(args):
 
 
 @scenario
+def ddp_profiled(args):
+    """DDP steps under RDMX_PROFILE: several gradient buckets per step, steps
+    marked with rdmx.torch.profile_step() when args["mark"]."""
+    import rdmx.torch as rdmx_torch
+
+    torch.manual_seed(0)
+    dist.init_process_group("rdmx", timeout=timedelta(seconds=60))
+    rank = dist.get_rank()
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256), torch.nn.ReLU(),
+                                torch.nn.Linear(256, 10))
+    # About 0.5 MB of gradients in 0.1 MB buckets, the first smaller (as
+    # DDP's 1 MiB first bucket is against its 25 MiB ones): after DDP
+    # rebuilds its buckets, two or more all_reduces a step, the first of a
+    # size of its own.
+    dist._DEFAULT_FIRST_BUCKET_BYTES = 12 * 1024
+    ddp_model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.1)
+    opt = torch.optim.SGD(ddp_model.parameters(), lr=0.01)
+    rdmx_torch.profile_describe(32, sum(p.numel() for p in model.parameters()))
+    x = torch.randn(32, 256, generator=torch.Generator().manual_seed(rank))
+    y = torch.randint(0, 10, (32,), generator=torch.Generator().manual_seed(rank))
+    for _ in range(args["steps"]):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(ddp_model(x), y).backward()
+        opt.step()
+        if args["mark"]:
+            rdmx_torch.profile_step()
+    dist.destroy_process_group()
+    emit({"rank": rank})
+
+
+@scenario
 def env_only(args):
     """init_process_group("rdmx") from the environment a launcher set; one all_reduce."""
     dist.init_process_group("rdmx")

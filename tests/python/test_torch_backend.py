@@ -4,6 +4,7 @@ Run from CTest (tests/CMakeLists.txt), or by hand:
     PYTHONPATH=build/python RDMX_CLI=build/tools/rdmx /usr/bin/python3 -m pytest tests/python
 """
 # SPDX-License-Identifier: MIT
+import json
 import math
 import os
 
@@ -134,3 +135,36 @@ def test_under_mpirun():
     assert r.returncode == 0, r
     records = ranks.results_in(r.output)
     assert sorted(x["rank"] for x in records) == [0, 1] and all(x["sum"] == 3.0 for x in records), r.output
+
+
+@pytest.mark.parametrize("mark", [True, False])
+def test_a_profile_of_ddp_steps_is_planned(mark, tmp_path):
+    profile = tmp_path / "ddp.jsonl"
+    steps = 8
+    results = ranks.run(2, "ddp_profiled", {"steps": steps, "mark": mark}, timeout_s=180,
+                        extra_env={"RDMX_PROFILE": str(profile)})
+    ranks.assert_all_ok(results)
+    lines = [json.loads(line) for line in profile.read_text().splitlines()]
+    header, recorded = lines[0], lines[1:]
+    assert header["rdmx_profile"] == 1 and header["ranks"] == 2, header
+    assert header["samples_per_step"] == 32 and header["parameters"] == 256 * 256 * 2 + 256 * 2 + 2570, header
+    complete = [s for s in recorded if not s.get("partial")]
+    # Marked: one line per step. Found by repetition: every step after the
+    # first (DDP's broadcasts come first) but the last, which ends with the job.
+    assert len(complete) >= (steps if mark else steps - 2), [s["duration_us"] for s in recorded]
+    for s in complete[1:]:
+        buckets = [c for c in s["collectives"] if c["op"] == "all_reduce"]
+        assert len(buckets) >= 2, s
+        assert sum(c["bytes"] for c in buckets) == 4 * header["parameters"], s
+        for c in buckets:
+            assert c["ranks"] == 2 and c["type"] == "fp32", c
+            assert c["done_us"] >= c["issue_us"], c
+    if not RDMX_CLI:
+        pytest.skip("RDMX_CLI is not set: the plan half needs the rdmx command")
+    out = tmp_path / "plan.json"
+    r = ranks.run_command([RDMX_CLI, "plan", "--model", str(profile), "--nodes", "2,4", "--gpus-per-node", "1",
+                           "--fabrics", "tcp-25,ib-ndr", "--json", str(out)], timeout_s=60)
+    assert r.returncode == 0, r.output
+    plan = json.loads(out.read_text())
+    assert plan["model"]["origin"] == "captured" and len(plan["rows"]) == 4, plan
+    assert plan["model"]["samples_per_step_per_gpu"] == 32

@@ -34,5 +34,6 @@ void register_info(CLI::App& root);
 void register_run(CLI::App& root);
 void register_perf(CLI::App& root);  // perf p2p, perf coll
 void register_bench(CLI::App& root);
+void register_plan(CLI::App& root);  // plan, plan fabrics|models|collective|calibrate
 
 }  // namespace rdmx::cli

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   rdmx::cli::register_run(app);
   rdmx::cli::register_perf(app);
   rdmx::cli::register_bench(app);
+  rdmx::cli::register_plan(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

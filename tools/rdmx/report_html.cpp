@@ -526,4 +526,6 @@ std::string render_html_report(const nlohmann::json& bench) {
          p2p_section(bench) + coll_section(bench) + errors_section(bench) + page_foot(bench);
 }
 
+const char* report_style() { return kStyle; }
+
 }  // namespace rdmx::cli

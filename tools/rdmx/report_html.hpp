@@ -17,4 +17,7 @@ std::string render_html_report(const nlohmann::json& bench);
 // summary (bench.cpp) and the page print this same text.
 extern const char* const kSameHostCaveat;
 
+// The pages' shared style sheet (this report and rdmx plan's).
+const char* report_style();
+
 }  // namespace rdmx::cli

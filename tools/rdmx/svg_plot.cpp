@@ -111,7 +111,7 @@ std::vector<PlotPoint> drawable(const PlotSeries& s, bool y_log) {
 
 // Log2 axis over whole powers of two; labels thin out (every 1, 2, 5 or 10
 // powers, aligned so 1 KiB and 1 MiB get one) to keep about 60 px apart.
-std::vector<Tick> x_ticks(Axis& ax, double xmin, double xmax) {
+std::vector<Tick> x_ticks(Axis& ax, double xmin, double xmax, bool bytes) {
   int e_lo = static_cast<int>(std::floor(std::log2(xmin)));
   int e_hi = static_cast<int>(std::ceil(std::log2(xmax)));
   if (e_lo == e_hi) {
@@ -131,7 +131,8 @@ std::vector<Tick> x_ticks(Axis& ax, double xmin, double xmax) {
   std::vector<Tick> ticks;
   for (int e = e_lo; e <= e_hi; ++e) {
     const double v = std::ldexp(1.0, e);
-    ticks.push_back({v, ((e % step) + step) % step == 0 ? format_bytes(v) : std::string()});
+    ticks.push_back(
+        {v, ((e % step) + step) % step == 0 ? (bytes ? format_bytes(v) : format_number(v)) : std::string()});
   }
   return ticks;
 }
@@ -251,8 +252,8 @@ std::string series_lines(const PlotSpec& spec, const std::vector<PlotSeries>& se
     out += std::string("<polyline fill=\"none\" stroke-width=\"2\" stroke=\"") + colour + "\"" +
            dash_attribute(series[i]) + " points=\"" + path + "\"/>";
     for (const auto& p : pts) {
-      out += "<g><title>" + label + ": " + html_escape(format_bytes(p.x)) + " \xe2\x86\x92 " +
-             html_escape(format_number(p.y, 4) + " " + spec.y_unit) + "</title>" +
+      out += "<g><title>" + label + ": " + html_escape(spec.x_bytes ? format_bytes(p.x) : format_number(p.x)) +
+             " \xe2\x86\x92 " + html_escape(format_number(p.y, 4) + " " + spec.y_unit) + "</title>" +
              marker(marker_of(series[i], i), xa.to_px(p.x), ya.to_px(p.y), colour, series[i].hollow) + "</g>";
     }
     out += "</g>";
@@ -321,7 +322,7 @@ std::string render_svg_plot(const PlotSpec& spec, const std::vector<PlotSeries>&
   Axis ya;
   ya.px_lo = spec.height - kBottom;  // y grows downwards in SVG
   ya.px_hi = kTop;
-  const auto xt = x_ticks(xa, xmin, xmax);
+  const auto xt = x_ticks(xa, xmin, xmax, spec.x_bytes);
   const auto yt = spec.y_log ? y_log_ticks(ya, ymin, ymax) : y_linear_ticks(ya, ymax);
 
   const LegendLayout l = legend_layout(spec, series);

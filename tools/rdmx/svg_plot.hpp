@@ -36,7 +36,8 @@ struct PlotSeries {
 
 struct PlotSpec {
   std::string title;
-  std::string x_title;  // the x axis is always bytes on a log2 scale
+  std::string x_title;  // the x axis is log2: bytes, or counts (nodes) when !x_bytes
+  bool x_bytes = true;
   std::string y_title;
   std::string y_unit;  // appended to values in tooltips ("us", "GB/s")
   bool y_log = true;

@@ -1,0 +1,146 @@
+// SPDX-License-Identifier: MIT
+// rdmx plan as users run it: the real binary on a preset, on a profile that
+// RDMX_PROFILE captured from real ranks, on an edited fabric file, and its
+// refusals.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "run_cli.hpp"
+
+namespace rdmx::test {
+namespace {
+
+using nlohmann::json;
+
+std::string temp_dir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "rdmx_plan_" + name + "_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return json::parse(in);
+}
+
+TEST(PlanCommand, APresetGivesATablePerFabricJsonAndAPage) {
+  const std::string dir = temp_dir("preset");
+  const auto r = run_cli({"plan", "--model", "resnet-50", "--nodes", "2,4", "--gpus-per-node", "8", "--fabrics",
+                          "ib-ndr,tcp-25", "--json", dir + "/plan.json", "--html", dir + "/plan.html"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("ib-ndr: InfiniBand NDR"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tcp-25: TCP over 25 GbE"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("recommended: "), std::string::npos) << r.out;
+  const json plan = read_json(dir + "/plan.json");
+  ASSERT_EQ(plan["rows"].size(), 4u);
+  EXPECT_EQ(plan["model"]["name"], "resnet-50");
+  for (const auto& row : plan["rows"]) {
+    EXPECT_GT(row["step_ms"].get<double>(), row["compute_ms"].get<double>() * 0.999);
+    EXPECT_GT(row["efficiency"].get<double>(), 0.5);
+  }
+  std::ifstream page(dir + "/plan.html");
+  std::stringstream html;
+  html << page.rdbuf();
+  EXPECT_NE(html.str().find("<svg"), std::string::npos);
+}
+
+TEST(PlanCommand, AnEditedFabricFileChangesTheAnswer) {
+  const std::string dir = temp_dir("fabric");
+  const auto listed = run_cli({"plan", "fabrics", "--json"});
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  json doc = json::parse(listed.out);
+  ASSERT_TRUE(doc["fabrics"].contains("tcp-25"));
+  const auto plan_with = [&](const std::string& file) {
+    std::vector<std::string> args = {"plan",      "--model", "gpt2-medium", "--nodes",        "4",
+                                     "--fabrics", "tcp-25",  "--json",      dir + "/out.json"};
+    if (!file.empty()) args.insert(args.end(), {"--fabric-file", file});
+    const auto r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return read_json(dir + "/out.json")["rows"][0]["step_ms"].get<double>();
+  };
+  const double builtin = plan_with("");
+  doc["fabrics"]["tcp-25"]["nic_gbit"] = 250;
+  std::ofstream(dir + "/mine.json") << doc.dump();
+  const double faster = plan_with(dir + "/mine.json");
+  EXPECT_LT(faster, builtin * 0.8) << "ten times the link rate should cut gpt2-medium's step on 4 nodes";
+}
+
+TEST(PlanCommand, BadArgumentsAreRefusedWithWhatIsWrong) {
+  auto r = run_cli({"plan", "--fabrics", "carrier-pigeon", "--nodes", "2"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("no fabric named 'carrier-pigeon'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("ib-ndr"), std::string::npos) << "the error lists the known fabrics: " << r.err;
+  r = run_cli({"plan", "--nodes", "2,zero"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("'zero' is not a positive count"), std::string::npos) << r.err;
+  r = run_cli({"plan", "--model", "alexnet-9000"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("no model preset named 'alexnet-9000'"), std::string::npos) << r.err;
+  r = run_cli({"plan", "--model", "custom", "--parameters", "1e6"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--compute-ms"), std::string::npos) << r.err;
+}
+
+TEST(PlanCommand, CalibrateNeedsTwoHostsAndSaysSo) {
+  const auto r =
+      run_cli({"plan", "calibrate", "--np", "2", "--out", temp_dir("calibrate") + "/f.json"}, {{"RDMX_TIMEOUT", "30"}});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("needs ranks on at least two hosts"), std::string::npos) << r.err;
+}
+
+// Real ranks of rdmx perf coll, recorded: every call is blocking, so each is
+// waited for where it is issued. perf coll opens each phase (warm-up, timed
+// calls) with a barrier, which anchors the steps found without marks. The
+// plan then replays the profile.
+TEST(PlanCommand, AProfileCapturedFromRealRanksIsPlanned) {
+  const std::string dir = temp_dir("capture");
+  const std::string profile = dir + "/profile.jsonl";
+  const auto run = run_cli({"perf", "coll", "all_reduce", "--sizes", "64K", "-n", "6", "-w", "2", "-c", "0", "--np",
+                            "2", "--provider", "tcp"},
+                           {{"RDMX_PROFILE", profile}, {"RDMX_TIMEOUT", "60"}});
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  std::ifstream in(profile);
+  ASSERT_TRUE(in) << "rank 0 wrote no profile at " << profile;
+  std::string line;
+  std::getline(in, line);
+  const json header = json::parse(line);
+  EXPECT_EQ(header["rdmx_profile"], 1);
+  EXPECT_EQ(header["ranks"], 2);
+  int steps = 0, sized = 0, barriers = 0;
+  while (std::getline(in, line)) {
+    const json step = json::parse(line);
+    ++steps;
+    EXPECT_GE(step["duration_us"].get<double>(), 0);
+    for (const auto& c : step["collectives"]) {
+      EXPECT_EQ(c["ranks"], 2);
+      ASSERT_TRUE(c["wait_us"].is_number()) << c.dump();
+      ASSERT_TRUE(c["done_us"].is_number()) << c.dump();
+      EXPECT_GE(c["done_us"].get<double>(), c["issue_us"].get<double>());
+      if (c["op"] == "barrier") ++barriers;
+      if (c["op"] == "all_reduce" && c["bytes"] == 65536) ++sized;
+    }
+  }
+  EXPECT_GE(sized, 8) << "2 warm-up and 6 timed all_reduces of 64 KiB";
+  EXPECT_GE(barriers, 2);
+  EXPECT_GE(steps, 2) << "each barrier-opened phase is a step";
+  const auto plan = run_cli({"plan", "--model", profile, "--nodes", "2,8", "--gpus-per-node", "1", "--fabrics",
+                             "tcp-25,ib-ndr", "--json", dir + "/plan.json"});
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  const json doc = read_json(dir + "/plan.json");
+  EXPECT_EQ(doc["model"]["origin"], "captured");
+  ASSERT_EQ(doc["rows"].size(), 4u);
+  bool modelled = false;
+  for (const auto& c : doc["rows"][0]["collectives"])
+    modelled = modelled || (c["op"] == "all_reduce" && c["algo"] == "rd");
+  EXPECT_TRUE(modelled) << doc["rows"][0].dump();
+}
+
+}  // namespace
+}  // namespace rdmx::test

@@ -1,0 +1,300 @@
+// SPDX-License-Identifier: MIT
+// rdmx plan: which fabric a training job needs. `rdmx plan --model M --nodes
+// 2,4 --fabrics ib-ndr,tcp-100` prints a table per fabric and a
+// recommendation, and writes JSON and an HTML report; `plan fabrics` and
+// `plan models` list what it knows; `plan collective` prints the model's
+// time for one collective; `plan calibrate` measures the fabric it runs on.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "commands.hpp"
+#include "perf_common.hpp"
+#include "plan/calibrate.hpp"
+#include "plan/planner.hpp"
+#include "plan/report_page.hpp"
+#include "rdmx/error.hpp"
+#include "svg_plot.hpp"
+
+namespace rdmx::cli {
+namespace {
+
+using namespace plan;
+
+struct PlanOptions {
+  std::string model = "resnet-50";
+  std::string nodes = "2,4,8,16";
+  int gpus_per_node = 8;
+  std::string fabrics = "ib-ndr,roce-200,tcp-100";
+  std::string fabric_file;
+  std::string prices;
+  double target = 0.9;
+  std::string library = "rdmx";
+  std::string json_out;
+  std::string html_out;
+  double compute_ms = -1;
+  double batch = -1;
+  double parameters = -1;
+  double gradient_bytes = -1;
+};
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+std::vector<int> parse_counts(const std::string& text, const std::string& option) {
+  std::vector<int> out;
+  for (const auto& item : split_list(text)) {
+    try {
+      std::size_t used = 0;
+      const int v = std::stoi(item, &used);
+      if (used != item.size() || v < 1) throw std::invalid_argument(item);
+      out.push_back(v);
+    } catch (const std::exception&) {
+      throw UsageError{option + ": '" + item + "' is not a positive count (expected a list such as 2,4,8)"};
+    }
+  }
+  if (out.empty()) throw UsageError{option + ": no count given"};
+  return out;
+}
+
+// A preset, a captured profile (a file), or a description from the options.
+Workload workload_of(const PlanOptions& o) {
+  Workload w;
+  const bool is_file = std::filesystem::exists(o.model);
+  if (is_file) {
+    w = load_captured_profile(o.model);
+    if (o.batch > 0) w.samples_per_step = o.batch;
+    if (o.compute_ms >= 0 || o.parameters > 0) {
+      throw UsageError{"--compute-ms and --parameters describe a job; a captured profile has its own"};
+    }
+    return w;
+  }
+  Description d;
+  if (o.model == "custom") {
+    if (o.parameters <= 0 || o.compute_ms < 0) {
+      throw UsageError{"--model custom needs --parameters and --compute-ms (and --batch for samples/s)"};
+    }
+    w.name = "custom";
+    w.origin = "described";
+    w.source = "from the command line";
+  } else {
+    d = preset_description(o.model, &w.source);
+    w.name = o.model;
+    w.origin = "preset";
+  }
+  if (o.parameters > 0) d.parameters = o.parameters;
+  if (o.compute_ms >= 0) {
+    d.compute_seconds = o.compute_ms / 1e3;
+    w.source += "; compute per step given: " + format_number(o.compute_ms) + " ms";
+  }
+  if (o.batch > 0) d.samples_per_step = o.batch;
+  if (o.gradient_bytes > 0) d.gradient_bytes = o.gradient_bytes;
+  w.parameters = d.parameters;
+  w.samples_per_step = d.samples_per_step;
+  w.step = describe_step(d);
+  return w;
+}
+
+void write_file(const std::string& path, const std::string& content, const char* what) {
+  std::ofstream out(path, std::ios::trunc);
+  out << content;
+  if (!out) {
+    throw Error(ErrorCode::System, std::string("cannot write the ") + what + " to '" + path + "'",
+                {.op = "rdmx plan", .hint = "check the directory exists and is writable"});
+  }
+}
+
+void run_plan(const PlanOptions& o) {
+  PlanRequest rq;
+  rq.workload = workload_of(o);
+  rq.fabrics = split_list(o.fabrics);
+  rq.nodes = parse_counts(o.nodes, "--nodes");
+  rq.gpus_per_node = o.gpus_per_node;
+  rq.library = parse_library(o.library);
+  rq.target_efficiency = o.target;
+  if (!o.prices.empty()) rq.prices = load_prices(o.prices);
+  const Plan p = make_plan(rq, load_fabrics(o.fabric_file));
+  std::cout << plan_text(p);
+  const auto doc = plan_to_json(p);
+  if (!o.json_out.empty()) {
+    write_file(o.json_out, doc.dump(2) + "\n", "plan");
+    std::cout << "wrote " << o.json_out << "\n";
+  }
+  if (!o.html_out.empty()) {
+    write_file(o.html_out, render_plan_html(doc), "report");
+    std::cout << "wrote " << o.html_out << "\n";
+  }
+}
+
+void list_fabrics(const std::string& fabric_file, bool as_json) {
+  if (as_json) {
+    if (fabric_file.empty()) {
+      std::cout << builtin_fabrics_text();
+    } else {
+      nlohmann::json doc;
+      for (const auto& f : load_fabrics(fabric_file)) doc["fabrics"][f.name] = fabric_to_json(f);
+      std::cout << doc.dump(2) << "\n";
+    }
+    return;
+  }
+  std::printf("%-12s %9s %9s %6s %5s %9s  %s\n", "fabric", "lat_us", "Gbit/s", "NICs", "GDR", "intra_GB/s",
+              "description");
+  for (const auto& f : load_fabrics(fabric_file)) {
+    std::printf("%-12s %9.2f %9.1f %6d %5s %9.1f  %s\n", f.name.c_str(), f.latency_us, f.nic_gbit * f.efficiency,
+                f.nics_per_node, f.gpudirect ? "yes" : "no", f.intra_gb_s, f.description.c_str());
+  }
+  std::printf(
+      "(Gbit/s: one NIC's line rate times its efficiency; rdmx plan fabrics --json prints the file with "
+      "every value's source)\n");
+}
+
+void list_models() {
+  for (const auto& name : preset_names()) {
+    std::string source;
+    const Description d = preset_description(name, &source);
+    std::printf("%-14s %8.1fM parameters, %7.1f ms compute per step, batch %g per GPU\n    %s\n", name.c_str(),
+                d.parameters / 1e6, d.compute_seconds * 1e3, d.samples_per_step, source.c_str());
+  }
+}
+
+struct CollectiveOptions {
+  std::string op = "all_reduce";
+  std::string sizes = "1M..256M";
+  int nodes = 2;
+  int gpus_per_node = 1;
+  std::string fabric;
+  std::string fabric_file;
+  std::string library = "rdmx";
+  bool json = false;
+};
+
+void run_collective(const CollectiveOptions& o) {
+  Collective op;
+  if (!parse_collective(o.op, &op)) {
+    throw UsageError{"--op: '" + o.op + "' is not all_reduce, all_gather, reduce_scatter, broadcast or reduce"};
+  }
+  const auto fabrics = load_fabrics(o.fabric_file);
+  const Fabric& f = find_fabric(fabrics, o.fabric.empty() ? fabrics.front().name : o.fabric);
+  const Cluster cluster{o.nodes, o.gpus_per_node};
+  const Library lib = parse_library(o.library);
+  if (!o.json) {
+    std::printf("# %s on %s, %d x %d ranks, as %s runs it\n%12s %8s %12s %10s %10s\n", o.op.c_str(), f.name.c_str(),
+                o.nodes, o.gpus_per_node, to_string(lib), "size", "algo", "time_us", "algbw", "busbw");
+  }
+  for (const std::size_t bytes : parse_size_list(o.sizes, "--sizes")) {
+    const Estimate e = estimate(f, cluster, op, static_cast<double>(bytes), lib);
+    const double algbw = e.seconds > 0 ? bytes / e.seconds / 1e9 : 0;
+    const double p = cluster.ranks();
+    const double factor = op == Collective::AllReduce                                      ? 2 * (p - 1) / p
+                          : op == Collective::AllGather || op == Collective::ReduceScatter ? (p - 1) / p
+                                                                                           : 1;
+    if (o.json) {
+      std::cout << nlohmann::json{{"op", o.op},
+                                  {"fabric", f.name},
+                                  {"nodes", o.nodes},
+                                  {"ranks_per_node", o.gpus_per_node},
+                                  {"bytes", bytes},
+                                  {"algo", e.algo},
+                                  {"time_us", e.seconds * 1e6}}
+                       .dump()
+                << "\n";
+    } else {
+      std::printf("%12zu %8s %12.1f %10.3f %10.3f\n", bytes, e.algo.c_str(), e.seconds * 1e6, algbw, algbw * factor);
+    }
+  }
+}
+
+// Bad arguments end as CLI11's usage errors (exit status 2).
+template <typename F>
+std::function<void()> with_usage(const char* where, F body) {
+  return [where, body] {
+    try {
+      body();
+    } catch (const UsageError& e) {
+      throw CLI::ValidationError(where, e.message);
+    }
+  };
+}
+
+}  // namespace
+
+void register_plan(CLI::App& root) {
+  auto o = std::make_shared<PlanOptions>();
+  CLI::App* plan = root.add_subcommand(
+      "plan",
+      "Which fabric a training job needs: step time, throughput, scaling efficiency and cost on InfiniBand, "
+      "RoCE and Ethernet, from a model preset, a description or a profile captured with RDMX_PROFILE");
+  plan->require_subcommand(0, 1);
+  plan->add_option("--model", o->model,
+                   "a preset (rdmx plan models), 'custom' with --parameters and --compute-ms, or a profile file "
+                   "written under RDMX_PROFILE")
+      ->capture_default_str();
+  plan->add_option("--nodes", o->nodes, "node counts, a comma list")->capture_default_str();
+  plan->add_option("--gpus-per-node", o->gpus_per_node, "GPUs (ranks) per node")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  plan->add_option("--fabrics", o->fabrics, "fabrics to compare, a comma list (rdmx plan fabrics)")
+      ->capture_default_str();
+  plan->add_option("--fabric-file", o->fabric_file,
+                   "fabric profiles to use instead of the built-in ones (rdmx plan fabrics --json writes a start; "
+                   "rdmx plan calibrate writes a measured one)");
+  plan->add_option("--prices", o->prices,
+                   "hourly prices: {\"node_per_hour\": N, \"fabric_per_node_per_hour\": {fabric: N}}");
+  plan->add_option("--target-efficiency", o->target, "scaling efficiency the recommended fabric must keep")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  plan->add_option("--library", o->library, "whose algorithm choice to model: rdmx or nccl")
+      ->check(CLI::IsMember({"rdmx", "nccl"}))
+      ->capture_default_str();
+  plan->add_option("--json", o->json_out, "write the plan as JSON to this file");
+  plan->add_option("--html", o->html_out, "write the report page (self-contained HTML) to this file");
+  plan->add_option("--compute-ms", o->compute_ms, "compute per step per GPU, ms (your measurement)")
+      ->check(CLI::Range(0.0, 1e7));
+  plan->add_option("--batch", o->batch, "samples per step per GPU")->check(CLI::Range(1e-9, 1e9));
+  plan->add_option("--parameters", o->parameters, "parameter count")->check(CLI::Range(1.0, 1e13));
+  plan->add_option("--gradient-bytes", o->gradient_bytes, "bytes per gradient element: 4 (fp32) or 2 (fp16, bf16)")
+      ->check(CLI::Range(1.0, 8.0));
+
+  auto fabrics_json = std::make_shared<bool>(false);
+  auto fabrics_file = std::make_shared<std::string>();
+  CLI::App* fabrics = plan->add_subcommand("fabrics", "the fabric profiles and their sources");
+  fabrics->add_flag("--json", *fabrics_json, "print the profile file (to edit and pass as --fabric-file)");
+  fabrics->add_option("--fabric-file", *fabrics_file, "list this file's profiles instead of the built-in ones");
+  fabrics->callback([fabrics_json, fabrics_file] { list_fabrics(*fabrics_file, *fabrics_json); });
+
+  CLI::App* models = plan->add_subcommand("models", "the model presets and the sources of their numbers");
+  models->callback([] { list_models(); });
+
+  auto c = std::make_shared<CollectiveOptions>();
+  CLI::App* coll = plan->add_subcommand("collective", "the model's time for one collective, nccl-tests columns");
+  coll->add_option("--op", c->op, "all_reduce, all_gather, reduce_scatter, broadcast or reduce")->capture_default_str();
+  coll->add_option("--sizes", c->sizes, "sizes: a comma list or LO..HI")->capture_default_str();
+  coll->add_option("--nodes", c->nodes, "nodes")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  coll->add_option("--gpus-per-node", c->gpus_per_node, "ranks per node")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  coll->add_option("--fabric", c->fabric, "fabric name (default: the file's first)");
+  coll->add_option("--fabric-file", c->fabric_file, "fabric profiles instead of the built-in ones");
+  coll->add_option("--library", c->library, "rdmx or nccl")->check(CLI::IsMember({"rdmx", "nccl"}));
+  coll->add_flag("--json", c->json, "one JSON object per size");
+  coll->callback(with_usage("plan collective", [c] { run_collective(*c); }));
+
+  register_plan_calibrate(*plan);
+
+  plan->callback(with_usage("plan", [plan, o] {
+    if (plan->get_subcommands().empty()) run_plan(*o);
+  }));
+}
+
+}  // namespace rdmx::cli

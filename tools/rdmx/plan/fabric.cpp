@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: MIT
+#include "plan/fabric.hpp"
+
+#include "plan/doc_fields.hpp"
+#include "rdmx/error.hpp"
+
+// tools/plan/fabrics.json, compiled in by tools/CMakeLists.txt.
+extern const char rdmx_plan_builtin_fabrics[];
+
+namespace rdmx::cli::plan {
+
+double Fabric::node_net_bytes_per_s() const {
+  double per_node = nics_per_node * nic_gbit * efficiency * 1e9 / 8;
+  // Without GPUDirect every byte crosses host memory on the way; NCCL and
+  // rdmx pipeline the copies, so the slower of the two paths sets the pace.
+  if (!gpudirect) per_node = std::min(per_node, staging_gb_s * 1e9);
+  return per_node;
+}
+
+std::vector<Fabric> parse_fabrics(const nlohmann::json& doc, const std::string& origin) {
+  if (!doc.is_object() || !doc.contains("fabrics") || !doc["fabrics"].is_object()) {
+    throw Error(ErrorCode::InvalidArgument, origin + ": expected an object with a \"fabrics\" object",
+                {.op = "rdmx plan", .hint = "start from `rdmx plan fabrics --json`, which prints the built-in file"});
+  }
+  std::vector<Fabric> out;
+  for (const auto& [name, f] : doc["fabrics"].items()) {
+    const DocPlace place{origin, "fabric " + name};
+    if (!f.is_object()) bad_field(place, "(the fabric)", "must be an object");
+    Fabric fab;
+    fab.name = name;
+    fab.description = text_field_or(f, place, "description", name);
+    fab.latency_us = number_field(f, place, "latency_us", 0, 1e6);
+    fab.nic_gbit = number_field(f, place, "nic_gbit", 1e-3, 1e5);
+    fab.efficiency = number_field(f, place, "efficiency", 0.01, 1);
+    fab.nics_per_node = static_cast<int>(number_field(f, place, "nics_per_node", 1, 64));
+    fab.gpudirect = bool_field(f, place, "gpudirect");
+    fab.staging_gb_s = number_field(f, place, "staging_gb_s", 1e-3, 1e5);
+    fab.intra_latency_us = number_field(f, place, "intra_latency_us", 0, 1e6);
+    fab.intra_gb_s = number_field(f, place, "intra_gb_s", 1e-3, 1e5);
+    fab.reduce_gb_s = number_field(f, place, "reduce_gb_s", 1e-3, 1e6);
+    fab.relative_cost = number_field_or(f, place, "relative_cost", 0, 1e9, 0);
+    if (f.contains("sources")) {
+      if (!f["sources"].is_object()) bad_field(place, "sources", "must be an object of field: source text");
+      for (const auto& [field, source] : f["sources"].items()) {
+        if (!source.is_string()) bad_field(place, "sources." + field, "must be a string");
+        fab.sources[field] = source.get<std::string>();
+      }
+    }
+    out.push_back(std::move(fab));
+  }
+  if (out.empty()) {
+    throw Error(ErrorCode::InvalidArgument, origin + ": no fabric in \"fabrics\"", {.op = "rdmx plan"});
+  }
+  return out;
+}
+
+nlohmann::json fabric_to_json(const Fabric& f) {
+  nlohmann::json j = {{"description", f.description},     {"latency_us", f.latency_us},
+                      {"nic_gbit", f.nic_gbit},           {"efficiency", f.efficiency},
+                      {"nics_per_node", f.nics_per_node}, {"gpudirect", f.gpudirect},
+                      {"staging_gb_s", f.staging_gb_s},   {"intra_latency_us", f.intra_latency_us},
+                      {"intra_gb_s", f.intra_gb_s},       {"reduce_gb_s", f.reduce_gb_s},
+                      {"relative_cost", f.relative_cost}};
+  if (!f.sources.empty()) j["sources"] = f.sources;
+  return j;
+}
+
+const std::string& builtin_fabrics_text() {
+  static const std::string text(rdmx_plan_builtin_fabrics);
+  return text;
+}
+
+std::vector<Fabric> load_fabrics(const std::string& path) {
+  if (path.empty()) return parse_fabrics(nlohmann::json::parse(builtin_fabrics_text()), "built-in fabrics");
+  return parse_fabrics(read_json_file(path, "fabric profile"), path);
+}
+
+const Fabric& find_fabric(const std::vector<Fabric>& fabrics, const std::string& name) {
+  std::string known;
+  for (const auto& f : fabrics) {
+    if (f.name == name) return f;
+    known += (known.empty() ? "" : ", ") + f.name;
+  }
+  throw Error(
+      ErrorCode::NotFound, "no fabric named '" + name + "'",
+      {.op = "rdmx plan", .hint = "known: " + known + " (rdmx plan fabrics lists them; --fabric-file adds yours)"});
+}
+
+}  // namespace rdmx::cli::plan

@@ -1,0 +1,221 @@
+// SPDX-License-Identifier: MIT
+#include "plan/planner.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+
+#include "plan/doc_fields.hpp"
+#include "rdmx/error.hpp"
+
+namespace rdmx::cli::plan {
+namespace {
+
+std::string fmt(const char* format, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+// A fabric's cost per node per hour for ranking: the price file's, else the
+// profile's relative cost.
+double rank_cost(const Fabric& f, const std::optional<Prices>& prices) {
+  if (prices) {
+    const auto it = prices->fabric_per_node_per_hour.find(f.name);
+    if (it != prices->fabric_per_node_per_hour.end()) return it->second;
+  }
+  return f.relative_cost;
+}
+
+Recommendation recommend(const Plan& plan, int nodes) {
+  Recommendation r;
+  r.nodes = nodes;
+  const Fabric* best = nullptr;
+  double best_cost = 0;
+  for (const Fabric& f : plan.fabrics) {
+    bool meets = true;
+    for (const PlanRow& row : plan.rows) {
+      if (row.fabric != f.name || (nodes != 0 && row.cluster.nodes != nodes)) continue;
+      if (row.efficiency + 1e-9 < plan.request.target_efficiency) meets = false;
+    }
+    if (!meets) continue;
+    const double c = rank_cost(f, plan.request.prices);
+    if (best == nullptr || c < best_cost) {
+      best = &f;
+      best_cost = c;
+    }
+  }
+  const std::string scope = nodes == 0 ? "at every node count asked" : "at " + std::to_string(nodes) + " nodes";
+  const std::string target = fmt("%.0f%%", plan.request.target_efficiency * 100);
+  if (best == nullptr) {
+    r.why = "no fabric reaches " + target + " scaling efficiency " + scope;
+  } else {
+    r.fabric = best->name;
+    r.why = best->name + " is the cheapest fabric that keeps " + target + " scaling efficiency " + scope +
+            (plan.request.prices ? " (by the price file)" : " (by the profiles' relative cost)");
+  }
+  return r;
+}
+
+}  // namespace
+
+Prices load_prices(const std::string& path) {
+  const auto doc = read_json_file(path, "price file");
+  const DocPlace place{path, "prices"};
+  Prices p;
+  p.currency = text_field_or(doc, place, "currency", "USD");
+  p.node_per_hour = number_field(doc, place, "node_per_hour", 0, 1e9);
+  p.source = text_field_or(doc, place, "source", "");
+  if (!doc.contains("fabric_per_node_per_hour") || !doc["fabric_per_node_per_hour"].is_object()) {
+    bad_field(place, "fabric_per_node_per_hour", "must be an object of fabric: price per node per hour");
+  }
+  for (const auto& [name, v] : doc["fabric_per_node_per_hour"].items()) {
+    p.fabric_per_node_per_hour[name] = number_field(doc["fabric_per_node_per_hour"], place, name, 0, 1e9);
+  }
+  return p;
+}
+
+Plan make_plan(const PlanRequest& request, const std::vector<Fabric>& known) {
+  Plan plan;
+  plan.request = request;
+  if (request.fabrics.empty() || request.nodes.empty()) {
+    throw Error(ErrorCode::InvalidArgument, "rdmx plan needs at least one fabric and one node count",
+                {.op = "rdmx plan", .hint = "--fabrics ib-ndr,tcp-100 --nodes 2,4"});
+  }
+  if (request.gpus_per_node < 1) {
+    throw Error(ErrorCode::InvalidArgument,
+                "--gpus-per-node must be at least 1, not " + std::to_string(request.gpus_per_node),
+                {.op = "rdmx plan"});
+  }
+  for (const auto& name : request.fabrics) plan.fabrics.push_back(find_fabric(known, name));
+  const StepTrace& step = request.workload.step;
+  for (const Fabric& f : plan.fabrics) {
+    if (request.prices && !request.prices->fabric_per_node_per_hour.count(f.name)) {
+      throw Error(ErrorCode::InvalidArgument, "the price file has no price for fabric '" + f.name + "'",
+                  {.op = "rdmx plan", .hint = "add it under fabric_per_node_per_hour"});
+    }
+    for (const int nodes : request.nodes) {
+      if (nodes < 1) {
+        throw Error(ErrorCode::InvalidArgument,
+                    "--nodes: a node count must be at least 1, not " + std::to_string(nodes), {.op = "rdmx plan"});
+      }
+      PlanRow row;
+      row.fabric = f.name;
+      row.cluster = {nodes, request.gpus_per_node};
+      std::set<std::pair<std::string, double>> seen;
+      row.timing = replay(step, [&](const StepCollective& c) {
+        Estimate e{"measured", c.measured_seconds};
+        if (c.modelled) e = estimate(f, row.cluster, c.op, c.bytes, request.library);
+        if (seen.insert({c.name, c.bytes}).second) row.collectives.push_back({c.name, c.bytes, e.algo, e.seconds});
+        return e.seconds;
+      });
+      const double gpus = static_cast<double>(row.cluster.ranks());
+      if (row.timing.step_seconds > 0) {
+        row.samples_per_s = gpus * request.workload.samples_per_step / row.timing.step_seconds;
+        row.efficiency = row.timing.compute_seconds / row.timing.step_seconds;
+      }
+      if (request.prices) {
+        const double hourly =
+            nodes * (request.prices->node_per_hour + request.prices->fabric_per_node_per_hour.at(f.name));
+        row.cost_per_hour = hourly;
+        if (row.samples_per_s > 0) row.cost_per_million_samples = hourly / 3600 / row.samples_per_s * 1e6;
+      }
+      plan.rows.push_back(std::move(row));
+    }
+  }
+  for (const int nodes : request.nodes) plan.per_node_count.push_back(recommend(plan, nodes));
+  plan.overall = recommend(plan, 0);
+  return plan;
+}
+
+nlohmann::json plan_to_json(const Plan& plan) {
+  const auto& rq = plan.request;
+  nlohmann::json j;
+  j["rdmx_plan"] = 1;
+  j["model"] = {{"name", rq.workload.name},
+                {"origin", rq.workload.origin},
+                {"source", rq.workload.source},
+                {"parameters", rq.workload.parameters},
+                {"samples_per_step_per_gpu", rq.workload.samples_per_step},
+                {"collectives_per_step", rq.workload.step.collectives.size()}};
+  j["library"] = to_string(rq.library);
+  j["gpus_per_node"] = rq.gpus_per_node;
+  j["nodes"] = rq.nodes;
+  j["target_efficiency"] = rq.target_efficiency;
+  j["fabrics"] = nlohmann::json::object();
+  for (const auto& f : plan.fabrics) j["fabrics"][f.name] = fabric_to_json(f);
+  if (rq.prices) {
+    j["prices"] = {{"currency", rq.prices->currency},
+                   {"node_per_hour", rq.prices->node_per_hour},
+                   {"fabric_per_node_per_hour", rq.prices->fabric_per_node_per_hour},
+                   {"source", rq.prices->source}};
+  }
+  j["rows"] = nlohmann::json::array();
+  for (const auto& r : plan.rows) {
+    nlohmann::json row = {{"fabric", r.fabric},
+                          {"nodes", r.cluster.nodes},
+                          {"gpus_per_node", r.cluster.ranks_per_node},
+                          {"step_ms", r.timing.step_seconds * 1e3},
+                          {"compute_ms", r.timing.compute_seconds * 1e3},
+                          {"comm_ms", r.timing.comm_seconds * 1e3},
+                          {"exposed_comm_ms", r.timing.exposed_seconds * 1e3},
+                          {"samples_per_s", r.samples_per_s},
+                          {"efficiency", r.efficiency}};
+    if (r.cost_per_hour) row["cost_per_hour"] = *r.cost_per_hour;
+    if (r.cost_per_million_samples) row["cost_per_million_samples"] = *r.cost_per_million_samples;
+    row["collectives"] = nlohmann::json::array();
+    for (const auto& c : r.collectives) {
+      row["collectives"].push_back({{"op", c.op}, {"bytes", c.bytes}, {"algo", c.algo}, {"ms", c.seconds * 1e3}});
+    }
+    j["rows"].push_back(row);
+  }
+  const auto rec = [](const Recommendation& r) {
+    return nlohmann::json{{"nodes", r.nodes},
+                          {"fabric", r.fabric.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.fabric)},
+                          {"why", r.why}};
+  };
+  j["recommendation"] = rec(plan.overall);
+  j["per_node_count"] = nlohmann::json::array();
+  for (const auto& r : plan.per_node_count) j["per_node_count"].push_back(rec(r));
+  return j;
+}
+
+std::string plan_text(const Plan& plan) {
+  const auto& rq = plan.request;
+  std::string out;
+  out += "# rdmx plan: " + rq.workload.name + " (" + rq.workload.origin + "; " + rq.workload.source + ")\n";
+  out += "# " + std::to_string(rq.gpus_per_node) + " GPUs per node, collectives as " + to_string(rq.library) +
+         " runs them, target efficiency " + fmt("%.0f%%", rq.target_efficiency * 100) + "\n";
+  for (const auto& f : plan.fabrics) {
+    out += "\n" + f.name + ": " + f.description + "\n";
+    char head[256];
+    std::snprintf(head, sizeof head, "%7s %11s %11s %11s %14s %10s", "nodes", "step_ms", "compute_ms", "exposed_ms",
+                  "samples/s", "efficiency");
+    out += head;
+    if (rq.prices) out += "    " + rq.prices->currency + "/hour  " + rq.prices->currency + "/1M samples";
+    out += "\n";
+    for (const auto& r : plan.rows) {
+      if (r.fabric != f.name) continue;
+      char line[256];
+      std::snprintf(line, sizeof line, "%7d %11.2f %11.2f %11.2f %14.1f %9.1f%%", r.cluster.nodes,
+                    r.timing.step_seconds * 1e3, r.timing.compute_seconds * 1e3, r.timing.exposed_seconds * 1e3,
+                    r.samples_per_s, r.efficiency * 100);
+      out += line;
+      if (r.cost_per_hour) {
+        std::snprintf(line, sizeof line, " %14.2f %16.3f", *r.cost_per_hour, r.cost_per_million_samples.value_or(0));
+        out += line;
+      }
+      out += "\n";
+    }
+  }
+  out += "\n";
+  for (const auto& r : plan.per_node_count) {
+    out += fmt("%3.0f nodes: ", r.nodes) + (r.fabric.empty() ? "none" : r.fabric) + " (" + r.why + ")\n";
+  }
+  out += "recommended: " + (plan.overall.fabric.empty() ? std::string("none") : plan.overall.fabric) + " (" +
+         plan.overall.why + ")\n";
+  return out;
+}
+
+}  // namespace rdmx::cli::plan

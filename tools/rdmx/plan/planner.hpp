@@ -1,0 +1,76 @@
+// SPDX-License-Identifier: MIT
+// rdmx plan's answer: a workload's step on each fabric and node count, its
+// throughput, scaling efficiency and cost, and the cheapest fabric that
+// meets a target efficiency.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "plan/cost_model.hpp"
+#include "plan/fabric.hpp"
+#include "plan/workload.hpp"
+
+namespace rdmx::cli::plan {
+
+// Hourly prices: a node, and each fabric's share per node on top.
+struct Prices {
+  std::string currency = "USD";
+  double node_per_hour = 0;
+  std::map<std::string, double> fabric_per_node_per_hour;
+  std::string source;
+};
+Prices load_prices(const std::string& path);
+
+struct CollectiveRow {
+  std::string op;
+  double bytes = 0;
+  std::string algo;
+  double seconds = 0;
+};
+
+struct PlanRow {
+  std::string fabric;
+  Cluster cluster;
+  StepTiming timing;
+  double samples_per_s = 0;
+  double efficiency = 0;  // against one GPU with no communication
+  std::optional<double> cost_per_hour;
+  std::optional<double> cost_per_million_samples;
+  std::vector<CollectiveRow> collectives;  // the step's distinct collectives, as costed
+};
+
+struct PlanRequest {
+  Workload workload;
+  std::vector<std::string> fabrics;
+  std::vector<int> nodes;
+  int gpus_per_node = 8;
+  Library library = Library::Rdmx;
+  double target_efficiency = 0.9;
+  std::optional<Prices> prices;
+};
+
+struct Recommendation {
+  int nodes = 0;
+  std::string fabric;  // empty: none meets the target
+  std::string why;
+};
+
+struct Plan {
+  PlanRequest request;
+  std::vector<Fabric> fabrics;  // those asked for, in order
+  std::vector<PlanRow> rows;    // fabric-major, node counts in order
+  std::vector<Recommendation> per_node_count;
+  Recommendation overall;  // nodes = 0: every node count asked
+};
+
+Plan make_plan(const PlanRequest& request, const std::vector<Fabric>& known);
+
+nlohmann::json plan_to_json(const Plan& plan);
+std::string plan_text(const Plan& plan);
+
+}  // namespace rdmx::cli::plan

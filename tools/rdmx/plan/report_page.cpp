@@ -1,0 +1,110 @@
+// SPDX-License-Identifier: MIT
+#include "plan/report_page.hpp"
+
+#include <map>
+#include <vector>
+
+#include "report_html.hpp"
+#include "svg_plot.hpp"
+
+namespace rdmx::cli::plan {
+namespace {
+
+using nlohmann::json;
+
+std::string text(const json& j, const char* key) {
+  return j.contains(key) && j[key].is_string() ? html_escape(j[key].get<std::string>()) : std::string();
+}
+
+double num(const json& j, const char* key) { return j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0; }
+
+std::string cell(double v, int digits = 3) { return "<td class=\"num\">" + format_number(v, digits) + "</td>"; }
+
+std::string plot(const json& plan, const char* key, const std::string& title, const std::string& y_title,
+                 const std::string& unit, double scale, bool y_log) {
+  std::map<std::string, PlotSeries> series;
+  std::vector<std::string> order;
+  for (const auto& row : plan["rows"]) {
+    const std::string fabric = row.value("fabric", "");
+    if (!series.count(fabric)) {
+      order.push_back(fabric);
+      series[fabric].label = fabric;
+    }
+    series[fabric].points.push_back({num(row, "nodes"), num(row, key) * scale});
+  }
+  std::vector<PlotSeries> list;
+  for (const auto& name : order) list.push_back(series[name]);
+  PlotSpec spec;
+  spec.title = title;
+  spec.x_title = "nodes";
+  spec.x_bytes = false;
+  spec.y_title = y_title;
+  spec.y_unit = unit;
+  spec.y_log = y_log;
+  spec.width = 1000;
+  spec.height = 380;
+  const std::string svg = render_svg_plot(spec, list);
+  return svg.empty() ? "<p class=\"note\">Nothing to plot.</p>" : "<div class=\"plot\">" + svg + "</div>";
+}
+
+}  // namespace
+
+std::string render_plan_html(const json& plan) {
+  const json& model = plan.contains("model") ? plan["model"] : json::object();
+  const bool priced = plan.contains("prices");
+  std::string out =
+      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+      "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>rdmx plan: " +
+      text(model, "name") + "</title>\n<style>" + report_style() + "</style>\n</head>\n<body>\n";
+  out += "<h1>rdmx plan: " + text(model, "name") + "</h1>\n";
+  out += "<p class=\"meta\">" + text(model, "origin") + ": " + text(model, "source") + "</p>\n";
+  out += "<p class=\"meta\">" + format_number(num(plan, "gpus_per_node")) + " GPUs per node; collectives as " +
+         text(plan, "library") + " runs them; target scaling efficiency " +
+         format_number(num(plan, "target_efficiency") * 100) + "%</p>\n";
+  if (plan.contains("recommendation")) {
+    const auto& r = plan["recommendation"];
+    out += "<p class=\"note\"><b>Recommended: " +
+           (r["fabric"].is_string() ? html_escape(r["fabric"].get<std::string>()) : std::string("none")) + "</b>. " +
+           text(r, "why") + ".</p>\n";
+  }
+  out += "<h2>Throughput and efficiency</h2>\n";
+  out += "<div class=\"pair\">" + plot(plan, "samples_per_s", "Throughput", "samples/s", "samples/s", 1, true) +
+         plot(plan, "efficiency", "Scaling efficiency against one GPU", "efficiency, %", "%", 100, false) + "</div>\n";
+  out += "<h2>Per fabric</h2>\n";
+  for (const auto& [name, f] : plan["fabrics"].items()) {
+    out += "<h3>" + html_escape(name) + "</h3>\n<p class=\"dim\">" + text(f, "description") + "; latency " +
+           format_number(num(f, "latency_us")) + " us, " + format_number(num(f, "nics_per_node")) + " x " +
+           format_number(num(f, "nic_gbit")) + " Gbit/s at " + format_number(num(f, "efficiency") * 100) + "%" +
+           (f.value("gpudirect", false) ? ", GPUDirect" : ", staged through host memory") + "</p>\n";
+    out +=
+        "<table><tr><th>nodes</th><th>step, ms</th><th>compute, ms</th><th>exposed comm., ms</th>"
+        "<th>samples/s</th><th>efficiency</th>";
+    if (priced) out += "<th>cost/hour</th><th>cost/1M samples</th>";
+    out += "<th>collectives (algorithm, ms)</th></tr>\n";
+    for (const auto& row : plan["rows"]) {
+      if (row.value("fabric", "") != name) continue;
+      std::string colls;
+      for (const auto& c : row["collectives"]) {
+        colls += (colls.empty() ? "" : "; ") + text(c, "op") + " " + html_escape(format_bytes(num(c, "bytes"))) + ": " +
+                 text(c, "algo") + " " + format_number(num(c, "ms"));
+      }
+      out += "<tr>" + cell(num(row, "nodes")) + cell(num(row, "step_ms")) + cell(num(row, "compute_ms")) +
+             cell(num(row, "exposed_comm_ms")) + cell(num(row, "samples_per_s"), 4) +
+             cell(num(row, "efficiency") * 100) + (priced ? cell(num(row, "cost_per_hour")) : "") +
+             (priced ? cell(num(row, "cost_per_million_samples")) : "") + "<td class=\"dim\">" + colls + "</td></tr>\n";
+    }
+    out += "</table>\n";
+    if (f.contains("sources")) {
+      out += "<details><summary>sources of " + html_escape(name) + "'s values</summary><ul>";
+      for (const auto& [field, source] : f["sources"].items()) {
+        out += "<li><b>" + html_escape(field) +
+               "</b>: " + (source.is_string() ? html_escape(source.get<std::string>()) : std::string()) + "</li>";
+      }
+      out += "</ul></details>\n";
+    }
+  }
+  out += "<footer>Written by rdmx plan. The model and its validation: docs/ADVISOR.md.</footer>\n</body>\n</html>\n";
+  return out;
+}
+
+}  // namespace rdmx::cli::plan

@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: MIT
+// A training step as rdmx plan replays it: the caller's compute, the
+// collectives it issues and when it waits for them. A step comes from a
+// description (parameters, DDP's gradient buckets, compute per step) or from
+// a profile captured with RDMX_PROFILE; replaying it with a fabric's
+// collective times gives the step time on that fabric.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "plan/cost_model.hpp"
+
+namespace rdmx::cli::plan {
+
+// One action of the caller's timeline, in order.
+struct StepAction {
+  enum Kind { Compute, Issue, Wait } kind = Compute;
+  double seconds = 0;   // Compute: how long
+  int collective = -1;  // Issue, Wait: index into StepTrace::collectives
+};
+
+struct StepCollective {
+  Collective op = Collective::AllReduce;
+  double bytes = 0;  // as nccl-tests counts them (cost_model.hpp)
+  std::string type = "float32";
+  double measured_seconds = -1;  // captured: issue to completion, as measured; -1 described
+  bool modelled = true;          // false: an operation the model does not cost (its measured time stands)
+  std::string name;              // the operation as captured ("all_reduce", "barrier")
+};
+
+struct StepTrace {
+  std::vector<StepCollective> collectives;
+  std::vector<StepAction> actions;
+  double measured_seconds = -1;  // captured: the step's measured length
+  int captured_ranks = 0;        // captured: the ranks it ran on
+};
+
+// What a step costs when collectives take `collective_seconds` each, issued
+// in order on one queue (a communicator runs one at a time).
+struct StepTiming {
+  double step_seconds = 0;
+  double compute_seconds = 0;  // the same step with free communication
+  double comm_seconds = 0;     // all collectives' time together
+  double exposed_seconds = 0;  // step - compute: what overlap did not hide
+};
+StepTiming replay(const StepTrace& step, const std::function<double(const StepCollective&)>& collective_seconds);
+
+// A described job (issue 20's form b).
+struct Description {
+  double parameters = 0;
+  double gradient_bytes = 4;               // per parameter: 4 fp32, 2 fp16/bf16
+  double bucket_bytes = 25.0 * (1 << 20);  // DDP's bucket_cap_mb
+  double first_bucket_bytes = 1 << 20;     // DDP's first bucket
+  double compute_seconds = 0;              // per step per GPU, forward + backward + optimizer
+  double forward_share = 1.0 / 3;          // of compute: backward costs about twice forward
+  double optimizer_seconds = 0;            // after the last wait, inside compute_seconds
+  double samples_per_step = 1;             // per GPU (batch size)
+};
+
+// DDP's bucketed backward: buckets fill in reverse layer order as gradients
+// appear (taken as even over the backward), each all_reduced when full, and
+// every bucket waited for before the optimizer.
+StepTrace describe_step(const Description& d);
+
+struct Workload {
+  std::string name;    // "resnet-50", or the profile's file
+  std::string origin;  // "preset", "described", "captured"
+  std::string source;  // where its numbers come from
+  double parameters = 0;
+  double samples_per_step = 1;  // per GPU
+  StepTrace step;
+};
+
+// Presets (tools/plan/models.json, compiled in): name -> description.
+const std::string& builtin_models_text();
+Description preset_description(const std::string& name, std::string* source);
+std::vector<std::string> preset_names();
+
+// A profile written under RDMX_PROFILE (docs/ADVISOR.md, "Profiles"): the
+// median step after the first (a warm-up), or the only one.
+Workload load_captured_profile(const std::string& path);
+
+}  // namespace rdmx::cli::plan
