@@ -29,7 +29,10 @@ cmake -S "$src/tests/install" -B "$work/cmake-build" -G Ninja -DCMAKE_PREFIX_PAT
       -DRDMX_EXAMPLE_SOURCE="$src/examples/write_read.cpp" >"$work/configure.log" || { cat "$work/configure.log"; exit 1; }
 cmake --build "$work/cmake-build" >"$work/build.log" || { cat "$work/build.log"; exit 1; }
 # The installed library, not the build tree's: the binary's runpath names the prefix.
-if ldd "$work/cmake-build/write_read" | grep -q "$build"; then
+# ldd's whole output first: under pipefail, grep -q exiting at the first
+# match can end ldd by SIGPIPE and fail the pipeline although it matched.
+libs=$(ldd "$work/cmake-build/write_read")
+if grep -q "$build" <<<"$libs"; then
   echo "install test: the outside build links the build tree's library" >&2; exit 1
 fi
 "$prefix/bin/rdmx" run -n 2 --time-limit 60 -- "$work/cmake-build/write_read" 1048576
@@ -38,7 +41,8 @@ step "outside build with pkg-config"
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 # shellcheck disable=SC2046
 g++ -O2 -o "$work/write_read_pc" "$src/examples/write_read.cpp" $(pkg-config --cflags --libs rdmx)
-ldd "$work/write_read_pc" | grep -q "$prefix/lib/librdmx.so" || { echo "install test: pkg-config build does not use $prefix" >&2; exit 1; }
+libs=$(ldd "$work/write_read_pc")
+grep -q "$prefix/lib/librdmx.so" <<<"$libs" || { echo "install test: pkg-config build does not use $prefix" >&2; exit 1; }
 "$prefix/bin/rdmx" run -n 2 --time-limit 60 -- "$work/write_read_pc" 1048576
 
 site=$(find "$prefix" -path '*-packages/rdmx/__init__.py' -printf '%h\n' | head -1)
