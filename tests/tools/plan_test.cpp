@@ -88,6 +88,12 @@ TEST(PlanCommand, BadArgumentsAreRefusedWithWhatIsWrong) {
   EXPECT_NE(r.err.find("--compute-ms"), std::string::npos) << r.err;
 }
 
+TEST(PlanCommand, CalibrateRefusesSizesItCannotFitBeforeAnyRankStarts) {
+  const auto r = run_cli({"plan", "calibrate", "--np", "2", "--large", "32M,4M"}, {{"RDMX_TIMEOUT", "30"}});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--large needs two sizes, the second larger"), std::string::npos) << r.err;
+}
+
 TEST(PlanCommand, CalibrateNeedsTwoHostsAndSaysSo) {
   const auto r =
       run_cli({"plan", "calibrate", "--np", "2", "--out", temp_dir("calibrate") + "/f.json"}, {{"RDMX_TIMEOUT", "30"}});

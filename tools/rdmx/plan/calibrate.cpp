@@ -117,10 +117,28 @@ Fit fit_group(Communicator& rd, Communicator& ring, std::size_t small, std::size
   return f;
 }
 
-void calibrate(const CalibrateOptions& o) {
-  const std::size_t small = parse_size(o.small, "--small");
-  const auto large = parse_size_list(o.large, "--large");
-  if (large.size() != 2 || large[1] <= large[0]) throw UsageError{"--large needs two sizes, the second larger"};
+// --small and --large as sizes; bad ones end the command before any rank
+// starts, as a usage error.
+struct Sizes {
+  std::size_t small = 0;
+  std::vector<std::size_t> large;
+};
+
+Sizes parse_sizes(const CalibrateOptions& o) {
+  try {
+    Sizes s{parse_size(o.small, "--small"), parse_size_list(o.large, "--large")};
+    if (s.large.size() != 2 || s.large[1] <= s.large[0]) {
+      throw UsageError{"--large needs two sizes, the second larger"};
+    }
+    return s;
+  } catch (const UsageError& e) {
+    throw CLI::ValidationError("plan calibrate", e.message);
+  }
+}
+
+void calibrate(const CalibrateOptions& o, const Sizes& sizes) {
+  const std::size_t small = sizes.small;
+  const auto& large = sizes.large;
 
   // One store, two communicators: one forced to recursive doubling (the
   // step latency), one to the ring (the bandwidth).
@@ -235,14 +253,9 @@ void register_plan_calibrate(CLI::App& plan) {
       ->capture_default_str();
   cal->add_option("--np", o->np, "local ranks to start when no launcher started this")->check(CLI::Range(2, 4096));
   cal->callback([o] {
-    try {
-      parse_size(o->small, "--small");
-      if (parse_size_list(o->large, "--large").size() != 2) throw UsageError{"--large needs two sizes"};
-    } catch (const UsageError& e) {
-      throw CLI::ValidationError("plan calibrate", e.message);
-    }
+    const Sizes sizes = parse_sizes(*o);
     if (run_self_as_local_ranks(o->np > 0 ? o->np : 2, "rdmx plan calibrate")) return;
-    calibrate(*o);
+    calibrate(*o, sizes);
   });
 }
 
