@@ -38,7 +38,9 @@ struct CalibrateOptions {
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // Seconds per call of `op`, the same on every rank (rank 0's figure): every
-// rank runs as many calls, sized from rank 0's first timing.
+// rank runs as many calls, sized from rank 0's first timing, in five
+// batches. The median batch stands: a rank descheduled for a few ms (ranks
+// outnumbering cores) inflates one batch's mean, not the figure.
 template <typename Op>
 double time_calls(Communicator& comm, double budget_s, Op op) {
   op();
@@ -48,11 +50,17 @@ double time_calls(Communicator& comm, double budget_s, Op op) {
   op();
   double one = now_s() - t0;
   comm.broadcast(&one, 1, DataType::Float64, 0);
-  const int iters = static_cast<int>(std::clamp(budget_s / std::max(one, 1e-7), 3.0, 2000.0));
-  comm.barrier();
-  t0 = now_s();
-  for (int i = 0; i < iters; ++i) op();
-  double per = (now_s() - t0) / iters;
+  constexpr int kBatches = 5;
+  const int per_batch = static_cast<int>(std::clamp(budget_s / kBatches / std::max(one, 1e-7), 1.0, 2000.0 / kBatches));
+  std::vector<double> batches;
+  for (int b = 0; b < kBatches; ++b) {
+    comm.barrier();
+    t0 = now_s();
+    for (int i = 0; i < per_batch; ++i) op();
+    batches.push_back((now_s() - t0) / per_batch);
+  }
+  std::nth_element(batches.begin(), batches.begin() + kBatches / 2, batches.end());
+  double per = batches[kBatches / 2];
   comm.broadcast(&per, 1, DataType::Float64, 0);
   return per;
 }
