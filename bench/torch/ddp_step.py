@@ -27,6 +27,9 @@ both alike), each after a barrier:
   nothing;
 - exposed communication = step - compute: what communication adds to a step
   (the part of it not hidden behind the backward pass).
+With --profile-steps K (rdmx backend, RDMX_PROFILE=path), K more synchronised
+steps follow the timing back to back, each marked with
+rdmx.torch.profile_step(): the profile rdmx plan replays (docs/ADVISOR.md).
 Times are per step: each rank's mean, then the slowest rank's. The run ends by comparing a checksum
 of the parameters over the ranks: DDP keeps them identical, so a difference
 means the backend summed gradients wrongly (exit 4).
@@ -60,9 +63,14 @@ def main():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--bucket-view", action="store_true", help="gradient_as_bucket_view=True")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--profile-steps", type=int, default=0,
+                        help="with --backend rdmx and RDMX_PROFILE set: after the timing, run this many "
+                             "synchronised steps back to back, each marked for the profile (rdmx plan)")
     args = parser.parse_args()
-    if args.steps < 1 or args.warmup < 0 or args.batch < 0:
-        parser.error("--steps must be at least 1, --warmup and --batch not negative")
+    if args.steps < 1 or args.warmup < 0 or args.batch < 0 or args.profile_steps < 0:
+        parser.error("--steps must be at least 1, --warmup, --batch and --profile-steps not negative")
+    if args.profile_steps and args.backend != "rdmx":
+        parser.error("--profile-steps records through the rdmx backend's RDMX_PROFILE: use --backend rdmx")
 
     import torch
     import torch.distributed as dist
@@ -78,10 +86,14 @@ def main():
     torch.manual_seed(0)  # the same initial weights everywhere (DDP broadcasts rank 0's anyway)
     model, input_shape, classes = build_model(args.model, torch)
     params = sum(p.numel() for p in model.parameters())
+    batch = args.batch or (8 if args.model == "resnet18" else 16)
+    if args.profile_steps:
+        import rdmx.torch as rdmx_torch
+        # Before DDP's first broadcast: the profile's header is written with the first step.
+        rdmx_torch.profile_describe(batch, params)
     ddp = DistributedDataParallel(model, gradient_as_bucket_view=args.bucket_view)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
     loss_fn = torch.nn.CrossEntropyLoss()
-    batch = args.batch or (8 if args.model == "resnet18" else 16)
     generator = torch.Generator().manual_seed(1 + rank)
     inputs = torch.randn((batch,) + input_shape, generator=generator)
     targets = torch.randint(0, classes, (batch,), generator=generator)
@@ -112,6 +124,16 @@ def main():
     totals /= args.steps
     dist.all_reduce(totals, op=dist.ReduceOp.MAX)
     compute, full = float(totals[0]), float(totals[1])
+
+    if args.profile_steps:
+        # The profile keeps the marked steps: the first mark closes
+        # everything above (barriers, no_sync steps), then one mark per step.
+        import rdmx.torch as rdmx_torch
+        dist.barrier()
+        rdmx_torch.profile_step()
+        for _ in range(args.profile_steps):
+            step()
+            rdmx_torch.profile_step()
 
     # no_sync steps let the ranks' weights drift apart; the synchronised
     # steps after them do not bring them back, so compare a fresh synchronised run.

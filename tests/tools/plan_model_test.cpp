@@ -156,6 +156,14 @@ TEST(PlanWorkload, ACapturedProfileReplaysItsMedianStepWithItsOwnGaps) {
   // A collective free of cost leaves only the barrier's 0.5 ms.
   const StepTiming fast = replay(w.step, [](const StepCollective& c) { return c.modelled ? 0.0 : c.measured_seconds; });
   EXPECT_NEAR(fast.step_seconds, 0.008, 1e-9);
+  // --compute-ms 15: every gap doubled, the collectives as they were. The
+  // all_reduce (issued at 4 ms, 6 ms long) is done by the wait at 12 ms;
+  // 2 ms, the 0.5 ms barrier and 1 ms follow.
+  StepTrace scaled = w.step;
+  scale_compute(scaled, 0.015);
+  const StepTiming slower = replay(scaled, [](const StepCollective& c) { return c.measured_seconds; });
+  EXPECT_NEAR(slower.compute_seconds, 0.015, 1e-9);
+  EXPECT_NEAR(slower.step_seconds, 0.0155, 1e-9);
 }
 
 TEST(PlanWorkload, AProfileWithoutWaitsCountsThemWhereTheLastCollectiveIsIssued) {
@@ -172,6 +180,33 @@ TEST(PlanWorkload, AProfileWithoutWaitsCountsThemWhereTheLastCollectiveIsIssued)
   // The caller computes until 5 ms, waits for both (until 8 ms), then computes 4 ms more.
   EXPECT_NEAR(t.compute_seconds, 0.009, 1e-9);
   EXPECT_NEAR(t.step_seconds, 0.012, 1e-9);
+}
+
+TEST(PlanWorkload, OnceStepsAreMarkedOnlyMarkedStepsCount) {
+  // bench/torch/ddp_step.py --profile-steps: found steps of barriers and
+  // unsynchronised work (5 ms, many of them), then a mark closing all that
+  // (100 ms), then marked 20 ms steps. Without the rule the median would be
+  // a 5 ms scaffolding step.
+  std::string text = R"({"rdmx_profile":1,"rank":0,"ranks":2})"
+                     "\n";
+  const std::string barrier =
+      R"("collectives":[{"op":"barrier","bytes":0,"ranks":2,"issue_us":0,"wait_us":0,"done_us":100}]})";
+  for (int s = 0; s < 6; ++s) {
+    text += R"({"step":)" + std::to_string(s) + R"(,"duration_us":5000,"marked":false,)" + barrier + "\n";
+  }
+  text += R"({"step":6,"duration_us":100000,"marked":true,)" + barrier + "\n";
+  for (int s = 7; s < 10; ++s) {
+    text += R"({"step":)" + std::to_string(s) +
+            R"(,"duration_us":20000,"marked":true,"collectives":[{"op":"all_reduce","bytes":1048576,"ranks":2,)"
+            R"("issue_us":15000,"done_us":18000}]})"
+            "\n";
+  }
+  text += R"({"step":10,"duration_us":3000,"marked":true,"partial":true,)" + barrier + "\n";
+  const Workload w = load_captured_profile(write_temp("plan_profile_marked.jsonl", text));
+  ASSERT_EQ(w.step.collectives.size(), 1u);
+  EXPECT_EQ(w.step.collectives[0].name, "all_reduce");
+  EXPECT_NEAR(w.step.measured_seconds, 0.020, 1e-9);
+  EXPECT_NE(w.source.find("median of 3 step(s) of 4"), std::string::npos) << w.source;
 }
 
 TEST(PlanWorkload, ABrokenProfileIsRefusedWithItsFileAndLine) {

@@ -7,10 +7,12 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "json_schema.hpp"
 #include "run_cli.hpp"
 
 namespace rdmx::test {
@@ -45,10 +47,73 @@ TEST(PlanCommand, APresetGivesATablePerFabricJsonAndAPage) {
     EXPECT_GT(row["step_ms"].get<double>(), row["compute_ms"].get<double>() * 0.999);
     EXPECT_GT(row["efficiency"].get<double>(), 0.5);
   }
+  for (const auto& problem : validate_json(plan, load_schema("plan.schema.json"))) ADD_FAILURE() << problem;
   std::ifstream page(dir + "/plan.html");
   std::stringstream html;
   html << page.rdbuf();
   EXPECT_NE(html.str().find("<svg"), std::string::npos);
+}
+
+// docs/ADVISOR.md, "Published cases": Horovod's 512-GPU benchmark on 25
+// Gbit/s RoCE, from tools/plan/cases/horovod-2018.json. The model's
+// efficiencies stay within the gaps recorded there, and it tells the
+// communication-bound model (VGG-16, whose published RDMA gain over TCP was
+// about 30%) from the others (3-4%).
+TEST(PlanCommand, HorovodsPublishedScalingIsPredictedWithinTheRecordedGaps) {
+  const std::string dir = temp_dir("horovod");
+  const std::string cases = std::string(RDMX_SOURCE_DIR) + "/tools/plan/cases/horovod-2018.json";
+  struct Published {
+    const char* model;
+    double at32, at128;  // efficiency
+  };
+  const Published published[] = {{"inception-v3", 0.90, 0.90}, {"resnet-101", 0.90, 0.90}, {"vgg-16", 0.79, 0.68}};
+  for (const auto& p : published) {
+    const std::string out = dir + "/" + p.model + ".json";
+    const auto r = run_cli({"plan", "--models-file", cases, "--fabric-file", cases, "--model", p.model, "--nodes",
+                            "32,128", "--gpus-per-node", "4", "--fabrics", "roce-25-pascal,tcp-25-pascal", "--library",
+                            "nccl-ring", "--json", out});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const json plan = read_json(out);
+    EXPECT_NE(plan["model"]["source"].get<std::string>().find("tensor fusion"), std::string::npos) << plan["model"];
+    std::map<std::string, double> eff, rate;
+    for (const auto& row : plan["rows"]) {
+      const std::string key = row["fabric"].get<std::string>() + "@" + std::to_string(row["nodes"].get<int>());
+      eff[key] = row["efficiency"].get<double>();
+      rate[key] = row["samples_per_s"].get<double>();
+    }
+    EXPECT_NEAR(eff["roce-25-pascal@32"], p.at32, 0.08) << p.model;
+    EXPECT_NEAR(eff["roce-25-pascal@128"], p.at128, 0.05) << p.model;
+    const double rdma_gain = rate["roce-25-pascal@128"] / rate["tcp-25-pascal@128"];
+    if (std::string(p.model) == "vgg-16") {
+      EXPECT_GT(rdma_gain, 1.2) << "VGG-16 gained about 30% from RDMA in Horovod's runs";
+    } else {
+      EXPECT_LT(rdma_gain, 1.1) << p.model << " gained 3-4% from RDMA in Horovod's runs";
+    }
+  }
+  // The file's bucket size (Horovod's 64 MiB fusion buffer) against DDP's 25.
+  const auto buckets = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"plan",
+                                     "--models-file",
+                                     cases,
+                                     "--fabric-file",
+                                     cases,
+                                     "--model",
+                                     "vgg-16",
+                                     "--nodes",
+                                     "2",
+                                     "--gpus-per-node",
+                                     "4",
+                                     "--fabrics",
+                                     "roce-25-pascal",
+                                     "--json",
+                                     dir + "/b.json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return read_json(dir + "/b.json")["model"]["collectives_per_step"].get<int>();
+  };
+  EXPECT_EQ(buckets({}), 9);  // 553 MB in 64 MiB buckets
+  EXPECT_EQ(buckets({"--bucket-mib", "25", "--first-bucket-mib", "1"}), 23);
 }
 
 TEST(PlanCommand, AnEditedFabricFileChangesTheAnswer) {
@@ -83,6 +148,10 @@ TEST(PlanCommand, BadArgumentsAreRefusedWithWhatIsWrong) {
   r = run_cli({"plan", "--model", "alexnet-9000"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("no model preset named 'alexnet-9000'"), std::string::npos) << r.err;
+  r = run_cli(
+      {"plan", "--model", "resnet-50", "--models-file", std::string(RDMX_SOURCE_DIR) + "/tools/plan/fabrics.json"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("must be an object of presets"), std::string::npos) << r.err;
   r = run_cli({"plan", "--model", "custom", "--parameters", "1e6"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--compute-ms"), std::string::npos) << r.err;

@@ -40,6 +40,9 @@ struct PlanOptions {
   double batch = -1;
   double parameters = -1;
   double gradient_bytes = -1;
+  double bucket_mib = -1;
+  double first_bucket_mib = -1;
+  std::string models_file;
 };
 
 std::vector<std::string> split_list(const std::string& text) {
@@ -75,8 +78,12 @@ Workload workload_of(const PlanOptions& o) {
   if (is_file) {
     w = load_captured_profile(o.model);
     if (o.batch > 0) w.samples_per_step = o.batch;
-    if (o.compute_ms >= 0 || o.parameters > 0) {
-      throw UsageError{"--compute-ms and --parameters describe a job; a captured profile has its own"};
+    if (o.parameters > 0 || o.bucket_mib > 0 || o.first_bucket_mib > 0) {
+      throw UsageError{"--parameters and the bucket sizes describe a job; a captured profile has its own"};
+    }
+    if (o.compute_ms >= 0) {
+      scale_compute(w.step, o.compute_ms / 1e3);
+      w.source += "; compute scaled to " + format_number(o.compute_ms) + " ms per step";
     }
     return w;
   }
@@ -89,7 +96,7 @@ Workload workload_of(const PlanOptions& o) {
     w.origin = "described";
     w.source = "from the command line";
   } else {
-    d = preset_description(o.model, &w.source);
+    d = preset_description(o.model, &w.source, o.models_file);
     w.name = o.model;
     w.origin = "preset";
   }
@@ -100,6 +107,8 @@ Workload workload_of(const PlanOptions& o) {
   }
   if (o.batch > 0) d.samples_per_step = o.batch;
   if (o.gradient_bytes > 0) d.gradient_bytes = o.gradient_bytes;
+  if (o.bucket_mib > 0) d.bucket_bytes = o.bucket_mib * (1 << 20);
+  if (o.first_bucket_mib > 0) d.first_bucket_bytes = o.first_bucket_mib * (1 << 20);
   w.parameters = d.parameters;
   w.samples_per_step = d.samples_per_step;
   w.step = describe_step(d);
@@ -159,10 +168,10 @@ void list_fabrics(const std::string& fabric_file, bool as_json) {
       "every value's source)\n");
 }
 
-void list_models() {
-  for (const auto& name : preset_names()) {
+void list_models(const std::string& models_file) {
+  for (const auto& name : preset_names(models_file)) {
     std::string source;
-    const Description d = preset_description(name, &source);
+    const Description d = preset_description(name, &source, models_file);
     std::printf("%-14s %8.1fM parameters, %7.1f ms compute per step, batch %g per GPU\n    %s\n", name.c_str(),
                 d.parameters / 1e6, d.compute_seconds * 1e3, d.samples_per_step, source.c_str());
   }
@@ -254,17 +263,27 @@ void register_plan(CLI::App& root) {
   plan->add_option("--target-efficiency", o->target, "scaling efficiency the recommended fabric must keep")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
-  plan->add_option("--library", o->library, "whose algorithm choice to model: rdmx or nccl")
-      ->check(CLI::IsMember({"rdmx", "nccl"}))
+  plan->add_option("--library", o->library,
+                   "whose algorithm choice to model: rdmx, nccl, or nccl-ring (NCCL before 2.4: rings only)")
+      ->check(CLI::IsMember({"rdmx", "nccl", "nccl-ring"}))
       ->capture_default_str();
   plan->add_option("--json", o->json_out, "write the plan as JSON to this file");
   plan->add_option("--html", o->html_out, "write the report page (self-contained HTML) to this file");
-  plan->add_option("--compute-ms", o->compute_ms, "compute per step per GPU, ms (your measurement)")
+  plan->add_option("--compute-ms", o->compute_ms,
+                   "compute per step per GPU, ms (your measurement); with a captured profile, its compute gaps "
+                   "scaled to this total (a faster GPU, or the job measured elsewhere)")
       ->check(CLI::Range(0.0, 1e7));
   plan->add_option("--batch", o->batch, "samples per step per GPU")->check(CLI::Range(1e-9, 1e9));
   plan->add_option("--parameters", o->parameters, "parameter count")->check(CLI::Range(1.0, 1e13));
   plan->add_option("--gradient-bytes", o->gradient_bytes, "bytes per gradient element: 4 (fp32) or 2 (fp16, bf16)")
       ->check(CLI::Range(1.0, 8.0));
+  plan->add_option("--bucket-mib", o->bucket_mib,
+                   "gradient bucket size, MiB (DDP's bucket_cap_mb, default 25; Horovod's fusion buffer, 64)")
+      ->check(CLI::Range(1.0 / 1024, 1048576.0));
+  plan->add_option("--first-bucket-mib", o->first_bucket_mib, "the first bucket's size, MiB (DDP: 1)")
+      ->check(CLI::Range(1.0 / 1024, 1048576.0));
+  plan->add_option("--models-file", o->models_file,
+                   "presets from this file (tools/plan/models.json's form) instead of the built-in ones");
 
   auto fabrics_json = std::make_shared<bool>(false);
   auto fabrics_file = std::make_shared<std::string>();
@@ -273,8 +292,10 @@ void register_plan(CLI::App& root) {
   fabrics->add_option("--fabric-file", *fabrics_file, "list this file's profiles instead of the built-in ones");
   fabrics->callback([fabrics_json, fabrics_file] { list_fabrics(*fabrics_file, *fabrics_json); });
 
+  auto models_file = std::make_shared<std::string>();
   CLI::App* models = plan->add_subcommand("models", "the model presets and the sources of their numbers");
-  models->callback([] { list_models(); });
+  models->add_option("--models-file", *models_file, "list this file's presets instead of the built-in ones");
+  models->callback([models_file] { list_models(*models_file); });
 
   auto c = std::make_shared<CollectiveOptions>();
   CLI::App* coll = plan->add_subcommand("collective", "the model's time for one collective, nccl-tests columns");
@@ -286,7 +307,8 @@ void register_plan(CLI::App& root) {
       ->capture_default_str();
   coll->add_option("--fabric", c->fabric, "fabric name (default: the file's first)");
   coll->add_option("--fabric-file", c->fabric_file, "fabric profiles instead of the built-in ones");
-  coll->add_option("--library", c->library, "rdmx or nccl")->check(CLI::IsMember({"rdmx", "nccl"}));
+  coll->add_option("--library", c->library, "rdmx, nccl or nccl-ring")
+      ->check(CLI::IsMember({"rdmx", "nccl", "nccl-ring"}));
   coll->add_flag("--json", c->json, "one JSON object per size");
   coll->callback(with_usage("plan collective", [c] { run_collective(*c); }));
 

@@ -119,13 +119,21 @@ double rooted(const Costs& k, double n, bool reduces, std::string* algo) {
 
 }  // namespace
 
-const char* to_string(Library library) { return library == Library::Rdmx ? "rdmx" : "nccl"; }
+const char* to_string(Library library) {
+  switch (library) {
+    case Library::Rdmx: return "rdmx";
+    case Library::Nccl: return "nccl";
+    case Library::NcclRing: return "nccl-ring";
+  }
+  return "?";
+}
 
 Library parse_library(const std::string& name) {
   if (name == "rdmx") return Library::Rdmx;
   if (name == "nccl") return Library::Nccl;
+  if (name == "nccl-ring") return Library::NcclRing;
   throw Error(ErrorCode::InvalidArgument, "unknown library '" + name + "'",
-              {.op = "rdmx plan", .hint = "use rdmx or nccl"});
+              {.op = "rdmx plan", .hint = "use rdmx, nccl or nccl-ring"});
 }
 
 const char* to_string(Collective op) {
@@ -204,6 +212,7 @@ Estimate estimate(const Fabric& fabric, const Cluster& cluster, Collective op, d
     return all.front();
   };
   if (op == Collective::AllReduce && all.size() > 1) {
+    if (library == Library::NcclRing) return named("ring");
     if (library == Library::Nccl) {
       const Estimate ring = named("ring"), tree = named("tree");
       return ring.seconds <= tree.seconds ? ring : tree;

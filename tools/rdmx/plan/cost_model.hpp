@@ -13,7 +13,10 @@
 
 namespace rdmx::cli::plan {
 
-enum class Library { Rdmx, Nccl };
+// Whose algorithm choice to model: rdmx's table, NCCL's (ring or tree,
+// whichever is faster), or NCCL before 2.4 (ring only, as published
+// results of 2017-2018 ran).
+enum class Library { Rdmx, Nccl, NcclRing };
 const char* to_string(Library library);
 Library parse_library(const std::string& name);
 

@@ -40,6 +40,17 @@ StepTiming replay(const StepTrace& step, const std::function<double(const StepCo
   return out;
 }
 
+void scale_compute(StepTrace& step, double total_seconds) {
+  double sum = 0;
+  for (const StepAction& a : step.actions) {
+    if (a.kind == StepAction::Compute) sum += a.seconds;
+  }
+  if (sum <= 0) return;
+  for (StepAction& a : step.actions) {
+    if (a.kind == StepAction::Compute) a.seconds *= total_seconds / sum;
+  }
+}
+
 StepTrace describe_step(const Description& d) {
   StepTrace s;
   const double total = d.parameters * d.gradient_bytes;
@@ -72,36 +83,48 @@ const std::string& builtin_models_text() {
 
 namespace {
 
-const nlohmann::json& models_doc() {
-  static const nlohmann::json doc = nlohmann::json::parse(builtin_models_text());
+// The built-in presets, or a file of the same form (--models-file).
+nlohmann::json models_doc(const std::string& path) {
+  static const nlohmann::json builtin = nlohmann::json::parse(builtin_models_text());
+  nlohmann::json doc = path.empty() ? builtin : read_json_file(path, "model file");
+  if (!doc.is_object() || !doc.contains("models") || !doc["models"].is_object()) {
+    bad_field({path.empty() ? "built-in models" : path, "the file"}, "models",
+              "must be an object of presets (as rdmx's tools/plan/models.json)");
+  }
   return doc;
 }
 
 }  // namespace
 
-std::vector<std::string> preset_names() {
+std::vector<std::string> preset_names(const std::string& models_file) {
   std::vector<std::string> out;
-  for (const auto& [name, m] : models_doc()["models"].items()) out.push_back(name);
+  for (const auto& [name, m] : models_doc(models_file)["models"].items()) out.push_back(name);
   return out;
 }
 
-Description preset_description(const std::string& name, std::string* source) {
-  const auto& models = models_doc()["models"];
+Description preset_description(const std::string& name, std::string* source, const std::string& models_file) {
+  const auto doc = models_doc(models_file);
+  const auto& models = doc["models"];
   if (!models.contains(name)) {
     std::string known;
-    for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
+    for (const auto& [n, m] : models.items()) known += (known.empty() ? "" : ", ") + n;
     throw Error(ErrorCode::NotFound, "no model preset named '" + name + "'",
-                {.op = "rdmx plan", .hint = "presets: " + known + "; or a profile file captured with RDMX_PROFILE"});
+                {.op = "rdmx plan",
+                 .hint = "presets" + (models_file.empty() ? std::string() : " in " + models_file) + ": " + known +
+                         "; or a profile file captured with RDMX_PROFILE"});
   }
   const auto& m = models[name];
-  const DocPlace place{"built-in models", "model " + name};
+  const DocPlace place{models_file.empty() ? "built-in models" : models_file, "model " + name};
   Description d;
   d.parameters = number_field(m, place, "parameters", 1, 1e13);
   d.gradient_bytes = number_field_or(m, place, "gradient_bytes", 1, 8, 4);
   d.compute_seconds = number_field(m, place, "compute_ms", 0, 1e7) / 1e3;
   d.samples_per_step = number_field(m, place, "batch_per_gpu", 1, 1e7);
+  d.bucket_bytes = number_field_or(m, place, "bucket_mib", 1.0 / 1024, 1 << 20, 25) * (1 << 20);
+  d.first_bucket_bytes = number_field_or(m, place, "first_bucket_mib", 1.0 / 1024, 1 << 20, 1) * (1 << 20);
   if (source) {
     *source = text_field(m, place, "parameters_source") + "; compute: " + text_field(m, place, "compute_source");
+    if (m.contains("bucket_source")) *source += "; buckets: " + text_field(m, place, "bucket_source");
   }
   return d;
 }
@@ -115,12 +138,14 @@ struct CapturedCollective {
 
 struct CapturedStep {
   double duration = 0;
+  bool marked = false;  // ended by profile_step(), not found by repetition
   std::vector<CapturedCollective> collectives;
 };
 
 CapturedStep parse_step(const nlohmann::json& j, const DocPlace& place) {
   CapturedStep s;
   s.duration = number_field(j, place, "duration_us", 0, 1e12) / 1e6;
+  s.marked = j.contains("marked") && j["marked"].is_boolean() && j["marked"].get<bool>();
   if (!j.contains("collectives") || !j["collectives"].is_array()) bad_field(place, "collectives", "must be a list");
   int i = 0;
   for (const auto& cj : j["collectives"]) {
@@ -219,6 +244,12 @@ Workload load_captured_profile(const std::string& path) {
   }
   // The step the job ended in is cut short: used only when it is all there is.
   if (steps.empty()) steps = partial;
+  // Once a program marks steps, what the recorder found before the first
+  // mark is set-up and timing scaffolding (barriers, unsynchronised
+  // steps), and the first marked step holds what ran before the mark.
+  if (std::any_of(steps.begin(), steps.end(), [](const CapturedStep& s) { return s.marked; })) {
+    std::erase_if(steps, [](const CapturedStep& s) { return !s.marked; });
+  }
   if (ranks == 0) {
     throw Error(ErrorCode::InvalidArgument, path + ": no header line (\"rdmx_profile\"): not an rdmx profile",
                 {.op = "rdmx plan", .hint = "profiles come from RDMX_PROFILE=path (docs/ADVISOR.md)"});

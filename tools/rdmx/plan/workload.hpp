@@ -49,6 +49,10 @@ struct StepTiming {
 };
 StepTiming replay(const StepTrace& step, const std::function<double(const StepCollective&)>& collective_seconds);
 
+// Scales every compute gap of `step` so that they add up to `total_seconds`:
+// the same job's timeline on a GPU that computes faster or slower.
+void scale_compute(StepTrace& step, double total_seconds);
+
 // A described job (issue 20's form b).
 struct Description {
   double parameters = 0;
@@ -75,10 +79,10 @@ struct Workload {
   StepTrace step;
 };
 
-// Presets (tools/plan/models.json, compiled in): name -> description.
+// Presets: tools/plan/models.json, compiled in, or a file of its form.
 const std::string& builtin_models_text();
-Description preset_description(const std::string& name, std::string* source);
-std::vector<std::string> preset_names();
+Description preset_description(const std::string& name, std::string* source, const std::string& models_file = "");
+std::vector<std::string> preset_names(const std::string& models_file = "");
 
 // A profile written under RDMX_PROFILE (docs/ADVISOR.md, "Profiles"): the
 // median step after the first (a warm-up), or the only one.
