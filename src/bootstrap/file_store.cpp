@@ -254,9 +254,11 @@ class FileStore final : public Store {
                       .hint = "pass a directory every rank can reach, e.g. RDMX_STORE=file:/shared/job-$SLURM_JOB_ID"});
     }
     // mkdir -p: create each missing component; EEXIST is fine (another rank won the race).
+    // The store's own directory is its owner's alone (it holds QP addresses
+    // and memory keys); the components above it may be shared.
     for (std::size_t slash = directory_.find('/', 1);; slash = directory_.find('/', slash + 1)) {
       std::string prefix = slash == std::string::npos ? directory_ : directory_.substr(0, slash);
-      if (::mkdir(prefix.c_str(), 0777) != 0 && errno != EEXIST) {
+      if (::mkdir(prefix.c_str(), slash == std::string::npos ? 0700 : 0777) != 0 && errno != EEXIST) {
         throw_system("cannot create store directory " + prefix, errno, "open_file_store", address_,
                      "choose a directory on a file system every rank can write");
       }
@@ -272,7 +274,7 @@ class FileStore final : public Store {
   }
 
   int open_lock_file() const {
-    int fd = ::open(lock_path().c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    int fd = ::open(lock_path().c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0) {
       throw_system("cannot open lock file " + lock_path(), errno, "open_file_store", address_,
                    "the store directory must be writable by every rank");
@@ -316,7 +318,7 @@ class FileStore final : public Store {
     // Unique across hosts sharing the directory, processes and threads.
     std::string temp = directory_ + "/.tmp." + host + "." + std::to_string(::getpid()) + "." +
                        std::to_string(counter.fetch_add(1, std::memory_order_relaxed));
-    Fd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666));
+    Fd fd(::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
     if (fd.get() < 0)
       throw_system("cannot create " + temp, errno, op, address_, "the store directory must be writable by every rank");
     std::size_t written = 0;

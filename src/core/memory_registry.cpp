@@ -12,6 +12,7 @@
 
 #include "core/cuda/pointer.hpp"
 #include "core/device_resources.hpp"
+#include "core/kernel_random.hpp"
 #include "core/shared_region.hpp"
 
 #include "core/log.hpp"
@@ -30,9 +31,10 @@ const char* to_string(AccessCheck check) noexcept {
 }
 
 std::uint32_t MemoryRegistry::fresh_key_locked() {
-  // Random keys, so a peer cannot guess a live key from one it was given.
+  // Random keys from the kernel, so a peer cannot guess a live key from
+  // the ones it was given (a seeded generator gives its seed away).
   for (;;) {
-    auto key = static_cast<std::uint32_t>(random_());
+    auto key = static_cast<std::uint32_t>(kernel_random64());
     if (key != 0 && !by_lkey_.contains(key) && !by_rkey_.contains(key)) return key;
   }
 }

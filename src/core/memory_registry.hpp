@@ -11,7 +11,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <random>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -220,7 +219,6 @@ class MemoryRegistry {
   // rkey -> entry in by_lkey_ (unordered_map nodes never move), so a remote
   // check is one lookup.
   std::unordered_map<std::uint32_t, const Entry*> by_rkey_ RDMX_GUARDED_BY(mutex_);
-  std::mt19937_64 random_ RDMX_GUARDED_BY(mutex_){std::random_device{}()};
   std::atomic<std::uint64_t> generation_{0};
   std::atomic<std::uint32_t> device_regions_{0};
   Mutex access_locks_mutex_;

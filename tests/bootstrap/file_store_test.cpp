@@ -2,6 +2,7 @@
 // The file store: basic operations, blocking across processes, atomicity of
 // add/compare_set across processes, and what a timeout says.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <string>
@@ -31,6 +32,28 @@ TEST(FileStore, SetGetCheckRemove) {
   EXPECT_TRUE(store->remove("a"));
   EXPECT_FALSE(store->remove("a"));
   EXPECT_FALSE(store->check("a"));
+}
+
+// A store holds QP addresses and memory keys: its directory and files are
+// their owner's alone, whatever the umask.
+TEST(FileStore, ItsDirectoryAndFilesAreTheOwnersAlone) {
+  TempDir dir;
+  const std::string job = dir.path() + "/jobs/42";
+  const mode_t old_mask = ::umask(0);
+  auto store = open_file_store(job);
+  store->set("addr", std::string_view("secret"));
+  EXPECT_EQ(store->add("counter", 1), 1);
+  ::umask(old_mask);
+  namespace fs = std::filesystem;
+  EXPECT_EQ(fs::status(job).permissions() & fs::perms::all, fs::perms::owner_all);
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(job)) {
+    if (!entry.is_regular_file()) continue;
+    ++files;
+    EXPECT_EQ(entry.status().permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write)
+        << entry.path();
+  }
+  EXPECT_GE(files, 2);
 }
 
 TEST(FileStore, KeysAndValuesMayHoldAnyBytes) {

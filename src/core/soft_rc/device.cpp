@@ -7,7 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
-#include <random>
+#include "core/kernel_random.hpp"
 
 #include "core/completion_queue.hpp"
 #include "core/config.hpp"
@@ -31,8 +31,7 @@ SoftRcDevice::SoftRcDevice(const char* provider, DeviceResources resources, std:
       direct_registered_writes_(direct_registered_writes),
       cuda_memory_(cuda_memory),
       resources_(std::move(resources)) {
-  std::random_device entropy;
-  nonce_ = (static_cast<std::uint64_t>(entropy()) << 32) ^ entropy() ^ static_cast<std::uint64_t>(::getpid());
+  nonce_ = kernel_random64();
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (epoll_fd_ < 0 || wake_fd_ < 0) {

@@ -17,7 +17,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <random>
+#include "core/kernel_random.hpp"
 
 #include "core/address_bundle.hpp"
 #include "core/config.hpp"
@@ -47,7 +47,7 @@ ShmQp::ShmQp(ShmDevice& device, const core::QpParts& parts, const QpCaps& caps)
                core::grant_qp_caps(caps, device.caps(), "shm"), device),
       device_(device),
       eager_(eager_limit()),
-      probe_value_(std::random_device{}() | 1ull << 40) {
+      probe_value_(core::kernel_random64() | 1ull << 40) {
   core::LockGuard lock(device_.lock());
   device_.add_qp_locked(this);
   probe_ = device_.claim_probe_locked();

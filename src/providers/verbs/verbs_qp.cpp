@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <random>
+#include "core/kernel_random.hpp"
 
 #include "core/address_bundle.hpp"
 #include "core/config.hpp"
@@ -72,10 +72,7 @@ std::uint8_t ack_timeout_code() {
   return static_cast<std::uint8_t>(std::clamp(t, 10, 18));
 }
 
-std::uint32_t random_psn() {
-  static thread_local std::mt19937 random{std::random_device{}()};
-  return random() & 0xffffff;
-}
+std::uint32_t random_psn() { return static_cast<std::uint32_t>(core::kernel_random64() & 0xffffff); }
 
 }  // namespace
 
