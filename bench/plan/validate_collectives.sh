@@ -18,6 +18,8 @@ build=${1:?usage: validate_collectives.sh BUILD [OUT_DIR]}
 out=${2:-$build/plan-validation}
 here=$(cd "$(dirname "$0")/../.." && pwd)
 bed=$here/scripts/bed.sh
+# shellcheck source=bench/plan/bed_common.sh
+source "$here/bench/plan/bed_common.sh"
 rdmx=$(cd "$build" && pwd)/tools/rdmx
 rates=${PLAN_RATES:-250mbit 500mbit 1gbit}
 layouts=${PLAN_LAYOUTS:-2x1 4x1 8x1 2x2 4x2}
@@ -27,20 +29,7 @@ name=pv
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
-show() { echo "== $*" >&2; }
-gbit_of() {
-  case "$1" in
-    *gbit) echo "${1%gbit}" ;;
-    *mbit) awk -v m="${1%mbit}" 'BEGIN { print m / 1000 }' ;;
-    *) echo "validate_collectives.sh: rate '$1' is not Nmbit or Ngbit" >&2; exit 2 ;;
-  esac
-}
-max_hosts=0
-for layout in $layouts; do
-  h=${layout%x*}
-  ((h > max_hosts)) && max_hosts=$h
-done
-((max_hosts >= 2)) || max_hosts=2
+max_hosts=$(hosts_for $layouts)
 
 trap '"$bed" down "$name" >/dev/null 2>&1 || true' EXIT
 echo "rate layout bytes algo predicted_us measured_us measured/predicted"
@@ -49,9 +38,7 @@ for rate in $rates; do
   show "bed.sh up $name $max_hosts $rate"
   "$bed" up "$name" "$max_hosts" "$rate" >&2
   profile=$out/fabric-$rate.json
-  show "bed.sh run $name 2x2 -- rdmx plan calibrate --name bed-$rate --nic-gbit $(gbit_of "$rate") --out $profile"
-  "$bed" run "$name" 2x2 --time-limit 600 -- "$rdmx" plan calibrate --name "bed-$rate" \
-    --nic-gbit "$(gbit_of "$rate")" --out "$profile" >&2
+  calibrate "$name" "$rate" "$profile"
   for layout in $layouts; do
     H=${layout%x*} L=${layout#*x}
     predicted=$out/predicted-$rate-$layout.jsonl

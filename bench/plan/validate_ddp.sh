@@ -25,6 +25,8 @@ build=${1:?usage: validate_ddp.sh BUILD [OUT_DIR]}
 out=${2:-$build/plan-ddp-validation}
 here=$(cd "$(dirname "$0")/../.." && pwd)
 bed=$here/scripts/bed.sh
+# shellcheck source=bench/plan/bed_common.sh
+source "$here/bench/plan/bed_common.sh"
 build=$(cd "$build" && pwd)
 rdmx=$build/tools/rdmx
 rates=${PLAN_RATES:-250mbit 500mbit 1gbit}
@@ -39,19 +41,7 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 [[ " $rates " == *" $capture "* ]] || { echo "validate_ddp.sh: capture rate $capture is not in '$rates'" >&2; exit 2; }
 
-show() { echo "== $*" >&2; }
-gbit_of() {
-  case "$1" in
-    *gbit) echo "${1%gbit}" ;;
-    *mbit) awk -v m="${1%mbit}" 'BEGIN { print m / 1000 }' ;;
-    *) echo "validate_ddp.sh: rate '$1' is not Nmbit or Ngbit" >&2; exit 2 ;;
-  esac
-}
-max_hosts=2
-for layout in $layouts; do
-  h=${layout%x*}
-  ((h > max_hosts)) && max_hosts=$h
-done
+max_hosts=$(hosts_for $layouts)
 
 # The capture rate first: its profiles serve every rate.
 ordered="$capture"
@@ -66,9 +56,7 @@ for rate in $ordered; do
   if [[ -n $fabric_dir && -f $fabric_dir/fabric-$rate.json ]]; then
     cp "$fabric_dir/fabric-$rate.json" "$profile"
   else
-    show "bed.sh run $name 2x2 -- rdmx plan calibrate --name bed-$rate --nic-gbit $(gbit_of "$rate") --out $profile"
-    "$bed" run "$name" 2x2 --time-limit 600 -- "$rdmx" plan calibrate --name "bed-$rate" \
-      --nic-gbit "$(gbit_of "$rate")" --out "$profile" >&2
+    calibrate "$name" "$rate" "$profile"
   fi
   for layout in $layouts; do
     measured=$out/ddp-$rate-$layout.jsonl
