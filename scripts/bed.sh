@@ -20,7 +20,8 @@
 #                                         start H*L ranks of CMD, L in each of the first H hosts,
 #                                         rank = h*L + l, with RDMX_RANK, RDMX_WORLD_SIZE,
 #                                         RDMX_LOCAL_RANK, RDMX_LOCAL_WORLD_SIZE, RDMX_STORE (rank 0
-#                                         serves it on host 0) and RDMX_SOCKET_IFNAME set; each
+#                                         serves it on host 0), RDMX_SOCKET_IFNAME and a per-job
+#                                         RDMX_AUTH_KEY (unless one is set) set; each
 #                                         output line is prefixed with its rank; exits with the first
 #                                         failing rank's status (124 when the time limit, default
 #                                         300 s, ran out)
@@ -200,6 +201,11 @@ run() {
   ((hosts >= H)) || die "layout $layout needs $H hosts; bed $name has $hosts (scripts/bed.sh up $name $H)"
   local world=$((H * L)) store
   store="$(host_ip "$name" 0):$port"
+  # One secret per job, as rdmx run makes (docs/SECURITY.md), unless the caller set one.
+  if [[ -z ${RDMX_AUTH_KEY:-} && -z ${RDMX_AUTH_KEY_FILE:-} ]]; then
+    RDMX_AUTH_KEY=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+    export RDMX_AUTH_KEY
+  fi
   local pids=() h
   for ((h = 0; h < H; ++h)); do
     ip netns exec "$(host_ns "$name" "$h")" unshare --uts bash -c "$HOST_LAUNCHER" bed-host "$name" "$h" "$L" \

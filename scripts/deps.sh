@@ -15,7 +15,7 @@
 set -euo pipefail
 
 packages=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev iproute2
-          libcli11-dev nlohmann-json3-dev libhwloc-dev libibverbs-dev ibverbs-providers
+          libcli11-dev nlohmann-json3-dev libhwloc-dev libsodium-dev libibverbs-dev ibverbs-providers
           python3-dev pybind11-dev python3-torch libtorch-dev python3-pytest openmpi-bin clang-format clang)
 case "${1:-}" in
   --bench) packages+=(sockperf iperf3 python3 ucx-utils openmpi-bin libopenmpi-dev python3-torch python3-torchvision

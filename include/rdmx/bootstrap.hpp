@@ -100,6 +100,11 @@ LaunchInfo detect_launch();
 // fail with "no launcher recognised" (tools start their own ranks otherwise).
 bool launcher_present();
 
+// A fresh random job secret (64 hex digits) for RDMX_AUTH_KEY. A launcher
+// gives every rank of one job the same secret, and the store and tcp QPs
+// then accept only connections that prove it; `rdmx run` does this.
+std::string new_job_secret();
+
 // A joined job: this process's place and the store every rank shares.
 struct Bootstrap {
   LaunchInfo info;

@@ -54,6 +54,15 @@ struct CudaStatus {
 CudaStatus probe_cuda();
 
 // ---------------------------------------------------------------------------
+// Whether the connections this process accepts and makes over a network (tcp
+// QPs, the TCP store) prove a job secret (RDMX_AUTH_KEY or RDMX_AUTH_KEY_FILE).
+struct AuthStatus {
+  bool authenticated = false;
+  std::string how;  // where the secret comes from, or why connections are not authenticated
+};
+AuthStatus probe_auth();
+
+// ---------------------------------------------------------------------------
 // Settings in force
 struct Setting {
   std::string name;           // "RDMX_TIMEOUT"

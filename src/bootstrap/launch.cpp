@@ -8,6 +8,7 @@
 
 #include "bootstrap/net.hpp"
 #include "bootstrap/store_common.hpp"
+#include "core/auth.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
 #include "core/settings.hpp"
@@ -216,6 +217,8 @@ bool launcher_present() {
   }
   return false;
 }
+
+std::string new_job_secret() { return core::auth::new_job_secret(); }
 
 LaunchInfo detect_launch() {
   const LauncherVariables* launcher = nullptr;

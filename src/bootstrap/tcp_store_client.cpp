@@ -16,6 +16,7 @@
 
 #include "bootstrap/net.hpp"
 #include "bootstrap/tcp_store_protocol.hpp"
+#include "core/auth.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
 #include "core/mutex.hpp"
@@ -192,10 +193,52 @@ class TcpStore final : public Store {
     return flag_answer(call(Op::Check, {key}, std::nullopt, {key}), Op::Check);
   }
 
-  // The connection handshake: proves the server speaks this protocol.
+  // The connection handshake: proves the job secret to the server, then that
+  // the server speaks this protocol.
   void hello(Clock::time_point deadline, milliseconds timeout) {
     core::LockGuard lock(mutex_);
-    Response response = exchange(Op::Hello, {}, -1, deadline, {}, timeout);
+    char challenge_frame[wire::kChallengeFrameBytes];
+    bool started = false;
+    IoResult got = recv_all(fd_.get(), challenge_frame, sizeof(challenge_frame), deadline, started);
+    if (got.failure != IoFailure::None) fail_io(Op::Hello, got, {}, timeout, !started);
+    if (!wire::is_auth_frame_head(challenge_frame)) {
+      protocol_error(Op::Hello, "the server at " + address_ +
+                                    " did not open with an rdmx store challenge (an rdmx of another version, or not "
+                                    "an rdmx store)");
+    }
+    if (challenge_frame[5] == 1 && !core::auth::key_configured()) {
+      throw Error(
+          ErrorCode::Config,
+          "store.hello: the store at " + address_ + " requires a proof of the job secret and this process has none",
+          ErrorContext{.op = "store.hello",
+                       .peer_addr = address_,
+                       .hint = "set RDMX_AUTH_KEY (or RDMX_AUTH_KEY_FILE) to the job's secret, as the server has"});
+    }
+    core::auth::Challenge challenge;
+    std::memcpy(challenge.data(), challenge_frame + 8, challenge.size());
+    const core::auth::Proof proof = core::auth::prove(wire::kAuthPurpose, challenge);
+    std::string frames = wire::auth_frame_head(0);
+    frames.append(reinterpret_cast<const char*>(proof.data()), proof.size());
+    const std::uint64_t id = ++next_request_id_;
+    frames += wire::encode_request(Op::Hello, id, -1, {});
+    IoResult sent = send_all(fd_.get(), frames.data(), frames.size(), deadline);
+    if (sent.failure != IoFailure::None) fail_io(Op::Hello, sent, {}, timeout, false);
+    char verdict[wire::kVerdictFrameBytes];
+    started = false;
+    got = recv_all(fd_.get(), verdict, sizeof(verdict), deadline, started);
+    if (got.failure != IoFailure::None) fail_io(Op::Hello, got, {}, timeout, !started);
+    if (!wire::is_auth_frame_head(verdict)) protocol_error(Op::Hello, "the server's verdict on the proof is malformed");
+    if (verdict[5] != 1) {
+      broken_ = "the server refused this client's proof of the job secret";
+      broken_code_ = ErrorCode::Config;
+      throw Error(ErrorCode::Config,
+                  "store.hello: the store at " + address_ + " refused this client's proof of the job secret",
+                  ErrorContext{.op = "store.hello",
+                               .peer_addr = address_,
+                               .hint = "RDMX_AUTH_KEY (or RDMX_AUTH_KEY_FILE) differs between this process and the "
+                                       "server; give every rank the job's secret"});
+    }
+    Response response = read_answer(Op::Hello, id, deadline, {}, timeout);
     if (response.status != Status::Ok) protocol_error(Op::Hello, "the server refused the handshake");
   }
 
@@ -246,6 +289,12 @@ class TcpStore final : public Store {
       // A partly sent request leaves the stream unusable.
       fail_io(op, sent, keys, bound, /*stream_intact=*/false);
     }
+    return read_answer(op, id, deadline, keys, bound);
+  }
+
+  // Reads responses until the one to request `id`.
+  Response read_answer(Op op, std::uint64_t id, Clock::time_point deadline, const std::vector<std::string>& keys,
+                       milliseconds bound) RDMX_REQUIRES(mutex_) {
     for (;;) {
       char header[wire::kResponseHeaderBytes];
       bool started = false;
@@ -426,6 +475,7 @@ std::unique_ptr<Store> connect_tcp_store(const std::string& host, std::uint16_t 
     throw Error(ErrorCode::InvalidArgument, "connect_tcp_store needs a host and a non-zero port, got " + address,
                 ErrorContext{.op = "connect_tcp_store", .peer_addr = address});
   }
+  core::auth::warn_if_unauthenticated("store client");
   auto deadline = core::deadline_after(timeout);
   auto backoff = std::chrono::milliseconds(2);
   std::string last_error;

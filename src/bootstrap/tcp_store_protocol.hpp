@@ -11,6 +11,17 @@
 //   u32 magic "RDXS" | u8 version | u8 status | u16 reserved (0) | u64 request_id |
 //   u32 nargs | nargs x (u32 length | bytes)
 //
+// Before any request the connection is authenticated (core/auth.hpp). The
+// server speaks first, with a challenge; the client answers with its proof,
+// and the server with its verdict:
+//
+//   challenge: u32 magic "RDXA" | u8 version | u8 key required (0/1) | u16 0 | 32-byte challenge
+//   proof:     u32 magic "RDXA" | u8 version | u8 0 | u16 0 | 32-byte HMAC (purpose kAuthPurpose)
+//   verdict:   u32 magic "RDXA" | u8 version | u8 accepted (1) or refused (0) | u16 0
+//
+// The client sends its first request right behind its proof, and reads the
+// verdict before the answer.
+//
 // Responses carry the request's id. A client that gave up waiting (timeout)
 // later receives the answer to its abandoned request, and skips it by id.
 #pragma once
@@ -25,8 +36,13 @@
 
 namespace rdmx::bootstrap::wire {
 
-inline constexpr std::uint32_t kMagic = 0x53584452;  // "RDXS" as bytes on the wire
-inline constexpr std::uint8_t kVersion = 1;
+inline constexpr std::uint32_t kMagic = 0x53584452;      // "RDXS" as bytes on the wire
+inline constexpr std::uint8_t kVersion = 2;              // 2: connections authenticate first
+inline constexpr std::uint32_t kAuthMagic = 0x41584452;  // "RDXA" as bytes on the wire
+inline constexpr std::size_t kChallengeFrameBytes = 40;
+inline constexpr std::size_t kProofFrameBytes = 40;
+inline constexpr std::size_t kVerdictFrameBytes = 8;
+inline constexpr const char* kAuthPurpose = "rdmx tcp store v2";
 inline constexpr std::size_t kRequestHeaderBytes = 28;
 inline constexpr std::size_t kResponseHeaderBytes = 20;
 // The most argument bytes one frame may carry: compare_set's two values and its key.
@@ -80,6 +96,21 @@ inline std::uint64_t get_u64(const char* p) {
   std::uint64_t v = 0;
   for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
   return v;
+}
+
+// The fixed part of the three authentication frames: magic, version, flag, reserved.
+inline std::string auth_frame_head(std::uint8_t flag) {
+  std::string out;
+  put_u32(out, kAuthMagic);
+  out += static_cast<char>(kVersion);
+  out += static_cast<char>(flag);
+  put_u16(out, 0);
+  return out;
+}
+// True when `p` starts an authentication frame of this version (its flag at p[5]).
+inline bool is_auth_frame_head(const char* p) {
+  return get_u32(p) == kAuthMagic && static_cast<std::uint8_t>(p[4]) == kVersion && get_u16(p + 6) == 0 &&
+         static_cast<std::uint8_t>(p[5]) <= 1;
 }
 
 inline std::string encode_i64(std::int64_t value) {

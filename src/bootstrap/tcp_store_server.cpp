@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <set>
 #include <thread>
@@ -26,6 +27,8 @@
 #include "bootstrap/net.hpp"
 #include "bootstrap/tcp_store_protocol.hpp"
 #include "bootstrap/tcp_store_request.hpp"
+#include "core/auth.hpp"
+#include "core/config.hpp"
 #include "core/log.hpp"
 #include "core/wait.hpp"
 
@@ -49,6 +52,9 @@ constexpr std::size_t kMaxQueuedOutput = std::size_t{256} << 20;
 // Parked get/wait requests one connection may have; a well-behaved client
 // has one at a time.
 constexpr std::size_t kMaxParkedPerConnection = 4096;
+// A client proves the job secret one round trip after connecting; one that
+// has not within this long (or RDMX_TIMEOUT, if shorter) is closed.
+constexpr auto kHandshakeBound = std::chrono::seconds(10);
 
 struct Connection {
   UniqueFd fd;
@@ -58,6 +64,8 @@ struct Connection {
   std::size_t output_sent = 0;
   std::uint32_t interest = 0;  // epoll events registered
   std::unordered_set<std::uint64_t> waiters;
+  bool authenticated = false;  // its proof verified: its requests are served
+  core::auth::Challenge challenge{};
   bool dead = false;  // close at the end of this loop iteration
 };
 
@@ -90,6 +98,9 @@ struct TcpStoreServer::Impl {
   std::unordered_map<std::uint64_t, bootstrap::Waiter> waiters;
   std::unordered_map<std::string, std::vector<std::uint64_t>> waiters_by_key;
   std::set<std::pair<bootstrap::Clock::time_point, std::uint64_t>> deadlines;
+  // Connections that have not proved the secret yet, by when they must (in order: one bound for all).
+  std::deque<std::pair<bootstrap::Clock::time_point, std::uint64_t>> handshake_deadlines;
+  bool key_required = false;
   std::uint64_t next_waiter_id = 1;
   bool accept_paused = false;
   bool raised_open_files_limit = false;
@@ -100,6 +111,9 @@ struct TcpStoreServer::Impl {
   void on_event(std::uint64_t id, std::uint32_t events);
   void read_from(std::uint64_t id, bootstrap::Connection& connection);
   void process_input(std::uint64_t id, bootstrap::Connection& connection);
+  // Checks the client's proof; false when the connection was refused.
+  bool authenticate(bootstrap::Connection& connection);
+  void expire_handshakes();
   void handle(std::uint64_t id, bootstrap::Connection& connection, bootstrap::Request& request);
   void park(std::uint64_t id, bootstrap::Connection& connection, const bootstrap::Request& request,
             std::unordered_set<std::string> missing);
@@ -204,7 +218,10 @@ TcpStoreServer::TcpStoreServer(const std::string& host, std::uint16_t port) : im
   event.data.u64 = kWakeId;
   ::epoll_ctl(impl_->epoll.get(), EPOLL_CTL_ADD, impl_->wake.get(), &event);
 
-  RDMX_INFO("store server listening on %s", impl_->address.c_str());
+  core::auth::warn_if_unauthenticated("store server");
+  impl_->key_required = core::auth::key_configured();
+  RDMX_INFO("store server listening on %s (%s)", impl_->address.c_str(),
+            impl_->key_required ? "clients prove the job secret" : "clients are not authenticated");
   impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
 }
 
@@ -249,13 +266,17 @@ void TcpStoreServer::Impl::run() {
       }
     }
     expire_waiters();
+    expire_handshakes();
     close_dead();
   }
 }
 
 int TcpStoreServer::Impl::next_timeout_ms() const {
-  if (deadlines.empty()) return -1;
-  auto left = deadlines.begin()->first - bootstrap::Clock::now();
+  if (deadlines.empty() && handshake_deadlines.empty()) return -1;
+  auto next = bootstrap::Clock::time_point::max();
+  if (!deadlines.empty()) next = deadlines.begin()->first;
+  if (!handshake_deadlines.empty()) next = std::min(next, handshake_deadlines.front().first);
+  auto left = next - bootstrap::Clock::now();
   if (left <= bootstrap::Clock::duration::zero()) return 0;
   // Round up so the waiter has expired when we wake.
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(left + std::chrono::microseconds(999)).count();
@@ -302,6 +323,11 @@ void TcpStoreServer::Impl::accept_connections() {
       connections.erase(id);
       continue;
     }
+    connection.challenge = core::auth::new_challenge();
+    connection.output = wire::auth_frame_head(key_required ? 1 : 0);
+    connection.output.append(reinterpret_cast<const char*>(connection.challenge.data()), connection.challenge.size());
+    flush(connection);
+    handshake_deadlines.emplace_back(Clock::now() + std::min<Clock::duration>(core::timeout(), kHandshakeBound), id);
     RDMX_TRACE("store server %s: client %s connected", address.c_str(), connection.peer.c_str());
   }
 }
@@ -372,6 +398,7 @@ void TcpStoreServer::Impl::read_from(std::uint64_t id, bootstrap::Connection& co
 
 void TcpStoreServer::Impl::process_input(std::uint64_t id, bootstrap::Connection& connection) {
   using namespace bootstrap;
+  if (!connection.authenticated && !authenticate(connection)) return;
   std::size_t offset = 0;
   Request request;
   while (!connection.dead && offset < connection.input.size() &&
@@ -389,6 +416,50 @@ void TcpStoreServer::Impl::process_input(std::uint64_t id, bootstrap::Connection
   }
   // Erase once per batch: erasing per request would move the buffer each time.
   if (offset != 0 && !connection.dead) connection.input.erase(0, offset);
+}
+
+bool TcpStoreServer::Impl::authenticate(bootstrap::Connection& connection) {
+  using namespace bootstrap;
+  if (connection.input.size() < wire::kProofFrameBytes) {
+    // Not a proof (it would be whole by now): a stranger's bytes are not waited for.
+    if (!connection.input.empty() && connection.input.size() >= 8 &&
+        !wire::is_auth_frame_head(connection.input.data())) {
+      core::auth::log_refusal("store server " + address, connection.peer,
+                              "its first bytes are not a proof of the job secret (an older rdmx, or not rdmx)");
+      drop(connection, "refused", false);
+    }
+    return false;
+  }
+  const bool well_formed = wire::is_auth_frame_head(connection.input.data());
+  core::auth::Proof proof;
+  std::memcpy(proof.data(), connection.input.data() + 8, proof.size());
+  const bool verified = well_formed && core::auth::verify(wire::kAuthPurpose, connection.challenge, {}, proof);
+  connection.output += wire::auth_frame_head(verified ? 1 : 0);
+  flush(connection);
+  if (!verified) {
+    core::auth::log_refusal("store server " + address, connection.peer,
+                            well_formed
+                                ? "its proof of the job secret did not verify (RDMX_AUTH_KEY differs, or the "
+                                  "client has none)"
+                                : "its first bytes are not a proof of the job secret (an older rdmx, or not rdmx)");
+    drop(connection, "refused", false);
+    return false;
+  }
+  connection.authenticated = true;
+  connection.input.erase(0, wire::kProofFrameBytes);
+  return true;
+}
+
+void TcpStoreServer::Impl::expire_handshakes() {
+  const auto now = bootstrap::Clock::now();
+  while (!handshake_deadlines.empty() && handshake_deadlines.front().first <= now) {
+    auto it = connections.find(handshake_deadlines.front().second);
+    handshake_deadlines.pop_front();
+    if (it == connections.end() || it->second.authenticated || it->second.dead) continue;
+    core::auth::log_refusal("store server " + address, it->second.peer,
+                            "it did not prove the job secret within min(RDMX_TIMEOUT, 10 s) of connecting");
+    drop(it->second, "handshake timed out", false);
+  }
 }
 
 void TcpStoreServer::Impl::handle(std::uint64_t id, bootstrap::Connection& connection, bootstrap::Request& request) {

@@ -96,6 +96,8 @@ std::string info_json(int indent) {
                  {"device", null_if_empty(chosen.device)},
                  {"reason", chosen.reason}};
   doc["registration_cache"] = {{"unmap_detection", cache.available}, {"how", cache.how}};
+  const AuthStatus auth = probe_auth();
+  doc["authentication"] = {{"authenticated", auth.authenticated}, {"how", auth.how}};
   doc["rdma_devices"] = rdma_json(host.rdma_devices);
   doc["rdma_note"] = host.rdma_note;
 

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "coll/cuda/kernels.hpp"
+#include "core/auth.hpp"
 #include "core/config.hpp"
 #include "core/cuda/driver.hpp"
 #include "core/settings.hpp"
@@ -72,6 +73,21 @@ std::vector<ProviderStatus> probe_providers() {
   for (const auto& name : built) statuses.push_back(probe_built(name));
   if (!contains(built, "verbs")) statuses.push_back(verbs_status());
   return statuses;
+}
+
+AuthStatus probe_auth() {
+  AuthStatus status;
+  try {
+    status.authenticated = core::auth::key_configured();
+    status.how = status.authenticated
+                     ? "connections prove the job secret from " + core::auth::key_source() +
+                           " (HMAC-SHA256 challenge-response, libsodium)"
+                     : "not authenticated: any process that can reach this host's ports can connect a QP or use the "
+                       "store; set RDMX_AUTH_KEY or RDMX_AUTH_KEY_FILE on every rank (rdmx run sets one per job)";
+  } catch (const Error& e) {
+    status.how = std::string("refused: ") + e.what();
+  }
+  return status;
 }
 
 CudaStatus probe_cuda() {

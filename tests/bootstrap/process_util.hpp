@@ -13,10 +13,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fcntl.h>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -157,9 +159,15 @@ class Pipe {
 // (which closes the pipe the child blocks on) or kill().
 class ServerProcess {
  public:
-  explicit ServerProcess(const std::string& host = "127.0.0.1", std::uint16_t port = 0) {
+  // `log_path`: where the server's stderr (its log) goes, when not the test's.
+  explicit ServerProcess(const std::string& host = "127.0.0.1", std::uint16_t port = 0,
+                         const std::string& log_path = "") {
     Pipe port_pipe;
     pid_ = spawn([&]() -> int {
+      if (!log_path.empty()) {
+        const int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+        if (log_fd >= 0) ::dup2(log_fd, 2);
+      }
       port_pipe.close_read();
       stop_pipe_.close_write();
       TcpStoreServer server(host, port);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <thread>
 
+#include "core/auth.hpp"
 #include "process_util.hpp"
 #include "rdmx/bootstrap.hpp"
 
@@ -27,10 +28,12 @@ std::unique_ptr<Store> connect_to(std::uint16_t port, const std::string& host = 
   return connect_tcp_store(host, port, 10s);
 }
 
-// A raw TCP connection, for sending what no client would.
+// A raw TCP connection, for sending what no client would. Unless told not
+// to, it first passes the handshake as a client would (with this process's
+// secret, or none), so what it sends next reaches the request parser.
 class RawSocket {
  public:
-  explicit RawSocket(std::uint16_t port) {
+  explicit RawSocket(std::uint16_t port, bool authenticate = true) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in address{};
     address.sin_family = AF_INET;
@@ -39,6 +42,31 @@ class RawSocket {
     if (::connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
       throw std::runtime_error("raw connect failed");
     }
+    if (!authenticate) return;
+    const std::string challenge = receive_exact(40);
+    core::auth::Challenge c;
+    std::memcpy(c.data(), challenge.data() + 8, c.size());
+    const core::auth::Proof proof = core::auth::prove("rdmx tcp store v2", c);
+    send_bytes(auth_head() + std::string(reinterpret_cast<const char*>(proof.data()), proof.size()));
+    const std::string verdict = receive_exact(8);
+    if (verdict[5] != 1) throw std::runtime_error("the store refused the raw socket's proof");
+  }
+  // The challenge frame's fixed part, as every authentication frame starts.
+  static std::string auth_head(std::uint8_t flag = 0) {
+    return std::string("RDXA") + std::string(1, '\2') + std::string(1, static_cast<char>(flag)) + std::string(2, '\0');
+  }
+  // Exactly `n` bytes (or throws within 5 s).
+  std::string receive_exact(std::size_t n) {
+    std::string out(n, '\0');
+    std::size_t got = 0;
+    while (got < n) {
+      pollfd pfd{.fd = fd_, .events = POLLIN, .revents = 0};
+      if (::poll(&pfd, 1, 5000) <= 0) throw std::runtime_error("raw socket: nothing to read within 5 s");
+      const ssize_t r = ::recv(fd_, out.data() + got, n - got, 0);
+      if (r <= 0) throw std::runtime_error("raw socket: closed after " + std::to_string(got) + " bytes");
+      got += static_cast<std::size_t>(r);
+    }
+    return out;
   }
   ~RawSocket() { ::close(fd_); }
   RawSocket(const RawSocket&) = delete;
@@ -78,6 +106,7 @@ std::string le64(std::uint64_t v) {
   for (int i = 0; i < 8; ++i) out += static_cast<char>((v >> (8 * i)) & 0xff);
   return out;
 }
+constexpr std::uint8_t kV = 2;  // the wire version
 std::string request_header(std::uint8_t version, std::uint8_t op, std::uint32_t nargs) {
   return le32(0x53584452) + std::string(1, static_cast<char>(version)) + std::string(1, static_cast<char>(op)) +
          std::string(2, '\0') + le64(1) + le64(static_cast<std::uint64_t>(-1)) + le32(nargs);
@@ -333,13 +362,13 @@ TEST(TcpStore, MalformedBytesCloseOnlyThatClient) {
   std::vector<Case> cases = {
       {"garbage", "GET / HTTP/1.1\r\nHost: x\r\n\r\n"},
       {"bad version", request_header(99, 2, 2)},
-      {"unknown op", request_header(1, 200, 0)},
-      {"wrong argument count", request_header(1, 3, 5)},
-      {"huge key length", request_header(1, 3, 1) + le32(0xffffffffu)},
-      {"empty key", request_header(1, 3, 1) + le32(0)},
-      {"huge value length", request_header(1, 2, 2) + le32(1) + "k" + le32(0x7fffffffu)},
-      {"add delta not 8 bytes", request_header(1, 5, 2) + le32(1) + "k" + le32(3) + "abc"},
-      {"too many wait keys", request_header(1, 4, 1u << 30)},
+      {"unknown op", request_header(kV, 200, 0)},
+      {"wrong argument count", request_header(kV, 3, 5)},
+      {"huge key length", request_header(kV, 3, 1) + le32(0xffffffffu)},
+      {"empty key", request_header(kV, 3, 1) + le32(0)},
+      {"huge value length", request_header(kV, 2, 2) + le32(1) + "k" + le32(0x7fffffffu)},
+      {"add delta not 8 bytes", request_header(kV, 5, 2) + le32(1) + "k" + le32(3) + "abc"},
+      {"too many wait keys", request_header(kV, 4, 1u << 30)},
   };
   for (const auto& c : cases) {
     RawSocket raw(server.port());
@@ -351,7 +380,7 @@ TEST(TcpStore, MalformedBytesCloseOnlyThatClient) {
   {
     // A truncated request followed by a close.
     RawSocket raw(server.port());
-    raw.send_bytes(request_header(1, 2, 2).substr(0, 11));
+    raw.send_bytes(request_header(kV, 2, 2).substr(0, 11));
   }
   auto late = connect_to(server.port());
   late->set("after", std::string_view("2"));
@@ -366,9 +395,9 @@ TEST(TcpStore, RandomlyMutatedRequestsNeverCrashTheServer) {
   auto good = connect_to(server.port());
   good->set("guarded", std::string_view("v"));  // no frame below names this key
   const std::vector<std::string> valid = {
-      request_header(1, 2, 2) + arg("k") + arg("value"),       request_header(1, 3, 1) + arg("k"),
-      request_header(1, 4, 2) + arg("k") + arg("other"),       request_header(1, 5, 2) + arg("n") + arg(le64(3)),
-      request_header(1, 7, 3) + arg("c") + arg("") + arg("x"), request_header(1, 8, 1) + arg("k"),
+      request_header(kV, 2, 2) + arg("k") + arg("value"),       request_header(kV, 3, 1) + arg("k"),
+      request_header(kV, 4, 2) + arg("k") + arg("other"),       request_header(kV, 5, 2) + arg("n") + arg(le64(3)),
+      request_header(kV, 7, 3) + arg("c") + arg("") + arg("x"), request_header(kV, 8, 1) + arg("k"),
   };
   std::uint64_t seed = 0x9e3779b97f4a7c15ull;  // fixed: failures reproduce
   auto next = [&seed] {

@@ -30,6 +30,7 @@ struct Report {
   AutoChoice chosen;
   std::vector<Setting> settings;
   UnmapDetection registration_cache;
+  AuthStatus auth;
   CudaStatus cuda;
 };
 
@@ -119,6 +120,7 @@ void print_providers(const Report& report) {
           ? "kept between operations; unmaps seen through " + report.registration_cache.how
           : "pinning registrations last one operation; unmap watching " + report.registration_cache.how;
   std::printf("  %s\n", line.c_str());
+  std::printf("\nConnections\n  %s\n", report.auth.how.c_str());
 }
 
 void print_rdma(const HostTopology& host) {
@@ -255,6 +257,7 @@ void run_info(const InfoOptions& options) {
   report.chosen = probe_auto();
   report.settings = settings();
   report.registration_cache = unmap_detection();
+  report.auth = probe_auth();
   report.cuda = probe_cuda();
   print_text(report);
 }

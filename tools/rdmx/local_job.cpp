@@ -257,6 +257,10 @@ class Job {
     job_env["RDMX_WORLD_SIZE"] = std::to_string(options_.ranks);
     job_env["RDMX_LOCAL_WORLD_SIZE"] = std::to_string(options_.ranks);
     job_env["RDMX_STORE"] = "file:" + store_dir_;
+    // One secret per job, unless the user gave theirs: the ranks' connections prove it.
+    if (!job_env.contains("RDMX_AUTH_KEY") && !job_env.contains("RDMX_AUTH_KEY_FILE")) {
+      job_env["RDMX_AUTH_KEY"] = new_job_secret();
+    }
     // torch's env:// variables, as torchrun sets them, so torch.distributed
     // programs run unchanged under rdmx run (their store is torch's own).
     job_env["WORLD_SIZE"] = job_env["LOCAL_WORLD_SIZE"] = std::to_string(options_.ranks);

@@ -34,7 +34,8 @@ struct PendingConnection {
   bool complete = false;  // the HELLO was read and checked
   ConnectionIds ids;      // from the HELLO, once complete
   Clock::time_point accepted_at;
-  std::array<std::uint8_t, 128> hello{};  // its bytes, as far as they arrived
+  std::array<std::uint8_t, 32> challenge{};  // what the HELLO's proof must answer (tcp)
+  std::array<std::uint8_t, 128> hello{};     // its bytes, as far as they arrived
   std::size_t got = 0;
 };
 

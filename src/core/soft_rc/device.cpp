@@ -7,10 +7,11 @@
 
 #include <cerrno>
 #include <cstring>
-#include "core/kernel_random.hpp"
 
+#include "core/auth.hpp"
 #include "core/completion_queue.hpp"
 #include "core/config.hpp"
+#include "core/kernel_random.hpp"
 #include "core/log.hpp"
 #include "core/memory_registry.hpp"
 #include "core/mutex.hpp"
@@ -20,6 +21,9 @@ namespace rdmx::core {
 namespace {
 
 constexpr std::size_t kMaxPendingConnections = 1024;
+// A real peer sends its HELLO one round trip after connecting; a connection
+// silent for this long (or RDMX_TIMEOUT, if shorter) is closed.
+constexpr auto kHelloBound = std::chrono::seconds(10);
 
 }  // namespace
 
@@ -169,21 +173,26 @@ void SoftRcDevice::accept_all_locked() {
       return;
     }
     std::string who = accepted_locked(fd, from);
-    const std::string source = who.empty() ? "" : " from " + who;
-    if (pending_.size() >= kMaxPendingConnections) {
-      RDMX_WARN("%s %s: refusing a connection%s: %zu connections already wait for their QP", provider_, name_.c_str(),
-                source.c_str(), pending_.size());
-      ::close(fd);
+    if (pending_.size() >= kMaxPendingConnections && !evict_silent_locked()) {
+      auth::log_refusal(
+          std::string(provider_) + " " + name_, who,
+          std::to_string(pending_.size()) + " connections that sent their HELLO already wait for their QP");
+      close_refused_locked(fd);
       continue;
     }
     PendingConnection& p = pending_[fd];
     p.fd = fd;
-    p.peer = std::move(who);
+    p.peer = who;
     p.accepted_at = Clock::now();
+    if (const char* problem = greet_locked(p)) {
+      drop_pending_locked(fd, problem);
+      continue;
+    }
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.u64 = watch_tag(Watch::Pending, static_cast<std::uint32_t>(fd));
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+    const std::string source = who.empty() ? "" : " from " + who;
     RDMX_TRACE("%s %s: accepted a connection%s", provider_, name_.c_str(), source.c_str());
   }
 }
@@ -191,13 +200,26 @@ void SoftRcDevice::accept_all_locked() {
 void SoftRcDevice::drop_pending_locked(int fd, const char* why) {
   auto it = pending_.find(fd);
   if (it == pending_.end()) return;
-  const std::string source = it->second.peer.empty() ? "" : " from " + it->second.peer;
-  RDMX_WARN("%s %s: closing a connection%s before it reached its QP: %s", provider_, name_.c_str(), source.c_str(),
-            why);
+  auth::log_refusal(std::string(provider_) + " " + name_, it->second.peer,
+                    std::string(why) + " (closed before it reached a QP)");
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
-  ::close(fd);
   if (it->second.carried_fd >= 0) ::close(it->second.carried_fd);
   pending_.erase(it);
+  close_refused_locked(fd);
+}
+
+void SoftRcDevice::close_refused_locked(int fd) { ::close(fd); }
+
+bool SoftRcDevice::evict_silent_locked() {
+  auto oldest = pending_.end();
+  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+    if (!it->second.complete && (oldest == pending_.end() || it->second.accepted_at < oldest->second.accepted_at)) {
+      oldest = it;
+    }
+  }
+  if (oldest == pending_.end()) return false;
+  drop_pending_locked(oldest->first, "made room for a newer connection while this one had sent no HELLO");
+  return true;
 }
 
 void SoftRcDevice::hello_progress_locked(int fd) {
@@ -245,9 +267,13 @@ void SoftRcDevice::maybe_run_timers_locked() {
     if (qp->on_timer_locked(now)) busy = true;
   }
   const auto limit = timeout();
+  const auto hello_limit = std::min<Clock::duration>(limit, kHelloBound);
   for (auto it = pending_.begin(); it != pending_.end();) {
     auto next = std::next(it);
-    if (now - it->second.accepted_at > limit) {
+    const auto age = now - it->second.accepted_at;
+    if (!it->second.complete && age > hello_limit) {
+      drop_pending_locked(it->first, "no HELLO within min(RDMX_TIMEOUT, 10 s) of connecting");
+    } else if (age > limit) {
       drop_pending_locked(it->first, "no QP claimed the connection within RDMX_TIMEOUT");
     } else {
       busy = true;

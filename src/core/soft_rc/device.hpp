@@ -103,6 +103,11 @@ class SoftRcDevice : public Device, public EngineHandoff {
   }
   // Right after accept: the source as text (empty when it says nothing).
   virtual std::string accepted_locked(int /*fd*/, const sockaddr_storage& /*from*/) RDMX_REQUIRES(lock_) { return {}; }
+  // Right after accept, once `p` exists: what the acceptor says first (tcp:
+  // the challenge). Returns null, or why the connection is dropped.
+  virtual const char* greet_locked(PendingConnection& /*p*/) RDMX_REQUIRES(lock_) { return nullptr; }
+  // Closes a connection this device refused (tcp lets its last words arrive first).
+  virtual void close_refused_locked(int fd) RDMX_REQUIRES(lock_);
   // Reads what arrived of the HELLO into `p`; returns null while incomplete
   // and fine, "" once complete and well formed (p.ids filled in), else why
   // the connection is dropped.
@@ -124,6 +129,9 @@ class SoftRcDevice : public Device, public EngineHandoff {
   void accept_all_locked() RDMX_REQUIRES(lock_);
   void hello_progress_locked(int fd) RDMX_REQUIRES(lock_);
   void drop_pending_locked(int fd, const char* why) RDMX_REQUIRES(lock_);
+  // Makes room for one more pending connection: drops the oldest that has
+  // not sent its HELLO yet; false when every pending one has.
+  bool evict_silent_locked() RDMX_REQUIRES(lock_);
   void engine_main();
 
   const char* const provider_;

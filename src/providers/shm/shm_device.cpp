@@ -93,6 +93,24 @@ std::size_t eager_limit() {
   return limit;
 }
 
+// Whoever can write into the directory can put a socket where a peer looks
+// for ours: it must be this user's alone.
+void check_socket_directory(const std::string& dir) {
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) throw_system("cannot inspect the socket directory", dir);
+  if (!S_ISDIR(st.st_mode) || st.st_uid != ::geteuid()) {
+    throw Error(ErrorCode::Config,
+                "the shm socket directory " + dir + " is not a directory owned by this user (uid " +
+                    std::to_string(::geteuid()) + "; it belongs to uid " + std::to_string(st.st_uid) + ")",
+                {.op = "open_device shm",
+                 .hint = "another user may have created it to intercept connections; remove it or set RDMX_SHM_DIR "
+                         "to a directory of your own"});
+  }
+  if ((st.st_mode & 077) != 0 && ::chmod(dir.c_str(), 0700) != 0) {
+    throw_system("cannot make the socket directory private (chmod 700)", dir);
+  }
+}
+
 std::shared_ptr<Device> open_shm_device(const std::string& why, core::DeviceResources resources) {
   return std::make_shared<ShmDevice>(why, std::move(resources));
 }
@@ -101,6 +119,7 @@ ShmDevice::ShmDevice(std::string why, core::DeviceResources resources)
     : SoftRcDevice("shm", std::move(resources), kMaxMessage, false, false, CudaMemorySupport::PeerMapping) {
   const std::string dir = socket_directory();
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) throw_system("cannot create the socket directory", dir);
+  check_socket_directory(dir);
   remove_stale_sockets(dir);
   char file[64];
   std::snprintf(file, sizeof(file), "/%d-%016llx.sock", static_cast<int>(::getpid()),
@@ -217,6 +236,17 @@ std::size_t ShmDevice::pass_locked(bool full) {
   if (full || passes_ % kEpollPassEvery == 0) did += epoll_pass_locked();
   if (full || passes_ % kTimerPassEvery == 0) maybe_run_timers_locked();
   return did;
+}
+
+const char* ShmDevice::greet_locked(core::PendingConnection& p) {
+  // The directory is private, but a process of another user could still
+  // hold a descriptor to it: only this user's processes are peers.
+  ucred peer{};
+  socklen_t length = sizeof(peer);
+  if (::getsockopt(p.fd, SOL_SOCKET, SO_PEERCRED, &peer, &length) != 0) return "cannot read the peer's credentials";
+  if (peer.uid != ::geteuid()) return "the connecting process runs as another user";
+  p.peer = "pid " + std::to_string(peer.pid);
+  return nullptr;
 }
 
 const char* ShmDevice::read_hello_locked(core::PendingConnection& p) {

@@ -67,6 +67,7 @@ class ShmDevice final : public core::SoftRcDevice {
   std::unique_ptr<QueuePair> make_qp(const core::QpParts& parts, const QpCaps& caps) override;
   std::size_t engine_pass_locked(bool idle) override RDMX_REQUIRES(lock_) { return pass_locked(idle); }
   // The HELLO is one SOCK_SEQPACKET message that carries the segment's memfd.
+  const char* greet_locked(core::PendingConnection& p) override RDMX_REQUIRES(lock_);
   const char* read_hello_locked(core::PendingConnection& p) override RDMX_REQUIRES(lock_);
   // Marks the rings sleeping, so a producer wakes the engine through the socket.
   bool prepare_sleep() override RDMX_EXCLUDES(lock_);

@@ -127,8 +127,15 @@ bool TcpQp::dispatch_header_locked(const Header& h) {
     process_ack_locked(h.ack_msn);
     if (!live_locked()) return false;
   }
-  if (h.type == FrameType::Hello) {
-    protocol_error_locked("HELLO on an established connection");
+  if (h.type == FrameType::Refused) {
+    fail_locked(peer_text_ +
+                    " refused this connection: the proof of the job secret did not verify (RDMX_AUTH_KEY or "
+                    "RDMX_AUTH_KEY_FILE differs between the ranks, or this one has none)",
+                WcStatus::RetryExcErr);
+    return false;
+  }
+  if (h.type == FrameType::Hello || h.type == FrameType::Challenge) {
+    protocol_error_locked(std::string(wire::to_string(h.type)) + " on an established connection");
     return false;
   }
   bool ok = is_request(h.type) ? handle_request_locked(h) : handle_response_locked(h);

@@ -10,8 +10,8 @@
 
 #include <array>
 #include <cstring>
-#include <random>
 
+#include "core/auth.hpp"
 #include "core/completion_queue.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
@@ -26,6 +26,18 @@ namespace {
 // Up to this many QPs, application progress polls their sockets directly.
 constexpr std::size_t kDirectPollQps = 4;
 constexpr std::uint32_t kFullPassEvery = 16;
+// Refused connections keep their descriptor this long, at most this many at once.
+constexpr auto kLinger = std::chrono::seconds(2);
+constexpr std::size_t kMaxLingering = 256;
+
+// Sends a whole small frame on a fresh socket, whose buffer always has room.
+bool send_frame(int fd, const wire::Header& header, const std::uint8_t* payload, std::size_t payload_bytes) {
+  std::array<std::uint8_t, wire::kHeaderSize + 64> frame{};
+  wire::encode(header, frame.data());
+  if (payload_bytes > 0) std::memcpy(frame.data() + wire::kHeaderSize, payload, payload_bytes);
+  const std::size_t total = wire::kHeaderSize + payload_bytes;
+  return ::send(fd, frame.data(), total, MSG_DONTWAIT | MSG_NOSIGNAL) == static_cast<ssize_t>(total);
+}
 
 [[noreturn]] void throw_system(const std::string& what, const std::string& where) {
   throw Error(ErrorCode::System, what + ": " + std::strerror(errno),
@@ -43,6 +55,8 @@ std::shared_ptr<Device> open_tcp_device(const std::string& why, core::DeviceReso
 TcpDevice::TcpDevice(SocketInterface iface, std::string why, core::DeviceResources resources)
     : SoftRcDevice("tcp", std::move(resources), wire::kMaxMessage, true, true, CudaMemorySupport::Staging),
       iface_(std::move(iface)) {
+  // A secret that cannot be read fails here, where the user can see it, not in the engine.
+  core::auth::warn_if_unauthenticated("tcp provider");
   std::string local = format_address(reinterpret_cast<const sockaddr*>(&iface_.address));
   const int listen_fd = ::socket(iface_.address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (listen_fd < 0) throw_system("socket() for the listener failed", local);
@@ -161,26 +175,62 @@ std::string TcpDevice::accepted_locked(int fd, const sockaddr_storage& from) {
   return format_address(reinterpret_cast<const sockaddr*>(&from));
 }
 
+const char* TcpDevice::greet_locked(core::PendingConnection& p) {
+  p.challenge = core::auth::new_challenge();
+  wire::Header challenge;
+  challenge.type = wire::FrameType::Challenge;
+  challenge.length = wire::kChallengePayload;
+  challenge.arg0 = core::auth::key_configured() ? 1 : 0;
+  if (!send_frame(p.fd, challenge, p.challenge.data(), p.challenge.size())) return "cannot send the challenge";
+  return nullptr;
+}
+
 const char* TcpDevice::read_hello_locked(core::PendingConnection& p) {
-  // Exactly the HELLO: bytes after it belong to the QP that claims the socket.
-  ssize_t n = ::recv(p.fd, p.hello.data() + p.got, wire::kHeaderSize - p.got, MSG_DONTWAIT);
+  // Exactly the HELLO and its proof: bytes after them belong to the QP that claims the socket.
+  constexpr std::size_t kHelloBytes = wire::kHeaderSize + wire::kProofPayload;
+  static_assert(kHelloBytes <= sizeof(p.hello));
+  ssize_t n = ::recv(p.fd, p.hello.data() + p.got, kHelloBytes - p.got, MSG_DONTWAIT);
   if (n == 0) return "closed before sending HELLO";
   if (n < 0) {
     if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return nullptr;
     return "receive failed before HELLO";
   }
+  const std::size_t before = p.got;
   p.got += static_cast<std::size_t>(n);
-  if (p.got < wire::kHeaderSize) return nullptr;
-  wire::Header hello = wire::decode(p.hello.data());
-  if (const char* bad = wire::validate(hello)) return bad;
-  if (hello.type != wire::FrameType::Hello) return "first frame is not HELLO";
-  if (hello.arg1 > 0xffffffffu) return "HELLO target QP number out of range";
-  p.ids = wire::hello_ids(hello);
+  // Check the header as soon as it is whole: a stranger's bytes are not waited for.
+  if (before < wire::kHeaderSize && p.got >= wire::kHeaderSize) {
+    wire::Header hello = wire::decode(p.hello.data());
+    if (const char* bad = wire::validate(hello)) return bad;
+    if (hello.type != wire::FrameType::Hello) return "first frame is not HELLO";
+    if (hello.arg1 > 0xffffffffu) return "HELLO target QP number out of range";
+  }
+  if (p.got < kHelloBytes) return nullptr;
+  core::auth::Proof proof;
+  std::memcpy(proof.data(), p.hello.data() + wire::kHeaderSize, proof.size());
+  if (!core::auth::verify(wire::kAuthPurpose, p.challenge, {p.hello.data(), wire::kHeaderSize}, proof)) {
+    wire::Header refused;
+    refused.type = wire::FrameType::Refused;
+    send_frame(p.fd, refused, nullptr, 0);
+    return "its proof of the job secret did not verify (RDMX_AUTH_KEY differs, or the peer has none)";
+  }
+  p.ids = wire::hello_ids(wire::decode(p.hello.data()));
   return "";
 }
 
+void TcpDevice::close_refused_locked(int fd) {
+  // Closing with unread bytes resets the connection, which can destroy the
+  // REFUSED frame before the peer reads why.
+  ::shutdown(fd, SHUT_WR);
+  linger_locked(fd);
+}
+
 void TcpDevice::linger_locked(int fd) {
-  constexpr auto kLinger = std::chrono::seconds(2);
+  // Bounded, so a storm of connections or of QPs made and destroyed cannot
+  // run the process out of descriptors: past it, sockets close at once.
+  if (lingering_.size() >= kMaxLingering) {
+    ::close(fd);
+    return;
+  }
   epoll_event event{};
   event.events = EPOLLIN | EPOLLRDHUP;
   event.data.u64 = watch_tag(Watch::Linger, static_cast<std::uint32_t>(fd));

@@ -45,7 +45,9 @@ class TcpDevice final : public core::SoftRcDevice {
   bool device_timers_locked(core::Clock::time_point now) override RDMX_REQUIRES(lock_);
   // TCP_NODELAY on the accepted socket; its source address.
   std::string accepted_locked(int fd, const sockaddr_storage& from) override RDMX_REQUIRES(lock_);
+  const char* greet_locked(core::PendingConnection& p) override RDMX_REQUIRES(lock_);
   const char* read_hello_locked(core::PendingConnection& p) override RDMX_REQUIRES(lock_);
+  void close_refused_locked(int fd) override RDMX_REQUIRES(lock_);
 
   std::size_t pass_locked(bool check_timers) RDMX_REQUIRES(lock_);
   std::size_t spin_pass_locked() RDMX_REQUIRES(lock_);

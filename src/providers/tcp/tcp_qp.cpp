@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "core/address_bundle.hpp"
+#include "core/auth.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
 #include "core/mutex.hpp"
@@ -156,13 +157,58 @@ void TcpQp::schedule_connect_retry_locked(int error) {
   retry_backoff_ = std::min(retry_backoff_ * 2, std::chrono::milliseconds(500));
 }
 
+void TcpQp::read_challenge_locked() {
+  const ssize_t n = ::recv(fd_, challenge_.data() + challenge_got_, challenge_.size() - challenge_got_, MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+  if (n <= 0) {
+    // The listener closed at once (full, or going away): try again until RDMX_TIMEOUT.
+    const int error = n == 0 ? ECONNRESET : errno;
+    close_socket_locked();
+    schedule_connect_retry_locked(error);
+    return;
+  }
+  challenge_got_ += static_cast<std::size_t>(n);
+  if (challenge_got_ < challenge_.size()) return;
+  const Header h = wire::decode(challenge_.data());
+  const char* bad = wire::validate(h);
+  if (bad == nullptr && h.type != FrameType::Challenge) bad = "its first frame is not a CHALLENGE";
+  if (bad != nullptr) {
+    fail_locked(
+        "connecting to " + peer_text_ + ": " + bad + " (an rdmx of another version, or something else, listens there)",
+        WcStatus::RetryExcErr);
+    return;
+  }
+  std::array<std::uint8_t, wire::kHeaderSize + wire::kProofPayload> hello{};
+  try {
+    if (h.arg0 == 1 && !core::auth::key_configured()) {
+      fail_locked(peer_text_ +
+                      " requires a proof of the job secret and this process has none: set RDMX_AUTH_KEY (or "
+                      "RDMX_AUTH_KEY_FILE) to the job's secret on every rank",
+                  WcStatus::RetryExcErr);
+      return;
+    }
+    core::auth::Challenge challenge;
+    std::memcpy(challenge.data(), challenge_.data() + wire::kHeaderSize, challenge.size());
+    wire::encode(wire::hello_frame(ids_), hello.data());
+    const core::auth::Proof proof = core::auth::prove(wire::kAuthPurpose, challenge, {hello.data(), wire::kHeaderSize});
+    std::memcpy(hello.data() + wire::kHeaderSize, proof.data(), proof.size());
+  } catch (const Error& e) {
+    fail_locked(std::string("cannot prove the job secret to ") + peer_text_ + ": " + e.what(), WcStatus::RetryExcErr);
+    return;
+  }
+  // Nothing else was sent on this socket yet: its buffer has room.
+  if (::send(fd_, hello.data(), hello.size(), MSG_DONTWAIT | MSG_NOSIGNAL) != static_cast<ssize_t>(hello.size())) {
+    fail_locked("sending HELLO to " + peer_text_ + " failed: " + std::strerror(errno), WcStatus::RetryExcErr);
+    return;
+  }
+  awaiting_challenge_ = false;
+  on_connected_locked();
+}
+
 void TcpQp::on_connected_locked() {
   connecting_ = false;
   established_ = true;
   last_rx_ = core::Clock::now();
-  control_.push_front(wire::hello_frame(ids_));
-  want_write_ = true;  // epoll currently watches EPOLLOUT
-  set_want_write_locked(false);
   pump_locked(8);
   RDMX_INFO("tcp qp %u: connected to %s", qpn_, peer_text_.c_str());
 }
@@ -228,6 +274,7 @@ void TcpQp::close_socket_locked() {
   fd_ = -1;
   established_ = false;
   connecting_ = false;
+  awaiting_challenge_ = false;
   draining_ = false;
   tx_.active = false;
   control_.clear();
@@ -243,15 +290,24 @@ bool TcpQp::on_socket_locked(std::uint32_t events) {
   StateGuard lock(*this);
   if (fd_ < 0) return false;
   if (connecting_) {
-    int err = 0;
-    socklen_t len = sizeof(err);
-    getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len);
-    if (err == 0 && (events & EPOLLOUT)) {
-      on_connected_locked();
-    } else if (err != 0 || (events & (EPOLLERR | EPOLLHUP))) {
-      close_socket_locked();
-      schedule_connect_retry_locked(err);
+    if (!awaiting_challenge_) {
+      int err = 0;
+      socklen_t len = sizeof(err);
+      getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err != 0 || !(events & EPOLLOUT)) {
+        if (err != 0 || (events & (EPOLLERR | EPOLLHUP))) {
+          close_socket_locked();
+          schedule_connect_retry_locked(err);
+        }
+        return true;
+      }
+      // Connected: the acceptor speaks first.
+      awaiting_challenge_ = true;
+      challenge_got_ = 0;
+      want_write_ = false;
+      watch_socket_locked(EPOLL_CTL_MOD, EPOLLIN | EPOLLRDHUP);
     }
+    read_challenge_locked();
     return true;
   }
   if (draining_) {

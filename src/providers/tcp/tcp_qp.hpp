@@ -185,6 +185,8 @@ class TcpQp final : public core::SoftRcQp {
   // Connection (tcp_qp.cpp).
   void start_connect_locked() RDMX_REQUIRES(this);
   void schedule_connect_retry_locked(int error) RDMX_REQUIRES(this);
+  // Initiator: reads the acceptor's challenge and answers with HELLO and its proof.
+  void read_challenge_locked() RDMX_REQUIRES(this);
   void on_connected_locked() RDMX_REQUIRES(this);
   void attach_locked(int fd) RDMX_REQUIRES(this);
   // Connected and exchanging frames (not closed, not draining after an error).
@@ -203,7 +205,10 @@ class TcpQp final : public core::SoftRcQp {
 
   // Connection.
   int fd_ RDMX_GUARDED_BY(this) = -1;
-  bool connecting_ RDMX_GUARDED_BY(this) = false;  // initiator: TCP connect in flight
+  bool connecting_ RDMX_GUARDED_BY(this) = false;          // initiator: TCP connect or challenge in flight
+  bool awaiting_challenge_ RDMX_GUARDED_BY(this) = false;  // initiator: connected, no HELLO sent yet
+  std::array<std::uint8_t, wire::kHeaderSize + wire::kChallengePayload> challenge_ RDMX_GUARDED_BY(this){};
+  std::size_t challenge_got_ RDMX_GUARDED_BY(this) = 0;
   bool established_ RDMX_GUARDED_BY(this) = false;
   bool want_write_ RDMX_GUARDED_BY(this) = false;
   bool tx_blocked_ RDMX_GUARDED_BY(this) = false;     // the last send hit EAGAIN: wait for EPOLLOUT

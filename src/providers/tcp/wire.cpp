@@ -17,6 +17,8 @@ const char* to_string(FrameType type) {
     case FrameType::Ack: return "ACK";
     case FrameType::Nak: return "NAK";
     case FrameType::Bye: return "BYE";
+    case FrameType::Challenge: return "CHALLENGE";
+    case FrameType::Refused: return "REFUSED";
   }
   return "UNKNOWN";
 }
@@ -25,8 +27,11 @@ const char* validate(const Header& h) {
   if (h.magic != kMagic) return "bad magic number (not an rdmx tcp frame)";
   if (h.version != kVersion) return "unsupported wire version";
   if ((h.flags & ~kKnownFlags) != 0) return "unknown flag bits";
-  const bool has_payload =
-      h.type == FrameType::SendReq || h.type == FrameType::WriteReq || h.type == FrameType::ReadResp;
+  if (h.type == FrameType::Hello && h.length != kProofPayload) return "HELLO without its proof";
+  if (h.type == FrameType::Challenge && h.length != kChallengePayload) return "CHALLENGE of the wrong length";
+  const bool has_payload = h.type == FrameType::SendReq || h.type == FrameType::WriteReq ||
+                           h.type == FrameType::ReadResp || h.type == FrameType::Hello ||
+                           h.type == FrameType::Challenge;
   if (!has_payload && h.length != 0) return "payload on a frame type that carries none";
   if (h.length > kMaxFrame) return "frame payload larger than the maximum chunk (plus its slack)";
   switch (h.type) {
@@ -47,7 +52,11 @@ const char* validate(const Header& h) {
         return "unknown NAK syndrome";
       }
       return nullptr;
+    case FrameType::Challenge:
+      if (h.arg0 > 1) return "CHALLENGE with an unknown requirement";
+      return nullptr;
     case FrameType::Hello:
+    case FrameType::Refused:
     case FrameType::AckReq:
     case FrameType::ReadResp:
     case FrameType::AtomicResp:

@@ -13,7 +13,8 @@
 namespace rdmx::tcp::wire {
 
 constexpr std::uint32_t kMagic = 0x58444d52;  // "RMDX" little-endian
-constexpr std::uint8_t kVersion = 1;
+// 2: connections open with a challenge and a proof of the job secret.
+constexpr std::uint8_t kVersion = 2;
 constexpr std::size_t kHeaderSize = 48;
 // Large messages travel as frames of at most this many payload bytes, so one
 // huge transfer cannot monopolise the progress engine or a socket.
@@ -45,7 +46,15 @@ enum class FrameType : std::uint8_t {
   Nak = 10,         // negative acknowledgement of request `msn`
   CmpSwapReq = 11,  // atomic compare-and-swap request
   Bye = 12,         // the sender destroys its QP in order: what it acknowledged is all it will
+  Challenge = 13,   // the acceptor's first frame: a fresh challenge the HELLO must answer
+  Refused = 14,     // the acceptor's answer to a HELLO whose proof did not verify; then it closes
 };
+
+// The challenge a Challenge frame carries, and the proof a HELLO carries, are
+// their payloads (core/auth.hpp); purpose string of the proof:
+constexpr const char* kAuthPurpose = "rdmx tcp qp hello v2";
+constexpr std::uint32_t kChallengePayload = 32;
+constexpr std::uint32_t kProofPayload = 32;
 
 enum Flags : std::uint16_t {
   kFirst = 1u << 0,      // first frame of a message
@@ -66,8 +75,12 @@ enum class Syndrome : std::uint8_t {
 };
 
 // Field use per frame type:
+//   Challenge:  arg0 = 1 when the acceptor has a job secret (a proof is required);
+//               payload: the challenge
 //   Hello:      addr = sender device nonce, arg0 = target device nonce,
-//               rkey = sender qpn, arg1 = target qpn
+//               rkey = sender qpn, arg1 = target qpn; payload: the proof,
+//               HMAC over the challenge and this header
+//   Refused:    no fields
 //   SendReq:    msn, length; First: arg0 = total length; WithImm: arg1 = imm
 //   WriteReq:   msn, length, rkey, addr (of this chunk); First: arg0 = total length; WithImm: arg1 = imm
 //   ReadReq:    msn, rkey, addr, arg0 = length
@@ -108,6 +121,7 @@ inline Header hello_frame(const core::ConnectionIds& ids) {
   h.arg0 = ids.target_nonce;
   h.rkey = ids.source_qpn;
   h.arg1 = ids.target_qpn;
+  h.length = kProofPayload;
   return h;
 }
 inline core::ConnectionIds hello_ids(const Header& h) {
