@@ -6,6 +6,7 @@ COLL_ALGOS ?=
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
+.PHONY: test-asan test-tsan sanitizer-build fuzz fuzz-build
 .PHONY: all deps build build-cli build-examples run example format-check test test-coll-full test-largest bench bench-shm bench-coll bench-peers bench-torch bench-verbs clean
 
 all: build
@@ -60,6 +61,49 @@ format-check: deps
 test: format-check build
 	@echo "== test (ctest; needs root for the network-namespace cases; the verbs cases boot a soft-RoCE guest)"
 	cd $(BUILD) && ctest --output-on-failure -j 2 --timeout 300
+
+# The conformance suite, the collectives' default matrix and the bootstrap
+# tests under AddressSanitizer+UndefinedBehaviorSanitizer, or ThreadSanitizer
+# (docs/TESTING.md). Any report fails its test. SAN_TESTS picks the cases
+# (a ctest -R expression); the default is all three areas.
+SAN_AREAS ?= rdmx_conformance_tests rdmx_coll_tests rdmx_bootstrap_tests rdmx_core_tests rdmx_tcp_tests rdmx_shm_tests
+SAN_TESTS ?= .
+SAN_EXCLUDE ?= OfTheLargestMessage
+SAN_JOBS ?= 2
+SAN_CMAKE = -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRDMX_BUILD_PYTHON=OFF -DRDMX_BUILD_BENCH=OFF
+sanitizer-build: deps
+	@echo "== configure and build $(SAN_BUILD) (-fsanitize=$(SAN)): $(SAN_AREAS)"
+	cmake -S . -B $(SAN_BUILD) $(SAN_CMAKE) -DRDMX_SANITIZE=$(SAN) >/dev/null
+	cmake --build $(SAN_BUILD) -j $(JOBS) --target $(SAN_AREAS) rdmx_cli
+
+test-asan:
+	@$(MAKE) --no-print-directory sanitizer-build SAN=address,undefined SAN_BUILD=build-asan
+	@echo "== test-asan (ctest -R '$(SAN_TESTS)' -E '$(SAN_EXCLUDE)' under ASan+UBSan)"
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1 \
+	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	    ctest --output-on-failure -j $(SAN_JOBS) --timeout 600 -R '$(SAN_TESTS)' -E '$(SAN_EXCLUDE)'
+
+test-tsan:
+	@$(MAKE) --no-print-directory sanitizer-build SAN=thread SAN_BUILD=build-tsan
+	@echo "== test-tsan (ctest -R '$(SAN_TESTS)' -E '$(SAN_EXCLUDE)' under ThreadSanitizer)"
+	cd build-tsan && TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	    ctest --output-on-failure -j $(SAN_JOBS) --timeout 600 -R '$(SAN_TESTS)' -E '$(SAN_EXCLUDE)'
+
+# libFuzzer over every decoder of outside bytes (fuzz/, docs/TESTING.md),
+# built with clang++ and ASan+UBSan in build-fuzz; each target runs
+# FUZZ_SECONDS from the committed corpus.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= addresses coll_header launcher_env store_client store_server tcp_frames shm_hello
+fuzz-build: deps
+	@echo "== configure and build build-fuzz (clang++, libFuzzer, ASan+UBSan)"
+	cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRDMX_FUZZ=ON \
+	    -DRDMX_SANITIZE=address,undefined -DRDMX_BUILD_TESTS=OFF -DRDMX_BUILD_BENCH=OFF -DRDMX_BUILD_PYTHON=OFF \
+	    -DRDMX_THREAD_SAFETY=OFF -DRDMX_CUDA_KERNELS=OFF >/dev/null
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_targets
+
+fuzz: fuzz-build
+	@echo "== fuzz: $(FUZZ_TARGETS), $(FUZZ_SECONDS) s each"
+	bash scripts/fuzz.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # The collectives' full correctness matrix: every size up to 64 MiB and every
 # rank count on shm, tcp and two network-namespace hosts (long; not in CI).

@@ -33,9 +33,6 @@ namespace {
 
 namespace cu = core::cuda;
 
-constexpr const char* kTypeNames[kDataTypeCount] = {"int8",   "uint8",   "int32",    "uint32",  "int64",
-                                                    "uint64", "float16", "bfloat16", "float32", "float64"};
-constexpr const char* kOpNames[4] = {"Sum", "Prod", "Min", "Max"};
 constexpr unsigned kThreads = 256;
 // Enough blocks to fill a large GPU several times over; the kernels stride.
 constexpr std::size_t kMaxBlocks = 8192;
@@ -50,6 +47,10 @@ struct GpuKernels {
 using cu::ContextScope;
 
 #if defined(RDMX_CUDA_FATBIN)
+constexpr const char* kTypeNames[kDataTypeCount] = {"int8",   "uint8",   "int32",    "uint32",  "int64",
+                                                    "uint64", "float16", "bfloat16", "float32", "float64"};
+constexpr const char* kOpNames[4] = {"Sum", "Prod", "Min", "Max"};
+
 GpuKernels load_kernels(const cu::DriverApi& api, int device) {
   const ErrorContext where{.op = "cuda kernels", .sizes = "gpu=" + std::to_string(device)};
   GpuKernels kernels;
