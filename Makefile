@@ -74,7 +74,7 @@ SAN_CMAKE = -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRDMX_BUILD_PYTHON=OFF -
 sanitizer-build: deps
 	@echo "== configure and build $(SAN_BUILD) (-fsanitize=$(SAN)): $(SAN_AREAS)"
 	cmake -S . -B $(SAN_BUILD) $(SAN_CMAKE) -DRDMX_SANITIZE=$(SAN) >/dev/null
-	cmake --build $(SAN_BUILD) -j $(JOBS) --target $(SAN_AREAS) rdmx_cli
+	cmake --build $(SAN_BUILD) -j $(JOBS) --target $(SAN_AREAS)
 
 test-asan:
 	@$(MAKE) --no-print-directory sanitizer-build SAN=address,undefined SAN_BUILD=build-asan

@@ -183,16 +183,18 @@ void Buffer::store64(std::size_t offset, std::uint64_t value) const {
 }
 
 void set_bytes(void* dst, std::uint8_t value, std::size_t len) {
+  if (len == 0) return;  // dst may be null (an empty vector's data()): memset's is UB
   if (!on_device(dst, len)) {
     std::memset(dst, value, len);
     return;
   }
-  if (len > 0) cuda_set(dst, value, len);
+  cuda_set(dst, value, len);
 }
 
 void copy_bytes(void* dst, const void* src, std::size_t len) {
+  if (len == 0) return;  // either may be null (an empty vector's data()): memcpy's is UB
   if (on_device(dst, len) || on_device(src, len)) {
-    if (len > 0) cuda_copy(dst, src, len);
+    cuda_copy(dst, src, len);
   } else {
     std::memcpy(dst, src, len);
   }
