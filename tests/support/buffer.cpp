@@ -12,6 +12,7 @@
 #include <sstream>
 #include <vector>
 
+#include "core/race_annotations.hpp"
 #include "support/cuda_device.hpp"
 #include "support/harness.hpp"
 
@@ -233,12 +234,15 @@ void fill_pattern(void* dst, std::size_t len, std::uint64_t seed, std::uint64_t 
 
 std::optional<std::size_t> find_pattern_mismatch(const void* p, std::size_t len, std::uint64_t seed,
                                                  std::uint64_t pos) {
+  // The test learned through the store that a peer's transfer landed; tell TSan.
+  core::acquire_remote_placements();
   std::vector<std::uint8_t> copy;
   return find_in_host(readable(p, len, copy), len, seed, pos);
 }
 
 void check_pattern(const void* p, std::size_t len, std::uint64_t seed, std::uint64_t pos, const std::string& what,
                    const char* file, int line) {
+  core::acquire_remote_placements();
   std::vector<std::uint8_t> copy;
   const std::uint8_t* in = readable(p, len, copy);
   auto bad = find_in_host(in, len, seed, pos);

@@ -13,6 +13,7 @@
 
 #include "core/cuda/copy.hpp"
 #include "core/ordered_placement.hpp"
+#include "core/race_annotations.hpp"
 #include "core/work_request.hpp"
 #include "providers/shm/cross_memory.hpp"
 #include "providers/shm/shm_qp.hpp"
@@ -289,6 +290,7 @@ ShmQp::Step ShmQp::deliver_locked(const Record* r, const RecvEntry* recv, std::u
     }
   }
   if (nak_status == WcStatus::Success) {
+    core::release_remote_placements();
     if (!to_recv && target_memory.doorbell != nullptr) core::ring(*target_memory.doorbell);
     return Step::Done;
   }

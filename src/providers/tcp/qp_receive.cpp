@@ -13,6 +13,7 @@
 
 #include "core/cuda/copy.hpp"
 #include "core/ordered_placement.hpp"
+#include "core/race_annotations.hpp"
 #include "core/work_request.hpp"
 #include "providers/tcp/tcp_qp.hpp"
 
@@ -325,6 +326,7 @@ void TcpQp::finish_frame_locked() {
   rx_in_payload_ = false;
   const Header& h = rx_header_;
   if (rx_target_ == RxTarget::Discard) return;
+  core::release_remote_placements();
   switch (h.type) {
     case FrameType::SendReq:
     case FrameType::WriteReq:

@@ -56,7 +56,7 @@ TcpDevice::TcpDevice(SocketInterface iface, std::string why, core::DeviceResourc
     : SoftRcDevice("tcp", std::move(resources), wire::kMaxMessage, true, true, CudaMemorySupport::Staging),
       iface_(std::move(iface)) {
   // A secret that cannot be read fails here, where the user can see it, not in the engine.
-  core::auth::warn_if_unauthenticated("tcp provider");
+  core::auth::key_configured();
   std::string local = format_address(reinterpret_cast<const sockaddr*>(&iface_.address));
   const int listen_fd = ::socket(iface_.address.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (listen_fd < 0) throw_system("socket() for the listener failed", local);

@@ -82,6 +82,8 @@ int TcpQp::socket_fd() const {
 }
 
 void TcpQp::connect(const QpAddress& remote, const ConnectOptions& options) {
+  // Said when a connection is first made, not when a device opens (rdmx info opens one to look).
+  core::auth::warn_if_unauthenticated("tcp provider");
   // An auto peer offers one address per provider: take ours.
   TcpAddress peer = TcpAddress::decode(core::part_for_provider(remote, is_tcp_address));
   core::LockGuard engine(device_.lock());
