@@ -4,9 +4,11 @@
 // process's memory; the application learns that it landed out of band (a
 // message from the peer, a store key), often through another process, and
 // then reads the memory. The ordering is real but crosses processes, so TSan
-// would report the read as a race with the placement. Providers release the
-// token below after every placement, before anything acknowledges it, and
-// code that reads placed memory on such out-of-band word acquires it.
+// would report the read as a race with the placement, and the next
+// placement as a race with the read. Providers acquire the token below
+// before they handle a peer's request and release it after every
+// placement, before anything acknowledges it; code that reads placed
+// memory on such out-of-band word acquires it before and releases it after.
 // Outside TSan builds both are empty.
 #pragma once
 

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstring>
 
+#include "core/race_annotations.hpp"
 #include "process_util.hpp"
 #include "rdmx/bootstrap.hpp"
 #include "rdmx/verbs.hpp"
@@ -87,6 +88,7 @@ int run_rank(const std::string& store_dir, int rank, int world_size) {
   store->set("wrote/" + std::to_string(rank), std::string_view("1"));
   store->wait(keys_for("wrote/", world_size, rank), 20s);
 
+  core::acquire_remote_placements();  // the store said every peer's WRITE landed (tells TSan)
   for (int writer = 0; writer < world_size; ++writer) {
     if (writer == rank) continue;
     for (std::size_t i = 0; i < kChunk; ++i) {

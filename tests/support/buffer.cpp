@@ -194,11 +194,14 @@ void set_bytes(void* dst, std::uint8_t value, std::size_t len) {
 
 void copy_bytes(void* dst, const void* src, std::size_t len) {
   if (len == 0) return;  // either may be null (an empty vector's data()): memcpy's is UB
+  // Either side may be memory a peer writes, ordered by the test out of band.
+  core::acquire_remote_placements();
   if (on_device(dst, len) || on_device(src, len)) {
     cuda_copy(dst, src, len);
   } else {
     std::memcpy(dst, src, len);
   }
+  core::release_remote_placements();
 }
 
 std::uint64_t load_u64(const void* p) {
@@ -234,10 +237,13 @@ void fill_pattern(void* dst, std::size_t len, std::uint64_t seed, std::uint64_t 
 
 std::optional<std::size_t> find_pattern_mismatch(const void* p, std::size_t len, std::uint64_t seed,
                                                  std::uint64_t pos) {
-  // The test learned through the store that a peer's transfer landed; tell TSan.
+  // The test learned through the store that a peer's transfer landed, and
+  // lets the next one in the same way: tell TSan both.
   core::acquire_remote_placements();
   std::vector<std::uint8_t> copy;
-  return find_in_host(readable(p, len, copy), len, seed, pos);
+  auto bad = find_in_host(readable(p, len, copy), len, seed, pos);
+  core::release_remote_placements();
+  return bad;
 }
 
 void check_pattern(const void* p, std::size_t len, std::uint64_t seed, std::uint64_t pos, const std::string& what,
@@ -246,6 +252,7 @@ void check_pattern(const void* p, std::size_t len, std::uint64_t seed, std::uint
   std::vector<std::uint8_t> copy;
   const std::uint8_t* in = readable(p, len, copy);
   auto bad = find_in_host(in, len, seed, pos);
+  core::release_remote_placements();
   if (!bad) return;
   std::size_t run = 1;
   while (*bad + run < len && in[*bad + run] != pattern_byte(seed, pos + *bad + run)) ++run;
@@ -261,8 +268,10 @@ void check_pattern(const void* p, std::size_t len, std::uint64_t seed, std::uint
 
 void check_bytes(const void* p, std::size_t len, std::uint8_t value, const std::string& what, const char* file,
                  int line) {
+  core::acquire_remote_placements();
   std::vector<std::uint8_t> copy;
   const std::uint8_t* in = readable(p, len, copy);
+  core::release_remote_placements();
   for (std::size_t k = 0; k < len; ++k) {
     if (in[k] != value) {
       fail_rank(file, line,

@@ -97,6 +97,7 @@ void ShmQp::recv_queued_locked() {
 // Responder.
 
 ShmQp::Step ShmQp::execute_request_locked(const Record* r, std::uint16_t slots) {
+  core::acquire_remote_placements();  // what the application did with the target before it let the peer in
   const RecordType type = r->type;
   const std::uint8_t flags = r->flags;
   const std::uint32_t msn = r->msn;

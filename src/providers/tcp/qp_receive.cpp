@@ -119,6 +119,7 @@ bool TcpQp::receive_locked(int frame_budget) {
 }
 
 bool TcpQp::dispatch_header_locked(const Header& h) {
+  core::acquire_remote_placements();  // what the application did with the target before it let the peer in
   if (const char* bad = wire::validate(h)) {
     protocol_error_locked(std::string(bad) + " (frame type " + std::to_string(static_cast<int>(h.type)) + ")");
     return false;

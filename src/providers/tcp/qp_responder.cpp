@@ -10,6 +10,7 @@
 #include "core/cuda/copy.hpp"
 #include "core/log.hpp"
 #include "core/ordered_placement.hpp"
+#include "core/race_annotations.hpp"
 #include "core/work_request.hpp"
 #include "providers/tcp/tcp_qp.hpp"
 
@@ -276,6 +277,7 @@ bool TcpQp::on_atomic_request_locked(const Header& h) {
 }
 
 void TcpQp::request_executed_locked(std::uint16_t flags) {
+  core::release_remote_placements();  // before anything can acknowledge it
   ++expected_msn_;
   ack_pending_ = true;
   if (flags & wire::kAckNow) ack_now_ = true;
