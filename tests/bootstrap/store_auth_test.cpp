@@ -17,6 +17,7 @@
 #include "process_util.hpp"
 #include "rdmx/bootstrap.hpp"
 #include "rdmx/info.hpp"
+#include "support/scoped_env.hpp"
 
 namespace rdmx {
 namespace {
@@ -28,29 +29,7 @@ using test::TempDir;
 constexpr const char* kSecret = "0123456789abcdef0123456789abcdef";
 constexpr const char* kOtherSecret = "fedcba9876543210fedcba9876543210";
 
-// Sets (or, with nullptr, unsets) an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value != nullptr)
-      ::setenv(name, value, 1);
-    else
-      ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using test::ScopedEnv;
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path);

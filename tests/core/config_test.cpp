@@ -11,35 +11,14 @@
 
 #include "core/config.hpp"
 #include "rdmx/error.hpp"
+#include "support/scoped_env.hpp"
 
 namespace rdmx {
 namespace {
 
 using namespace std::chrono_literals;
 
-// Sets one variable for a test and puts the old value back (ctest sets RDMX_TIMEOUT).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value != nullptr)
-      ::setenv(name, value, 1);
-    else
-      ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using test::ScopedEnv;
 
 // The Config error `read` throws for `value` of `name`, or "" when it throws none.
 template <typename Read>
