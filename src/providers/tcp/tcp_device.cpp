@@ -180,7 +180,13 @@ const char* TcpDevice::greet_locked(core::PendingConnection& p) {
   wire::Header challenge;
   challenge.type = wire::FrameType::Challenge;
   challenge.length = wire::kChallengePayload;
-  challenge.arg0 = core::auth::key_configured() ? 1 : 0;
+  // The engine must not throw: a secret file gone unreadable since the
+  // device opened refuses the connection instead.
+  try {
+    challenge.arg0 = core::auth::key_configured() ? 1 : 0;
+  } catch (const Error&) {
+    return "this process's job secret cannot be read any more (RDMX_AUTH_KEY_FILE)";
+  }
   if (!send_frame(p.fd, challenge, p.challenge.data(), p.challenge.size())) return "cannot send the challenge";
   return nullptr;
 }
@@ -207,7 +213,13 @@ const char* TcpDevice::read_hello_locked(core::PendingConnection& p) {
   if (p.got < kHelloBytes) return nullptr;
   core::auth::Proof proof;
   std::memcpy(proof.data(), p.hello.data() + wire::kHeaderSize, proof.size());
-  if (!core::auth::verify(wire::kAuthPurpose, p.challenge, {p.hello.data(), wire::kHeaderSize}, proof)) {
+  bool verified = false;
+  try {
+    verified = core::auth::verify(wire::kAuthPurpose, p.challenge, {p.hello.data(), wire::kHeaderSize}, proof);
+  } catch (const Error&) {
+    return "this process's job secret cannot be read any more (RDMX_AUTH_KEY_FILE)";
+  }
+  if (!verified) {
     wire::Header refused;
     refused.type = wire::FrameType::Refused;
     send_frame(p.fd, refused, nullptr, 0);
