@@ -348,6 +348,7 @@ void SoftRcQp::fail_locked(const std::string& reason, WcStatus status, std::opti
   } else {
     RDMX_WARN("%s qp %u -> ERROR: %s", provider_, qpn_, reason.c_str());
   }
+  stop_peer_access_locked();
   // In MSN order: the failing WR (the oldest unless named) gets `status`, the rest WR_FLUSH_ERR.
   bool first = true;
   while (!sq_.empty()) {

@@ -97,6 +97,10 @@ class RDMX_CAPABILITY("queue pair state") SoftRcQp : public QueuePair {
   // the copy of one piece then overlaps the transfer of the one before, and
   // the host memory it takes is one piece's. Otherwise they are staged whole.
   virtual bool copies_device_payloads() const { return false; }
+  // The QP entered ERROR; nothing was flushed yet. Returns once the peer
+  // touches no more of this QP's local memory (a peer that copies into or
+  // out of it on its own: no flushed buffer may change after its flush).
+  virtual void stop_peer_access_locked() RDMX_REQUIRES(this) {}
   // The QP entered ERROR and its send queue was flushed (its receive queue
   // is flushed next): stop the transport and tell the peer.
   virtual void error_entered_locked() RDMX_REQUIRES(this) = 0;

@@ -85,6 +85,29 @@ std::uint64_t write_to_device(char* target, std::uint64_t length, const core::Re
   return length;
 }
 
+// Marks a cross-memory copy of the peer's memory as running
+// (RingControl::busy) for as long as it lives, unless the peer's QP failed.
+class PeerMemoryCopy {
+ public:
+  explicit PeerMemoryCopy(RingControl* control) : control_(control) {
+    control_->busy.store(1, std::memory_order_seq_cst);
+    if (control_->closed.load(std::memory_order_seq_cst) != 0) end();
+  }
+  PeerMemoryCopy(const PeerMemoryCopy&) = delete;
+  PeerMemoryCopy& operator=(const PeerMemoryCopy&) = delete;
+  ~PeerMemoryCopy() { end(); }
+  bool allowed() const { return control_ != nullptr; }
+  void end() {
+    if (control_ == nullptr) return;
+    control_->busy.store(0, std::memory_order_seq_cst);
+    if (control_->closed.load(std::memory_order_seq_cst) != 0) core::ring(control_->busy_cleared);
+    control_ = nullptr;
+  }
+
+ private:
+  RingControl* control_;
+};
+
 }  // namespace
 
 void ShmQp::recv_queued_locked() {
@@ -102,6 +125,7 @@ ShmQp::Step ShmQp::execute_request_locked(const Record* r, std::uint16_t slots) 
   const std::uint8_t flags = r->flags;
   const std::uint32_t msn = r->msn;
   const std::uint32_t length = r->length;
+  if (in_control_->closed.load(std::memory_order_acquire) != 0) return drop_request_of_closed_peer_locked();
   if (msn != expected_msn_) {
     protocol_error_locked("request msn " + std::to_string(msn) + " where " + std::to_string(expected_msn_) +
                           " was expected");
@@ -129,6 +153,13 @@ ShmQp::Step ShmQp::execute_request_locked(const Record* r, std::uint16_t slots) 
       wake_peer_locked();
     }
     return Step::Stall;
+  }
+  // The peer may fail while this copy runs: it waits for the copy to end
+  // before it flushes the buffers the copy reads or writes.
+  std::optional<PeerMemoryCopy> copy;
+  if (cross) {
+    copy.emplace(in_control_);
+    if (!copy->allowed()) return drop_request_of_closed_peer_locked();
   }
   Step step = Step::Done;
   switch (type) {
@@ -439,6 +470,11 @@ ShmQp::Step ShmQp::answer_atomic_locked(const Record* r) {
   answer->length = 8;
   answer->arg0 = old;
   out_.publish(answer);
+  return Step::Done;
+}
+
+ShmQp::Step ShmQp::drop_request_of_closed_peer_locked() {
+  peer_gone_locked(describe_peer() + "'s QP entered ERROR", false);
   return Step::Done;
 }
 

@@ -22,11 +22,13 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/wait.hpp"
+
 namespace rdmx::shm {
 
 constexpr std::size_t kSlot = 64;
 constexpr std::uint32_t kSegmentMagic = 0x52444d53;  // "SMDR"
-constexpr std::uint32_t kSegmentVersion = 1;
+constexpr std::uint32_t kSegmentVersion = 2;
 
 enum class RecordType : std::uint8_t {
   Pad = 1,
@@ -86,7 +88,23 @@ struct alignas(64) RingControl {
   // The consumer's engine is about to block: the producer wakes it through the socket.
   std::atomic<std::uint32_t> sleeping;
   char pad1[60];
+  // A line of its own, read by the consumer for each request and written
+  // only when the producer fails, or by the consumer during a cross-memory
+  // copy: in steady state it stays cached on both sides.
+  //
+  // The producer's QP entered ERROR: the consumer executes none of its
+  // requests any more, so none touches the producer's memory. A pair with
+  // `busy` (each side stores its word, then reads the other's, both
+  // sequentially consistent): the producer flushes its work only after it
+  // saw `busy` clear, and the consumer copies only while it saw `closed` clear.
+  std::atomic<std::uint32_t> closed;
+  // The consumer is copying into or out of the producer's memory (a cross-memory request).
+  std::atomic<std::uint32_t> busy;
+  // Rung by the consumer when it clears `busy` after `closed` was set.
+  core::WakeWords busy_cleared;
+  char pad2[64 - 8 - sizeof(core::WakeWords)];
 };
+static_assert(sizeof(RingControl) == 192);
 
 struct SegmentHeader {
   std::uint32_t magic;

@@ -6,6 +6,7 @@
 // timers (connect retries and deadline, RNR clocks) and the error hooks.
 #include "providers/shm/shm_qp.hpp"
 
+#include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
@@ -23,6 +24,7 @@
 #include "core/config.hpp"
 #include "core/log.hpp"
 #include "core/mutex.hpp"
+#include "core/wait.hpp"
 #include "core/work_request.hpp"
 #include "providers/shm/cross_memory.hpp"
 #include "providers/shm/offer_link.hpp"
@@ -405,6 +407,39 @@ void ShmQp::protocol_error_locked(const std::string& what) {
 
 bool ShmQp::peer_left_in_order_locked(const std::string& reason) const {
   return reason.rfind("connection closed", 0) == 0;
+}
+
+void ShmQp::stop_peer_access_locked() {
+  // We copy nothing more of the peer's memory either (a copy of ours that
+  // failed ends here, so two QPs failing at once do not wait for each other).
+  if (in_control_ != nullptr && in_control_->busy.load(std::memory_order_relaxed) != 0) {
+    in_control_->busy.store(0, std::memory_order_seq_cst);
+    if (in_control_->closed.load(std::memory_order_seq_cst) != 0) core::ring(in_control_->busy_cleared);
+  }
+  if (out_control_ == nullptr || socket_ < 0) return;
+  RingControl* control = out_control_;
+  control->closed.store(1, std::memory_order_seq_cst);
+  if (control->busy.load(std::memory_order_seq_cst) == 0) return;
+  // The peer is copying into or out of our memory for a request of ours:
+  // the work it serves may be flushed only once that copy is over, or the
+  // peer process is gone.
+  const int fd = socket_;
+  auto copy_over = [control, fd] {
+    if (control->busy.load(std::memory_order_acquire) == 0) return true;
+    pollfd p{fd, POLLRDHUP, 0};
+    return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR)) != 0;
+  };
+  core::WaitWord cleared(&control->busy_cleared);
+  const auto result = core::wait_until(copy_over, &cleared, core::deadline_after(core::timeout()));
+  if (result != core::WaitResult::Ready) {
+    const std::string after = result == core::WaitResult::Aborted
+                                  ? std::string("waits were aborted")
+                                  : "RDMX_TIMEOUT (" + std::to_string(core::timeout().count()) + " ms)";
+    RDMX_WARN(
+        "shm qp %u: %s (pid %d) was still copying into or out of this process's memory for a request of this "
+        "QP after %s; its flushed work may still change (a stopped or hung peer process)",
+        qpn_, describe_peer().c_str(), peer_pid_, after.c_str());
+  }
 }
 
 void ShmQp::error_entered_locked() {

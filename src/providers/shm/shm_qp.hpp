@@ -96,6 +96,7 @@ class ShmQp final : public core::SoftRcQp {
   bool post_direct_locked(const SendWr& wr, std::uint64_t total) override RDMX_REQUIRES(this);
   void send_queued_locked(SendEntry& entry) override RDMX_REQUIRES(this);
   void recv_queued_locked() override RDMX_REQUIRES(this);
+  void stop_peer_access_locked() override RDMX_REQUIRES(this);
   void error_entered_locked() override RDMX_REQUIRES(this);
   bool peer_left_in_order_locked(const std::string& reason) const override RDMX_REQUIRES(this);
   void retired_locked(const SendEntry& entry) override RDMX_REQUIRES(this);
@@ -149,6 +150,9 @@ class ShmQp final : public core::SoftRcQp {
   Step handle_response_locked(const Record* r, std::uint16_t slots, std::uint64_t offset) RDMX_REQUIRES(this);
   // Responder (qp_responder.cpp).
   Step execute_request_locked(const Record* r, std::uint16_t slots) RDMX_REQUIRES(this);
+  // The peer's QP failed (RingControl::closed): its requests are dropped
+  // unexecuted, as are those of a peer whose packets stop arriving.
+  Step drop_request_of_closed_peer_locked() RDMX_REQUIRES(this);
   Step deliver_locked(const Record* r, const RecvEntry* recv, std::uint64_t target_addr, bool to_recv)
       RDMX_REQUIRES(this);
   Step answer_read_locked(const Record* r) RDMX_REQUIRES(this);
