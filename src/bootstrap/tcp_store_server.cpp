@@ -24,110 +24,11 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "bootstrap/net.hpp"
-#include "bootstrap/tcp_store_protocol.hpp"
-#include "bootstrap/tcp_store_request.hpp"
-#include "core/auth.hpp"
+#include "bootstrap/tcp_store_server_state.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
-#include "core/wait.hpp"
 
 namespace rdmx {
-namespace bootstrap {
-namespace {
-
-using wire::Op;
-using wire::Status;
-using Clock = core::Clock;
-
-constexpr std::uint64_t kListenerId = 1;
-constexpr std::uint64_t kWakeId = 2;
-constexpr std::uint64_t kFirstConnectionId = 16;
-// Bytes read from one connection per readiness event, so one busy client
-// cannot starve the others.
-constexpr std::size_t kReadBudget = std::size_t{4} << 20;
-// A client that does not read its answers stops being read from while this
-// much output is queued for it.
-constexpr std::size_t kMaxQueuedOutput = std::size_t{256} << 20;
-// Parked get/wait requests one connection may have; a well-behaved client
-// has one at a time.
-constexpr std::size_t kMaxParkedPerConnection = 4096;
-// A client proves the job secret one round trip after connecting; one that
-// has not within this long (or RDMX_TIMEOUT, if shorter) is closed.
-constexpr auto kHandshakeBound = std::chrono::seconds(10);
-
-struct Connection {
-  UniqueFd fd;
-  std::string peer;
-  std::string input;
-  std::string output;
-  std::size_t output_sent = 0;
-  std::uint32_t interest = 0;  // epoll events registered
-  std::unordered_set<std::uint64_t> waiters;
-  bool authenticated = false;  // its proof verified: its requests are served
-  core::auth::Challenge challenge{};
-  bool dead = false;  // close at the end of this loop iteration
-};
-
-// A parked get or wait.
-struct Waiter {
-  std::uint64_t connection = 0;
-  std::uint64_t request_id = 0;
-  Op op = Op::Get;
-  std::string get_key;                      // Get: the key whose value is answered
-  std::unordered_set<std::string> missing;  // keys that did not exist yet
-  Clock::time_point deadline = Clock::time_point::max();
-};
-
-}  // namespace
-}  // namespace bootstrap
-
-struct TcpStoreServer::Impl {
-  bootstrap::UniqueFd listener;
-  bootstrap::UniqueFd epoll;
-  bootstrap::UniqueFd wake;
-  std::uint16_t port = 0;
-  std::string address;
-  std::atomic<bool> stopping{false};
-  std::thread thread;
-
-  // Everything below is touched by the server thread only.
-  std::unordered_map<std::string, std::string> data;
-  std::unordered_map<std::uint64_t, bootstrap::Connection> connections;
-  std::uint64_t next_connection_id = bootstrap::kFirstConnectionId;
-  std::unordered_map<std::uint64_t, bootstrap::Waiter> waiters;
-  std::unordered_map<std::string, std::vector<std::uint64_t>> waiters_by_key;
-  std::set<std::pair<bootstrap::Clock::time_point, std::uint64_t>> deadlines;
-  // Connections that have not proved the secret yet, by when they must (in order: one bound for all).
-  std::deque<std::pair<bootstrap::Clock::time_point, std::uint64_t>> handshake_deadlines;
-  bool key_required = false;
-  std::uint64_t next_waiter_id = 1;
-  bool accept_paused = false;
-  bool raised_open_files_limit = false;
-
-  void run();
-  void accept_connections();
-  bool raise_open_files_limit();
-  void on_event(std::uint64_t id, std::uint32_t events);
-  void read_from(std::uint64_t id, bootstrap::Connection& connection);
-  void process_input(std::uint64_t id, bootstrap::Connection& connection);
-  // Checks the client's proof; false when the connection was refused.
-  bool authenticate(bootstrap::Connection& connection);
-  void expire_handshakes();
-  void handle(std::uint64_t id, bootstrap::Connection& connection, bootstrap::Request& request);
-  void park(std::uint64_t id, bootstrap::Connection& connection, const bootstrap::Request& request,
-            std::unordered_set<std::string> missing);
-  void key_written(const std::string& key);
-  void remove_waiter(std::uint64_t waiter_id);
-  void expire_waiters();
-  void reply(std::uint64_t id, std::uint64_t request_id, bootstrap::wire::Status status,
-             const std::vector<std::string_view>& args);
-  void flush(bootstrap::Connection& connection);
-  void update_interest(std::uint64_t id, bootstrap::Connection& connection);
-  void close_dead();
-  void drop(bootstrap::Connection& connection, const std::string& why, bool warn);
-  int next_timeout_ms() const;
-};
 
 namespace bootstrap {
 namespace {
@@ -267,15 +168,18 @@ void TcpStoreServer::Impl::run() {
     }
     expire_waiters();
     expire_handshakes();
+    expire_partial_requests();
     close_dead();
+    resume_paused_input();
   }
 }
 
 int TcpStoreServer::Impl::next_timeout_ms() const {
-  if (deadlines.empty() && handshake_deadlines.empty()) return -1;
+  if (deadlines.empty() && handshake_deadlines.empty() && request_deadlines.empty()) return -1;
   auto next = bootstrap::Clock::time_point::max();
   if (!deadlines.empty()) next = deadlines.begin()->first;
   if (!handshake_deadlines.empty()) next = std::min(next, handshake_deadlines.front().first);
+  if (!request_deadlines.empty()) next = std::min(next, request_deadlines.front().first);
   auto left = next - bootstrap::Clock::now();
   if (left <= bootstrap::Clock::duration::zero()) return 0;
   // Round up so the waiter has expired when we wake.
@@ -360,18 +264,33 @@ void TcpStoreServer::Impl::on_event(std::uint64_t id, std::uint32_t events) {
     process_input(id, connection);
     if (connection.dead) return;
   }
-  if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) read_from(id, connection);
+  if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) read_from(id, connection, (events & (EPOLLHUP | EPOLLERR)) != 0);
   if (!connection.dead) update_interest(id, connection);
 }
 
-void TcpStoreServer::Impl::read_from(std::uint64_t id, bootstrap::Connection& connection) {
+void TcpStoreServer::Impl::read_from(std::uint64_t id, bootstrap::Connection& connection, bool hung_up) {
+  using bootstrap::kMaxBufferedInput;
   if (connection.output.size() - connection.output_sent > bootstrap::kMaxQueuedOutput) return;
+  const std::size_t room = buffered_input < kMaxBufferedInput ? kMaxBufferedInput - buffered_input : 0;
+  if (room == 0 && !connection.input.empty()) {
+    if (hung_up) {
+      drop(connection, "closed in the middle of a request", true);
+      return;
+    }
+    // Its request waits until others finish theirs (or the bound closes it).
+    connection.input_paused = true;
+    input_paused.insert(id);
+    return;
+  }
+  // Past the bound a client still gets a small budget: a whole small request goes through.
+  constexpr std::size_t kSmallRequest = 16 << 10;
   char buffer[65536];
-  std::size_t budget = bootstrap::kReadBudget;
+  std::size_t budget = std::min(bootstrap::kReadBudget, std::max(room, kSmallRequest));
   while (budget > 0) {
-    ssize_t n = ::recv(connection.fd.get(), buffer, sizeof(buffer), 0);
+    ssize_t n = ::recv(connection.fd.get(), buffer, std::min(sizeof(buffer), budget), 0);
     if (n > 0) {
       connection.input.append(buffer, static_cast<std::size_t>(n));
+      buffered_input += static_cast<std::size_t>(n);
       budget -= std::min(budget, static_cast<std::size_t>(n));
       continue;
     }
@@ -415,7 +334,17 @@ void TcpStoreServer::Impl::process_input(std::uint64_t id, bootstrap::Connection
     handle(id, connection, request);
   }
   // Erase once per batch: erasing per request would move the buffer each time.
-  if (offset != 0 && !connection.dead) connection.input.erase(0, offset);
+  if (offset != 0 && !connection.dead) {
+    connection.input.erase(0, offset);
+    buffered_input -= offset;
+    connection.request_started = Clock::time_point::max();
+  }
+  if (connection.dead || connection.input.empty()) {
+    connection.request_started = Clock::time_point::max();
+  } else if (connection.request_started == Clock::time_point::max()) {
+    connection.request_started = Clock::now();
+    request_deadlines.emplace_back(connection.request_started + request_bound, id);
+  }
 }
 
 bool TcpStoreServer::Impl::authenticate(bootstrap::Connection& connection) {
@@ -462,157 +391,29 @@ void TcpStoreServer::Impl::expire_handshakes() {
   }
 }
 
-void TcpStoreServer::Impl::handle(std::uint64_t id, bootstrap::Connection& connection, bootstrap::Request& request) {
-  using namespace bootstrap;
-  auto& args = request.args;
-  switch (request.op) {
-    case Op::Hello: reply(id, request.id, Status::Ok, {"rdmx-store/1"}); return;
-    case Op::Set:
-      data[args[0]] = std::move(args[1]);
-      reply(id, request.id, Status::Ok, {});
-      key_written(args[0]);
-      return;
-    case Op::Get: {
-      auto it = data.find(args[0]);
-      if (it != data.end()) {
-        reply(id, request.id, Status::Ok, {it->second});
-      } else {
-        park(id, connection, request, {args[0]});
-      }
-      return;
-    }
-    case Op::Wait: {
-      std::unordered_set<std::string> missing;
-      for (auto& key : args) {
-        if (!data.contains(key)) missing.insert(std::move(key));
-      }
-      if (missing.empty()) {
-        reply(id, request.id, Status::Ok, {});
-      } else {
-        park(id, connection, request, std::move(missing));
-      }
-      return;
-    }
-    case Op::Add: {
-      auto delta = static_cast<std::int64_t>(wire::get_u64(args[1].data()));
-      std::int64_t current = 0;
-      auto it = data.find(args[0]);
-      if (it != data.end()) {
-        auto parsed = parse_int64(it->second);
-        if (!parsed) {
-          reply(id, request.id, Status::Invalid,
-                {"the value at key " + printable_key(args[0]) + " is not a decimal integer"});
-          return;
-        }
-        current = *parsed;
-      }
-      auto updated = static_cast<std::int64_t>(static_cast<std::uint64_t>(current) + static_cast<std::uint64_t>(delta));
-      data[args[0]] = std::to_string(updated);
-      reply(id, request.id, Status::Ok, {wire::encode_i64(updated)});
-      key_written(args[0]);
-      return;
-    }
-    case Op::Remove: {
-      bool removed = data.erase(args[0]) != 0;
-      reply(id, request.id, Status::Ok, {removed ? std::string_view("\1", 1) : std::string_view("\0", 1)});
-      return;
-    }
-    case Op::CompareSet: {
-      auto it = data.find(args[0]);
-      bool matches = it != data.end() ? it->second == args[1] : args[1].empty();
-      if (!matches) {
-        reply(id, request.id, Status::Ok, {it != data.end() ? std::string_view(it->second) : std::string_view()});
-        return;
-      }
-      data[args[0]] = args[2];
-      reply(id, request.id, Status::Ok, {args[2]});
-      key_written(args[0]);
-      return;
-    }
-    case Op::Check: {
-      bool exists = data.contains(args[0]);
-      reply(id, request.id, Status::Ok, {exists ? std::string_view("\1", 1) : std::string_view("\0", 1)});
-      return;
-    }
-  }
-}
-
-void TcpStoreServer::Impl::park(std::uint64_t id, bootstrap::Connection& connection, const bootstrap::Request& request,
-                                std::unordered_set<std::string> missing) {
-  if (connection.waiters.size() >= bootstrap::kMaxParkedPerConnection) {
-    drop(connection, "more than " + std::to_string(bootstrap::kMaxParkedPerConnection) + " parked get/wait requests",
+void TcpStoreServer::Impl::expire_partial_requests() {
+  const auto now = bootstrap::Clock::now();
+  while (!request_deadlines.empty() && request_deadlines.front().first <= now) {
+    auto it = connections.find(request_deadlines.front().second);
+    request_deadlines.pop_front();
+    // A request started later has its own, later entry.
+    if (it == connections.end() || it->second.dead || it->second.request_started + request_bound > now) continue;
+    drop(it->second,
+         "a request stayed incomplete for RDMX_TIMEOUT (" + std::to_string(request_bound.count()) + " ms; " +
+             std::to_string(it->second.input.size()) + " bytes of it received)",
          true);
-    return;
-  }
-  std::uint64_t waiter_id = next_waiter_id++;
-  bootstrap::Waiter& waiter = waiters[waiter_id];
-  waiter.connection = id;
-  waiter.request_id = request.id;
-  waiter.op = request.op;
-  if (request.op == bootstrap::Op::Get) waiter.get_key = request.args[0];
-  waiter.missing = std::move(missing);
-  for (const auto& key : waiter.missing) waiters_by_key[key].push_back(waiter_id);
-  // Beyond a month a deadline is as good as none (and cannot overflow the clock).
-  constexpr std::int64_t kLongestDeadlineMs = std::int64_t{30} * 24 * 3600 * 1000;
-  if (request.timeout_ms >= 0 && request.timeout_ms <= kLongestDeadlineMs) {
-    waiter.deadline = bootstrap::Clock::now() + std::chrono::milliseconds(request.timeout_ms);
-    deadlines.emplace(waiter.deadline, waiter_id);
-  }
-  connection.waiters.insert(waiter_id);
-}
-
-void TcpStoreServer::Impl::key_written(const std::string& key) {
-  auto indexed = waiters_by_key.find(key);
-  if (indexed == waiters_by_key.end()) return;
-  std::vector<std::uint64_t> ids = std::move(indexed->second);
-  waiters_by_key.erase(indexed);
-  for (std::uint64_t waiter_id : ids) {
-    auto it = waiters.find(waiter_id);
-    if (it == waiters.end()) continue;
-    bootstrap::Waiter& waiter = it->second;
-    waiter.missing.erase(key);
-    if (!waiter.missing.empty()) continue;
-    if (waiter.op == bootstrap::Op::Get) {
-      reply(waiter.connection, waiter.request_id, bootstrap::Status::Ok, {data[waiter.get_key]});
-    } else {
-      reply(waiter.connection, waiter.request_id, bootstrap::Status::Ok, {});
-    }
-    remove_waiter(waiter_id);
   }
 }
 
-void TcpStoreServer::Impl::remove_waiter(std::uint64_t waiter_id) {
-  auto it = waiters.find(waiter_id);
-  if (it == waiters.end()) return;
-  bootstrap::Waiter& waiter = it->second;
-  for (const auto& key : waiter.missing) {
-    auto indexed = waiters_by_key.find(key);
-    if (indexed == waiters_by_key.end()) continue;
-    std::erase(indexed->second, waiter_id);
-    if (indexed->second.empty()) waiters_by_key.erase(indexed);
+void TcpStoreServer::Impl::resume_paused_input() {
+  if (input_paused.empty() || buffered_input >= bootstrap::kMaxBufferedInput) return;
+  for (std::uint64_t id : input_paused) {
+    auto it = connections.find(id);
+    if (it == connections.end() || it->second.dead) continue;
+    it->second.input_paused = false;
+    update_interest(id, it->second);
   }
-  if (waiter.deadline != bootstrap::Clock::time_point::max()) deadlines.erase({waiter.deadline, waiter_id});
-  auto connection = connections.find(waiter.connection);
-  if (connection != connections.end()) connection->second.waiters.erase(waiter_id);
-  waiters.erase(it);
-}
-
-void TcpStoreServer::Impl::expire_waiters() {
-  auto now = bootstrap::Clock::now();
-  while (!deadlines.empty() && deadlines.begin()->first <= now) {
-    std::uint64_t waiter_id = deadlines.begin()->second;
-    auto it = waiters.find(waiter_id);
-    if (it == waiters.end()) {
-      deadlines.erase(deadlines.begin());
-      continue;
-    }
-    // The answer lists the keys still missing, so the client can name them.
-    std::vector<std::string> missing(it->second.missing.begin(), it->second.missing.end());
-    std::sort(missing.begin(), missing.end());
-    std::vector<std::string_view> args(missing.begin(), missing.end());
-    reply(it->second.connection, it->second.request_id, bootstrap::Status::Timeout, args);
-    remove_waiter(waiter_id);
-  }
+  input_paused.clear();
 }
 
 void TcpStoreServer::Impl::reply(std::uint64_t id, std::uint64_t request_id, bootstrap::wire::Status status,
@@ -650,7 +451,7 @@ void TcpStoreServer::Impl::flush(bootstrap::Connection& connection) {
 void TcpStoreServer::Impl::update_interest(std::uint64_t id, bootstrap::Connection& connection) {
   std::size_t queued = connection.output.size() - connection.output_sent;
   std::uint32_t wanted = 0;
-  if (queued <= bootstrap::kMaxQueuedOutput) wanted |= EPOLLIN;
+  if (queued <= bootstrap::kMaxQueuedOutput && !connection.input_paused) wanted |= EPOLLIN;
   if (queued > 0) wanted |= EPOLLOUT;
   if (wanted == connection.interest) return;
   epoll_event event{};
@@ -678,6 +479,8 @@ void TcpStoreServer::Impl::close_dead() {
     }
     std::vector<std::uint64_t> parked(it->second.waiters.begin(), it->second.waiters.end());
     for (std::uint64_t waiter_id : parked) remove_waiter(waiter_id);
+    buffered_input -= it->second.input.size();
+    input_paused.erase(it->first);
     ::epoll_ctl(epoll.get(), EPOLL_CTL_DEL, it->second.fd.get(), nullptr);
     it = connections.erase(it);
     if (accept_paused) {

@@ -15,6 +15,7 @@
 
 #include "core/auth.hpp"
 #include "process_util.hpp"
+#include "raw_store_socket.hpp"
 #include "rdmx/bootstrap.hpp"
 #include "rdmx/info.hpp"
 #include "support/scoped_env.hpp"
@@ -23,6 +24,12 @@ namespace rdmx {
 namespace {
 
 using namespace std::chrono_literals;
+using test::auth_head;
+using test::challenge_of;
+using test::closed_within;
+using test::proof_frame;
+using test::raw_connect;
+using test::receive_up_to;
 using test::ServerProcess;
 using test::TempDir;
 
@@ -46,59 +53,6 @@ bool log_shows(const std::string& path, const std::string& needle) {
     ::poll(nullptr, 0, 10);
   }
   return false;
-}
-
-int raw_connect(std::uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(port);
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-    ::close(fd);
-    throw std::runtime_error("raw connect failed");
-  }
-  return fd;
-}
-
-// Reads up to `n` bytes within 5 s; fewer when the server closes first.
-std::string receive_up_to(int fd, std::size_t n) {
-  std::string out;
-  const auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (out.size() < n && std::chrono::steady_clock::now() < deadline) {
-    pollfd pfd{.fd = fd, .events = POLLIN, .revents = 0};
-    if (::poll(&pfd, 1, 100) <= 0) continue;
-    char buffer[256];
-    const ssize_t r = ::recv(fd, buffer, std::min(sizeof(buffer), n - out.size()), 0);
-    if (r <= 0) break;
-    out.append(buffer, static_cast<std::size_t>(r));
-  }
-  return out;
-}
-
-// True when the server closes `fd` within `bound` (bytes before the close are read and dropped).
-bool closed_within(int fd, std::chrono::milliseconds bound) {
-  const auto deadline = std::chrono::steady_clock::now() + bound;
-  while (std::chrono::steady_clock::now() < deadline) {
-    pollfd pfd{.fd = fd, .events = POLLIN, .revents = 0};
-    if (::poll(&pfd, 1, 50) <= 0) continue;
-    char buffer[256];
-    const ssize_t r = ::recv(fd, buffer, sizeof(buffer), 0);
-    if (r == 0 || (r < 0 && errno == ECONNRESET)) return true;
-  }
-  return false;
-}
-
-std::string auth_head() { return std::string("RDXA") + '\2' + '\0' + std::string(2, '\0'); }
-
-core::auth::Challenge challenge_of(const std::string& frame) {
-  core::auth::Challenge c;
-  std::memcpy(c.data(), frame.data() + 8, c.size());
-  return c;
-}
-
-std::string proof_frame(const core::auth::Proof& proof) {
-  return auth_head() + std::string(reinterpret_cast<const char*>(proof.data()), proof.size());
 }
 
 TEST(TcpStoreAuth, ClientsWithTheSecretAreServedOthersAreRefusedAndLogged) {

@@ -11,13 +11,18 @@
 
 #include "core/auth.hpp"
 #include "process_util.hpp"
+#include "raw_store_socket.hpp"
 #include "rdmx/bootstrap.hpp"
 
 namespace rdmx {
 namespace {
 
 using namespace std::chrono_literals;
+using test::le32;
+using test::le64;
 using test::Pipe;
+using test::RawSocket;
+using test::request_header;
 using test::ServerProcess;
 using test::spawn;
 using test::wait_exit;
@@ -28,89 +33,7 @@ std::unique_ptr<Store> connect_to(std::uint16_t port, const std::string& host = 
   return connect_tcp_store(host, port, 10s);
 }
 
-// A raw TCP connection, for sending what no client would. Unless told not
-// to, it first passes the handshake as a client would (with this process's
-// secret, or none), so what it sends next reaches the request parser.
-class RawSocket {
- public:
-  explicit RawSocket(std::uint16_t port, bool authenticate = true) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(port);
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-      throw std::runtime_error("raw connect failed");
-    }
-    if (!authenticate) return;
-    const std::string challenge = receive_exact(40);
-    core::auth::Challenge c;
-    std::memcpy(c.data(), challenge.data() + 8, c.size());
-    const core::auth::Proof proof = core::auth::prove("rdmx tcp store v2", c);
-    send_bytes(auth_head() + std::string(reinterpret_cast<const char*>(proof.data()), proof.size()));
-    const std::string verdict = receive_exact(8);
-    if (verdict[5] != 1) throw std::runtime_error("the store refused the raw socket's proof");
-  }
-  // The challenge frame's fixed part, as every authentication frame starts.
-  static std::string auth_head(std::uint8_t flag = 0) {
-    return std::string("RDXA") + std::string(1, '\2') + std::string(1, static_cast<char>(flag)) + std::string(2, '\0');
-  }
-  // Exactly `n` bytes (or throws within 5 s).
-  std::string receive_exact(std::size_t n) {
-    std::string out(n, '\0');
-    std::size_t got = 0;
-    while (got < n) {
-      pollfd pfd{.fd = fd_, .events = POLLIN, .revents = 0};
-      if (::poll(&pfd, 1, 5000) <= 0) throw std::runtime_error("raw socket: nothing to read within 5 s");
-      const ssize_t r = ::recv(fd_, out.data() + got, n - got, 0);
-      if (r <= 0) throw std::runtime_error("raw socket: closed after " + std::to_string(got) + " bytes");
-      got += static_cast<std::size_t>(r);
-    }
-    return out;
-  }
-  ~RawSocket() { ::close(fd_); }
-  RawSocket(const RawSocket&) = delete;
-  RawSocket& operator=(const RawSocket&) = delete;
-
-  void send_bytes(const std::string& bytes) {
-    ASSERT_EQ(::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
-  }
-  void shutdown_write() { ::shutdown(fd_, SHUT_WR); }
-  // True when the server closes the connection within `timeout`.
-  bool closed_by_server(std::chrono::milliseconds timeout) {
-    auto deadline = std::chrono::steady_clock::now() + timeout;
-    for (;;) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) return false;
-      pollfd pfd{.fd = fd_, .events = POLLIN, .revents = 0};
-      if (::poll(&pfd, 1, static_cast<int>(left.count())) <= 0) return false;
-      char buffer[256];
-      ssize_t n = ::recv(fd_, buffer, sizeof(buffer), 0);
-      if (n == 0 || (n < 0 && errno == ECONNRESET)) return true;
-      if (n < 0) return false;
-    }
-  }
-
- private:
-  int fd_ = -1;
-};
-
-// Little-endian encoders matching the documented wire format.
-std::string le32(std::uint32_t v) {
-  std::string out;
-  for (int i = 0; i < 4; ++i) out += static_cast<char>((v >> (8 * i)) & 0xff);
-  return out;
-}
-std::string le64(std::uint64_t v) {
-  std::string out;
-  for (int i = 0; i < 8; ++i) out += static_cast<char>((v >> (8 * i)) & 0xff);
-  return out;
-}
-constexpr std::uint8_t kV = 2;  // the wire version
-std::string request_header(std::uint8_t version, std::uint8_t op, std::uint32_t nargs) {
-  return le32(0x53584452) + std::string(1, static_cast<char>(version)) + std::string(1, static_cast<char>(op)) +
-         std::string(2, '\0') + le64(1) + le64(static_cast<std::uint64_t>(-1)) + le32(nargs);
-}
+constexpr std::uint8_t kV = test::kStoreWireVersion;
 
 TEST(TcpStore, Operations) {
   ServerProcess server;
