@@ -24,6 +24,8 @@ constexpr std::size_t kMaxPendingConnections = 1024;
 // A real peer sends its HELLO one round trip after connecting; a connection
 // silent for this long (or RDMX_TIMEOUT, if shorter) is closed.
 constexpr auto kHelloBound = std::chrono::seconds(10);
+// How long the listener rests when the process is out of descriptors.
+constexpr auto kAcceptRetry = std::chrono::milliseconds(100);
 
 }  // namespace
 
@@ -167,10 +169,31 @@ void SoftRcDevice::accept_all_locked() {
     socklen_t length = sizeof(from);
     const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&from), &length, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        RDMX_WARN("%s %s: accept failed: %s", provider_, name_.c_str(), std::strerror(errno));
+      const int error = errno;
+      if (error == EINTR || error == ECONNABORTED) continue;
+      if (error == EAGAIN || error == EWOULDBLOCK) return;
+      if (error == EMFILE || error == ENFILE || error == ENOBUFS || error == ENOMEM) {
+        // The connection stays in the backlog; take it when there is room again.
+        if (!accept_starved_) {
+          RDMX_WARN(
+              "%s %s: cannot accept connections: %s (%zu QPs, %zu connections pending); retrying every %lld ms "
+              "(raise the open-files limit, ulimit -n, or use fewer QPs)",
+              provider_, name_.c_str(), std::strerror(error), qps_.size(), pending_.size(),
+              static_cast<long long>(kAcceptRetry.count()));
+        }
+        accept_starved_ = true;
+        epoll_event ev{};
+        ev.data.u64 = watch_tag(Watch::Listener, 0);
+        ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
+        accept_paused_until_ = Clock::now() + kAcceptRetry;
+        return;
       }
+      RDMX_WARN("%s %s: accept failed: %s", provider_, name_.c_str(), std::strerror(error));
       return;
+    }
+    if (accept_starved_) {
+      RDMX_INFO("%s %s: accepting connections again", provider_, name_.c_str());
+      accept_starved_ = false;
     }
     std::string who = accepted_locked(fd, from);
     if (pending_.size() >= kMaxPendingConnections && !evict_silent_locked()) {
@@ -262,6 +285,16 @@ void SoftRcDevice::maybe_run_timers_locked() {
   const auto now = Clock::now();
   if (now < next_timer_scan_) return;
   bool busy = device_timers_locked(now);
+  if (accept_paused_until_) {
+    busy = true;
+    if (now >= *accept_paused_until_) {
+      accept_paused_until_.reset();
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = watch_tag(Watch::Listener, 0);
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
+    }
+  }
   for (SoftRcQp* qp : qp_list_) {
     qp->device_lock_held(lock_);
     if (qp->on_timer_locked(now)) busy = true;

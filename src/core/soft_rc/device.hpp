@@ -149,7 +149,11 @@ class SoftRcDevice : public Device, public EngineHandoff {
 
   std::unordered_map<int, PendingConnection> pending_ RDMX_GUARDED_BY(lock_);
   Clock::time_point next_timer_scan_ RDMX_GUARDED_BY(lock_){};
-  std::atomic<bool> timers_busy_{false};  // read by the engine thread before it blocks, outside the lock
+  // Out of descriptors (or kernel memory) to accept with: the listener is
+  // not watched until then, so a backlog it cannot take does not spin the engine.
+  std::optional<Clock::time_point> accept_paused_until_ RDMX_GUARDED_BY(lock_);
+  bool accept_starved_ RDMX_GUARDED_BY(lock_) = false;  // warned; cleared by the next accept
+  std::atomic<bool> timers_busy_{false};                // read by the engine thread before it blocks, outside the lock
 
   std::atomic<bool> stopping_{false};
   EngineParking parking_;
