@@ -169,8 +169,10 @@ std::string Links::peer_provider(int peer) const {
 }
 
 // ---------------------------------------------------------------------------
-void Links::post(int peer_index, const SendWr& wr) {
+void Links::post(int peer_index, const SendWr& request) {
   Peer& peer = peers_[static_cast<std::size_t>(peer_index)];
+  SendWr wr = request;
+  if (!wr.signaled) wr.wr_id = make_wr_id(kPlain, peer_index);
   for (int attempt = 0;; ++attempt) {
     try {
       peer.qp->post_send(wr);
@@ -415,6 +417,7 @@ void Links::fail_peer(const OpDesc& desc, int peer, const std::string& why) {
                                   : std::string();
   if (!notices.empty()) {
     text = describe(desc) + ": " + notices + " (rank " + std::to_string(peer) + " then disconnected: " + why + ")";
+    notify_peers(code, notices, desc.p2p() ? 0 : desc.seq);
   } else {
     text = describe(desc) + ": rank " + std::to_string(peer) + " failed: " + why;
     notify_peers(ErrorCode::PeerFailure,

@@ -22,8 +22,9 @@ constexpr std::size_t kLine = 64;
 constexpr std::size_t kNoticeText = 240;
 constexpr std::uint32_t kSignalEvery = 64;  // one signaled WR in this many, so send queues recycle
 
-// wr_id of signaled WRs: kind in the top byte, peer below.
-enum WrKind : std::uint64_t { kRecycle = 1, kDiag = 3 };  // kDiag: a READ of a peer's Progress
+// wr_id of every WR: kind in the top byte, peer below. An unsignaled WR
+// (kPlain) completes only in error, and its error must name its own peer.
+enum WrKind : std::uint64_t { kRecycle = 1, kPlain = 2, kDiag = 3 };  // kDiag: a READ of a peer's Progress
 inline std::uint64_t make_wr_id(WrKind kind, int peer) {
   return (std::uint64_t{kind} << 56) | static_cast<std::uint32_t>(peer);
 }

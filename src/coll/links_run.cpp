@@ -127,6 +127,9 @@ class Links::RunState {
   }
 
   [[noreturn]] void fail_notice(ErrorCode code, const std::string& text) {
+    // Passed on before this rank goes: a peer that sees it disconnect then
+    // reads the cause too, not just "connection closed".
+    l_.notify_peers(code, text, desc_.p2p() ? 0 : desc_.seq);
     l_.aborted_.store(true);
     l_.abort_reason_ = text;
     throw Error(code, describe(desc_) + ": " + text,
@@ -514,18 +517,19 @@ void Links::run_schedule(Schedule& schedule, const OpDesc& desc, const Combine& 
                          std::chrono::milliseconds timeout) {
   RunState state(*this, schedule, desc, combine);
   start_watch();
-  // Small operations are often done after a few passes: try those before
-  // reading the clock for the deadline.
+  // The deadline runs from here: where ranks outnumber cores, the passes
+  // below yield the core each time, and 1024 of them can take seconds.
+  const auto deadline = core::deadline_after(timeout);
   const bool yield = config_.yield_when_waiting;
   auto progress = [this, &state, yield] {
     device_->progress();
     state.check_failures();
     if (yield) sched_yield();
   };
+  // Small operations are often done after a few passes, before any wait.
   for (int pass = 0; pass < 1024 && !state.finished(); ++pass) {
     if (!state.step()) progress();
   }
-  const auto deadline = core::deadline_after(timeout);
   core::WaitHooks hooks;
   hooks.progress = [p = &progress] { (*p)(); };  // one pointer: no allocation
   hooks.spin = config_.spin;

@@ -248,11 +248,13 @@ std::string Links::progress_report(const OpDesc& desc) {
 
 void Links::fail_timeout(const OpDesc& desc, const std::string& waiting_for) {
   const std::string report = progress_report(desc);
+  const std::string text = describe(desc) + " timed out after " + std::to_string(timeout_.count()) + " ms on rank " +
+                           std::to_string(rank_) + ", " + waiting_for + (report.empty() ? "" : ". " + report);
+  // The peers still waiting learn which ranks this one found missing.
+  notify_peers(ErrorCode::Timeout, text, desc.p2p() ? 0 : desc.seq);
   aborted_.store(true);
   abort_reason_ = describe(desc) + " timed out";
-  throw Error(ErrorCode::Timeout,
-              describe(desc) + " timed out after " + std::to_string(timeout_.count()) + " ms on rank " +
-                  std::to_string(rank_) + ", " + waiting_for + (report.empty() ? "" : ". " + report),
+  throw Error(ErrorCode::Timeout, text,
               {.op = describe(desc),
                .rank = rank_,
                .hint = "every rank must call the same collectives in the same order; a rank listed as not having "
