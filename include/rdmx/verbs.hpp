@@ -397,6 +397,12 @@ class Device {
 // Names of the providers compiled in, best first.
 std::vector<std::string> available_providers();
 
+// Removes what processes of this user left on this host when they died
+// without closing their devices (a SIGKILL): the shm provider's socket
+// files. Every device opened later does this too; a launcher that killed
+// ranks calls it so the job leaves nothing behind. Returns how many.
+std::size_t remove_stale_endpoints();
+
 // Opens a device. `provider` is a provider name, or "auto" (the default, also
 // overridden by RDMX_PROVIDER) which picks the best available one and records
 // why in Device::selection_reason(). Throws NotFound naming the providers that

@@ -34,6 +34,8 @@ struct ProviderEntry {
   // Auto selection goes on without a provider that cannot open here (no
   // hardware), saying why; the others must open.
   bool optional = false;
+  // Removes what processes that died without closing their devices left on this host; returns how many.
+  std::size_t (*remove_stale)() = nullptr;
 };
 
 // In auto selection's order: the first that reaches a peer carries its QPs.
@@ -43,7 +45,8 @@ const std::vector<ProviderEntry>& providers() {
      [](const QpAddress& a) { return shm::ShmAddress::is_shm(a); },
      [](const Device&, const QpAddress& a, std::string* why) {
        return shm::reachable(shm::ShmAddress::decode(a), why);
-     }},
+     },
+     /*optional=*/false, shm::remove_stale_shm_sockets},
 #if RDMX_HAVE_VERBS
     {"verbs",
      [](const std::string& why, core::DeviceResources r) { return verbs::open_verbs_device(why, std::move(r)); },
@@ -60,6 +63,18 @@ const std::vector<ProviderEntry>& providers() {
   };
   return kProviders;
 }
+
+}  // namespace
+
+std::size_t remove_stale_endpoints() {
+  std::size_t removed = 0;
+  for (const auto& p : providers()) {
+    if (p.remove_stale != nullptr) removed += p.remove_stale();
+  }
+  return removed;
+}
+
+namespace {
 
 std::string provider_list() {
   std::string out;

@@ -2,7 +2,13 @@
 // rdmx run: real local ranks, the environment they get, and what happens when one dies.
 #include <gtest/gtest.h>
 
+#include <dirent.h>
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <string>
+#include <vector>
 
 #include "run_cli.hpp"
 
@@ -47,6 +53,27 @@ TEST(RunCommand, ARankKilledByASignalIsNamed) {
   EXPECT_EQ(r.exit_code, 128 + 11) << r.err;
   EXPECT_NE(r.err.find("rank 0"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("SIGSEGV"), std::string::npos) << r.err;
+}
+
+// Ranks killed by a signal cannot close their devices; rdmx run removes what
+// they left (the shm provider's socket files), so the job leaves nothing behind.
+TEST(RunCommand, RanksItKillsLeaveNoSocketFiles) {
+  char dir_template[] = "/tmp/rdmx-run-shm-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  const CliResult r = run_cli({"run", "-n", "2", "--provider", "shm", "--time-limit", "3", "--", cli_path(), "perf",
+                               "p2p", "write_lat", "-n", "100000000", "--warmup", "10"},
+                              {{"RDMX_SHM_DIR", dir}});
+  EXPECT_EQ(r.exit_code, 124) << r.err;
+  std::vector<std::string> left;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") left.push_back(e->d_name);
+    }
+    ::closedir(d);
+  }
+  EXPECT_TRUE(left.empty()) << "left in " << dir << ": " << left.front() << "\n" << r.err;
+  ::rmdir(dir.c_str());
 }
 
 TEST(RunCommand, TimeLimitEndsAStuckJob) {

@@ -495,6 +495,10 @@ class Job {
       }
     }
     result.seconds = std::chrono::duration<double>(Clock::now() - started_).count();
+    // A rank killed by a signal could not close its devices: what it left on this host goes now.
+    if (std::any_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return WIFSIGNALED(r.status); })) {
+      remove_stale_endpoints();
+    }
     if (result.failed_rank >= 0) {
       for (const auto& line : ranks_[static_cast<std::size_t>(result.failed_rank)].tail) {
         result.failed_tail.push_back(line.text);

@@ -74,19 +74,23 @@ bool process_gone(int pid) {
 }
 
 // Sockets of processes that died without closing their device (SIGKILL).
-void remove_stale_sockets(const std::string& dir) {
+std::size_t remove_stale_sockets(const std::string& dir) {
   DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return;
+  if (d == nullptr) return 0;
+  std::size_t removed = 0;
   while (dirent* e = ::readdir(d)) {
     int pid = 0;
     char rest[64];
     if (std::sscanf(e->d_name, "%d-%63s", &pid, rest) != 2 || pid <= 0) continue;
     if (std::strstr(rest, ".sock") == nullptr) continue;
-    if (process_gone(pid)) ::unlink((dir + "/" + e->d_name).c_str());
+    if (process_gone(pid) && ::unlink((dir + "/" + e->d_name).c_str()) == 0) ++removed;
   }
   ::closedir(d);
+  return removed;
 }
 }  // namespace
+
+std::size_t remove_stale_shm_sockets() { return remove_stale_sockets(socket_directory()); }
 
 std::size_t eager_limit() {
   static const std::size_t limit = kEagerLimit.read();
@@ -155,6 +159,9 @@ ShmDevice::~ShmDevice() {
   stop();
   registry().remove_access_lock(&lock());
   ::unlink(socket_path_.c_str());
+  // A peer killed during the job could not remove its own socket: the
+  // survivors do, as they close, so a job leaves nothing behind.
+  remove_stale_sockets(socket_directory());
 }
 
 std::unique_ptr<QueuePair> ShmDevice::make_qp(const core::QpParts& parts, const QpCaps& caps) {

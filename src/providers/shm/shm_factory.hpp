@@ -11,4 +11,7 @@
 namespace rdmx::shm {
 // `resources` are shared with other devices of this process (auto selection).
 std::shared_ptr<Device> open_shm_device(const std::string& why, core::DeviceResources resources = {});
+// Removes the socket files of this user's processes that died without
+// closing their devices; returns how many.
+std::size_t remove_stale_shm_sockets();
 }  // namespace rdmx::shm
