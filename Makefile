@@ -6,7 +6,7 @@ COLL_ALGOS ?=
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: test-asan test-tsan sanitizer-build fuzz fuzz-build
+.PHONY: test-asan test-tsan sanitizer-build fuzz fuzz-build chaos soak
 .PHONY: all deps build build-cli build-examples run example format-check test test-coll-full test-largest bench bench-shm bench-coll bench-peers bench-torch bench-verbs clean
 
 all: build
@@ -104,6 +104,23 @@ fuzz-build: deps
 fuzz: fuzz-build
 	@echo "== fuzz: $(FUZZ_TARGETS), $(FUZZ_SECONDS) s each"
 	bash scripts/fuzz.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+
+# Fault campaigns (scripts/chaos.py, docs/TESTING.md): CHAOS_RUNS runs of
+# each scenario (a rank killed, a rank stopped, the store server killed, a
+# bed host cut off), every survivor's error checked and the job's leftovers
+# looked for. The soak: 8 ranks of random collectives checked bit-exactly
+# for SOAK_MINUTES, resident memory and descriptors sampled each minute.
+CHAOS_RUNS ?= 100
+CHAOS_SCENARIOS ?= kill:shm,kill:tcp,stop:shm,stop:tcp,store:bed,partition:bed
+SOAK_MINUTES ?= 60
+chaos: build
+	@echo "== chaos: $(CHAOS_RUNS) runs of $(CHAOS_SCENARIOS) (table below; JSON in $(BUILD)/chaos.json)"
+	python3 scripts/chaos.py campaign --build $(BUILD) --runs $(CHAOS_RUNS) --scenarios $(CHAOS_SCENARIOS) \
+	    --out $(BUILD)/chaos.json
+
+soak: build
+	@echo "== soak: $(SOAK_MINUTES) min of random collectives on 8 ranks (JSON in $(BUILD)/soak.json)"
+	python3 scripts/chaos.py soak --build $(BUILD) --minutes $(SOAK_MINUTES) --out $(BUILD)/soak.json
 
 # The collectives' full correctness matrix: every size up to 64 MiB and every
 # rank count on shm, tcp and two network-namespace hosts (long; not in CI).
