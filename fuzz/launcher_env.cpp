@@ -9,34 +9,13 @@
 #include <cstdlib>
 #include <string>
 
+#include "bootstrap/launch_variables.hpp"
 #include "rdmx/bootstrap.hpp"
 #include "rdmx/error.hpp"
 
 namespace {
 
-const char* const kVariables[] = {
-    "RDMX_RANK",
-    "RDMX_WORLD_SIZE",
-    "RDMX_LOCAL_RANK",
-    "RDMX_LOCAL_WORLD_SIZE",
-    "RDMX_STORE",
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_SIZE",
-    "OMPI_COMM_WORLD_LOCAL_RANK",
-    "OMPI_COMM_WORLD_LOCAL_SIZE",
-    "PMI_RANK",
-    "PMI_SIZE",
-    "MPI_LOCALRANKID",
-    "SLURM_PROCID",
-    "SLURM_NTASKS",
-    "SLURM_LOCALID",
-};
+const auto& kVariables = rdmx::bootstrap::kLaunchVariables;
 constexpr std::size_t kCount = sizeof(kVariables) / sizeof(kVariables[0]);
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 
+#include "bootstrap/launch_variables.hpp"
 #include "core/config.hpp"
 #include "process_util.hpp"
 #include "rdmx/bootstrap.hpp"
@@ -21,36 +22,9 @@ using test::spawn;
 using test::TempDir;
 using test::wait_exit;
 
-// Every variable detect_launch() reads. The guard clears them all (the test
-// may itself run under Slurm or MPI) and restores them afterwards.
-const char* const kLaunchVariables[] = {
-    "RDMX_RANK",
-    "RDMX_WORLD_SIZE",
-    "RDMX_LOCAL_RANK",
-    "RDMX_LOCAL_WORLD_SIZE",
-    "RDMX_STORE",
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_SIZE",
-    "OMPI_COMM_WORLD_LOCAL_RANK",
-    "OMPI_COMM_WORLD_LOCAL_SIZE",
-    "PMI_RANK",
-    "PMI_SIZE",
-    "MPI_LOCALRANKID",
-    "MPI_LOCALNRANKS",
-    "SLURM_PROCID",
-    "SLURM_NTASKS",
-    "SLURM_NPROCS",
-    "SLURM_LOCALID",
-    "SLURM_TASKS_PER_NODE",
-    "SLURM_STEP_TASKS_PER_NODE",
-    "SLURM_NODEID",
-};
+// The guard clears every variable detect_launch() reads (the test may
+// itself run under Slurm or MPI) and restores them afterwards.
+using bootstrap::kLaunchVariables;
 
 class LaunchEnv {
  public:
