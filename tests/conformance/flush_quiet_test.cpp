@@ -9,6 +9,7 @@
 // hold what it wrote after the peer's QP is destroyed (after which no
 // provider executes anything more of that connection).
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "conformance/conformance.hpp"
@@ -30,6 +31,35 @@ constexpr std::uint64_t kBeforeSeed = 62;
 constexpr std::uint64_t kAfterFlushSeed = 63;
 
 std::size_t at(std::size_t piece) { return piece * kPiece; }
+
+// Sorts the completions of the pieces of `buffer`: a piece that succeeded
+// holds the source's bytes; one that was flushed is rewritten by the
+// application at once. Returns the flushed pieces.
+std::vector<std::size_t> rewrite_flushed(const std::vector<WorkCompletion>& wcs, std::uint8_t* buffer,
+                                         const std::string& what) {
+  std::vector<std::size_t> flushed;
+  for (const auto& wc : wcs) {
+    CHECK(wc.status == WcStatus::Success || wc.status == WcStatus::WrFlushErr)
+        << what << " wr_id " << wc.wr_id << ": " << describe(wc);
+    if (wc.status == WcStatus::Success) {
+      CHECK_PATTERN(buffer + at(wc.wr_id), kPiece, kSourceSeed, at(wc.wr_id), "a " + what + " that succeeded");
+    } else {
+      fill_pattern(buffer + at(wc.wr_id), kPiece, kAfterFlushSeed, at(wc.wr_id));
+      flushed.push_back(wc.wr_id);
+    }
+  }
+  return flushed;
+}
+
+// Once the peer's QP is gone: every flushed piece still holds what the application rewrote.
+void check_still_rewritten(const std::uint8_t* buffer, const std::vector<std::size_t>& flushed,
+                           const std::string& what) {
+  for (std::size_t piece : flushed) {
+    CHECK_PATTERN(buffer + at(piece), kPiece, kAfterFlushSeed, at(piece),
+                  "the buffer of " + what + " wr_id " + std::to_string(piece) +
+                      ", rewritten by the application after its flush: nothing may land there afterwards");
+  }
+}
 
 // READs into local buffers, then set_error() at once: a READ's buffer that
 // was flushed is not written by the answer still under way.
@@ -59,24 +89,10 @@ TEST_P(HostMemoryConformance, NoReadAnswerLandsAfterItsFlush) {
       }
       qp->set_error("flush test: READs still under way");
       auto wcs = WAIT_WCS(*node.send_cq, kPieces, "READs completed or flushed");
-      std::vector<std::size_t> flushed;
-      for (const auto& wc : wcs) {
-        CHECK(wc.status == WcStatus::Success || wc.status == WcStatus::WrFlushErr)
-            << "READ wr_id " << wc.wr_id << ": " << describe(wc);
-        if (wc.status == WcStatus::Success) {
-          CHECK_PATTERN(local.data() + at(wc.wr_id), kPiece, kSourceSeed, at(wc.wr_id), "a READ that succeeded");
-        } else {
-          fill_pattern(local.data() + at(wc.wr_id), kPiece, kAfterFlushSeed, at(wc.wr_id));
-          flushed.push_back(wc.wr_id);
-        }
-      }
+      const std::vector<std::size_t> flushed = rewrite_flushed(wcs, local.data(), "READ");
       signal(env, "flushed");
       await(env, "target-closed");
-      for (std::size_t piece : flushed) {
-        CHECK_PATTERN(local.data() + at(piece), kPiece, kAfterFlushSeed, at(piece),
-                      "the buffer of READ wr_id " + std::to_string(piece) +
-                          ", rewritten by the application after its flush: nothing may land there afterwards");
-      }
+      check_still_rewritten(local.data(), flushed, "READ");
       env.barrier("done");
     }
   }));
@@ -106,24 +122,10 @@ TEST_P(HostMemoryConformance, NoSendLandsInAFlushedReceive) {
       auto wcs = WAIT_WCS(*node.recv_cq, kPieces + 1, "receives completed or flushed");
       CHECK_WC(wcs[0], "the first SEND's receive", .wr_id = kHello, .status = WcStatus::Success);
       wcs.erase(wcs.begin());
-      std::vector<std::size_t> flushed;
-      for (const auto& wc : wcs) {
-        CHECK(wc.status == WcStatus::Success || wc.status == WcStatus::WrFlushErr)
-            << "receive wr_id " << wc.wr_id << ": " << describe(wc);
-        if (wc.status == WcStatus::Success) {
-          CHECK_PATTERN(inbox.data() + at(wc.wr_id), kPiece, kSourceSeed, at(wc.wr_id), "a receive that succeeded");
-        } else {
-          fill_pattern(inbox.data() + at(wc.wr_id), kPiece, kAfterFlushSeed, at(wc.wr_id));
-          flushed.push_back(wc.wr_id);
-        }
-      }
+      const std::vector<std::size_t> flushed = rewrite_flushed(wcs, inbox.data(), "receive");
       signal(env, "flushed");
       await(env, "initiator-closed");
-      for (std::size_t piece : flushed) {
-        CHECK_PATTERN(inbox.data() + at(piece), kPiece, kAfterFlushSeed, at(piece),
-                      "the buffer of receive wr_id " + std::to_string(piece) +
-                          ", rewritten by the application after its flush: no SEND may land there afterwards");
-      }
+      check_still_rewritten(inbox.data(), flushed, "receive");
       env.barrier("done");
     } else {
       Buffer source(kBytes);

@@ -99,8 +99,7 @@ class PeerMemoryCopy {
   bool allowed() const { return control_ != nullptr; }
   void end() {
     if (control_ == nullptr) return;
-    control_->busy.store(0, std::memory_order_seq_cst);
-    if (control_->closed.load(std::memory_order_seq_cst) != 0) core::ring(control_->busy_cleared);
+    end_peer_copy(*control_);
     control_ = nullptr;
   }
 

@@ -106,6 +106,13 @@ struct alignas(64) RingControl {
 };
 static_assert(sizeof(RingControl) == 192);
 
+// The consumer's cross-memory copy is over (RingControl::busy): a producer
+// that failed meanwhile waits for this.
+inline void end_peer_copy(RingControl& control) {
+  control.busy.store(0, std::memory_order_seq_cst);
+  if (control.closed.load(std::memory_order_seq_cst) != 0) core::ring(control.busy_cleared);
+}
+
 struct SegmentHeader {
   std::uint32_t magic;
   std::uint32_t version;

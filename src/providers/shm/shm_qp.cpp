@@ -412,10 +412,7 @@ bool ShmQp::peer_left_in_order_locked(const std::string& reason) const {
 void ShmQp::stop_peer_access_locked() {
   // We copy nothing more of the peer's memory either (a copy of ours that
   // failed ends here, so two QPs failing at once do not wait for each other).
-  if (in_control_ != nullptr && in_control_->busy.load(std::memory_order_relaxed) != 0) {
-    in_control_->busy.store(0, std::memory_order_seq_cst);
-    if (in_control_->closed.load(std::memory_order_seq_cst) != 0) core::ring(in_control_->busy_cleared);
-  }
+  if (in_control_ != nullptr && in_control_->busy.load(std::memory_order_relaxed) != 0) end_peer_copy(*in_control_);
   if (out_control_ == nullptr || socket_ < 0) return;
   RingControl* control = out_control_;
   control->closed.store(1, std::memory_order_seq_cst);
