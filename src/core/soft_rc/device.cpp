@@ -21,6 +21,14 @@ namespace rdmx::core {
 namespace {
 
 constexpr std::size_t kMaxPendingConnections = 1024;
+// Accepts per pass: HELLOs already sent on accepted connections are read
+// before a burst of new ones can fill the table.
+constexpr int kAcceptBatch = 64;
+// With the table full, a connection that sent no HELLO for this long makes
+// room; a younger one may be a real peer whose engine is busy answering a
+// burst of challenges, so the newcomer is closed instead (unanswered: its
+// connector retries until RDMX_TIMEOUT).
+constexpr auto kEvictSilentAfter = std::chrono::seconds(1);
 // A real peer sends its HELLO one round trip after connecting; a connection
 // silent for this long (or RDMX_TIMEOUT, if shorter) is closed.
 constexpr auto kHelloBound = std::chrono::seconds(10);
@@ -164,7 +172,7 @@ std::size_t SoftRcDevice::epoll_pass_locked() {
 }
 
 void SoftRcDevice::accept_all_locked() {
-  for (;;) {
+  for (int accepted = 0; accepted < kAcceptBatch; ++accepted) {
     sockaddr_storage from{};
     socklen_t length = sizeof(from);
     const int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&from), &length, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -182,6 +190,7 @@ void SoftRcDevice::accept_all_locked() {
               static_cast<long long>(kAcceptRetry.count()));
         }
         accept_starved_ = true;
+        note_descriptor_shortage("accept()", error);
         epoll_event ev{};
         ev.data.u64 = watch_tag(Watch::Listener, 0);
         ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
@@ -197,9 +206,10 @@ void SoftRcDevice::accept_all_locked() {
     }
     std::string who = accepted_locked(fd, from);
     if (pending_.size() >= kMaxPendingConnections && !evict_silent_locked()) {
-      auth::log_refusal(
-          std::string(provider_) + " " + name_, who,
-          std::to_string(pending_.size()) + " connections that sent their HELLO already wait for their QP");
+      auth::log_refusal(std::string(provider_) + " " + name_, who,
+                        std::to_string(pending_.size()) +
+                            " connections wait for their QP, none silent for a second (closed unanswered: a real "
+                            "peer retries)");
       close_refused_locked(fd);
       continue;
     }
@@ -218,6 +228,19 @@ void SoftRcDevice::accept_all_locked() {
     const std::string source = who.empty() ? "" : " from " + who;
     RDMX_TRACE("%s %s: accepted a connection%s", provider_, name_.c_str(), source.c_str());
   }
+}
+
+void SoftRcDevice::note_descriptor_shortage(const char* what, int error) {
+  LockGuard guard(shortage_mutex_);
+  shortage_at_ = Clock::now();
+  shortage_ = std::string(what) + " failed: " + std::strerror(error);
+}
+
+std::string SoftRcDevice::descriptor_shortage_since(Clock::time_point since) const {
+  LockGuard guard(shortage_mutex_);
+  if (shortage_.empty() || shortage_at_ < since) return {};
+  return "; this process ran out of descriptors meanwhile, so the connection may be what it could not take (" +
+         shortage_ + "): raise the open-files limit (ulimit -n) or use fewer QPs";
 }
 
 void SoftRcDevice::drop_pending_locked(int fd, const char* why) {
@@ -240,7 +263,7 @@ bool SoftRcDevice::evict_silent_locked() {
       oldest = it;
     }
   }
-  if (oldest == pending_.end()) return false;
+  if (oldest == pending_.end() || Clock::now() - oldest->second.accepted_at < kEvictSilentAfter) return false;
   drop_pending_locked(oldest->first, "made room for a newer connection while this one had sent no HELLO");
   return true;
 }

@@ -28,6 +28,7 @@
 #include "core/device_lock.hpp"
 #include "core/device_resources.hpp"
 #include "core/engine_parking.hpp"
+#include "core/mutex.hpp"
 #include "core/soft_rc/connection.hpp"
 #include "core/wait.hpp"
 #include "rdmx/verbs.hpp"
@@ -69,6 +70,12 @@ class SoftRcDevice : public Device, public EngineHandoff {
   // An application thread is working the device (posting): the background
   // engine stays parked, as it does while the application calls progress().
   void note_application_activity() { parking_.note_application_activity(); }
+  // This process ran out of descriptors (or kernel memory) while taking a
+  // connection: `what` failed with `error`. Any thread.
+  void note_descriptor_shortage(const char* what, int error);
+  // For a QP whose connection did not complete: why, when this process ran
+  // short of descriptors since `since` (else empty). Any thread.
+  std::string descriptor_shortage_since(Clock::time_point since) const;
   // Device lock held.
   void add_qp_locked(SoftRcQp* qp) RDMX_REQUIRES(lock_);
   void remove_qp_locked(SoftRcQp* qp) RDMX_REQUIRES(lock_);
@@ -130,7 +137,7 @@ class SoftRcDevice : public Device, public EngineHandoff {
   void hello_progress_locked(int fd) RDMX_REQUIRES(lock_);
   void drop_pending_locked(int fd, const char* why) RDMX_REQUIRES(lock_);
   // Makes room for one more pending connection: drops the oldest that has
-  // not sent its HELLO yet; false when every pending one has.
+  // sent no HELLO for a second; false when none has been silent that long.
   bool evict_silent_locked() RDMX_REQUIRES(lock_);
   void engine_main();
 
@@ -153,7 +160,11 @@ class SoftRcDevice : public Device, public EngineHandoff {
   // not watched until then, so a backlog it cannot take does not spin the engine.
   std::optional<Clock::time_point> accept_paused_until_ RDMX_GUARDED_BY(lock_);
   bool accept_starved_ RDMX_GUARDED_BY(lock_) = false;  // warned; cleared by the next accept
-  std::atomic<bool> timers_busy_{false};                // read by the engine thread before it blocks, outside the lock
+  // The latest descriptor shortage (note_descriptor_shortage).
+  mutable Mutex shortage_mutex_;
+  Clock::time_point shortage_at_ RDMX_GUARDED_BY(shortage_mutex_){};
+  std::string shortage_ RDMX_GUARDED_BY(shortage_mutex_);
+  std::atomic<bool> timers_busy_{false};  // read by the engine thread before it blocks, outside the lock
 
   std::atomic<bool> stopping_{false};
   EngineParking parking_;

@@ -187,6 +187,9 @@ class RDMX_CAPABILITY("queue pair state") SoftRcQp : public QueuePair {
   int peer_rank_ RDMX_GUARDED_BY(this) = -1;
   std::string peer_text_ RDMX_GUARDED_BY(this);
   std::chrono::milliseconds rnr_timeout_ RDMX_GUARDED_BY(this){};
+  // A peer can try to connect once it has our address, before our connect():
+  // descriptor shortages since this count for the connection (connect timeouts).
+  const Clock::time_point created_at_ = Clock::now();
   Clock::time_point connect_deadline_ RDMX_GUARDED_BY(this){};
   Clock::time_point retry_connect_at_ RDMX_GUARDED_BY(this){};
 

@@ -72,9 +72,14 @@ int receive_message(int socket, void* bytes, std::size_t capacity, std::size_t* 
     drop();
     return ECONNRESET;
   }
-  if ((msg.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) != 0) {
+  if ((msg.msg_flags & MSG_TRUNC) != 0) {
     drop();
     return EPROTO;
+  }
+  if ((msg.msg_flags & MSG_CTRUNC) != 0) {
+    // The kernel could not install a descriptor the peer sent.
+    drop();
+    return EMFILE;
   }
   *got = static_cast<std::size_t>(n);
   return 0;

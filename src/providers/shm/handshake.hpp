@@ -63,7 +63,9 @@ struct ShareOffer {
 
 // Receives one message (the sockets are SOCK_SEQPACKET) of at most
 // `capacity` bytes and the descriptor sent with it (-1 when none); *got is
-// its length. Returns 0, EAGAIN, ECONNRESET at end of file, or errno.
+// its length. Returns 0, EAGAIN, ECONNRESET at end of file, EMFILE when a
+// descriptor sent could not be received (this process's open-files limit),
+// or errno.
 // A second descriptor goes to *second when given, else is closed.
 int receive_message(int socket, void* bytes, std::size_t capacity, std::size_t* got, int* fd, int* second = nullptr);
 
@@ -72,7 +74,7 @@ int receive_message(int socket, void* bytes, std::size_t capacity, std::size_t* 
 int send_with_fd(int socket, const void* bytes, std::size_t length, int fd, int second = -1);
 // Receives exactly `length` bytes in one message and the descriptor sent with
 // them (-1 when none). Returns 0, EAGAIN when nothing has arrived, ECONNRESET
-// at end of file, EPROTO for a short message, or errno.
+// at end of file, EPROTO for a short message, EMFILE as receive_message, or errno.
 int receive_with_fd(int socket, void* bytes, std::size_t length, int* fd);
 // Reads 8 bytes at `addr` in process `pid` with process_vm_readv and compares
 // them with `value`. Returns 0 or the errno that explains the failure.

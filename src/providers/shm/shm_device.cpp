@@ -262,6 +262,10 @@ const char* ShmDevice::read_hello_locked(core::PendingConnection& p) {
   int memfd = -1;
   const int error = receive_with_fd(p.fd, &h, sizeof(Hello), &memfd);
   if (error == EAGAIN || error == EINTR) return nullptr;
+  if (error == EMFILE) {
+    note_descriptor_shortage("receiving a HELLO's shared segment", error);
+    return "its shared segment could not be received: this process is out of descriptors (ulimit -n)";
+  }
   if (error != 0) return error == EPROTO ? "malformed HELLO" : "closed before HELLO";
   std::memcpy(p.hello.data(), &h, sizeof(h));
   p.got = sizeof(h);

@@ -368,7 +368,7 @@ bool ShmQp::on_timer_locked(core::Clock::time_point now) {
     busy = true;
     if (now >= connect_deadline_) {
       fail_locked(describe_peer() + " did not complete the connection within RDMX_TIMEOUT (" +
-                      std::to_string(core::timeout().count()) + " ms)",
+                      std::to_string(core::timeout().count()) + " ms)" + device_.descriptor_shortage_since(created_at_),
                   WcStatus::RetryExcErr);
       return false;
     }

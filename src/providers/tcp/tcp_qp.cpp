@@ -343,7 +343,8 @@ bool TcpQp::on_timer_locked(core::Clock::time_point now) {
   if (!established_) {
     if (now > connect_deadline_) {
       fail_locked("could not establish the connection with " + peer_text_ + " within RDMX_TIMEOUT (" +
-                      std::to_string(core::timeout().count()) + " ms); is the peer alive and did it connect its QP?",
+                      std::to_string(core::timeout().count()) + " ms); is the peer alive and did it connect its QP?" +
+                      device_.descriptor_shortage_since(created_at_),
                   WcStatus::RetryExcErr);
     } else if (initiator_ && !connecting_ && now >= retry_connect_at_) {
       start_connect_locked();
