@@ -6,6 +6,7 @@
 // the moment deregistration returns.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cassert>
 #include <cstddef>
@@ -58,6 +59,9 @@ struct SharedRegion {
   std::size_t state_offset = 0;  // where the SharedRegionState lies in the mapping
   // Slots handed out so far (by the target's provider, to the QPs it offers the region to).
   mutable std::atomic<std::uint32_t> slots_given{0};
+  // The process each slot went to (0: not known): a slot a dead process
+  // left busy is not waited for.
+  mutable std::array<std::atomic<int>, kDirectSlots> slot_pids{};
   // Device memory (core/shared_region.hpp): the memfd then holds the
   // state page only, and peers open the allocation through `cuda` (with
   // `cuda_fd`, a descriptor the region owns and offers copies of); the

@@ -14,6 +14,7 @@
 #include "core/asymmetric_fence.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
+#include "core/process.hpp"
 #include "core/wait.hpp"
 
 namespace rdmx::core {
@@ -132,12 +133,15 @@ void wait_for_imports_closed(RegionOffers& region_offers, SharedRegionState* sta
 void retire_shared(const SharedRegion& shared, SharedRegionState* state) noexcept {
   state->live.store(0, std::memory_order_relaxed);
   heavy_fence(asymmetric_fence_available());
-  // Peers copying directly finish before the region is gone (bounded: a
-  // peer killed inside a copy leaves its slot set).
+  // Peers copying directly finish before the region is gone. A peer killed
+  // inside a copy leaves its slot set: its process being gone ends the
+  // wait. One stopped there is waited for (bounded): it may copy on resuming.
   const std::uint32_t used = std::min(shared.slots_given.load(), kDirectSlots);
   auto idle = [&] {
     for (std::uint32_t i = 0; i < used; ++i) {
-      if (state->slots[i].busy.load(std::memory_order_acquire) != 0) return false;
+      if (state->slots[i].busy.load(std::memory_order_acquire) == 0) continue;
+      const int pid = shared.slot_pids[i].load(std::memory_order_relaxed);
+      if (pid <= 0 || !process_gone(pid)) return false;
     }
     return true;
   };

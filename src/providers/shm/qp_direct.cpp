@@ -223,6 +223,7 @@ void ShmQp::offer_region_locked(std::uint32_t rkey, const core::MemoryRegistry::
   if (legacy && peer_pid_ == ::getpid()) return;
   const std::uint32_t slot = verdict.shared->slots_given.fetch_add(1);
   if (slot >= core::kDirectSlots) return;  // every slot taken: this peer keeps using the ring
+  verdict.shared->slot_pids[slot].store(peer_pid_, std::memory_order_relaxed);
   if (legacy) {
     if (!offer_link_) offer_link_ = std::make_shared<ShmOfferLink>(device_lock_, this, peer_pid_, describe_peer());
     core::LockGuard lock(verdict.shared->offers->mutex);

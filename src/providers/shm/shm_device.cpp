@@ -22,6 +22,7 @@
 #include "core/config.hpp"
 #include "core/log.hpp"
 #include "core/mutex.hpp"
+#include "core/process.hpp"
 #include "core/settings.hpp"
 #include "providers/shm/address.hpp"
 #include "providers/shm/shm_factory.hpp"
@@ -56,23 +57,6 @@ RDMX_SETTING(kShmDir);
 
 std::string socket_directory() { return kShmDir.value_text(); }
 
-// Whether a process is gone: no such pid, or a zombie its parent has not reaped yet.
-bool process_gone(int pid) {
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
-  char path[64];
-  std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-  FILE* f = std::fopen(path, "r");
-  if (f == nullptr) return false;
-  char state = 0;
-  // "pid (comm) state ...": the state follows the last ')'.
-  char line[512];
-  if (std::fgets(line, sizeof(line), f) != nullptr) {
-    if (const char* close = std::strrchr(line, ')'); close != nullptr && close[1] == ' ') state = close[2];
-  }
-  std::fclose(f);
-  return state == 'Z' || state == 'X';
-}
-
 // Sockets of processes that died without closing their device (SIGKILL).
 std::size_t remove_stale_sockets(const std::string& dir) {
   DIR* d = ::opendir(dir.c_str());
@@ -83,7 +67,7 @@ std::size_t remove_stale_sockets(const std::string& dir) {
     char rest[64];
     if (std::sscanf(e->d_name, "%d-%63s", &pid, rest) != 2 || pid <= 0) continue;
     if (std::strstr(rest, ".sock") == nullptr) continue;
-    if (process_gone(pid) && ::unlink((dir + "/" + e->d_name).c_str()) == 0) ++removed;
+    if (core::process_gone(pid) && ::unlink((dir + "/" + e->d_name).c_str()) == 0) ++removed;
   }
   ::closedir(d);
   return removed;
