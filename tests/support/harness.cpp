@@ -63,14 +63,6 @@ void flush_stdio() {
   ::_exit(code);
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return {};
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
 std::string signal_name(int sig) {
   const char* name = ::sigabbrev_np(sig);
   std::string out = name != nullptr ? std::string("SIG") + name : "signal " + std::to_string(sig);
@@ -308,6 +300,14 @@ bool succeeded(const Options& options, int rank, const Child& child) {
 }
 
 }  // namespace
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return {};
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
 
 const char* to_string(Placement placement) noexcept {
   switch (placement) {

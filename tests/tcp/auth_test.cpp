@@ -14,8 +14,6 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "core/auth.hpp"
@@ -33,13 +31,6 @@ constexpr const char* kSecret = "0123456789abcdef0123456789abcdef";
 constexpr const char* kOtherSecret = "fedcba9876543210fedcba9876543210";
 constexpr int kVictim = 0;
 constexpr int kAttacker = 1;
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 // A raw connection to the victim's listener, for bytes no QP would send.
 class RawConnection {

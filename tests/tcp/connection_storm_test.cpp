@@ -14,8 +14,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -32,13 +30,6 @@ constexpr const char* kSecret = "0123456789abcdef0123456789abcdef";
 constexpr int kVictim = 0;
 constexpr int kPeer = 1;
 constexpr int kStorm = 1500;
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 std::size_t count_of(const std::string& text, const std::string& what) {
   std::size_t n = 0;
