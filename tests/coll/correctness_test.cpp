@@ -4,9 +4,11 @@
 // an independent reference. Floating results must also be the same bits on
 // every rank (all_reduce) and on a second run.
 //
-// The default matrix (make test) runs every combination at sizes 0, 1, 7 and
-// 1023 elements and a chosen few at 1 MiB + 3 elements; RDMX_COLL_MATRIX=full
-// (make test-coll-full) runs every combination at every size, 64 MiB included.
+// The default matrix (make test) runs every placement, rank count and
+// algorithm at sizes 0, 1, 7 and 1023 elements, and a chosen few at 1 MiB + 3
+// elements; every type and reduction on shm and tcp at 3 ranks, a sample of
+// them elsewhere. RDMX_COLL_MATRIX=full (make test-coll-full) runs every
+// combination at every size, 64 MiB included.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -32,24 +34,46 @@ bool chosen_case(DataType type, ReduceOp op, bool reducing) {
          (type == DataType::Int8 && !reducing);
 }
 
+// The chosen pairs and one more of each element width they lack (1-byte
+// reductions, 8-byte movement): moving and splitting blocks depends on an
+// element's width, not its kind, and every kind's arithmetic runs at the
+// placements that take every pair (and in rdmx_reduce_tests).
+bool sampled_case(DataType type, ReduceOp op, bool reducing) {
+  return chosen_case(type, op, reducing) ||
+         (reducing ? type == DataType::Int8 && op == ReduceOp::Sum : type == DataType::Float64);
+}
+
+// Where the default matrix runs every type and reduction: shm and tcp at 3
+// ranks (odd, so rd and hd fold) on host buffers; on device buffers, whose
+// reductions run in the GPU kernels whatever the transport, shm at 3 ranks.
+bool every_pair_at(const CollParam& p) {
+  if (full_matrix()) return true;
+  return p.n == 3 && (p.device ? p.provider == "shm" : !mixed(p.provider));
+}
+
 // The hierarchical algorithms move blocks whatever their type, through the
 // same reduction kernels as the flat ones: the default matrix runs them on
 // the chosen pairs only (odd sizes, 1- and 2-byte elements, avg's division
 // included); the full matrix on every pair.
-bool skipped_for(const std::string& algo, DataType type, ReduceOp op, bool reducing) {
-  return !full_matrix() && algo.rfind("hier", 0) == 0 && !chosen_case(type, op, reducing);
+bool skipped_for(bool every_pair, const std::string& algo, DataType type, ReduceOp op, bool reducing) {
+  if (full_matrix()) return false;
+  if (algo.rfind("hier", 0) == 0) return !chosen_case(type, op, reducing);
+  return !every_pair && !sampled_case(type, op, reducing);
 }
 
-std::vector<std::size_t> counts_for(DataType type, ReduceOp op, bool reducing) {
+// Sizes past the pipelines' chunks (1 MiB + 3 elements) take most of a
+// case's time: the default matrix runs them for three pairs (2-, 4- and
+// 8-byte elements) where it runs every pair, for float32 elsewhere.
+std::vector<std::size_t> counts_for(bool every_pair, DataType type, ReduceOp op, bool reducing) {
   std::vector<std::size_t> counts{0, 1, 7, 1023};
   const std::size_t mib_plus_3 = (std::size_t{1} << 20) / rdmx::size_of(type) + 3;
-  const bool chosen = (type == DataType::Float32 && (op == ReduceOp::Sum || !reducing)) ||
-                      (type == DataType::BFloat16 && op == ReduceOp::Sum) ||
+  const bool float32 = type == DataType::Float32 && (op == ReduceOp::Sum || !reducing);
+  const bool chosen = float32 || (type == DataType::BFloat16 && op == ReduceOp::Sum) ||
                       (type == DataType::Int64 && op == ReduceOp::Max);
   if (full_matrix()) {
     counts.push_back(mib_plus_3);
     if (chosen || !reducing) counts.push_back((std::size_t{64} << 20) / rdmx::size_of(type));
-  } else if (chosen) {
+  } else if (every_pair ? chosen : float32) {
     counts.push_back(mib_plus_3);
   }
   return counts;
@@ -132,7 +156,8 @@ struct Runner {
   RankEnv& env;
   int n;
   int r;
-  bool device = false;  // the operations run on device buffers
+  bool device = false;     // the operations run on device buffers
+  bool every_pair = true;  // every type and reduction (every_pair_at), else a sample
   std::uint64_t cases = 0;
 
   // One communicator per algorithm, created on first use. The hierarchical
@@ -213,7 +238,7 @@ class Correctness : public ::testing::TestWithParam<CollParam> {
         std::string why;
         CHECK(cuda_for_test(&why) != nullptr) << why;
       }
-      Runner runner{env, env.world_size(), env.rank(), device};
+      Runner runner{env, env.world_size(), env.rank(), device, every_pair_at(GetParam())};
       body(runner);
     }));
   }
@@ -236,8 +261,8 @@ void reducing_suite(Runner& R, CollOp op) {
     for (DataType t : kAllTypes) {
       const std::size_t e = rdmx::size_of(t);
       for (ReduceOp o : ops_for(t)) {
-        if (skipped_for(algo, t, o, true)) continue;
-        for (std::size_t count : counts_for(t, o, true)) {
+        if (skipped_for(R.every_pair, algo, t, o, true)) continue;
+        for (std::size_t count : counts_for(R.every_pair, t, o, true)) {
           for (bool in_place : {false, true}) {
             const std::uint64_t seed = ++R.cases;
             const int root = static_cast<int>(seed % static_cast<std::uint64_t>(R.n));
@@ -311,8 +336,8 @@ void movement_suite(Runner& R, CollOp op) {
     Communicator& c = R.comm(op, algo);
     for (DataType t : kAllTypes) {
       const std::size_t e = rdmx::size_of(t);
-      if (skipped_for(algo, t, ReduceOp::Sum, false)) continue;
-      for (std::size_t count : counts_for(t, ReduceOp::Sum, false)) {
+      if (skipped_for(R.every_pair, algo, t, ReduceOp::Sum, false)) continue;
+      for (std::size_t count : counts_for(R.every_pair, t, ReduceOp::Sum, false)) {
         if (count * e * n > (std::size_t{256} << 20)) continue;  // 64 MiB per rank block is enough
         for (bool in_place : {false, true}) {
           const std::uint64_t seed = ++R.cases;
@@ -474,7 +499,7 @@ TEST_P(Correctness, SendRecv) {
     if (R.n == 1) return;
     for (DataType t : kAllTypes) {
       const std::size_t e = rdmx::size_of(t);
-      for (std::size_t count : counts_for(t, ReduceOp::Sum, false)) {
+      for (std::size_t count : counts_for(R.every_pair, t, ReduceOp::Sum, false)) {
         const std::uint64_t seed = ++R.cases;
         const std::string what = label(CollOp::SendRecv, "", t, ReduceOp::Sum, count, false);
         std::vector<char> in(count * e + 1), out(count * e + 1, 0x5a);
