@@ -6,7 +6,7 @@ COLL_ALGOS ?=
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: test-asan test-tsan sanitizer-build fuzz fuzz-build chaos soak
+.PHONY: test-asan test-tsan sanitizer-build fuzz fuzz-build chaos soak check-build check-run test-check
 .PHONY: all deps build build-cli build-examples run example format-check test test-coll-full test-largest bench bench-shm bench-coll bench-peers bench-torch bench-verbs clean
 
 all: build
@@ -58,9 +58,47 @@ format-check: deps
 	@echo "== format check (scripts/check-format.sh)"
 	@bash scripts/check-format.sh
 
-test: format-check build
+# A build directory that make test configures has line tables only (-g1; a
+# quarter less compile time, backtraces keep their lines), and no second
+# parse of the library for the thread-safety analysis, which the check build
+# (below) runs as it compiles. One configured by make build stays as it is.
+test: CMAKE_FLAGS += -DRDMX_THREAD_SAFETY=OFF "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
+test: format-check build check-build
 	@echo "== test (ctest; needs root for the network-namespace cases; the verbs cases boot a soft-RoCE guest)"
 	cd $(BUILD) && ctest --output-on-failure -j 2 --timeout 300
+	@$(MAKE) --no-print-directory check-run
+
+# What make test runs of the sanitizers and the fuzzers (docs/TESTING.md), in
+# one clang++ build: ASan+UBSan and libFuzzer's coverage on the library, the
+# fuzz targets and the test areas in CHECK_AREAS; clang checks the locks
+# (thread-safety analysis) as it compiles. check-run gives each fuzz target
+# FUZZ_SMOKE_SECONDS from the committed corpus, two at a time, then runs the
+# CHECK_LABELS areas' tests in the Local placement on host memory under the
+# sanitizers (the network-namespace, GPU and 2 GiB cases are the main
+# build's). make test-asan runs the larger share.
+CHECK_BUILD ?= build-check
+CHECK_AREAS ?= rdmx_conformance_tests rdmx_bootstrap_tests rdmx_core_tests rdmx_tcp_tests rdmx_shm_tests
+CHECK_LABELS ?= ^(conformance|bootstrap|core|tcp|shm|thread_safety)$$
+CHECK_EXCLUDE ?= NetNs|Cuda|SimulatedGpu|OfTheLargestMessage
+FUZZ_SMOKE_SECONDS ?= 10
+CHECK_CMAKE = -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -gline-tables-only -DNDEBUG" -DRDMX_SANITIZE=address,undefined \
+    -DRDMX_FUZZ=ON -DRDMX_BUILD_BENCH=OFF -DRDMX_BUILD_PYTHON=OFF -DRDMX_CUDA_KERNELS=OFF
+check-build: deps
+	@echo "== configure and build $(CHECK_BUILD) (clang++, ASan+UBSan, libFuzzer, thread-safety analysis)"
+	cmake -S . -B $(CHECK_BUILD) $(CHECK_CMAKE) >/dev/null
+	cmake --build $(CHECK_BUILD) -j $(JOBS) --target fuzz_targets $(CHECK_AREAS)
+
+check-run:
+	@echo "== fuzz smoke: $(FUZZ_TARGETS), $(FUZZ_SMOKE_SECONDS) s each (ASan+UBSan)"
+	FUZZ_JOBS=2 bash scripts/fuzz.sh $(CHECK_BUILD) $(FUZZ_SMOKE_SECONDS) $(FUZZ_TARGETS)
+	@echo "== sanitizer share: ctest -L '$(CHECK_LABELS)' -E '$(CHECK_EXCLUDE)' under ASan+UBSan"
+	cd $(CHECK_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1 \
+	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	    ctest --output-on-failure -j 2 --timeout 600 -L '$(CHECK_LABELS)' -E '$(CHECK_EXCLUDE)'
+
+test-check: check-build
+	@$(MAKE) --no-print-directory check-run
 
 # The conformance suite, the collectives' default matrix and the bootstrap
 # tests under AddressSanitizer+UndefinedBehaviorSanitizer, or ThreadSanitizer
@@ -90,20 +128,19 @@ test-tsan:
 	    ctest --output-on-failure -j $(SAN_JOBS) --timeout 600 -R '$(SAN_TESTS)' -E '$(SAN_EXCLUDE)'
 
 # libFuzzer over every decoder of outside bytes (fuzz/, docs/TESTING.md),
-# built with clang++ and ASan+UBSan in build-fuzz; each target runs
-# FUZZ_SECONDS from the committed corpus.
+# built with clang++ and ASan+UBSan in the check build; each target runs
+# FUZZ_SECONDS from the committed corpus, FUZZ_JOBS at a time.
 FUZZ_SECONDS ?= 60
+FUZZ_JOBS ?= 1
 FUZZ_TARGETS ?= addresses coll_header launcher_env store_client store_server tcp_frames shm_hello
 fuzz-build: deps
-	@echo "== configure and build build-fuzz (clang++, libFuzzer, ASan+UBSan)"
-	cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRDMX_FUZZ=ON \
-	    -DRDMX_SANITIZE=address,undefined -DRDMX_BUILD_TESTS=OFF -DRDMX_BUILD_BENCH=OFF -DRDMX_BUILD_PYTHON=OFF \
-	    -DRDMX_THREAD_SAFETY=OFF -DRDMX_CUDA_KERNELS=OFF >/dev/null
-	cmake --build build-fuzz -j $(JOBS) --target fuzz_targets
+	@echo "== configure and build $(CHECK_BUILD)'s fuzz targets (clang++, libFuzzer, ASan+UBSan)"
+	cmake -S . -B $(CHECK_BUILD) $(CHECK_CMAKE) >/dev/null
+	cmake --build $(CHECK_BUILD) -j $(JOBS) --target fuzz_targets
 
 fuzz: fuzz-build
 	@echo "== fuzz: $(FUZZ_TARGETS), $(FUZZ_SECONDS) s each"
-	bash scripts/fuzz.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+	FUZZ_JOBS=$(FUZZ_JOBS) bash scripts/fuzz.sh $(CHECK_BUILD) $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # Fault campaigns (scripts/chaos.py, docs/TESTING.md): CHAOS_RUNS runs of
 # each scenario (a rank killed, a rank stopped, the store server killed, a
@@ -130,10 +167,13 @@ test-coll-full: build
 	@echo "== test-coll-full (RDMX_COLL_MATRIX=full: the collective correctness suite at every size)"
 	cd $(BUILD) && RDMX_COLL_MATRIX=full RDMX_COLL_ALGOS=$(COLL_ALGOS) ctest --output-on-failure -j $(COLL_JOBS) -R 'Coll/Correctness'
 
-# The 2 GiB (max_msg_size) WRITE and READ cases in every placement, not only Local.
+# The 2 GiB (max_msg_size) WRITE and READ cases in every placement, not only
+# Local, and on verbs in the soft-RoCE guest (about 2 minutes there).
 test-largest: build
 	@echo "== test-largest (RDMX_LARGEST_MESSAGE_PLACEMENTS=all: max_msg_size transfers in every placement)"
 	cd $(BUILD) && RDMX_LARGEST_MESSAGE_PLACEMENTS=all ctest --output-on-failure -j 2 -R 'OfTheLargestMessage'
+	@echo "== test-largest on verbs (scripts/verbs-guest-tests.sh $(BUILD) largest)"
+	bash scripts/verbs-guest-tests.sh $(BUILD) largest
 
 bench: build
 	@bash scripts/deps.sh --bench

@@ -3,7 +3,9 @@
 # Installs what rdmx needs from Debian, only what is missing. Idempotent,
 # non-interactive, and quiet when everything is present.
 #   scripts/deps.sh            build + test dependencies (torch, pybind11 and
-#                              pytest for the torch.distributed backend)
+#                              pytest for the torch.distributed backend; clang's
+#                              sanitizer and libFuzzer runtimes, and llvm's
+#                              symbolizer, for make test's check build)
 #   scripts/deps.sh --bench    also the peers the benchmarks compare with:
 #                              sockperf and iperf3 (bench/run_tcp.sh), UCX's
 #                              ucx_perftest and Open MPI (bench/run_shm.sh);
@@ -16,7 +18,8 @@ set -euo pipefail
 
 packages=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libbenchmark-dev iproute2
           libcli11-dev nlohmann-json3-dev libhwloc-dev libsodium-dev libibverbs-dev ibverbs-providers
-          python3-dev pybind11-dev python3-torch libtorch-dev python3-pytest openmpi-bin clang-format clang)
+          python3-dev pybind11-dev python3-torch libtorch-dev python3-pytest openmpi-bin clang-format clang
+          libclang-rt-dev llvm)
 case "${1:-}" in
   --bench) packages+=(sockperf iperf3 python3 ucx-utils openmpi-bin libopenmpi-dev python3-torch python3-torchvision
                     libopenblas0-pthread libjemalloc2) ;;

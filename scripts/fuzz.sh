@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Runs the libFuzzer targets built in BUILD (make fuzz), each for SECONDS,
-# from the committed seeds in fuzz/corpus/<target>/. New inputs go to
+# Runs the libFuzzer targets built in BUILD (make fuzz, make test's check
+# build), each for SECONDS, from the committed seeds in fuzz/corpus/<target>/,
+# FUZZ_JOBS targets at a time (default 1). New inputs go to
 # BUILD/corpus/<target>/ (copy the ones worth keeping into fuzz/corpus),
 # crashes to BUILD/crashes/. Prints one line per target: executions, corpus
 # size, coverage; fails when a target crashed, leaked, hung or ran out of
@@ -10,20 +11,40 @@
 set -uo pipefail
 build=$1 seconds=$2
 shift 2
+jobs=${FUZZ_JOBS:-1}
 root=$(cd "$(dirname "$0")/.." && pwd)
-status=0
-total=0
 mkdir -p "$build/crashes"
 for target in "$@"; do
-  exe=$build/fuzz/fuzz_$target
-  [[ -x $exe ]] || { echo "fuzz: $exe is not built (make fuzz builds it)" >&2; exit 2; }
+  [[ -x $build/fuzz/fuzz_$target ]] || { echo "fuzz: $build/fuzz/fuzz_$target is not built (make fuzz builds it)" >&2; exit 2; }
+done
+
+# One target: its log in BUILD/fuzz-<target>.log, its exit status in .rc beside it.
+run_target() {
+  local target=$1 log=$build/fuzz-$1.log
   mkdir -p "$build/corpus/$target" "$root/fuzz/corpus/$target"
-  log=$build/fuzz-$target.log
   # -timeout: one input running longer is a hang; -rss_limit_mb: a leak or a blow-up.
   ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    "$exe" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
+    "$build/fuzz/fuzz_$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 -print_final_stats=1 \
     -artifact_prefix="$build/crashes/$target-" "$build/corpus/$target" "$root/fuzz/corpus/$target" >"$log" 2>&1
-  rc=$?
+  echo $? >"$log.rc"
+}
+
+running=0
+for target in "$@"; do
+  if ((running >= jobs)); then
+    wait -n
+    running=$((running - 1))
+  fi
+  run_target "$target" &
+  running=$((running + 1))
+done
+wait
+
+status=0
+total=0
+for target in "$@"; do
+  log=$build/fuzz-$target.log
+  rc=$(cat "$log.rc" 2>/dev/null || echo 1)
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1)
   units=$(ls "$build/corpus/$target" "$root/fuzz/corpus/$target" 2>/dev/null | wc -l)
