@@ -170,19 +170,19 @@ TEST_P(CollErrors, MismatchesAreFoundWithinASecondWhateverTheAlgorithms) {
     const char* name;
     std::function<void(Communicator&, int, std::vector<float>&)> call;
   };
-  const std::size_t big = std::size_t{1} << 20;  // ring all_reduce; small counts take rd
+  constexpr std::size_t kBig = std::size_t{1} << 20;  // ring all_reduce; small counts take rd
   const std::vector<Variant> variants = {
       {"count rd vs ring",
-       [big](Communicator& c, int r, std::vector<float>& b) {
-         c.all_reduce(b.data(), b.data(), r == 1 ? 1000 : big, DataType::Float32, ReduceOp::Sum);
+       [](Communicator& c, int r, std::vector<float>& b) {
+         c.all_reduce(b.data(), b.data(), r == 1 ? 1000 : kBig, DataType::Float32, ReduceOp::Sum);
        }},
       {"broadcast roots",
        [](Communicator& c, int r, std::vector<float>& b) {
          c.broadcast(b.data(), 4096, DataType::Float32, r == 2 ? 3 : 0);
        }},
       {"reduce roots",
-       [big](Communicator& c, int r, std::vector<float>& b) {
-         c.reduce(b.data(), b.data(), big / 4, DataType::Float32, ReduceOp::Sum, r == 0 ? 1 : 2);
+       [](Communicator& c, int r, std::vector<float>& b) {
+         c.reduce(b.data(), b.data(), kBig / 4, DataType::Float32, ReduceOp::Sum, r == 0 ? 1 : 2);
        }},
       {"all_reduce vs all_gather",
        [](Communicator& c, int r, std::vector<float>& b) {
@@ -208,7 +208,7 @@ TEST_P(CollErrors, MismatchesAreFoundWithinASecondWhateverTheAlgorithms) {
       options.tag = std::string("quick-") + v.name;
       options.timeout = std::chrono::milliseconds(20'000);
       auto comm = Communicator::create(env.store_ptr(), env.rank(), env.world_size(), options);
-      std::vector<float> buf(big * 2, 1.0f);
+      std::vector<float> buf(kBig * 2, 1.0f);
       comm->barrier();
       const auto start = std::chrono::steady_clock::now();
       // A rank whose own part agreed with its peers' (rank 1 receives the
