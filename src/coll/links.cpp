@@ -13,6 +13,7 @@
 #include "coll/reduce.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
+#include "core/race_annotations.hpp"
 
 namespace rdmx::coll {
 using namespace wire;
@@ -313,7 +314,12 @@ void Links::return_credit(Peer& peer, bool force) {
   if (pending == 0 || (!force && pending < config_.slots / 2)) return;
   const int p = static_cast<int>(&peer - peers_.data());
   auto* src = reinterpret_cast<Word*>(base_ + layout_->consumed + static_cast<std::size_t>(p) * kLine);
-  src->value.store(peer.consumed, std::memory_order_relaxed);
+  {
+    // The previous credit's WRITE may still be reading this word: the peer
+    // takes the old count or the new, and counts only grow.
+    const core::RacingPlacementScope racing;
+    src->value.store(peer.consumed, std::memory_order_relaxed);
+  }
   peer.credited = peer.consumed;
   write_to_peer(p, src, 8, layout_->credit + static_cast<std::size_t>(rank_) * kLine);
 }

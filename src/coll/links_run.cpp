@@ -14,9 +14,18 @@
 #include "coll/reduce.hpp"
 #include "core/config.hpp"
 #include "core/log.hpp"
+#include "core/race_annotations.hpp"
 
 namespace rdmx::coll {
+
 namespace {
+// A word of an inbox slot that may still be landing, its header's or its
+// trailer's (core::RacingPlacementScope says why that race is on purpose).
+template <typename T>
+T peek(const T& word, std::memory_order order = std::memory_order_relaxed) {
+  const core::RacingPlacementScope racing;
+  return std::atomic_ref<const T>(word).load(order);
+}
 
 // A region's write doorbell, each sleep on it cut to 1 ms, the longest of
 // the timed slices it replaces: a waiting run's watch over its peers
@@ -159,8 +168,7 @@ class Links::RunState {
       const auto* h = reinterpret_cast<const WireHeader*>(l_.base_ + lay.inbox_slot(p, slot));
       // Its length is not known here: take the header's (possibly still
       // landing) word for it; arrived() only trusts a matching trailer.
-      const std::size_t len = std::min<std::size_t>(
-          std::atomic_ref<const std::uint32_t>(h->len).load(std::memory_order_relaxed), l_.config_.chunk);
+      const std::size_t len = std::min<std::size_t>(peek(h->len), l_.config_.chunk);
       if (!arrived(p, slot, m, len)) continue;
       if (h->seq == desc_.seq && h->op != static_cast<std::uint8_t>(CollOp::Send)) {
         const std::string detail = "rank " + std::to_string(p) + " sent this rank a message it expects nothing for";
@@ -177,16 +185,12 @@ class Links::RunState {
     const std::uint64_t m = peer.consumed + 1;
     const std::uint64_t slot = (m - 1) % lay.slots;
     const auto* h = reinterpret_cast<const WireHeader*>(l_.base_ + lay.inbox_slot(p, slot));
-    if (std::atomic_ref<const std::uint64_t>(h->msg).load(std::memory_order_relaxed) != m) return;
+    if (peek(h->msg) != m) return;
     const std::size_t expected =
         op.announcement ? sizeof(Announcement) : std::min(l_.config_.chunk, op.bytes - op.done);
     const std::size_t polled = op.direct ? 0 : expected;
-    const std::uint16_t flags = std::atomic_ref<const std::uint16_t>(h->flags).load(std::memory_order_relaxed);
-    const std::size_t theirs =
-        (flags & kDirect) != 0
-            ? 0
-            : std::min<std::size_t>(std::atomic_ref<const std::uint32_t>(h->len).load(std::memory_order_relaxed),
-                                    l_.config_.chunk);
+    const std::uint16_t flags = peek(h->flags);
+    const std::size_t theirs = (flags & kDirect) != 0 ? 0 : std::min<std::size_t>(peek(h->len), l_.config_.chunk);
     if (theirs == polled || !arrived(p, slot, m, theirs)) return;
     const auto index = static_cast<std::size_t>(&op - s_.recvs.data());
     validate(p, *h, m, op, recv_state_[index], expected);
@@ -453,7 +457,7 @@ class Links::RunState {
       return flag->value.load(std::memory_order_acquire) == want;
     }
     const auto* trailer = reinterpret_cast<const std::uint64_t*>(msg + trailer_offset(len));
-    if (std::atomic_ref<const std::uint64_t>(*trailer).load(std::memory_order_acquire) != want) return false;
+    if (peek(*trailer, std::memory_order_acquire) != want) return false;  // may be mid-placement
     return reinterpret_cast<const WireHeader*>(msg)->msg == m;
   }
 

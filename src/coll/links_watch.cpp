@@ -16,6 +16,7 @@
 #include "coll/links.hpp"
 #include "coll/links_layout.hpp"
 #include "core/log.hpp"
+#include "core/race_annotations.hpp"
 
 namespace rdmx::coll {
 using namespace wire;
@@ -65,6 +66,7 @@ void Links::enter(const OpDesc& desc) noexcept {
   user_mrs_->forget_unwatched();
   if (desc.p2p()) return;
   Progress& p = control_->progress;
+  const core::RacingPlacementScope racing;  // peers READ the block meanwhile
   auto store = [](auto& field, auto value) { std::atomic_ref(field).store(value, std::memory_order_release); };
   store(p.entered_again, std::uint64_t{0});
   store(p.count, desc.count);
@@ -79,6 +81,7 @@ void Links::enter(const OpDesc& desc) noexcept {
 
 void Links::leave(const OpDesc& desc) noexcept {
   if (desc.p2p()) return;
+  const core::RacingPlacementScope racing;
   std::atomic_ref<std::uint64_t>(control_->progress.left).store(desc.seq, std::memory_order_release);
 }
 
@@ -91,6 +94,7 @@ void Links::watch_peers(const OpDesc& desc) {
     next_look_ = now + kFirstLook;
   }
   if (now >= next_beat_) {
+    const core::RacingPlacementScope racing;
     auto beat = std::atomic_ref<std::uint64_t>(control_->progress.beat);
     beat.store(beat.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     next_beat_ = now + kBeatEvery;

@@ -23,6 +23,7 @@
 #include "core/cuda/copy.hpp"
 #include "core/log.hpp"
 #include "core/ordered_placement.hpp"
+#include "core/race_annotations.hpp"
 #include "core/settings.hpp"
 #include "core/shared_region.hpp"
 #include "providers/shm/cross_memory.hpp"
@@ -132,6 +133,9 @@ bool ShmQp::try_direct_locked(const SendWr& wr, std::uint64_t total) {
       at += sge.length;
     }
     if (hold) core::store_last_word(remote - 8, tail);
+    // What this copy read and wrote here is done before the peer can learn
+    // of it and place anything new into these buffers.
+    core::release_remote_placements();
     if (write) core::ring(r.state->doorbell);
     r.busy->store(0, std::memory_order_release);
     return true;

@@ -13,6 +13,7 @@
 
 #include "core/cuda/copy.hpp"
 #include "core/log.hpp"
+#include "core/race_annotations.hpp"
 #include "core/work_request.hpp"
 #include "providers/tcp/tcp_qp.hpp"
 
@@ -348,6 +349,9 @@ bool TcpQp::write_frame_locked() {
       fail_locked("send to " + peer_text_ + " failed: " + std::strerror(errno), WcStatus::RetryExcErr);
       return false;
     }
+    // What the kernel copied out of this rank's buffers was read before the
+    // peer can learn of it and have anything placed into them.
+    core::release_remote_placements();
     auto sent = static_cast<std::size_t>(n);
     tx_.left -= sent;
     while (sent > 0) {
