@@ -77,6 +77,8 @@ test: format-check build check-build
 # sanitizers (the network-namespace, GPU and 2 GiB cases are the main
 # build's). make test-asan runs the larger share.
 CHECK_BUILD ?= build-check
+# Any ASan or UBSan report stops the process and fails its test.
+ASAN_ENV = ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 CHECK_AREAS ?= rdmx_conformance_tests rdmx_bootstrap_tests rdmx_core_tests rdmx_tcp_tests rdmx_shm_tests
 CHECK_LABELS ?= ^(conformance|bootstrap|core|tcp|shm|thread_safety)$$
 CHECK_EXCLUDE ?= NetNs|Cuda|SimulatedGpu|OfTheLargestMessage
@@ -93,9 +95,7 @@ check-run:
 	@echo "== fuzz smoke: $(FUZZ_TARGETS), $(FUZZ_SMOKE_SECONDS) s each (ASan+UBSan)"
 	FUZZ_JOBS=2 bash scripts/fuzz.sh $(CHECK_BUILD) $(FUZZ_SMOKE_SECONDS) $(FUZZ_TARGETS)
 	@echo "== sanitizer share: ctest -L '$(CHECK_LABELS)' -E '$(CHECK_EXCLUDE)' under ASan+UBSan"
-	cd $(CHECK_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1 \
-	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	    ctest --output-on-failure -j 2 --timeout 600 -L '$(CHECK_LABELS)' -E '$(CHECK_EXCLUDE)'
+	cd $(CHECK_BUILD) && $(ASAN_ENV) ctest --output-on-failure -j 2 --timeout 600 -L '$(CHECK_LABELS)' -E '$(CHECK_EXCLUDE)'
 
 test-check: check-build
 	@$(MAKE) --no-print-directory check-run
@@ -117,9 +117,7 @@ sanitizer-build: deps
 test-asan:
 	@$(MAKE) --no-print-directory sanitizer-build SAN=address,undefined SAN_BUILD=build-asan
 	@echo "== test-asan (ctest -R '$(SAN_TESTS)' -E '$(SAN_EXCLUDE)' under ASan+UBSan)"
-	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1 \
-	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	    ctest --output-on-failure -j $(SAN_JOBS) --timeout 600 -R '$(SAN_TESTS)' -E '$(SAN_EXCLUDE)'
+	cd build-asan && $(ASAN_ENV) ctest --output-on-failure -j $(SAN_JOBS) --timeout 600 -R '$(SAN_TESTS)' -E '$(SAN_EXCLUDE)'
 
 test-tsan:
 	@$(MAKE) --no-print-directory sanitizer-build SAN=thread SAN_BUILD=build-tsan

@@ -309,6 +309,13 @@ std::string read_file(const std::string& path) {
   return out.str();
 }
 
+void log_to_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  CHECK(fd >= 0) << "cannot open " << path << " for the log: " << std::strerror(errno);
+  ::dup2(fd, 2);
+  ::close(fd);
+}
+
 const char* to_string(Placement placement) noexcept {
   switch (placement) {
     case Placement::Local: return "Local";

@@ -114,6 +114,10 @@ using RankBody = std::function<void(RankEnv&)>;
 // The whole of a file ("" when it cannot be read), e.g. a rank's log.
 std::string read_file(const std::string& path);
 
+// Sends this process's stderr (where rdmx logs) to the end of `path`, so a
+// rank's log can be read back with read_file(); a CHECK fails when it cannot.
+void log_to_file(const std::string& path);
+
 // Runs `body` in `n` forked ranks and waits for all of them. Succeeds when
 // every rank returned normally (or, for ranks in may_be_killed, died by
 // SIGKILL). Must be called from a single-threaded process.

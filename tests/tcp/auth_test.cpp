@@ -106,12 +106,7 @@ TEST_P(TcpAuth, OnlyConnectionsThatProveTheSecretReachAQp) {
     ::setenv("RDMX_AUTH_KEY", kSecret, 1);
     ::setenv("RDMX_TIMEOUT", "5", 1);
     const std::string log = env.dir() + "/victim.log";
-    if (env.rank() == kVictim) {
-      // The log goes to stderr: keep the victim's in a file to check it.
-      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-      CHECK(fd >= 0);
-      ::dup2(fd, 2);
-    }
+    if (env.rank() == kVictim) log_to_file(log);  // the victim's log, to check it
     Node node(env);
     Buffer buf(8192);
     if (env.rank() == kVictim) {

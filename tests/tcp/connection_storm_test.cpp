@@ -84,12 +84,7 @@ TEST_P(TcpConnectionStorm, TheRealPeerGetsInPastSilentConnections) {
         ::setenv("RDMX_AUTH_KEY", kSecret, 1);
         ::setenv("RDMX_TIMEOUT", "10", 1);
         const std::string log = env.dir() + "/victim.log";
-        if (env.rank() == kVictim) {
-          // The log goes to stderr: keep the victim's in a file to count its lines.
-          const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-          CHECK(fd >= 0);
-          ::dup2(fd, 2);
-        }
+        if (env.rank() == kVictim) log_to_file(log);  // the victim's log, to count its lines
         Node node(env);
         Buffer buf(4096);
         auto mr = node.pd->register_memory(buf.data(), buf.size(), Access::LocalWrite | Access::RemoteWrite);
