@@ -96,6 +96,34 @@ void qp_must_fail(QueuePair& qp, const std::string& reason) {
       << "its reason should say \"" << reason << "\": " << qp.error_reason();
 }
 
+// The victim's device and its QP to the attacker. The attacker's own QPs below
+// must initiate their connections, and of two tcp devices the one with the
+// lower nonce initiates: a victim whose nonce is in the upper half gives each
+// device the attacker opens at least an even chance, where a random one would
+// leave 64 attempts failing about once in 65.
+struct Victim {
+  std::shared_ptr<Device> device;
+  std::unique_ptr<ProtectionDomain> pd;
+  std::unique_ptr<CompletionQueue> send_cq;
+  std::unique_ptr<CompletionQueue> recv_cq;
+  std::unique_ptr<QueuePair> qp;
+};
+
+Victim open_victim() {
+  constexpr std::uint64_t kUpperHalf = std::uint64_t{1} << 63;
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    Victim v;
+    v.device = open_device("tcp");
+    v.pd = v.device->alloc_pd();
+    v.send_cq = v.device->create_cq(64);
+    v.recv_cq = v.device->create_cq(64);
+    v.qp = make_qp(*v.device, *v.pd, *v.send_cq, *v.recv_cq);
+    if (tcp::TcpAddress::decode(v.qp->local_address()).nonce >= kUpperHalf) return v;
+  }
+  CHECK(false) << "64 tcp devices in a row had a nonce in the lower half";
+  return {};
+}
+
 class TcpAuth : public ::testing::TestWithParam<Placement> {
  protected:
   static void TearDownTestSuite() { NetNsPair::destroy(); }
@@ -107,15 +135,15 @@ TEST_P(TcpAuth, OnlyConnectionsThatProveTheSecretReachAQp) {
     ::setenv("RDMX_TIMEOUT", "5", 1);
     const std::string log = env.dir() + "/victim.log";
     if (env.rank() == kVictim) log_to_file(log);  // the victim's log, to check it
-    Node node(env);
     Buffer buf(8192);
     if (env.rank() == kVictim) {
+      Victim node = open_victim();
       std::memset(buf.data(), 0, 8192);
       fill_pattern(buf.data(), 4096, 7);
       auto mr = node.pd->register_memory(buf.data(), 4096, Access::LocalWrite | Access::RemoteWrite);
       auto rmr = node.pd->register_memory(buf.data() + 4096, 4096, Access::LocalWrite);
       publish_region(env, "victim", *mr);
-      auto qp = make_qp(node);
+      auto& qp = node.qp;
       Sge r1 = rmr->sge(0, 64), r2 = rmr->sge(64, 64);
       qp->post_recv(RecvWr{.wr_id = 1, .sg_list = {&r1, 1}});
       qp->post_recv(RecvWr{.wr_id = 2, .sg_list = {&r2, 1}});
@@ -144,6 +172,7 @@ TEST_P(TcpAuth, OnlyConnectionsThatProveTheSecretReachAQp) {
     }
 
     // Rank 1: a legitimate peer first.
+    Node node(env);
     auto smr = node.pd->register_memory(buf.data(), 8192, Access::LocalWrite);
     auto qp = make_qp(node);
     connect_qp(env, *qp, kVictim, "good");
