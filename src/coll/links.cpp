@@ -367,11 +367,16 @@ void Links::drain(core::Clock::time_point deadline, const std::vector<char>* ski
 // ---------------------------------------------------------------------------
 void Links::notify_peers(ErrorCode code, const std::string& text, std::uint64_t seq) {
   Notice& notice = control_->my_notice;
-  notice.code = static_cast<std::uint32_t>(code);
-  notice.seq = seq;
-  std::memset(notice.text, 0, sizeof(notice.text));
-  std::memcpy(notice.text, text.data(), std::min(text.size(), sizeof(notice.text) - 1));
-  notice.valid = 1;
+  {
+    // A previous notice's WRITE may still be reading it: a peer then gets a
+    // torn copy, which fails its seal, and reads the whole one that follows.
+    const core::RacingPlacementScope racing;
+    std::memset(&notice, 0, sizeof(notice));
+    notice.code = static_cast<std::uint32_t>(code);
+    notice.seq = seq;
+    std::memcpy(notice.text, text.data(), std::min(text.size(), sizeof(notice.text) - 1));
+    notice.seal = wire::notice_seal(notice);
+  }
   control_->abort_source.value.store(static_cast<std::uint64_t>(rank_) + 1, std::memory_order_relaxed);
   for (int p = 0; p < size_; ++p) {
     if (!live(p)) continue;
@@ -388,15 +393,22 @@ void Links::notify_peers(ErrorCode code, const std::string& text, std::uint64_t 
 std::string Links::collect_notices(ErrorCode* code, std::uint64_t up_to) const {
   std::string out;
   for (int p = 0; p < size_; ++p) {
-    const auto* notice =
+    if (p == rank_) continue;
+    const auto* slot =
         reinterpret_cast<const Notice*>(base_ + layout_->notices + static_cast<std::size_t>(p) * sizeof(Notice));
-    if (p == rank_ || std::atomic_ref<const std::uint32_t>(notice->valid).load(std::memory_order_acquire) == 0)
-      continue;
-    if (notice->seq > up_to) continue;
-    std::string text(notice->text, strnlen(notice->text, sizeof(notice->text)));
+    const std::uint64_t seal = std::atomic_ref<const std::uint64_t>(slot->seal).load(std::memory_order_acquire);
+    if (seal == 0) continue;
+    Notice notice;
+    {
+      // The peer's WRITE may be landing on it: a torn copy fails its seal.
+      const core::RacingPlacementScope racing;
+      std::memcpy(&notice, slot, sizeof(notice));
+    }
+    if (wire::notice_seal(notice) != seal || notice.seq > up_to) continue;
+    std::string text(notice.text, strnlen(notice.text, sizeof(notice.text)));
     if (!out.empty()) out += "; ";
     out += "rank " + std::to_string(p) + " reports: " + text;
-    if (code != nullptr) *code = static_cast<ErrorCode>(notice->code);
+    if (code != nullptr) *code = static_cast<ErrorCode>(notice.code);
   }
   return out;
 }

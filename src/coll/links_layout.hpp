@@ -19,7 +19,7 @@ namespace wire {
 
 constexpr std::size_t kHeader = 48;
 constexpr std::size_t kLine = 64;
-constexpr std::size_t kNoticeText = 240;
+constexpr std::size_t kNoticeText = 236;
 constexpr std::uint32_t kSignalEvery = 64;  // one signaled WR in this many, so send queues recycle
 
 // wr_id of every WR: kind in the top byte, peer below. An unsignaled WR
@@ -97,13 +97,27 @@ OpDesc described_call(const Fields& f, std::uint64_t seq) {
   return d;
 }
 
+// Why a rank failed, written into every live peer's region. A peer may read
+// it while it lands: another peer's abort flag can send it looking, a rank
+// may replace its notice, and a provider without ordered_write_placement
+// may place the bytes in any order. So the last 8 bytes seal the others
+// with their hash: a notice counts once its seal matches what is there
+// (ordered placement makes it land last, as one store).
 struct Notice {
-  std::uint32_t valid;
-  std::uint32_t code;  // ErrorCode
   std::uint64_t seq;   // the collective it happened in; 0: it applies to every operation
+  std::uint32_t code;  // ErrorCode
   char text[kNoticeText];
+  std::uint64_t seal;  // 0: no notice; else notice_seal() of the fields above
 };
-static_assert(sizeof(Notice) == 256);
+static_assert(sizeof(Notice) == 256 && offsetof(Notice, seal) == 248);
+
+// Never 0, so a sealed notice differs from the zeroed region.
+inline std::uint64_t notice_seal(const Notice& n) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(&n);
+  std::uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+  for (std::size_t i = 0; i < offsetof(Notice, seal); ++i) h = (h ^ bytes[i]) * 0x100000001b3ull;
+  return h | 1;
+}
 
 inline std::size_t align_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
 
