@@ -126,13 +126,19 @@ class Mirrors {
       pairs_.emplace_back(host, device ? std::make_unique<DeviceBuffer>(host->size()) : nullptr);
     }
   }
-  // Where the operation finds the host byte at `p`.
+  // Where the operation finds the host byte at `p`. A pointer just past one
+  // buffer may also be the start of the next one (TSan's allocator places
+  // them end to end): a buffer holding the byte wins over one it ends.
   void* map(const void* p) const {
     const auto* at = static_cast<const char*>(p);
-    for (const auto& [host, gpu] : pairs_) {
-      if (gpu == nullptr || p == nullptr) break;
-      if (at >= host->data() && at <= host->data() + host->size()) {
-        return static_cast<char*>(gpu->get()) + (at - host->data());
+    if (p == nullptr) return nullptr;
+    for (const bool past_end : {false, true}) {
+      for (const auto& [host, gpu] : pairs_) {
+        if (gpu == nullptr) continue;
+        const char* end = host->data() + host->size();
+        if (past_end ? at == end : (at >= host->data() && at < end)) {
+          return static_cast<char*>(gpu->get()) + (at - host->data());
+        }
       }
     }
     return const_cast<void*>(p);
