@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "conformance/conformance.hpp"
+#include "support/sanitizers.hpp"
 
 namespace rdmx::test {
 namespace {
@@ -77,6 +78,11 @@ TEST_P(Conformance, DeregistrationInvalidatesKeys) {
 // kill always happens mid-transfer. Every WR must complete, those after the
 // first failure with RETRY_EXC_ERR or WR_FLUSH_ERR, well within RDMX_TIMEOUT.
 TEST_P(Conformance, PeerKilledMidTransferFailsPendingWork) {
+  if (kThreadSanitizer && GetParam().memory != BufferMemory::Host) {
+    // Seen: the target spent over 20 s in TSan's shadow accesses for its 1 GiB before it could connect.
+    GTEST_SKIP() << "ThreadSanitizer shadows every byte the simulated driver maps and copies of the 1 GiB target; "
+                    "the host-memory cases run the same code under it";
+  }
   Options options;
   options.may_be_killed = {1};
   ASSERT_TRUE(run(

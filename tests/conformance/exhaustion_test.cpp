@@ -313,10 +313,11 @@ TEST_P(HostMemoryConformance, RegistrationLargerThanMemory) {
         publish_region(env, "region", *mr);
         await(env, "written");
         for (std::size_t at : {std::size_t{0}, huge / 2, huge - 4096}) {
+          std::uint64_t words[4096 / 8];
+          copy_bytes(words, bytes + at, sizeof(words));
           for (std::size_t i = 0; i < 4096; i += 8) {
-            std::uint64_t word;
-            std::memcpy(&word, bytes + at + i, 8);
-            CHECK_EQ(word, tag_of(kInitiator, at + i)) << "offset " << at + i << " of a " << huge << "-byte region";
+            CHECK_EQ(words[i / 8], tag_of(kInitiator, at + i))
+                << "offset " << at + i << " of a " << huge << "-byte region";
           }
         }
         const std::size_t grown = resident_bytes() - std::min(resident_bytes(), resident_before);

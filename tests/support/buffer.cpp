@@ -193,10 +193,12 @@ void set_bytes(void* dst, std::uint8_t value, std::size_t len) {
 }
 
 void copy_bytes(void* dst, const void* src, std::size_t len) {
-  if (len == 0) return;  // either may be null (an empty vector's data()): memcpy's is UB
-  // Either side may be memory a peer writes, ordered by the test out of band.
+  // Either side may be memory a peer writes, ordered by the test out of band;
+  // an empty copy still marks where the test's earlier reads end.
   core::acquire_remote_placements();
-  if (on_device(dst, len) || on_device(src, len)) {
+  if (len == 0) {
+    // either may be null (an empty vector's data()): memcpy's is UB
+  } else if (on_device(dst, len) || on_device(src, len)) {
     cuda_copy(dst, src, len);
   } else {
     std::memcpy(dst, src, len);
@@ -210,7 +212,11 @@ std::uint64_t load_u64(const void* p) {
     cuda_copy(&value, p, 8);
     return value;
   }
-  return std::atomic_ref<std::uint64_t>(*static_cast<std::uint64_t*>(const_cast<void*>(p))).load();
+  // A test polls a word a peer WRITEs, then lets the peer overwrite it out of band.
+  core::acquire_remote_placements();
+  const std::uint64_t value = std::atomic_ref<std::uint64_t>(*static_cast<std::uint64_t*>(const_cast<void*>(p))).load();
+  core::release_remote_placements();
+  return value;
 }
 
 void store_u64(void* p, std::uint64_t value) {
@@ -218,7 +224,9 @@ void store_u64(void* p, std::uint64_t value) {
     cuda_copy(p, &value, 8);
     return;
   }
+  core::acquire_remote_placements();
   std::atomic_ref<std::uint64_t>(*static_cast<std::uint64_t*>(p)).store(value);
+  core::release_remote_placements();
 }
 
 std::uint8_t pattern_byte(std::uint64_t seed, std::uint64_t pos) {
