@@ -413,14 +413,31 @@ std::string Links::collect_notices(ErrorCode* code, std::uint64_t up_to) const {
   return out;
 }
 
+std::string Links::abort_reason() const {
+  core::LockGuard lock(abort_mutex_);
+  return abort_reason_;
+}
+
+void Links::mark_aborted(std::string reason) {
+  {
+    core::LockGuard lock(abort_mutex_);
+    abort_reason_ = std::move(reason);
+  }
+  aborted_.store(true, std::memory_order_release);
+}
+
 void Links::abort(const std::string& reason) {
-  if (aborted_.exchange(true)) return;
-  abort_reason_ = reason;
+  {
+    core::LockGuard lock(abort_mutex_);
+    if (aborted_.load(std::memory_order_relaxed)) return;  // the first cause stays
+    abort_reason_ = reason;
+    aborted_.store(true, std::memory_order_release);
+  }
   notify_peers(ErrorCode::PeerFailure, "aborted: " + reason, 0);
 }
 
 void Links::fail_aborted(const OpDesc& desc) {
-  throw Error(ErrorCode::InvalidState, "the communicator was aborted: " + abort_reason_,
+  throw Error(ErrorCode::InvalidState, "the communicator was aborted: " + abort_reason(),
               {.op = describe(desc), .rank = rank_, .hint = "create a new communicator"});
 }
 
@@ -442,8 +459,7 @@ void Links::fail_peer(const OpDesc& desc, int peer, const std::string& why) {
                  "rank " + std::to_string(peer) + " failed during " + describe(desc) + ": " + why,
                  desc.p2p() ? 0 : desc.seq);
   }
-  aborted_.store(true);
-  abort_reason_ = text;
+  mark_aborted(text);
   throw Error(code, text,
               {.op = describe(desc),
                .rank = rank_,
@@ -460,8 +476,7 @@ void Links::fail_mismatch(const OpDesc& mine, int peer, const void* header_ptr, 
                      std::to_string(rank_) + " called " + describe(mine);
   if (what != nullptr) text += " (" + std::string(what) + ")";
   notify_peers(ErrorCode::Protocol, text, mine.p2p() ? 0 : mine.seq);
-  aborted_.store(true);
-  abort_reason_ = text;
+  mark_aborted(text);
   throw Error(ErrorCode::Protocol, text,
               {.op = describe(mine),
                .rank = rank_,
@@ -493,7 +508,7 @@ void Links::settle() noexcept {
     for (int p = 0; p < size_; ++p) {
       Peer& peer = peers_[static_cast<std::size_t>(p)];
       if (live(p) && peer.signaled_out != 0) {
-        peer.qp->set_error("the collective failed (" + abort_reason_ + ") with WRITEs still in flight to rank " +
+        peer.qp->set_error("the collective failed (" + abort_reason() + ") with WRITEs still in flight to rank " +
                            std::to_string(p));
       }
     }

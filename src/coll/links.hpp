@@ -41,6 +41,7 @@
 #include "coll/combine.hpp"
 #include "coll/op_desc.hpp"
 #include "core/cuda/memory.hpp"
+#include "core/mutex.hpp"
 #include "core/wait.hpp"
 #include "rdmx/bootstrap.hpp"
 #include "rdmx/registration_cache.hpp"
@@ -151,7 +152,8 @@ class Links {
   // Makes every current and later run() fail with `reason` and tells the peers.
   void abort(const std::string& reason);
   bool aborted() const noexcept { return aborted_.load(std::memory_order_acquire); }
-  const std::string& abort_reason() const noexcept { return abort_reason_; }
+  // A copy: the application's thread may abort while the worker reads it.
+  std::string abort_reason() const;
 
   // Scratch memory, registered, at least `bytes` long, in host memory or,
   // given `device`, on its GPU; valid until the next call.
@@ -228,8 +230,11 @@ class Links {
   std::vector<std::uint64_t> salts_from_;  // per sender: see pair_salt()
   std::uint64_t salt_from(int sender) const;
   std::vector<std::uint64_t> p2p_send_seq_, p2p_recv_seq_;
+  // Set with the reason (mark_aborted), so a thread that sees it set finds the reason whole.
   std::atomic<bool> aborted_{false};
-  std::string abort_reason_;
+  mutable core::Mutex abort_mutex_;
+  std::string abort_reason_ RDMX_GUARDED_BY(abort_mutex_);
+  void mark_aborted(std::string reason);
   std::uint64_t outstanding_signaled_ = 0;       // signaled WRITEs in flight
   std::unique_ptr<RegistrationCache> user_mrs_;  // user buffers given to collectives
   // Device buffers peers write into, registered for the running operation only (rkey_for).

@@ -139,8 +139,7 @@ class Links::RunState {
     // Passed on before this rank goes: a peer that sees it disconnect then
     // reads the cause too, not just "connection closed".
     l_.notify_peers(code, text, desc_.p2p() ? 0 : desc_.seq);
-    l_.aborted_.store(true);
-    l_.abort_reason_ = text;
+    l_.mark_aborted(text);
     throw Error(code, describe(desc_) + ": " + text,
                 {.op = describe(desc_), .rank = l_.rank_, .hint = "see the reporting rank's error for the cause"});
   }

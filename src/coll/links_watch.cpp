@@ -160,8 +160,7 @@ void Links::report_mismatch(const OpDesc& desc, const std::vector<int>& peers) {
     text += " but rank " + std::to_string(p) + " called " + describe(wire::described_call(seen, seen.entered));
   }
   notify_peers(ErrorCode::Protocol, text, desc.seq);
-  aborted_.store(true);
-  abort_reason_ = text;
+  mark_aborted(text);
   throw Error(ErrorCode::Protocol, text,
               {.op = describe(desc),
                .rank = rank_,
@@ -256,8 +255,7 @@ void Links::fail_timeout(const OpDesc& desc, const std::string& waiting_for) {
                            std::to_string(rank_) + ", " + waiting_for + (report.empty() ? "" : ". " + report);
   // The peers still waiting learn which ranks this one found missing.
   notify_peers(ErrorCode::Timeout, text, desc.p2p() ? 0 : desc.seq);
-  aborted_.store(true);
-  abort_reason_ = describe(desc) + " timed out";
+  mark_aborted(describe(desc) + " timed out");
   throw Error(ErrorCode::Timeout, text,
               {.op = describe(desc),
                .rank = rank_,
