@@ -427,6 +427,7 @@ class CommImpl final : public Communicator {
   }
 
   void execute(const Call& call, int gpu, StreamTicket& ticket) {
+    const coll::Links::Driving driving(*links_);
     if (links_->aborted()) {
       throw Error(ErrorCode::InvalidState,
                   "the communicator is unusable after an earlier error or abort: " + links_->abort_reason(),

@@ -433,7 +433,26 @@ void Links::abort(const std::string& reason) {
     abort_reason_ = reason;
     aborted_.store(true, std::memory_order_release);
   }
-  notify_peers(ErrorCode::PeerFailure, "aborted: " + reason, 0);
+  abort_notice_pending_.store(true, std::memory_order_release);
+  send_pending_abort_notice();
+}
+
+void Links::send_pending_abort_notice() {
+  // A driver that holds the lock now checks again after it lets go, so
+  // the notice is sent once by whichever thread gets the lock after the
+  // request.
+  while (abort_notice_pending_.load(std::memory_order_acquire)) {
+    if (!drive_mutex_.try_lock()) return;
+    if (abort_notice_pending_.exchange(false, std::memory_order_acq_rel)) {
+      try {
+        notify_peers(ErrorCode::PeerFailure, "aborted: " + abort_reason(), 0);
+      } catch (...) {
+        drive_mutex_.unlock();
+        throw;
+      }
+    }
+    drive_mutex_.unlock();
+  }
 }
 
 void Links::fail_aborted(const OpDesc& desc) {

@@ -149,8 +149,25 @@ class Links {
   // `skip`: per peer, nonzero for peers not to wait for (they stopped answering).
   void drain(core::Clock::time_point deadline, const std::vector<char>* skip = nullptr);
 
-  // Makes every current and later run() fail with `reason` and tells the peers.
+  // Makes every current and later run() fail with `reason` and tells the
+  // peers. Safe from any thread: the WRs that tell them are posted by the
+  // thread driving an operation when one is (it alone keeps the peers' WR
+  // counts), else here.
   void abort(const std::string& reason);
+  // Held by the thread that runs an operation, for its whole length.
+  class Driving {
+   public:
+    explicit Driving(Links& links) RDMX_NO_THREAD_SAFETY_ANALYSIS : links_(links) { links_.drive_mutex_.lock(); }
+    ~Driving() RDMX_NO_THREAD_SAFETY_ANALYSIS {
+      links_.drive_mutex_.unlock();
+      links_.send_pending_abort_notice();
+    }
+    Driving(const Driving&) = delete;
+    Driving& operator=(const Driving&) = delete;
+
+   private:
+    Links& links_;
+  };
   bool aborted() const noexcept { return aborted_.load(std::memory_order_acquire); }
   // A copy: the application's thread may abort while the worker reads it.
   std::string abort_reason() const;
@@ -235,6 +252,10 @@ class Links {
   mutable core::Mutex abort_mutex_;
   std::string abort_reason_ RDMX_GUARDED_BY(abort_mutex_);
   void mark_aborted(std::string reason);
+  core::Mutex drive_mutex_;
+  std::atomic<bool> abort_notice_pending_{false};  // abort() asked; no driver has told the peers yet
+  // Tells the peers of an abort if asked and no other thread drives.
+  void send_pending_abort_notice();
   std::uint64_t outstanding_signaled_ = 0;       // signaled WRITEs in flight
   std::unique_ptr<RegistrationCache> user_mrs_;  // user buffers given to collectives
   // Device buffers peers write into, registered for the running operation only (rkey_for).
