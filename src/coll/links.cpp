@@ -443,15 +443,10 @@ void Links::send_pending_abort_notice() {
   // request.
   while (abort_notice_pending_.load(std::memory_order_acquire)) {
     if (!drive_mutex_.try_lock()) return;
+    const core::LockGuard held(drive_mutex_, core::kAdoptLock);
     if (abort_notice_pending_.exchange(false, std::memory_order_acq_rel)) {
-      try {
-        notify_peers(ErrorCode::PeerFailure, "aborted: " + abort_reason(), 0);
-      } catch (...) {
-        drive_mutex_.unlock();
-        throw;
-      }
+      notify_peers(ErrorCode::PeerFailure, "aborted: " + abort_reason(), 0);
     }
-    drive_mutex_.unlock();
   }
 }
 
