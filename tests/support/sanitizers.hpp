@@ -6,6 +6,8 @@
 
 #include <cstddef>
 
+#include "core/race_annotations.hpp"  // RDMX_TSAN
+
 #if defined(__SANITIZE_ADDRESS__)
 #define RDMX_TEST_ASAN 1
 #elif defined(__has_feature)
@@ -14,23 +16,15 @@
 #endif
 #endif
 
-#if defined(__SANITIZE_THREAD__)
-#define RDMX_TEST_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define RDMX_TEST_TSAN 1
-#endif
-#endif
-
 namespace rdmx::test {
 
-#if defined(RDMX_TEST_TSAN)
+#if defined(RDMX_TSAN)
 inline constexpr bool kThreadSanitizer = true;
 #else
 inline constexpr bool kThreadSanitizer = false;
 #endif
 
-#if defined(RDMX_TEST_TSAN)
+#if defined(RDMX_TSAN)
 // TSan keeps shadow memory for every byte a process touches (several bytes
 // per byte, resident), and slows it several times: a case that bounds a
 // process's resident memory, or needs it to keep pace with a flood, measures
