@@ -233,6 +233,14 @@ class ProtectionDomain {
   // Registers [addr, addr+length). Keys are unguessable and unique while
   // registered. Throws InvalidArgument for a null address with non-zero
   // length, or rights IB would refuse (RemoteWrite/RemoteAtomic without LocalWrite).
+  // Host memory must be mapped, every byte of it, readable, and writable
+  // where any write right is asked (as ibv_reg_mr, which fails with EFAULT
+  // otherwise); InvalidArgument names the first part that is not. Where
+  // nothing pins the pages (caps().registration_pins_memory false), a region
+  // whose memory is later unmapped, remapped or dropped (madvise) grants no
+  // access any more: a peer's access gets REM_ACCESS_ERR, a local one
+  // LOC_PROT_ERR (rdmx::unmap_detection() says whether this process can
+  // tell; where it cannot, such an access touches whatever is mapped there).
   // CUDA device memory is recognised by the driver, when the process runs
   // one, and may start anywhere inside an allocation but must end inside
   // it (InvalidArgument otherwise); a provider whose caps().cuda_memory is

@@ -16,6 +16,7 @@
 #include "core/shared_region.hpp"
 
 #include "core/log.hpp"
+#include "core/mapped_memory.hpp"
 
 namespace rdmx::core {
 
@@ -26,6 +27,8 @@ const char* to_string(AccessCheck check) noexcept {
     case AccessCheck::WrongDomain: return "the region belongs to another protection domain";
     case AccessCheck::OutOfBounds: return "the access falls outside the registered region";
     case AccessCheck::MissingRight: return "the region was not registered with the needed access right";
+    case AccessCheck::Unmapped:
+      return "the region's memory was unmapped, remapped or dropped (madvise) after it was registered";
   }
   return "unknown";
 }
@@ -40,7 +43,8 @@ std::uint32_t MemoryRegistry::fresh_key_locked() {
 }
 
 MemoryRegistry::Keys MemoryRegistry::add(const void* domain, void* addr, std::size_t length, Access access,
-                                         const SharedRegion* shared, const Keys* given, RegionMemory memory) {
+                                         const SharedRegion* shared, const Keys* given, RegionMemory memory,
+                                         std::unique_ptr<UnmapWatch> watch) {
   LockGuard lock(mutex_);
   Keys keys{};
   if (given != nullptr) {
@@ -62,7 +66,7 @@ MemoryRegistry::Keys MemoryRegistry::add(const void* domain, void* addr, std::si
   }
   auto it = by_lkey_
                 .emplace(keys.lkey, Entry{domain, reinterpret_cast<std::uint64_t>(addr), length, access, keys.lkey,
-                                          keys.rkey, shared, memory})
+                                          keys.rkey, shared, memory, std::move(watch)})
                 .first;
   if (keys.rkey != 0) by_rkey_.emplace(keys.rkey, &it->second);
   if (memory.type != MemoryType::Host) device_regions_.fetch_add(1, std::memory_order_acq_rel);
@@ -70,22 +74,28 @@ MemoryRegistry::Keys MemoryRegistry::add(const void* domain, void* addr, std::si
 }
 
 void MemoryRegistry::remove(std::uint32_t lkey) {
-  if (!remove_unshared(lkey)) return;
-  // Wait out accesses that checked through a cache before the bump.
+  std::unique_ptr<UnmapWatch> watch;
+  if (!erase(lkey, &watch)) return;
+  // Wait out accesses that checked through a cache before the bump (their
+  // verdict may still point at the watch, which goes only after them).
   LockGuard users(access_locks_mutex_);
   for (DeviceLock* m : access_locks_) LockGuard wait(*m);
 }
 
 bool MemoryRegistry::remove_unshared(std::uint32_t lkey) {
-  {
-    LockGuard lock(mutex_);
-    auto it = by_lkey_.find(lkey);
-    if (it == by_lkey_.end()) return false;
-    if (auto r = by_rkey_.find(it->second.rkey); r != by_rkey_.end() && r->second == &it->second) by_rkey_.erase(r);
-    if (it->second.memory.type != MemoryType::Host) device_regions_.fetch_sub(1, std::memory_order_acq_rel);
-    by_lkey_.erase(it);
-    generation_.fetch_add(1, std::memory_order_acq_rel);
-  }
+  std::unique_ptr<UnmapWatch> watch;
+  return erase(lkey, &watch);
+}
+
+bool MemoryRegistry::erase(std::uint32_t lkey, std::unique_ptr<UnmapWatch>* watch) {
+  LockGuard lock(mutex_);
+  auto it = by_lkey_.find(lkey);
+  if (it == by_lkey_.end()) return false;
+  if (auto r = by_rkey_.find(it->second.rkey); r != by_rkey_.end() && r->second == &it->second) by_rkey_.erase(r);
+  if (it->second.memory.type != MemoryType::Host) device_regions_.fetch_sub(1, std::memory_order_acq_rel);
+  *watch = std::move(it->second.watch);
+  by_lkey_.erase(it);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
   return true;
 }
 
@@ -110,7 +120,7 @@ bool MemoryRegistry::lookup(bool remote, std::uint32_t key, Verdict* out) const 
     if (it != by_lkey_.end()) entry = &it->second;
   }
   if (entry == nullptr) return false;
-  *out = {entry->base, entry->length, entry->access, entry->domain, entry->shared, entry->memory};
+  *out = {entry->base, entry->length, entry->access, entry->domain, entry->shared, entry->memory, entry->watch.get()};
   return true;
 }
 
@@ -131,6 +141,7 @@ AccessCheck MemoryRegistry::check_locked(bool remote, const void* domain, std::u
     return AccessCheck::OutOfBounds;
   }
   if (need != Access::None && !has(entry->access, need)) return AccessCheck::MissingRight;
+  if (entry->watch && memory_gone(*entry->watch)) return AccessCheck::Unmapped;
   if (memory != nullptr) *memory = entry->memory;
   return AccessCheck::Ok;
 }
@@ -174,6 +185,24 @@ void check_rights(Access access, const char* sizes) {
                 "REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE (as in InfiniBand), got " + to_string(access),
                 {.op = "register_memory", .sizes = sizes, .hint = "add Access::LocalWrite"});
   }
+}
+
+// As the kernel does when ibv_reg_mr pins pages: every byte must be mapped,
+// readable, and writable where the region grants any write.
+void check_mapped(void* addr, std::size_t length, Access access, const char* sizes) {
+  const bool need_write =
+      has(access, Access::LocalWrite) || has(access, Access::RemoteWrite) || has(access, Access::RemoteAtomic);
+  const std::string problem = mapping_problem(addr, length, need_write);
+  if (problem.empty()) return;
+  char range[96];
+  std::snprintf(range, sizeof(range), "[%p, %p)", addr, static_cast<void*>(static_cast<char*>(addr) + length));
+  throw Error(ErrorCode::InvalidArgument,
+              std::string("cannot register ") + range + " with " + to_string(access) + ": " + problem,
+              {.op = "register_memory",
+               .sizes = sizes,
+               .hint = "register only memory this process has mapped with the access asked (ibv_reg_mr refuses "
+                       "such a range with EFAULT): check the buffer's address and length, and that it is still "
+                       "allocated"});
 }
 
 // An allocated region's write doorbell: the state page's words, which
@@ -289,6 +318,16 @@ std::unique_ptr<MemoryRegion> RegistryProtectionDomain::register_memory(void* ad
          .hint = "use a provider whose caps().cuda_memory is not none (`rdmx info` lists them), or copy "
                  "the data to host memory first"});
   }
+  // Watched before it is checked, so an unmap after the check cannot be
+  // missed. Where hardware does the accesses (a binder), its pins keep the
+  // pages and nothing needs watching.
+  std::unique_ptr<UnmapWatch> watch;
+  if (memory.type == MemoryType::Host && bound_ == nullptr && length > 0) {
+    WatchResult w = watch_unmapping(addr, length);
+    watch = std::move(w.watch);
+    if (!watch) RDMX_TRACE("register_memory %s: not watched for unmapping (%s)", sizes, w.why_not.c_str());
+  }
+  if (memory.type == MemoryType::Host) check_mapped(addr, length, access, sizes);
   std::unique_ptr<RegionBinder::Binding> binding;
   std::unique_ptr<SharedRegion> shared;
   SharedRegionState* state = nullptr;
@@ -296,10 +335,12 @@ std::unique_ptr<MemoryRegion> RegistryProtectionDomain::register_memory(void* ad
     shared = share_device_memory(memory, addr, &state);
   } else if (memory.type == MemoryType::Host && (has(access, Access::RemoteWrite) || has(access, Access::RemoteRead))) {
     shared = share_heap_memory();
+    shared->heap_watch = watch.get();
   }
   MemoryRegistry::Keys keys{};
   try {
-    keys = add_region(addr, length, access, shared.get(), &binding, RegionMemory{memory.type, memory.device});
+    keys = add_region(addr, length, access, shared.get(), &binding, RegionMemory{memory.type, memory.device},
+                      std::move(watch));
   } catch (...) {
     if (shared) release_device_share(*shared, state);
     throw;
@@ -313,8 +354,8 @@ std::unique_ptr<MemoryRegion> RegistryProtectionDomain::register_memory(void* ad
 MemoryRegistry::Keys RegistryProtectionDomain::add_region(void* addr, std::size_t length, Access access,
                                                           const SharedRegion* shared,
                                                           std::unique_ptr<RegionBinder::Binding>* binding,
-                                                          RegionMemory memory) {
-  if (bound_ == nullptr) return registry_.add(this, addr, length, access, shared, nullptr, memory);
+                                                          RegionMemory memory, std::unique_ptr<UnmapWatch> watch) {
+  if (bound_ == nullptr) return registry_.add(this, addr, length, access, shared, nullptr, memory, std::move(watch));
   *binding = registry_.binder()->bind(*bound_, addr, length, access, memory.type, memory.device);
   const MemoryRegistry::Keys keys{(*binding)->lkey(), (*binding)->rkey()};
   return registry_.add(this, addr, length, access, shared, &keys, memory);

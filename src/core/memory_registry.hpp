@@ -20,6 +20,7 @@
 #include "core/device_lock.hpp"
 #include "core/mutex.hpp"
 #include "core/region_binder.hpp"
+#include "core/unmap_watch.hpp"
 #include "core/wait.hpp"
 #include "rdmx/verbs.hpp"
 
@@ -80,6 +81,10 @@ struct SharedRegion {
   // holds a descriptor for as long as its region lives.
   bool heap = false;
   std::shared_ptr<HeapStatePage> heap_page;
+  // The watch of a heap region's pages (null where they cannot be watched):
+  // it clears the state page's `live` once they are unmapped, so that peers
+  // stop copying into the address range on their own.
+  UnmapWatch* heap_watch = nullptr;
 };
 
 // Where a region's memory lives: the GPU of device memory, which the
@@ -92,7 +97,14 @@ struct RegionMemory {
   WakeWords* doorbell = nullptr;
 };
 
-enum class AccessCheck : std::uint8_t { Ok, NoSuchKey, WrongDomain, OutOfBounds, MissingRight };
+// Whether the watched memory of a region was unmapped, remapped or dropped
+// by a call that returned before this one started (core/unmap_watch.hpp).
+inline bool memory_gone(const UnmapWatch& watch) {
+  read_unmap_events();
+  return watch.unmapped();
+}
+
+enum class AccessCheck : std::uint8_t { Ok, NoSuchKey, WrongDomain, OutOfBounds, MissingRight, Unmapped };
 const char* to_string(AccessCheck check) noexcept;
 
 class MemoryRegistry {
@@ -103,8 +115,10 @@ class MemoryRegistry {
   };
   // `domain` identifies the protection domain (any stable pointer). `given`:
   // keys chosen by hardware (see RegionBinder); otherwise fresh random ones.
+  // `watch`, when given, watches the region's pages: once any was unmapped,
+  // remapped or dropped, every access to the region is refused (Unmapped).
   Keys add(const void* domain, void* addr, std::size_t length, Access access, const SharedRegion* shared = nullptr,
-           const Keys* given = nullptr, RegionMemory memory = {});
+           const Keys* given = nullptr, RegionMemory memory = {}, std::unique_ptr<UnmapWatch> watch = nullptr);
 
   // Installed once, before any protection domain exists, by a provider whose
   // hardware must see every region (core/region_binder.hpp).
@@ -168,6 +182,7 @@ class MemoryRegistry {
     const void* domain = nullptr;
     const SharedRegion* shared = nullptr;  // set for regions peers on this host may reach directly
     RegionMemory memory;
+    const UnmapWatch* watch = nullptr;  // valid while the generation is unchanged
   };
   // The region behind a key, for caching (nullopt when there is none).
   bool lookup(bool remote, std::uint32_t key, Verdict* out) const;
@@ -212,8 +227,12 @@ class MemoryRegistry {
     std::uint32_t rkey;
     const SharedRegion* shared;
     RegionMemory memory;
+    std::unique_ptr<UnmapWatch> watch;  // software providers' host memory, where it can be watched
   };
   std::uint32_t fresh_key_locked() RDMX_REQUIRES(mutex_);
+  // Takes the region out of the tables; its watch, if any, is handed back
+  // for the caller to drop once no cached check can still use it.
+  bool erase(std::uint32_t lkey, std::unique_ptr<UnmapWatch>* watch);
   // `memory`, when given, receives the region's memory on success.
   AccessCheck check_locked(bool remote, const void* domain, std::uint32_t key, std::uint64_t addr, std::uint64_t length,
                            Access need, RegionMemory* memory = nullptr) const RDMX_REQUIRES_SHARED(mutex_);
@@ -252,6 +271,7 @@ class CachedKey {
       return AccessCheck::OutOfBounds;
     }
     if (need != Access::None && !has(verdict_.access, need)) return AccessCheck::MissingRight;
+    if (verdict_.watch != nullptr && memory_gone(*verdict_.watch)) return AccessCheck::Unmapped;
     return AccessCheck::Ok;
   }
   // The region behind the last key that passed check().
@@ -292,7 +312,8 @@ class RegistryProtectionDomain final : public ProtectionDomain {
  private:
   // Registers with the registry (and the binder's hardware first, when there is one).
   MemoryRegistry::Keys add_region(void* addr, std::size_t length, Access access, const SharedRegion* shared,
-                                  std::unique_ptr<RegionBinder::Binding>* binding, RegionMemory memory);
+                                  std::unique_ptr<RegionBinder::Binding>* binding, RegionMemory memory,
+                                  std::unique_ptr<UnmapWatch> watch = nullptr);
 
   MemoryRegistry& registry_;
   std::unique_ptr<RegionBinder::Domain> bound_;

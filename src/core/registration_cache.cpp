@@ -11,7 +11,7 @@ namespace rdmx {
 
 struct RegistrationCache::Entry {
   std::unique_ptr<MemoryRegion> mr;
-  std::unique_ptr<core::UnmapWatch> watch;  // pinning devices; null where the memory cannot be watched
+  std::unique_ptr<core::UnmapWatch> watch;  // null where the memory cannot be watched
 
   bool covers(std::uintptr_t a, std::size_t bytes, Access need) const {
     const auto base = reinterpret_cast<std::uintptr_t>(mr->addr());
@@ -27,7 +27,6 @@ RegistrationCache::RegistrationCache(ProtectionDomain& pd, const DeviceCaps& cap
 RegistrationCache::~RegistrationCache() = default;
 
 void RegistrationCache::drop_stale() {
-  if (!pins_) return;
   core::read_unmap_events();
   const auto stale =
       std::remove_if(entries_.begin(), entries_.end(), [](const auto& e) { return e->watch && e->watch->unmapped(); });
@@ -45,14 +44,15 @@ MemoryRegion& RegistrationCache::get(void* addr, std::size_t length, Access acce
     return *entries_.front()->mr;
   }
   auto entry = std::make_unique<Entry>();
-  if (pins_) {
-    // Watch before registering: a change after this point cannot be missed.
-    core::WatchResult w = core::watch_unmapping(addr, length);
-    entry->watch = std::move(w.watch);
-    if (!entry->watch) {
-      RDMX_TRACE("registration cache: %p +%zu cannot be watched for unmapping (%s): kept until forget_unwatched()",
-                 addr, length, w.why_not.c_str());
-    }
+  // Watch before registering: a change after this point cannot be missed.
+  // A pinning device's registration would keep the old pages; a software
+  // provider's refuses every access once its memory changed
+  // (core/memory_registry.hpp): either way it must not be handed out again.
+  core::WatchResult w = core::watch_unmapping(addr, length);
+  entry->watch = std::move(w.watch);
+  if (!entry->watch && pins_) {
+    RDMX_TRACE("registration cache: %p +%zu cannot be watched for unmapping (%s): kept until forget_unwatched()", addr,
+               length, w.why_not.c_str());
   }
   entry->mr = pd_.register_memory(addr, length, access);
   ++stats_.misses;

@@ -80,6 +80,7 @@ StatePage heap_state_page(const SharedRegion& shared) {
   lazy.page.memfd = memfd;
   lazy.page.state = new (page) SharedRegionState{};
   lazy.page.state->live.store(1, std::memory_order_release);
+  if (shared.heap_watch != nullptr) shared.heap_watch->clear_on_unmap(&lazy.page.state->live);
   return lazy.page;
 }
 

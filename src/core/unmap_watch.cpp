@@ -90,6 +90,12 @@ class UnmapWatcher {
     (void)::ioctl(fd_, UFFDIO_UNREGISTER, &range);
   }
 
+  void set_clear(UnmapWatch* w, std::atomic<std::uint32_t>* word) {
+    LockGuard lock(mu_);
+    w->clear_ = word;
+    if (w->unmapped_.load(std::memory_order_acquire)) word->store(0, std::memory_order_release);
+  }
+
   // The kernel lets munmap return only once its event was read, and the
   // reader reads and marks under mu_: taking mu_ after such a call returned
   // therefore waits for its marks. No system call needed.
@@ -216,7 +222,9 @@ class UnmapWatcher {
 
   void mark(std::uintptr_t start, std::uintptr_t end) RDMX_REQUIRES(mu_) {
     for (UnmapWatch* w = head_; w != nullptr; w = w->next_) {
-      if (w->start_ < end && start < w->end_) w->unmapped_.store(true, std::memory_order_release);
+      if (w->start_ >= end || start >= w->end_) continue;
+      w->unmapped_.store(true, std::memory_order_release);
+      if (w->clear_ != nullptr) w->clear_->store(0, std::memory_order_release);
     }
   }
 
@@ -267,6 +275,14 @@ UnmapWatch::~UnmapWatch() {
 bool UnmapWatch::unmapped() const {
   if (owner_->pid() != current_pid()) return true;
   return unmapped_.load(std::memory_order_acquire);
+}
+
+void UnmapWatch::clear_on_unmap(std::atomic<std::uint32_t>* word) {
+  if (owner_->pid() != current_pid()) {
+    word->store(0, std::memory_order_release);
+    return;
+  }
+  owner_->set_clear(this, word);
 }
 
 void read_unmap_events() { watcher().sync(); }

@@ -36,6 +36,12 @@ class UnmapWatch {
   // true in a child process after fork (the child's pages are not watched).
   bool unmapped() const;
 
+  // From now on, the moment the range is seen unmapped (at once if it
+  // already was), `word` is set to 0: a liveness word that other processes
+  // read before they copy into the range themselves. The word must outlive
+  // this watch.
+  void clear_on_unmap(std::atomic<std::uint32_t>* word);
+
  private:
   friend class UnmapWatcher;
   UnmapWatch(UnmapWatcher* owner, std::uintptr_t start, std::uintptr_t end) : owner_(owner), start_(start), end_(end) {}
@@ -43,7 +49,8 @@ class UnmapWatch {
   UnmapWatcher* owner_;         // never destroyed; its pid() tells a forked child it is the parent's
   std::uintptr_t start_, end_;  // page-aligned
   std::atomic<bool> unmapped_{false};
-  UnmapWatch* prev_ = nullptr;  // the watcher's list: linking allocates nothing
+  std::atomic<std::uint32_t>* clear_ = nullptr;  // under the watcher's lock
+  UnmapWatch* prev_ = nullptr;                   // the watcher's list: linking allocates nothing
   UnmapWatch* next_ = nullptr;
 };
 
