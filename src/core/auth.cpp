@@ -7,6 +7,8 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -20,6 +22,25 @@
 namespace rdmx::core::auth {
 namespace {
 
+// Set to the empty string, as `RDMX_AUTH_KEY=$SECRET` gives when SECRET is
+// unset, is not the same as unset: a job that meant to have a secret must not
+// run without one. Setting::raw() treats empty as unset, as every other
+// setting wants, so the secret's settings look at the environment themselves.
+bool set_but_empty(const Setting& setting) {
+  const char* value = std::getenv(setting.name());
+  return value != nullptr && *value == '\0';
+}
+
+[[noreturn]] void refuse(const std::string& what, const std::string& hint) {
+  throw Error(ErrorCode::Config, what, {.op = "auth", .hint = hint});
+}
+
+[[noreturn]] void refuse_empty(const Setting& setting) {
+  refuse(std::string(setting.name()) + " is set but empty, so this job would run without authentication",
+         std::string("unset ") + setting.name() + " to run without a job secret, or set it to the secret (an " +
+             "empty value often comes from `" + setting.name() + "=$VAR` with VAR unset)");
+}
+
 // Reported as set or unset, never by value: `rdmx info` and its JSON are
 // pasted into bug reports.
 class SecretSetting final : public Setting {
@@ -27,17 +48,35 @@ class SecretSetting final : public Setting {
   constexpr SecretSetting(const char* name, const char* doc) : Setting(name, doc) {}
   std::string default_text() const override { return "unset"; }
   std::string value_text() const override {
+    if (set_but_empty(*this)) refuse_empty(*this);
     auto text = raw();
     return text ? "set (" + std::to_string(text->size()) + " bytes, not shown)" : "unset";
   }
 };
 
+// A path, shown as it is; refused when set but empty, as the secret is.
+class KeyFileSetting final : public Setting {
+ public:
+  constexpr KeyFileSetting(const char* name, const char* doc) : Setting(name, doc) {}
+  std::string default_text() const override { return "unset"; }
+  std::string value_text() const override {
+    if (set_but_empty(*this)) refuse_empty(*this);
+    return raw().value_or("unset");
+  }
+  std::optional<std::string> read() const {
+    if (set_but_empty(*this)) refuse_empty(*this);
+    return raw();
+  }
+};
+
 constexpr SecretSetting kAuthKey{"RDMX_AUTH_KEY",
                                  "the job secret every network connection proves with HMAC-SHA256 (rdmx run sets one "
-                                 "per job); unset: connections are not authenticated"};
+                                 "per job); unset: connections are not authenticated; set but empty: refused"};
 RDMX_SETTING(kAuthKey);
-constexpr TextSetting kAuthKeyFile{"RDMX_AUTH_KEY_FILE", "unset",
-                                   "a file holding the job secret (owner-readable only), instead of RDMX_AUTH_KEY"};
+constexpr KeyFileSetting kAuthKeyFile{
+    "RDMX_AUTH_KEY_FILE",
+    "a file holding the job secret (owner-readable only; one trailing newline is not part of it), instead of "
+    "RDMX_AUTH_KEY"};
 RDMX_SETTING(kAuthKeyFile);
 
 // A secret shorter than this could be guessed by a patient attacker.
@@ -49,8 +88,11 @@ struct Key {
   std::string source;
 };
 
-[[noreturn]] void refuse(const std::string& what, const std::string& hint) {
-  throw Error(ErrorCode::Config, what, {.op = "auth", .hint = hint});
+// As chmod and ls write it: "0644".
+std::string octal_mode(mode_t mode) {
+  char text[8];
+  std::snprintf(text, sizeof text, "%04o", static_cast<unsigned>(mode & 07777));
+  return text;
 }
 
 std::string read_key_file(const std::string& path) {
@@ -61,8 +103,7 @@ std::string read_key_file(const std::string& path) {
   }
   if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
     // As ssh does with private keys: a secret others can read is no secret.
-    refuse("RDMX_AUTH_KEY_FILE=" + path + " is readable or writable by others (mode " +
-               std::to_string(st.st_mode & 0777) + " decimal)",
+    refuse("RDMX_AUTH_KEY_FILE=" + path + " is readable or writable by others (mode " + octal_mode(st.st_mode) + ")",
            "chmod 600 " + path);
   }
   std::ifstream in(path, std::ios::binary);
@@ -70,11 +111,18 @@ std::string read_key_file(const std::string& path) {
   text << in.rdbuf();
   if (!in.good() && !in.eof()) refuse("RDMX_AUTH_KEY_FILE=" + path + " cannot be read", "check the file");
   std::string bytes = text.str();
-  while (!bytes.empty() && (bytes.back() == '\n' || bytes.back() == '\r')) bytes.pop_back();
+  // One line ending, as `echo` or an editor leaves it; any other byte,
+  // a second newline included, is part of the secret.
+  if (bytes.ends_with("\r\n")) {
+    bytes.resize(bytes.size() - 2);
+  } else if (bytes.ends_with('\n')) {
+    bytes.pop_back();
+  }
   return bytes;
 }
 
 Key load_key() {
+  if (set_but_empty(kAuthKey)) refuse_empty(kAuthKey);
   auto inline_key = kAuthKey.raw();
   auto file = kAuthKeyFile.read();
   if (inline_key && file) {
