@@ -17,13 +17,13 @@ def write(target, name, data):
         f.write(data)
 
 
-# tcp wire frames: 48-byte header (magic, version 2, type, flags, msn, ack_msn, length, rkey, addr, arg0, arg1).
+# tcp wire frames: 48-byte header (magic, version 3, type, flags, msn, ack_msn, length, rkey, addr, arg0, arg1).
 RKEY = b"RKEY"
 ADDR = b"@ADDR@@@"
 
 
 def frame(ftype, flags=0, msn=0, ack=0, length=0, rkey=b"\0\0\0\0", addr=b"\0" * 8, arg0=0, arg1=0, payload=b""):
-    return (struct.pack("<IBBHIII", 0x58444D52, 2, ftype, flags, msn, ack, length) + rkey + addr +
+    return (struct.pack("<IBBHIII", 0x58444D52, 3, ftype, flags, msn, ack, length) + rkey + addr +
             struct.pack("<QQ", arg0, arg1) + payload)
 
 
@@ -44,9 +44,9 @@ write("tcp_frames", "sequence",
       frame(3, FIRST | LAST, 1, length=8, rkey=RKEY, addr=ADDR, arg0=8, payload=b"two!two!") +
       frame(4, ACKNOW, 2, rkey=RKEY, addr=ADDR, arg0=8) + frame(12))
 
-# The TCP store, version 2: requests after the proof; the client's answer to request 2.
+# The TCP store, version 3: requests after the proof; the client's answer to request 2.
 def store_request(op, rid, timeout, args):
-    out = struct.pack("<IBBHQqI", 0x53584452, 2, op, 0, rid, timeout, len(args))
+    out = struct.pack("<IBBHQqI", 0x53584452, 3, op, 0, rid, timeout, len(args))
     for a in args:
         out += struct.pack("<I", len(a)) + a
     return out
@@ -60,7 +60,7 @@ write("store_server", "hello", store_request(1, 1, -1, []))
 
 
 def store_response(status, rid, args):
-    out = struct.pack("<IBBHQI", 0x53584452, 2, status, 0, rid, len(args))
+    out = struct.pack("<IBBHQI", 0x53584452, 3, status, 0, rid, len(args))
     for a in args:
         out += struct.pack("<I", len(a)) + a
     return out

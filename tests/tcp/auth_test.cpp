@@ -4,7 +4,9 @@
 //   - a raw HELLO with a forged proof, and one with a proof made for another
 //     connection's challenge (a replay): both get REFUSED and are closed;
 //   - a QP of its own with another secret: it fails saying it was refused;
-//   - a QP with no secret: it fails saying the victim requires one.
+//   - a QP with no secret: it fails saying the victim requires one;
+//   - a raw HELLO with a valid proof: the victim answers ACCEPT with a proof
+//     of its own over the connector's challenge.
 // The victim logs each refusal with the attacker's address, its own QP and
 // memory are untouched, and the job goes on over the authenticated QP.
 #include <fcntl.h>
@@ -70,11 +72,21 @@ class RawConnection {
     std::memcpy(c.data(), frame.data() + wire::kHeaderSize, c.size());
     return c;
   }
-  void send_hello(const wire::Header& hello, const core::auth::Proof& proof) {
-    std::uint8_t frame[wire::kHeaderSize + wire::kProofPayload];
+  void send_hello(const wire::Header& hello, const core::auth::Proof& proof, const core::auth::Challenge& ours = {}) {
+    std::uint8_t frame[wire::kHeaderSize + wire::kHelloPayload];
     wire::encode(hello, frame);
     std::memcpy(frame + wire::kHeaderSize, proof.data(), proof.size());
+    std::memcpy(frame + wire::kHeaderSize + proof.size(), ours.data(), ours.size());
     CHECK_EQ(::send(fd_, frame, sizeof(frame), MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(frame)));
+  }
+  // The victim answers ACCEPT, with its own proof of the secret.
+  core::auth::Proof expect_accept(const char* what) {
+    const std::vector<std::uint8_t> frame = receive(wire::kHeaderSize + wire::kProofPayload);
+    CHECK_EQ(frame.size(), wire::kHeaderSize + wire::kProofPayload) << what << ": no whole ACCEPT";
+    CHECK(wire::decode(frame.data()).type == wire::FrameType::Accept) << what << ": answered something else";
+    core::auth::Proof proof;
+    std::memcpy(proof.data(), frame.data() + wire::kHeaderSize, proof.size());
+    return proof;
   }
   // The victim answers REFUSED, then closes.
   void expect_refused(const char* what) {
@@ -201,6 +213,18 @@ TEST_P(TcpAuth, OnlyConnectionsThatProveTheSecretReachAQp) {
           core::auth::prove(wire::kAuthPurpose, for_first, {hello_bytes, sizeof(hello_bytes)});
       second.send_hello(hello, replayed);
       second.expect_refused("a HELLO replaying another connection's proof");
+    }
+    {
+      // A valid proof is answered with the victim's own, over this
+      // connection's challenge (bound to the victim's), and for its own
+      // purpose: the HELLO's proof could not pass for it.
+      RawConnection honest(victim);
+      const core::auth::Challenge theirs = honest.challenge();
+      const core::auth::Challenge ours = core::auth::new_challenge();
+      honest.send_hello(hello, core::auth::prove(wire::kAuthPurpose, theirs, {hello_bytes, sizeof(hello_bytes)}), ours);
+      const core::auth::Proof answer = honest.expect_accept("a HELLO with a valid proof");
+      CHECK(core::auth::verify(wire::kAcceptPurpose, ours, theirs, answer)) << "the victim's proof does not verify";
+      CHECK(!core::auth::verify(wire::kAuthPurpose, ours, theirs, answer)) << "the victim's proof passes for a HELLO's";
     }
     // Through the API: a QP that initiates the connection to the victim's QP
     // (the lower device nonce initiates, so open devices until one has it).

@@ -136,7 +136,7 @@ bool TcpQp::dispatch_header_locked(const Header& h) {
                 WcStatus::RetryExcErr);
     return false;
   }
-  if (h.type == FrameType::Hello || h.type == FrameType::Challenge) {
+  if (h.type == FrameType::Hello || h.type == FrameType::Challenge || h.type == FrameType::Accept) {
     protocol_error_locked(std::string(wire::to_string(h.type)) + " on an established connection");
     return false;
   }

@@ -192,8 +192,8 @@ const char* TcpDevice::greet_locked(core::PendingConnection& p) {
 }
 
 const char* TcpDevice::read_hello_locked(core::PendingConnection& p) {
-  // Exactly the HELLO and its proof: bytes after them belong to the QP that claims the socket.
-  constexpr std::size_t kHelloBytes = wire::kHeaderSize + wire::kProofPayload;
+  // Exactly the HELLO, its proof and its challenge: bytes after them belong to the QP that claims the socket.
+  constexpr std::size_t kHelloBytes = wire::kHeaderSize + wire::kHelloPayload;
   static_assert(kHelloBytes <= sizeof(p.hello));
   ssize_t n = ::recv(p.fd, p.hello.data() + p.got, kHelloBytes - p.got, MSG_DONTWAIT);
   if (n == 0) return "closed before sending HELLO";
@@ -213,9 +213,14 @@ const char* TcpDevice::read_hello_locked(core::PendingConnection& p) {
   if (p.got < kHelloBytes) return nullptr;
   core::auth::Proof proof;
   std::memcpy(proof.data(), p.hello.data() + wire::kHeaderSize, proof.size());
+  core::auth::Challenge theirs;
+  std::memcpy(theirs.data(), p.hello.data() + wire::kHeaderSize + proof.size(), theirs.size());
   bool verified = false;
+  core::auth::Proof answer{};
   try {
     verified = core::auth::verify(wire::kAuthPurpose, p.challenge, {p.hello.data(), wire::kHeaderSize}, proof);
+    // The connector trusts this listener only once it proves the secret in turn.
+    if (verified) answer = core::auth::prove(wire::kAcceptPurpose, theirs, p.challenge);
   } catch (const Error&) {
     return "this process's job secret cannot be read any more (RDMX_AUTH_KEY_FILE)";
   }
@@ -225,6 +230,12 @@ const char* TcpDevice::read_hello_locked(core::PendingConnection& p) {
     send_frame(p.fd, refused, nullptr, 0);
     return "its proof of the job secret did not verify (RDMX_AUTH_KEY differs, or the peer has none)";
   }
+  // Sent before the socket reaches a QP, so it precedes every frame the QP sends;
+  // only the CHALLENGE went before it, so the socket's buffer has room.
+  wire::Header accept;
+  accept.type = wire::FrameType::Accept;
+  accept.length = wire::kProofPayload;
+  if (!send_frame(p.fd, accept, answer.data(), answer.size())) return "cannot send ACCEPT";
   p.ids = wire::hello_ids(wire::decode(p.hello.data()));
   return "";
 }

@@ -180,20 +180,27 @@ void TcpQp::read_challenge_locked() {
         WcStatus::RetryExcErr);
     return;
   }
-  std::array<std::uint8_t, wire::kHeaderSize + wire::kProofPayload> hello{};
+  std::array<std::uint8_t, wire::kHeaderSize + wire::kHelloPayload> hello{};
   try {
-    if (h.arg0 == 1 && !core::auth::key_configured()) {
+    const bool have_key = core::auth::key_configured();
+    if (h.arg0 == 1 && !have_key) {
       fail_locked(peer_text_ +
                       " requires a proof of the job secret and this process has none: set RDMX_AUTH_KEY (or "
                       "RDMX_AUTH_KEY_FILE) to the job's secret on every rank",
                   WcStatus::RetryExcErr);
       return;
     }
+    if (h.arg0 != 1 && have_key) {
+      refuse_acceptor_locked("asks for no proof of the job secret, and this process has one");
+      return;
+    }
     core::auth::Challenge challenge;
     std::memcpy(challenge.data(), challenge_.data() + wire::kHeaderSize, challenge.size());
+    own_challenge_ = core::auth::new_challenge();
     wire::encode(wire::hello_frame(ids_), hello.data());
     const core::auth::Proof proof = core::auth::prove(wire::kAuthPurpose, challenge, {hello.data(), wire::kHeaderSize});
     std::memcpy(hello.data() + wire::kHeaderSize, proof.data(), proof.size());
+    std::memcpy(hello.data() + wire::kHeaderSize + proof.size(), own_challenge_.data(), own_challenge_.size());
   } catch (const Error& e) {
     fail_locked(std::string("cannot prove the job secret to ") + peer_text_ + ": " + e.what(), WcStatus::RetryExcErr);
     return;
@@ -204,7 +211,73 @@ void TcpQp::read_challenge_locked() {
     return;
   }
   awaiting_challenge_ = false;
+  awaiting_accept_ = true;
+  accept_got_ = 0;
+}
+
+void TcpQp::read_accept_locked() {
+  // Exactly the answer to the HELLO: the bytes after it are the acceptor's first frames.
+  for (;;) {
+    const std::size_t want = accept_got_ < wire::kHeaderSize ? wire::kHeaderSize : accept_.size();
+    const ssize_t n = ::recv(fd_, accept_.data() + accept_got_, want - accept_got_, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    if (n <= 0 && accept_got_ == 0) {
+      // As before the challenge: a listener short of room closes unanswered
+      // connections, so try again until RDMX_TIMEOUT. Nothing was trusted yet.
+      const int error = n == 0 ? ECONNRESET : errno;
+      close_socket_locked();
+      schedule_connect_retry_locked(error);
+      return;
+    }
+    if (n <= 0) {
+      refuse_acceptor_locked("closed the connection in the middle of its answer to HELLO");
+      return;
+    }
+    accept_got_ += static_cast<std::size_t>(n);
+    if (accept_got_ == wire::kHeaderSize) {
+      const Header h = wire::decode(accept_.data());
+      if (wire::validate(h) == nullptr && h.type == FrameType::Refused) {
+        fail_locked(peer_text_ +
+                        " refused this connection: the proof of the job secret did not verify (RDMX_AUTH_KEY or "
+                        "RDMX_AUTH_KEY_FILE differs between the ranks, or this one has none)",
+                    WcStatus::RetryExcErr);
+        return;
+      }
+      if (wire::validate(h) != nullptr || h.type != FrameType::Accept) {
+        refuse_acceptor_locked("answered HELLO with something other than ACCEPT or REFUSED");
+        return;
+      }
+    }
+    if (accept_got_ == accept_.size()) break;
+  }
+  core::auth::Challenge theirs;
+  std::memcpy(theirs.data(), challenge_.data() + wire::kHeaderSize, theirs.size());
+  core::auth::Proof proof;
+  std::memcpy(proof.data(), accept_.data() + wire::kHeaderSize, proof.size());
+  bool verified = false;
+  try {
+    verified = core::auth::verify(wire::kAcceptPurpose, own_challenge_, theirs, proof);
+  } catch (const Error& e) {
+    fail_locked(std::string("cannot check the proof of the job secret from ") + peer_text_ + ": " + e.what(),
+                WcStatus::RetryExcErr);
+    return;
+  }
+  if (!verified) {
+    refuse_acceptor_locked("did not prove the job secret in return");
+    return;
+  }
+  awaiting_accept_ = false;
   on_connected_locked();
+}
+
+void TcpQp::refuse_acceptor_locked(const std::string& why) {
+  // A listener that cannot prove the secret is not the job's peer: one
+  // started without the secret, or another process on the port.
+  fail_locked("connecting to " + peer_text_ + ": the listener " + why +
+                  "; this QP sent it nothing else and closed the connection. Give every rank the same "
+                  "RDMX_AUTH_KEY (or RDMX_AUTH_KEY_FILE); if they have it, something else may be listening on "
+                  "that port",
+              WcStatus::RetryExcErr);
 }
 
 void TcpQp::on_connected_locked() {
@@ -277,6 +350,7 @@ void TcpQp::close_socket_locked() {
   established_ = false;
   connecting_ = false;
   awaiting_challenge_ = false;
+  awaiting_accept_ = false;
   draining_ = false;
   tx_.active = false;
   control_.clear();
@@ -292,6 +366,10 @@ bool TcpQp::on_socket_locked(std::uint32_t events) {
   StateGuard lock(*this);
   if (fd_ < 0) return false;
   if (connecting_) {
+    if (awaiting_accept_) {
+      read_accept_locked();
+      return true;
+    }
     if (!awaiting_challenge_) {
       int err = 0;
       socklen_t len = sizeof(err);

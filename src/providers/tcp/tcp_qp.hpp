@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/auth.hpp"
 #include "core/completion_queue.hpp"
 #include "core/cuda/pinned.hpp"
 #include "core/memory_registry.hpp"
@@ -185,8 +186,12 @@ class TcpQp final : public core::SoftRcQp {
   // Connection (tcp_qp.cpp).
   void start_connect_locked() RDMX_REQUIRES(this);
   void schedule_connect_retry_locked(int error) RDMX_REQUIRES(this);
-  // Initiator: reads the acceptor's challenge and answers with HELLO and its proof.
+  // Initiator: reads the acceptor's challenge and answers with HELLO, its proof and a challenge.
   void read_challenge_locked() RDMX_REQUIRES(this);
+  // Initiator: reads the acceptor's ACCEPT (or REFUSED) and checks its proof.
+  void read_accept_locked() RDMX_REQUIRES(this);
+  // Initiator: the acceptor did not prove the job secret; says what to check.
+  void refuse_acceptor_locked(const std::string& why) RDMX_REQUIRES(this);
   void on_connected_locked() RDMX_REQUIRES(this);
   void attach_locked(int fd) RDMX_REQUIRES(this);
   // Connected and exchanging frames (not closed, not draining after an error).
@@ -205,10 +210,14 @@ class TcpQp final : public core::SoftRcQp {
 
   // Connection.
   int fd_ RDMX_GUARDED_BY(this) = -1;
-  bool connecting_ RDMX_GUARDED_BY(this) = false;          // initiator: TCP connect or challenge in flight
+  bool connecting_ RDMX_GUARDED_BY(this) = false;          // initiator: TCP connect or authentication in flight
   bool awaiting_challenge_ RDMX_GUARDED_BY(this) = false;  // initiator: connected, no HELLO sent yet
+  bool awaiting_accept_ RDMX_GUARDED_BY(this) = false;     // initiator: HELLO sent, the acceptor's proof not in
   std::array<std::uint8_t, wire::kHeaderSize + wire::kChallengePayload> challenge_ RDMX_GUARDED_BY(this){};
   std::size_t challenge_got_ RDMX_GUARDED_BY(this) = 0;
+  core::auth::Challenge own_challenge_ RDMX_GUARDED_BY(this){};  // what the acceptor's ACCEPT must answer
+  std::array<std::uint8_t, wire::kHeaderSize + wire::kProofPayload> accept_ RDMX_GUARDED_BY(this){};
+  std::size_t accept_got_ RDMX_GUARDED_BY(this) = 0;
   bool established_ RDMX_GUARDED_BY(this) = false;
   bool want_write_ RDMX_GUARDED_BY(this) = false;
   bool tx_blocked_ RDMX_GUARDED_BY(this) = false;     // the last send hit EAGAIN: wait for EPOLLOUT

@@ -19,6 +19,7 @@ const char* to_string(FrameType type) {
     case FrameType::Bye: return "BYE";
     case FrameType::Challenge: return "CHALLENGE";
     case FrameType::Refused: return "REFUSED";
+    case FrameType::Accept: return "ACCEPT";
   }
   return "UNKNOWN";
 }
@@ -27,11 +28,12 @@ const char* validate(const Header& h) {
   if (h.magic != kMagic) return "bad magic number (not an rdmx tcp frame)";
   if (h.version != kVersion) return "unsupported wire version";
   if ((h.flags & ~kKnownFlags) != 0) return "unknown flag bits";
-  if (h.type == FrameType::Hello && h.length != kProofPayload) return "HELLO without its proof";
+  if (h.type == FrameType::Hello && h.length != kHelloPayload) return "HELLO without its proof and challenge";
+  if (h.type == FrameType::Accept && h.length != kProofPayload) return "ACCEPT without its proof";
   if (h.type == FrameType::Challenge && h.length != kChallengePayload) return "CHALLENGE of the wrong length";
   const bool has_payload = h.type == FrameType::SendReq || h.type == FrameType::WriteReq ||
                            h.type == FrameType::ReadResp || h.type == FrameType::Hello ||
-                           h.type == FrameType::Challenge;
+                           h.type == FrameType::Challenge || h.type == FrameType::Accept;
   if (!has_payload && h.length != 0) return "payload on a frame type that carries none";
   if (h.length > kMaxFrame) return "frame payload larger than the maximum chunk (plus its slack)";
   switch (h.type) {
@@ -56,6 +58,7 @@ const char* validate(const Header& h) {
       if (h.arg0 > 1) return "CHALLENGE with an unknown requirement";
       return nullptr;
     case FrameType::Hello:
+    case FrameType::Accept:
     case FrameType::Refused:
     case FrameType::AckReq:
     case FrameType::ReadResp:

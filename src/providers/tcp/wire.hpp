@@ -13,8 +13,8 @@
 namespace rdmx::tcp::wire {
 
 constexpr std::uint32_t kMagic = 0x58444d52;  // "RMDX" little-endian
-// 2: connections open with a challenge and a proof of the job secret.
-constexpr std::uint8_t kVersion = 2;
+// 3: both ends of a connection prove the job secret (2: only the connector).
+constexpr std::uint8_t kVersion = 3;
 constexpr std::size_t kHeaderSize = 48;
 // Large messages travel as frames of at most this many payload bytes, so one
 // huge transfer cannot monopolise the progress engine or a socket.
@@ -48,13 +48,19 @@ enum class FrameType : std::uint8_t {
   Bye = 12,         // the sender destroys its QP in order: what it acknowledged is all it will
   Challenge = 13,   // the acceptor's first frame: a fresh challenge the HELLO must answer
   Refused = 14,     // the acceptor's answer to a HELLO whose proof did not verify; then it closes
+  Accept = 15,      // the acceptor's answer to a HELLO whose proof verified: its own proof in return
 };
 
-// The challenge a Challenge frame carries, and the proof a HELLO carries, are
-// their payloads (core/auth.hpp); purpose string of the proof:
-constexpr const char* kAuthPurpose = "rdmx tcp qp hello v2";
+// Authentication is mutual (core/auth.hpp). The acceptor's CHALLENGE carries
+// a fresh challenge; the connector's HELLO carries its proof over it and a
+// fresh challenge of its own; the acceptor's ACCEPT carries its proof over
+// that one. The connector acts on no frame, and sends none, before the ACCEPT
+// verifies. The two purposes differ, so a proof cannot be reflected back.
+constexpr const char* kAuthPurpose = "rdmx tcp qp hello v3";
+constexpr const char* kAcceptPurpose = "rdmx tcp qp accept v3";
 constexpr std::uint32_t kChallengePayload = 32;
 constexpr std::uint32_t kProofPayload = 32;
+constexpr std::uint32_t kHelloPayload = kProofPayload + kChallengePayload;
 
 enum Flags : std::uint16_t {
   kFirst = 1u << 0,      // first frame of a message
@@ -78,8 +84,11 @@ enum class Syndrome : std::uint8_t {
 //   Challenge:  arg0 = 1 when the acceptor has a job secret (a proof is required);
 //               payload: the challenge
 //   Hello:      addr = sender device nonce, arg0 = target device nonce,
-//               rkey = sender qpn, arg1 = target qpn; payload: the proof,
-//               HMAC over the challenge and this header
+//               rkey = sender qpn, arg1 = target qpn; payload: the proof
+//               (HMAC over the CHALLENGE's challenge and this header), then
+//               the connector's challenge
+//   Accept:     payload: the proof (HMAC over the HELLO's challenge, bound to
+//               the CHALLENGE's); all zeros from an acceptor without a secret
 //   Refused:    no fields
 //   SendReq:    msn, length; First: arg0 = total length; WithImm: arg1 = imm
 //   WriteReq:   msn, length, rkey, addr (of this chunk); First: arg0 = total length; WithImm: arg1 = imm
@@ -121,7 +130,7 @@ inline Header hello_frame(const core::ConnectionIds& ids) {
   h.arg0 = ids.target_nonce;
   h.rkey = ids.source_qpn;
   h.arg1 = ids.target_qpn;
-  h.length = kProofPayload;
+  h.length = kHelloPayload;
   return h;
 }
 inline core::ConnectionIds hello_ids(const Header& h) {
