@@ -73,9 +73,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (fd < 0) return;
     std::string challenge = wire::auth_frame_head(0) + std::string(32, 'c');
     send_all(fd, challenge);
-    // The proof and the hello request, then the verdict and the hello's answer.
-    read_some(fd, wire::kProofFrameBytes + wire::kRequestHeaderBytes);
-    std::string reply = wire::auth_frame_head(1);
+    // The proof, then the verdict (a client without a secret takes any proof);
+    // the hello request, then its answer.
+    read_some(fd, wire::kProofFrameBytes);
+    send_all(fd, wire::auth_frame_head(1) + std::string(wire::kVerdictFrameBytes - 8, '\0'));
+    read_some(fd, wire::kRequestHeaderBytes);
+    std::string reply;
     wire::append_response(reply, wire::Status::Ok, 1, {"rdmx-store/2"});
     send_all(fd, reply);
     read_some(fd, wire::kRequestHeaderBytes + 4 + 1);  // the get

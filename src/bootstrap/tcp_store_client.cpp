@@ -193,8 +193,9 @@ class TcpStore final : public Store {
     return flag_answer(call(Op::Check, {key}, std::nullopt, {key}), Op::Check);
   }
 
-  // The connection handshake: proves the job secret to the server, then that
-  // the server speaks this protocol.
+  // The connection handshake: proves the job secret to the server and has
+  // the server prove it in return, then checks that the server speaks this
+  // protocol. No request leaves before the server's proof has verified.
   void hello(Clock::time_point deadline, milliseconds timeout) {
     core::LockGuard lock(mutex_);
     char challenge_frame[wire::kChallengeFrameBytes];
@@ -206,7 +207,8 @@ class TcpStore final : public Store {
                                     " did not open with an rdmx store challenge (an rdmx of another version, or not "
                                     "an rdmx store)");
     }
-    if (challenge_frame[5] == 1 && !core::auth::key_configured()) {
+    const bool have_key = core::auth::key_configured();
+    if (challenge_frame[5] == 1 && !have_key) {
       throw Error(
           ErrorCode::Config,
           "store.hello: the store at " + address_ + " requires a proof of the job secret and this process has none",
@@ -214,14 +216,17 @@ class TcpStore final : public Store {
                        .peer_addr = address_,
                        .hint = "set RDMX_AUTH_KEY (or RDMX_AUTH_KEY_FILE) to the job's secret, as the server has"});
     }
+    if (challenge_frame[5] != 1 && have_key) {
+      refuse_server("asks for no proof of the job secret, and this process has one");
+    }
     core::auth::Challenge challenge;
     std::memcpy(challenge.data(), challenge_frame + 8, challenge.size());
+    const core::auth::Challenge ours = core::auth::new_challenge();
     const core::auth::Proof proof = core::auth::prove(wire::kAuthPurpose, challenge);
-    std::string frames = wire::auth_frame_head(0);
-    frames.append(reinterpret_cast<const char*>(proof.data()), proof.size());
-    const std::uint64_t id = ++next_request_id_;
-    frames += wire::encode_request(Op::Hello, id, -1, {});
-    IoResult sent = send_all(fd_.get(), frames.data(), frames.size(), deadline);
+    std::string frame = wire::auth_frame_head(0);
+    frame.append(reinterpret_cast<const char*>(proof.data()), proof.size());
+    frame.append(reinterpret_cast<const char*>(ours.data()), ours.size());
+    IoResult sent = send_all(fd_.get(), frame.data(), frame.size(), deadline);
     if (sent.failure != IoFailure::None) fail_io(Op::Hello, sent, {}, timeout, false);
     char verdict[wire::kVerdictFrameBytes];
     started = false;
@@ -238,11 +243,36 @@ class TcpStore final : public Store {
                                .hint = "RDMX_AUTH_KEY (or RDMX_AUTH_KEY_FILE) differs between this process and the "
                                        "server; give every rank the job's secret"});
     }
+    core::auth::Proof theirs;
+    std::memcpy(theirs.data(), verdict + 8, theirs.size());
+    if (!core::auth::verify(wire::kServerAuthPurpose, ours, challenge, theirs)) {
+      refuse_server("did not prove the job secret in return");
+    }
+    const std::uint64_t id = ++next_request_id_;
+    const std::string request = wire::encode_request(Op::Hello, id, -1, {});
+    sent = send_all(fd_.get(), request.data(), request.size(), deadline);
+    if (sent.failure != IoFailure::None) fail_io(Op::Hello, sent, {}, timeout, false);
     Response response = read_answer(Op::Hello, id, deadline, {}, timeout);
     if (response.status != Status::Ok) protocol_error(Op::Hello, "the server refused the handshake");
   }
 
  private:
+  // A server that cannot prove the job secret is not this job's store: a
+  // rank 0 started without the secret, or another process on the port.
+  [[noreturn]] void refuse_server(const std::string& why) RDMX_REQUIRES(mutex_) {
+    broken_ = "the server " + why;
+    broken_code_ = ErrorCode::Config;
+    throw Error(ErrorCode::Config,
+                "store.hello: the store at " + address_ + " " + why +
+                    "; this client sent it no request and closed the connection",
+                ErrorContext{.op = "store.hello",
+                             .peer_addr = address_,
+                             .hint = "give every rank, the one serving the store included, the same RDMX_AUTH_KEY "
+                                     "(or RDMX_AUTH_KEY_FILE); if they have it, something else may be listening on "
+                                     "that port: check the store address and port (RDMX_STORE, MASTER_ADDR/"
+                                     "MASTER_PORT)"});
+  }
+
   static std::string_view as_view(const Bytes& bytes) {
     return std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size());
   }

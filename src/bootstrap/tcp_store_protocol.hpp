@@ -11,16 +11,21 @@
 //   u32 magic "RDXS" | u8 version | u8 status | u16 reserved (0) | u64 request_id |
 //   u32 nargs | nargs x (u32 length | bytes)
 //
-// Before any request the connection is authenticated (core/auth.hpp). The
-// server speaks first, with a challenge; the client answers with its proof,
-// and the server with its verdict:
+// Before any request the connection is authenticated both ways
+// (core/auth.hpp). The server speaks first, with a challenge; the client
+// answers with its proof and a challenge of its own; the server gives its
+// verdict and, when it accepts, its own proof over the client's challenge:
 //
 //   challenge: u32 magic "RDXA" | u8 version | u8 key required (0/1) | u16 0 | 32-byte challenge
-//   proof:     u32 magic "RDXA" | u8 version | u8 0 | u16 0 | 32-byte HMAC (purpose kAuthPurpose)
-//   verdict:   u32 magic "RDXA" | u8 version | u8 accepted (1) or refused (0) | u16 0
+//   proof:     u32 magic "RDXA" | u8 version | u8 0 | u16 0 | 32-byte HMAC (kAuthPurpose, the server's
+//              challenge) | 32-byte challenge
+//   verdict:   u32 magic "RDXA" | u8 version | u8 accepted (1) or refused (0) | u16 0 | 32-byte HMAC
+//              (kServerAuthPurpose, the client's challenge, bound to the server's; zeros when refused)
 //
-// The client sends its first request right behind its proof, and reads the
-// verdict before the answer.
+// A client with a secret refuses a server that requires no proof, or whose
+// proof does not verify, and sends no request before the server's proof has
+// verified. A server without a secret proves with 32 zero bytes, which only
+// a client without a secret accepts.
 //
 // Responses carry the request's id. A client that gave up waiting (timeout)
 // later receives the answer to its abandoned request, and skips it by id.
@@ -37,12 +42,14 @@
 namespace rdmx::bootstrap::wire {
 
 inline constexpr std::uint32_t kMagic = 0x53584452;      // "RDXS" as bytes on the wire
-inline constexpr std::uint8_t kVersion = 2;              // 2: connections authenticate first
+inline constexpr std::uint8_t kVersion = 3;              // 3: both ends of a connection authenticate
 inline constexpr std::uint32_t kAuthMagic = 0x41584452;  // "RDXA" as bytes on the wire
 inline constexpr std::size_t kChallengeFrameBytes = 40;
-inline constexpr std::size_t kProofFrameBytes = 40;
-inline constexpr std::size_t kVerdictFrameBytes = 8;
-inline constexpr const char* kAuthPurpose = "rdmx tcp store v2";
+inline constexpr std::size_t kProofFrameBytes = 72;
+inline constexpr std::size_t kVerdictFrameBytes = 40;
+// Distinct, so neither side's proof can be reflected back as the other's.
+inline constexpr const char* kAuthPurpose = "rdmx tcp store v3";
+inline constexpr const char* kServerAuthPurpose = "rdmx tcp store server v3";
 inline constexpr std::size_t kRequestHeaderBytes = 28;
 inline constexpr std::size_t kResponseHeaderBytes = 20;
 // The most argument bytes one frame may carry: compare_set's two values and its key.

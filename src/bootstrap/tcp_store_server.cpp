@@ -364,6 +364,14 @@ bool TcpStoreServer::Impl::authenticate(bootstrap::Connection& connection) {
   std::memcpy(proof.data(), connection.input.data() + 8, proof.size());
   const bool verified = well_formed && core::auth::verify(wire::kAuthPurpose, connection.challenge, {}, proof);
   connection.output += wire::auth_frame_head(verified ? 1 : 0);
+  core::auth::Proof answer{};
+  if (verified) {
+    // The client believes nothing this server says until it proves the secret in turn.
+    core::auth::Challenge theirs;
+    std::memcpy(theirs.data(), connection.input.data() + 8 + proof.size(), theirs.size());
+    answer = core::auth::prove(wire::kServerAuthPurpose, theirs, connection.challenge);
+  }
+  connection.output.append(reinterpret_cast<const char*>(answer.data()), answer.size());
   flush(connection);
   if (!verified) {
     core::auth::log_refusal("store server " + address, connection.peer,

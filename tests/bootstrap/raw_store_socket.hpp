@@ -65,7 +65,7 @@ inline bool closed_within(int fd, std::chrono::milliseconds bound) {
 
 // The fixed part every authentication frame starts with (`flag`: the challenge's "a secret is required").
 inline std::string auth_head(std::uint8_t flag = 0) {
-  return std::string("RDXA") + std::string(1, '\2') + std::string(1, static_cast<char>(flag)) + std::string(2, '\0');
+  return std::string("RDXA") + std::string(1, '\3') + std::string(1, static_cast<char>(flag)) + std::string(2, '\0');
 }
 
 inline core::auth::Challenge challenge_of(const std::string& frame) {
@@ -74,8 +74,17 @@ inline core::auth::Challenge challenge_of(const std::string& frame) {
   return c;
 }
 
-inline std::string proof_frame(const core::auth::Proof& proof) {
-  return auth_head() + std::string(reinterpret_cast<const char*>(proof.data()), proof.size());
+// The 32 bytes after an authentication frame's head: the server's proof in a verdict.
+inline core::auth::Proof proof_of(const std::string& frame) {
+  core::auth::Proof p;
+  std::memcpy(p.data(), frame.data() + 8, p.size());
+  return p;
+}
+
+// The client's proof, and the challenge the server's proof must answer.
+inline std::string proof_frame(const core::auth::Proof& proof, const core::auth::Challenge& challenge = {}) {
+  return auth_head() + std::string(reinterpret_cast<const char*>(proof.data()), proof.size()) +
+         std::string(reinterpret_cast<const char*>(challenge.data()), challenge.size());
 }
 
 // Little-endian encoders matching the documented wire format.
@@ -89,7 +98,7 @@ inline std::string le64(std::uint64_t v) {
   for (int i = 0; i < 8; ++i) out += static_cast<char>((v >> (8 * i)) & 0xff);
   return out;
 }
-constexpr std::uint8_t kStoreWireVersion = 2;
+constexpr std::uint8_t kStoreWireVersion = 3;
 inline std::string request_header(std::uint8_t version, std::uint8_t op, std::uint32_t nargs) {
   return le32(0x53584452) + std::string(1, static_cast<char>(version)) + std::string(1, static_cast<char>(op)) +
          std::string(2, '\0') + le64(1) + le64(static_cast<std::uint64_t>(-1)) + le32(nargs);
@@ -103,8 +112,8 @@ class RawSocket {
   explicit RawSocket(std::uint16_t port, bool authenticate = true) : fd_(raw_connect(port)) {
     if (!authenticate) return;
     const std::string challenge = receive_exact(40);
-    send_bytes(proof_frame(core::auth::prove("rdmx tcp store v2", challenge_of(challenge))));
-    const std::string verdict = receive_exact(8);
+    send_bytes(proof_frame(core::auth::prove("rdmx tcp store v3", challenge_of(challenge))));
+    const std::string verdict = receive_exact(40);
     if (verdict[5] != 1) throw std::runtime_error("the store refused the raw socket's proof");
   }
   ~RawSocket() { ::close(fd_); }
