@@ -22,6 +22,15 @@ namespace rdmx {
 
 using Bytes = std::vector<std::uint8_t>;
 
+// What a store holds, for checks that a job cleans up after itself (a
+// communicator removes its keys when it is destroyed) and for tools.
+struct StoreStats {
+  std::int64_t keys = 0;      // keys held
+  std::int64_t bytes = 0;     // what they take (TCP: as charged against RDMX_STORE_MAX_BYTES; file: value bytes)
+  std::int64_t parked = -1;   // get/wait requests the server holds (-1: the store has no server)
+  std::int64_t clients = -1;  // connections the server holds, the asking one included (-1: no server)
+};
+
 // Every blocking call takes a timeout; the overloads without one use
 // RDMX_TIMEOUT. Errors are rdmx::Error: Timeout names the missing keys,
 // PeerFailure names the store address when the server is gone.
@@ -45,6 +54,9 @@ class Store {
   virtual Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) = 0;
   // Non-blocking existence test.
   virtual bool check(const std::string& key) = 0;
+  // What the whole store holds now (a prefix store's too: it does not
+  // filter). Stores that cannot tell throw NotSupported.
+  virtual StoreStats stats();
 
   // Convenience for strings.
   void set(const std::string& key, std::string_view value);

@@ -7,6 +7,7 @@
 // which works across processes and, on Linux, across NFS clients. Waiters
 // sleep on inotify (and re-check every 100 ms, since inotify does not see
 // writes made by other NFS clients).
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/file.h>
@@ -18,6 +19,7 @@
 #include <cerrno>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -220,6 +222,22 @@ class FileStore final : public Store {
   bool check(const std::string& key) override {
     validate_key(key, "store.check", address_);
     return exists(key);
+  }
+
+  // Every key is a file whose name does not start with '.' (file_name_for_key).
+  StoreStats stats() override {
+    std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(directory_.c_str()), ::closedir);
+    if (!dir) throw_system("cannot list " + directory_, errno, "store.stats", address_);
+    StoreStats out;
+    while (const dirent* entry = ::readdir(dir.get())) {
+      if (entry->d_name[0] == '.') continue;
+      struct stat info {};
+      if (::fstatat(::dirfd(dir.get()), entry->d_name, &info, AT_SYMLINK_NOFOLLOW) != 0) continue;  // removed meanwhile
+      if (!S_ISREG(info.st_mode)) continue;
+      ++out.keys;
+      out.bytes += info.st_size;
+    }
+    return out;
   }
 
  private:

@@ -19,6 +19,11 @@ void Store::set(const std::string& key, std::string_view value) { set(key, boots
 
 std::string Store::get_string(const std::string& key) { return bootstrap::to_string(get(key)); }
 
+StoreStats Store::stats() {
+  throw Error(ErrorCode::NotSupported, "store.stats: this store cannot count what it holds",
+              ErrorContext{.op = "store.stats", .hint = "the TCP and file stores can"});
+}
+
 namespace bootstrap {
 
 void validate_key(const std::string& key, const char* op, const std::string& store_addr) {
@@ -125,6 +130,7 @@ class PrefixStore final : public Store {
     return inner_->compare_set(full(key), expected, desired);
   }
   bool check(const std::string& key) override { return inner_->check(full(key)); }
+  StoreStats stats() override { return inner_->stats(); }
 
  private:
   std::string full(const std::string& key) const {

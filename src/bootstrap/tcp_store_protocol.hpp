@@ -64,7 +64,16 @@ enum class Op : std::uint8_t {
   Remove = 6,      // [key]                   -> Ok [u8 removed]
   CompareSet = 7,  // [key, expected, desired] -> Ok [value now stored]
   Check = 8,       // [key]                   -> Ok [u8 exists]
+  Stats = 9,       // []                      -> Ok [u64 keys, u64 bytes, u64 parked, u64 clients]
 };
+
+// Ops are added within a frame version: the hello banner says which ops the
+// server serves ("rdmx-store/<level>"), so a newer client asks an older
+// server only for what it knows. Level 1: hello..check; 2: stats.
+inline constexpr const char* kBannerPrefix = "rdmx-store/";
+inline constexpr int kServerLevel = 2;
+inline constexpr int kStatsLevel = 2;
+inline constexpr Op kLastOp = Op::Stats;
 
 enum class Status : std::uint8_t { Ok = 0, Timeout = 1, Invalid = 2 };
 
@@ -78,6 +87,7 @@ inline const char* op_name(Op op) {
     case Op::Remove: return "store.remove";
     case Op::CompareSet: return "store.compare_set";
     case Op::Check: return "store.check";
+    case Op::Stats: return "store.stats";
   }
   return "store.?";
 }

@@ -23,6 +23,7 @@ bool expected_arg_count(Op op, std::uint32_t nargs) {
     case Op::Remove: return nargs == 1;
     case Op::CompareSet: return nargs == 3;
     case Op::Check: return nargs == 1;
+    case Op::Stats: return nargs == 0;
   }
   return false;
 }
@@ -36,7 +37,7 @@ ArgBounds arg_bounds(Op op, std::uint32_t index) {
 }
 
 bool known_op(std::uint8_t op) {
-  return op >= static_cast<std::uint8_t>(Op::Hello) && op <= static_cast<std::uint8_t>(Op::Check);
+  return op >= static_cast<std::uint8_t>(Op::Hello) && op <= static_cast<std::uint8_t>(wire::kLastOp);
 }
 
 }  // namespace

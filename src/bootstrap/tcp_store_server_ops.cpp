@@ -20,7 +20,11 @@ void TcpStoreServer::Impl::handle(std::uint64_t id, bootstrap::Connection& conne
   using namespace bootstrap;
   auto& args = request.args;
   switch (request.op) {
-    case Op::Hello: reply(id, request.id, Status::Ok, {"rdmx-store/1"}); return;
+    case Op::Hello: {
+      const std::string banner = wire::kBannerPrefix + std::to_string(wire::kServerLevel);
+      reply(id, request.id, Status::Ok, {banner});
+      return;
+    }
     case Op::Set:
       if (auto why = data.put(id, args[0], std::move(args[1])); !why.empty())
         return refuse_write(id, request.id, connection, why);
@@ -87,6 +91,14 @@ void TcpStoreServer::Impl::handle(std::uint64_t id, bootstrap::Connection& conne
     case Op::Check: {
       bool exists = data.contains(args[0]);
       reply(id, request.id, Status::Ok, {exists ? std::string_view("\1", 1) : std::string_view("\0", 1)});
+      return;
+    }
+    case Op::Stats: {
+      const std::string keys = wire::encode_i64(static_cast<std::int64_t>(data.size()));
+      const std::string bytes = wire::encode_i64(static_cast<std::int64_t>(data.bytes()));
+      const std::string parked = wire::encode_i64(static_cast<std::int64_t>(waiters.size()));
+      const std::string clients = wire::encode_i64(static_cast<std::int64_t>(connections.size()));
+      reply(id, request.id, Status::Ok, {keys, bytes, parked, clients});
       return;
     }
   }

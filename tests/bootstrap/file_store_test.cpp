@@ -34,6 +34,24 @@ TEST(FileStore, SetGetCheckRemove) {
   EXPECT_FALSE(store->check("a"));
 }
 
+// stats() counts the keys (files) and their values' bytes; the lock file is none.
+TEST(FileStore, StatsCountKeysAndValueBytes) {
+  TempDir dir;
+  auto store = open_file_store(dir.path());
+  EXPECT_EQ(store->stats().keys, 0);
+  store->set("a/b", std::string_view("12345"));
+  store->add("n", 7);
+  const StoreStats two = store->stats();
+  EXPECT_EQ(two.keys, 2);
+  EXPECT_EQ(two.bytes, 5 + 1);
+  EXPECT_EQ(two.parked, -1);
+  EXPECT_EQ(two.clients, -1);
+  store->remove("a/b");
+  store->remove("n");
+  EXPECT_EQ(store->stats().keys, 0);
+  EXPECT_EQ(store->stats().bytes, 0);
+}
+
 // A store holds QP addresses and memory keys: its directory and files are
 // their owner's alone, whatever the umask.
 TEST(FileStore, ItsDirectoryAndFilesAreTheOwnersAlone) {
