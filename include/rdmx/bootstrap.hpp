@@ -132,8 +132,11 @@ Bootstrap from_env();
 // A full mesh of RC QPs among `world_size` ranks: qps[peer] is connected to
 // that peer (qps[rank] is null). Addresses are exchanged through `store`
 // under keys prefixed by `tag`, so several meshes can be built in one job.
+// Its peers read a rank's keys while they connect; once all of them have
+// (they said so over the QPs), the rank may remove mesh.keys from the store.
 struct Mesh {
   std::vector<std::unique_ptr<QueuePair>> qps;
+  std::vector<std::string> keys;  // the keys this rank published
 };
 Mesh connect_mesh(Store& store, int rank, int world_size, Device& device, ProtectionDomain& pd,
                   CompletionQueue& send_cq, CompletionQueue& recv_cq, const QpCaps& caps = {},

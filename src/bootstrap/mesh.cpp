@@ -52,7 +52,8 @@ Mesh connect_mesh(Store& store, int rank, int world_size, Device& device, Protec
                                .sizes = "world_size=" + std::to_string(world_size),
                                .hint = e.context().hint});
     }
-    store.set(mesh_key(tag, rank, peer), std::string_view(qp->local_address().to_hex()));
+    mesh.keys.push_back(mesh_key(tag, rank, peer));
+    store.set(mesh.keys.back(), std::string_view(qp->local_address().to_hex()));
   }
 
   // 2. Wait for every peer at once: on timeout the error lists exactly the

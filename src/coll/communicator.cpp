@@ -150,6 +150,7 @@ class CommImpl final : public Communicator {
     }
     queue_cv_.notify_all();
     if (worker_.joinable()) worker_.join();
+    if (links_->say_goodbye()) remove_store_keys();
     links_.reset();
   }
 
@@ -171,6 +172,21 @@ class CommImpl final : public Communicator {
     return "hosts: " + layout_.describe() + "\nrings: " + layout_.describe_rings() +
            "\ntrees across hosts (small all_reduce, double binary tree): " + describe_host_trees(layout_.hosts()) +
            "\nwaits (rank " + std::to_string(rank_) + "): " + waits_ + "\ndevices: " + describe_devices();
+  }
+
+  // A communicator's store keys are read only while its ranks connect; once
+  // every peer has said goodbye, each had read them, so each rank removes
+  // its own and the store does not grow with communicators made and
+  // destroyed. A rank that did not hear every goodbye leaves its keys: a
+  // peer may still be connecting.
+  void remove_store_keys() noexcept {
+    try {
+      for (const std::string& key : links_->published_keys()) store_->remove(key);
+      store_->remove(options_.tag + "/host/" + std::to_string(rank_));
+    } catch (const std::exception& e) {
+      RDMX_INFO("communicator '%s' teardown on rank %d: its store keys stay: %s", options_.tag.c_str(), rank_,
+                e.what());
+    }
   }
 
   // Each host's ranks with their devices (the NIC a rank's network

@@ -65,6 +65,7 @@ Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, c
   p2p_recv_seq_.assign(static_cast<std::size_t>(size), 0);
 
   Mesh mesh = connect_mesh(store, rank, size, *device_, *pd_, *send_cq_, *recv_cq_, QpCaps{}, tag + "/qp");
+  published_keys_ = std::move(mesh.keys);
   for (int p = 0; p < size; ++p) {
     Peer& peer = peers_[static_cast<std::size_t>(p)];
     peer.qp = std::move(mesh.qps[static_cast<std::size_t>(p)]);
@@ -79,7 +80,8 @@ Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, c
   std::ostringstream mine;
   mine << reinterpret_cast<std::uintptr_t>(base_) << ':' << region_->rkey() << ':' << layout_->total << ':'
        << (network_ ? 1 : 0);
-  store.set(tag + "/region/" + std::to_string(rank), std::string_view(mine.str()));
+  published_keys_.push_back(tag + "/region/" + std::to_string(rank));
+  store.set(published_keys_.back(), std::string_view(mine.str()));
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
     const std::string key = tag + "/region/" + std::to_string(p);
@@ -129,7 +131,9 @@ Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, c
 // WRITE to a peer and is signaled, so once a rank has every goodbye, its
 // peers send it nothing more. After a failure the wait is short and skips
 // the peers that failed or stopped answering: they will never say goodbye.
-Links::~Links() {
+bool Links::say_goodbye() noexcept {
+  if (said_goodbye_) return heard_every_goodbye_;
+  said_goodbye_ = true;
   const bool failed = aborted();
   const auto now = core::Clock::now();
   const auto deadline =
@@ -159,6 +163,16 @@ Links::~Links() {
   } catch (const std::exception& e) {
     RDMX_INFO("communicator teardown on rank %d: %s", rank_, e.what());
   }
+  heard_every_goodbye_ = true;
+  for (int p = 0; p < size_; ++p) {
+    auto* word = reinterpret_cast<const Word*>(base_ + layout_->goodbye + static_cast<std::size_t>(p) * kLine);
+    if (p != rank_ && word->value.load(std::memory_order_acquire) == 0) heard_every_goodbye_ = false;
+  }
+  return heard_every_goodbye_;
+}
+
+Links::~Links() {
+  say_goodbye();
   for (auto& peer : peers_) peer.qp.reset();
 }
 

@@ -111,6 +111,7 @@ class Links {
   // the mesh and exchanges region addresses through `store` under `tag`.
   Links(std::shared_ptr<Device> device, Store& store, int rank, int size, const std::string& tag,
         const LinksConfig& config, std::chrono::milliseconds timeout);
+  // Says goodbye first, if say_goodbye() was not called.
   ~Links();
   Links(const Links&) = delete;
   Links& operator=(const Links&) = delete;
@@ -184,6 +185,14 @@ class Links {
   // The same, registered for peers' RDMA WRITEs as well: returns the rkey
   // (device memory: registered until the operation ends).
   std::uint32_t rkey_for(void* addr, std::size_t bytes);
+
+  // The first half of teardown: tells every peer this rank is leaving and
+  // waits (briefly) for theirs. True when every peer said goodbye: each had
+  // then read this rank's store keys (published_keys()) while connecting,
+  // and none reads them again. The communicator is unusable afterwards.
+  bool say_goodbye() noexcept;
+  // The keys this rank wrote into the store while connecting.
+  const std::vector<std::string>& published_keys() const noexcept { return published_keys_; }
 
   struct Control;  // defined in links.cpp; public for its layout
 
@@ -267,6 +276,9 @@ class Links {
   std::unique_ptr<MemoryRegion> device_scratch_mr_;
   std::unique_ptr<DeviceOps> device_ops_;
   std::chrono::milliseconds timeout_;
+  std::vector<std::string> published_keys_;
+  bool said_goodbye_ = false;         // say_goodbye() ran
+  bool heard_every_goodbye_ = false;  // ... and every peer's goodbye arrived
 };
 
 }  // namespace rdmx::coll
