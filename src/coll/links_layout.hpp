@@ -203,6 +203,7 @@ struct Links::Peer {
   bool fresh = false;                    // ... and has landed, not yet looked at
   core::Clock::time_point answered{};    // when a READ last came back
   core::Clock::time_point beat_moved{};  // when its beat was last seen to change
+  bool beat_seen_moving = false;         // ... and that was a change between two copies, not the first copy
   std::uint64_t beat = 0;
   wire::Progress seen{};  // the last whole copy of its Progress
   bool seen_valid = false;

@@ -6,7 +6,9 @@
 // within a fraction of a second rather than at RDMX_TIMEOUT; a READ that
 // fails is a dead peer; and a timeout names the ranks that are missing:
 // those that have not called the collective, those that stopped making
-// progress inside it, and those that do not answer at all.
+// progress inside it, and those that do not answer at all. A rank still
+// waiting in an earlier collective, its beat moving, is blocked like this
+// one and is not missing.
 #include <sched.h>
 
 #include <algorithm>
@@ -141,7 +143,10 @@ void Links::look_at_copies(const OpDesc& desc, core::Clock::time_point now) {
     Progress copy;
     std::memcpy(&copy, base_ + layout_->diag + static_cast<std::size_t>(p) * kLine, sizeof(copy));
     if (copy.entered != copy.entered_again) continue;  // copied mid-update
-    if (!peer.seen_valid || copy.beat != peer.seen.beat) peer.beat_moved = now;
+    if (!peer.seen_valid || copy.beat != peer.seen.beat) {
+      peer.beat_moved = now;
+      peer.beat_seen_moving = peer.seen_valid;
+    }
     const bool suspect = !desc.p2p() && copy.entered == desc.seq && !same_call(copy, desc);
     // A mismatch is reported only when a second copy shows the same call:
     // one READ may interleave with the peer's update in ways no check sees.
@@ -203,8 +208,8 @@ std::string Links::progress_report(const OpDesc& desc) {
   }
   if (!mismatched.empty()) report_mismatch(desc, mismatched);
 
-  std::vector<int> absent, stuck, silent, waiting, finished;
-  std::uint64_t last_absent = 0;
+  std::vector<int> absent, stuck, silent, waiting, behind, finished;
+  std::uint64_t last_absent = 0, last_behind = 0;
   core::Clock::duration longest_still{}, longest_silent{};
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
@@ -213,6 +218,12 @@ std::string Links::progress_report(const OpDesc& desc) {
         !peer.seen_valid) {
       silent.push_back(p);
       longest_silent = std::max(longest_silent, now - std::max(peer.answered, watch_started_));
+    } else if (peer.seen.entered < desc.seq && peer.seen.left < peer.seen.entered && peer.beat_seen_moving &&
+               now - peer.beat_moved <= kStill) {
+      // Inside an earlier collective and waiting there (its beat moves): it
+      // is blocked on another rank, and calls this one once that one comes.
+      behind.push_back(p);
+      last_behind = std::max(last_behind, peer.seen.entered);
     } else if (peer.seen.entered < desc.seq) {
       absent.push_back(p);
       last_absent = std::max(last_absent, peer.seen.entered);
@@ -244,6 +255,10 @@ std::string Links::progress_report(const OpDesc& desc) {
   std::string others;
   if (!waiting.empty())
     add(others, ranks_word(waiting) + (waiting.size() > 1 ? " are" : " is") + " in it, waiting too");
+  if (!behind.empty()) {
+    add(others, ranks_word(behind) + (behind.size() > 1 ? " are" : " is") + " still in an earlier collective (#" +
+                    std::to_string(last_behind) + "), waiting on a missing rank");
+  }
   if (!finished.empty()) add(others, "finished: " + ranks_word(finished));
   if (missing.empty()) return "No rank is missing" + (others.empty() ? std::string() : ": " + others);
   return "Missing: " + missing + (others.empty() ? std::string() : ". Not missing: " + others);

@@ -309,6 +309,59 @@ TEST_P(CollErrors, StoppedRankIsNamedAloneAndTheOthersFailSoonAfterTheTimeout) {
       std::chrono::milliseconds(120'000), {3}));
 }
 
+// Rank 3 stops before a gather to rank 1: rank 1 waits in that gather (#2)
+// while ranks 0 and 2, whose parts went out, go on to the next collective
+// (#3) and time out there. Rank 1's own timeout is longer, so it is still
+// waiting, alive, when they report (as when its report has not reached them
+// yet): every message names rank 3 and no live rank as missing.
+TEST_P(CollErrors, RankBlockedInAnEarlierCollectiveIsNotNamedMissing) {
+  ASSERT_TRUE(run_coll_ranks(
+      {GetParam(), 4},
+      [](RankEnv& env) {
+        CommOptions options;
+        options.provider = env.provider();
+        options.tag = "behind";
+        options.timeout = std::chrono::milliseconds(env.rank() == 1 ? 6000 : 2000);
+        auto comm = Communicator::create(env.store_ptr(), env.rank(), env.world_size(), options);
+        std::vector<float> buf(1024, 1.0f), gathered(4 * 1024);
+        comm->all_reduce(buf.data(), buf.data(), buf.size(), DataType::Float32, ReduceOp::Sum);  // #1
+        env.store().set("behind/pid/" + std::to_string(env.rank()), std::to_string(::getpid()));
+        env.barrier("before");
+        if (env.rank() == 3) {
+          ::raise(SIGSTOP);
+          env.kill_self();  // not reached: rank 0 kills it while it is stopped
+        }
+        std::string text;
+        if (env.rank() == 1) {
+          text = expect_error(
+              ErrorCode::Timeout, [&] { comm->gather(buf.data(), gathered.data(), buf.size(), DataType::Float32, 1); },
+              "gather #2 with rank 3 stopped");
+        } else {
+          comm->gather(buf.data(), nullptr, buf.size(), DataType::Float32, 1);  // #2: the part goes out
+          text = expect_error(
+              ErrorCode::Timeout,
+              [&] { comm->all_reduce(buf.data(), buf.data(), buf.size(), DataType::Float32, ReduceOp::Sum); },
+              "all_reduce #3 with rank 3 stopped and rank 1 in gather #2");
+        }
+        const std::size_t missing = text.find("Missing: ");
+        const std::size_t not_missing = text.find("Not missing", missing);
+        CHECK(missing != std::string::npos) << text;
+        const std::string named =
+            text.substr(missing, not_missing == std::string::npos ? std::string::npos : not_missing - missing);
+        CHECK(contains(named, "rank 3") || contains(named, ", 3")) << text;
+        for (int r = 0; r < 3; ++r) {
+          CHECK(!contains(named, "rank " + std::to_string(r)) && !contains(named, ", " + std::to_string(r)))
+              << "rank " << r << " is alive and waiting, not missing: " << text;
+        }
+        // The communicators stay up until every survivor has its message:
+        // a closed one would be reported as not answering.
+        env.store().set("behind/failed/" + std::to_string(env.rank()), std::string_view("1"));
+        env.store().wait({"behind/failed/0", "behind/failed/1", "behind/failed/2"}, std::chrono::milliseconds(30'000));
+        if (env.rank() == 0) ::kill(std::stoi(env.store().get_string("behind/pid/3")), SIGKILL);
+      },
+      std::chrono::milliseconds(120'000), {3}));
+}
+
 // abort() fails the pending operation at once and tells the peer.
 TEST_P(CollErrors, AbortFailsPendingWorkAndTellsPeers) {
   ASSERT_TRUE(run_coll_ranks({GetParam(), 2}, [](RankEnv& env) {
