@@ -132,13 +132,47 @@ struct RankPlacement {
   int local_size = 1;
 };
 
+// The memory a communicator's buffers take on one host, and what the host
+// can give them (docs/COLLECTIVES.md, "Memory"). Every rank maps, for every
+// rank of the communicator, an inbox and a staging area of
+// RDMX_COLL_BUFFSIZE, resident from creation, plus its share of the shm
+// rings to each local peer: the memory of a host grows with the square of
+// its ranks.
+struct CommMemory {
+  int ranks = 0;               // in the communicator
+  int local_ranks = 0;         // of them on the host
+  std::string host;            // its name ("" for this host)
+  std::size_t buffsize = 0;    // RDMX_COLL_BUFFSIZE in force
+  std::size_t per_peer = 0;    // bytes one rank maps for each rank of the communicator
+  std::size_t per_rank = 0;    // bytes one rank maps in all
+  std::size_t per_host = 0;    // per_rank x local_ranks
+  std::size_t available = 0;   // what the host can give them; 0: unknown or not checked
+  std::string available_from;  // where `available` comes from (RDMX_COLL_MEMORY)
+  // The largest power-of-two RDMX_COLL_BUFFSIZE, from 64K up to the one in
+  // force, at which the buffers fit; 0 if none does.
+  std::size_t fitting_buffsize = 0;
+
+  bool fits() const noexcept { return available == 0 || per_host <= available; }
+};
+
+// For `ranks` ranks, `local_ranks` of them on this host, at the RDMX_COLL_*
+// settings in force, with what this host can give now: RDMX_COLL_MEMORY, by
+// default MemAvailable and this process's cgroup memory limits. Throws
+// Error(Config) for a malformed RDMX_COLL_MEMORY.
+CommMemory comm_memory(int ranks, int local_ranks);
+// Throws Error(Config) when `memory` does not fit, naming every figure and
+// the settings that change them; `op` says who checks ("rdmx run -n 64").
+void require_comm_memory_fits(const CommMemory& memory, const std::string& op, int rank = -1);
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
 
   // Collective over `size` ranks that share `store`: opens a device, connects
   // every pair and exchanges buffers. Throws on a bad rank/size, an
-  // unreachable peer, or a timeout naming the ranks that did not arrive.
+  // unreachable peer, or a timeout naming the ranks that did not arrive;
+  // refuses (Error(Config)) before mapping anything when the buffers of the
+  // ranks sharing a host would not fit in its memory (CommMemory).
   static std::unique_ptr<Communicator> create(std::shared_ptr<Store> store, int rank, int size,
                                               const CommOptions& options = {});
   // rdmx::from_env() (torchrun, Open MPI, MPICH, Slurm, rdmx run, RDMX_*), then create().

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "coll/algorithms.hpp"
+#include "coll/comm_memory.hpp"
 #include "coll/cuda/device_ops.hpp"
 #include "coll/cuda/kernels.hpp"
 #include "coll/cuda/stream_order.hpp"
@@ -82,15 +83,6 @@ constexpr core::TextSetting kHostId{"RDMX_HOSTID", "unset",
                                     "hierarchical algorithms (unset: host name and boot id)"};
 RDMX_SETTING(kHostId);
 
-LinksConfig links_config() {
-  LinksConfig c;
-  const CollSettings settings = coll_settings();
-  c.slots = static_cast<std::uint32_t>(std::clamp<std::size_t>(settings.slots, 1, 1 << 16));
-  c.chunk = settings.buffsize / std::max<std::size_t>(settings.slots, 1) / 64 * 64;
-  c.stage_limit = settings.stage_limit;
-  return c;
-}
-
 class CommImpl final : public Communicator {
  public:
   CommImpl(std::shared_ptr<Device> device, std::shared_ptr<Store> store, int rank, int size, const CommOptions& options,
@@ -109,10 +101,12 @@ class CommImpl final : public Communicator {
     const RankWhere mine = RankWhere::here(kHostId.read(), device->name());
     store_->set(options_.tag + "/host/" + std::to_string(rank_), std::string_view(mine.encode()));
     std::vector<std::string> identities(static_cast<std::size_t>(size_)), names(static_cast<std::size_t>(size_));
+    std::vector<RankWhere> everyone;
     int sharing_cores = 0;
     for (int p = 0; p < size_; ++p) {
       const RankWhere where =
           p == rank_ ? mine : RankWhere::decode(store_->get_string(options_.tag + "/host/" + std::to_string(p)));
+      everyone.push_back(where);
       identities[static_cast<std::size_t>(p)] = where.identity;
       names[static_cast<std::size_t>(p)] = where.name;
       if (where.boot_id == mine.boot_id) ++sharing_cores;
@@ -125,6 +119,7 @@ class CommImpl final : public Communicator {
     placement_.local_size = static_cast<int>(
         layout_.ranks[static_cast<std::size_t>(layout_.host_of[static_cast<std::size_t>(rank_)])].size());
     selector_.set_layout(layout_.hosts(), layout_.per_host());
+    require_buffers_fit(everyone, rank_);
     LinksConfig config = links_config();
     const std::size_t cpus = online_cpus();
     config.yield_when_waiting = static_cast<std::size_t>(sharing_cores) > cpus;

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <vector>
 
+#include "coll/comm_memory.hpp"
 #include "core/config.hpp"
 
 namespace rdmx::coll {
@@ -44,11 +45,15 @@ RankWhere RankWhere::here(const std::optional<std::string>& host_id, std::string
   w.identity = host_id.value_or(w.name + "/" + w.boot_id);
   w.device = std::move(device);
   w.numa_node = current_numa_node();
+  const HostMemory memory = host_memory();
+  w.memory = memory.bytes;
+  w.memory_from = memory.from;
   return w;
 }
 
 std::string RankWhere::encode() const {
-  return identity + "\n" + name + "\n" + boot_id + "\n" + device + "\n" + std::to_string(numa_node);
+  return identity + "\n" + name + "\n" + boot_id + "\n" + device + "\n" + std::to_string(numa_node) + "\n" +
+         std::to_string(memory) + "\n" + memory_from;
 }
 
 RankWhere RankWhere::decode(const std::string& text) {
@@ -58,9 +63,11 @@ RankWhere RankWhere::decode(const std::string& text) {
     fields.push_back(text.substr(start, cut - start));
   }
   fields.push_back(text.substr(start));
-  fields.resize(5);
+  fields.resize(7);
   RankWhere w{fields[0], fields[1], fields[2], fields[3]};
   w.numa_node = fields[4].empty() ? -1 : std::atoi(fields[4].c_str());
+  w.memory = static_cast<std::size_t>(std::strtoull(fields[5].c_str(), nullptr, 10));
+  w.memory_from = fields[6];
   return w;
 }
 

@@ -18,6 +18,10 @@ struct RankWhere {
   std::string boot_id;   // ranks with the same one share the machine's cores
   std::string device;    // Device::name(): provider, interface, address
   int numa_node = -1;    // of the CPU the rank ran on at creation
+  // What its machine could give the collectives' buffers when it looked,
+  // before any rank mapped them (comm_memory.hpp); 0: unknown or unchecked.
+  std::size_t memory = 0;
+  std::string memory_from;
 
   // This process: `host_id` is RDMX_HOSTID's value when set.
   static RankWhere here(const std::optional<std::string>& host_id, std::string device);

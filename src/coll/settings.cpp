@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: MIT
 #include "coll/settings.hpp"
 
+#include <algorithm>
+
+#include "coll/links.hpp"
 #include "core/settings.hpp"
 
 namespace rdmx::coll {
@@ -32,6 +35,15 @@ CollSettings coll_settings() {
           .slots = kSlots.read(),
           .stage_limit = kStageLimit.read(),
           .direct_min = kDirectMin.read()};
+}
+
+LinksConfig links_config() {
+  LinksConfig c;
+  const CollSettings settings = coll_settings();
+  c.slots = static_cast<std::uint32_t>(std::clamp<std::size_t>(settings.slots, 1, 1 << 16));
+  c.chunk = settings.buffsize / std::max<std::size_t>(settings.slots, 1) / 64 * 64;
+  c.stage_limit = settings.stage_limit;
+  return c;
 }
 
 }  // namespace rdmx::coll

@@ -17,4 +17,8 @@ struct CollSettings {
 // Reads the environment now (a malformed value warns and gives the default).
 CollSettings coll_settings();
 
+struct LinksConfig;  // links.hpp
+// The buffers' shape (slots and chunk) from the settings above.
+LinksConfig links_config();
+
 }  // namespace rdmx::coll

@@ -7,6 +7,7 @@
 #include "commands.hpp"
 #include "local_job.hpp"
 #include "perf_common.hpp"
+#include "rdmx/comm.hpp"
 
 namespace rdmx::cli {
 
@@ -39,6 +40,9 @@ void register_run(CLI::App& root) {
     if (!args->provider.empty()) options.env["RDMX_PROVIDER"] = args->provider;
     options.time_limit = std::chrono::seconds(args->time_limit);
     options.tail_lines = args->tail;
+    // The check every rank's Communicator::create makes, once, before 64
+    // ranks each fail with it (or a program without one fits anyway: off).
+    require_comm_memory_fits(comm_memory(args->ranks, args->ranks), "rdmx run -n " + std::to_string(args->ranks));
     const LocalJobResult result = run_local_job(options);
     if (result.exit_code != 0) throw ExitStatus{result.exit_code};
   });

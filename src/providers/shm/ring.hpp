@@ -126,6 +126,9 @@ inline std::size_t segment_size(std::uint32_t ring_slots) {
   return sizeof(SegmentHeader) + 2 * static_cast<std::size_t>(ring_slots) * kSlot;
 }
 
+// Ring slots per direction: 4096 x 64 B = 256 KiB, room for 16 eager messages of 16 KiB.
+constexpr std::uint32_t kRingSlots = 4096;
+
 // The producer's end of a ring.
 class RingProducer {
  public:

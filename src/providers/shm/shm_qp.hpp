@@ -41,8 +41,6 @@ namespace rdmx::shm {
 
 constexpr std::uint32_t kMaxSge = core::kSoftMaxSge;
 constexpr std::uint64_t kMaxMessage = 1ull << 31;
-// Ring slots per direction: 4096 x 64 B = 256 KiB, room for 16 eager messages of 16 KiB.
-constexpr std::uint32_t kRingSlots = 4096;
 
 class ShmOfferLink;  // offer_link.hpp
 

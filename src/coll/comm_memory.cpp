@@ -1,0 +1,258 @@
+// SPDX-License-Identifier: MIT
+// Every rank of a communicator maps, for every rank, an inbox and a staging
+// area (links_layout.hpp), resident from creation (allocate_memory populates
+// them), so n ranks on one host take about n * n * 2 * RDMX_COLL_BUFFSIZE of
+// its memory: 64 ranks at 4 MiB ask for 32 GiB. Past what the host has, the
+// kernel's OOM killer ends ranks one by one, long after the cause. So the
+// communicator refuses up front, naming the figures and the settings that
+// change them; it does not shrink the buffers itself, because RDMX_COLL_BUFFSIZE
+// is a performance setting every rank must agree on, and a size picked from a
+// moment's free memory would make a job's speed depend on what else ran.
+#include "coll/comm_memory.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include "coll/links.hpp"
+#include "coll/links_layout.hpp"
+#include "coll/settings.hpp"
+#include "core/config.hpp"
+#include "core/log.hpp"
+#include "core/settings.hpp"
+#include "providers/shm/ring.hpp"
+
+namespace rdmx::coll {
+namespace {
+
+std::string describe_auto();
+
+constexpr core::TextSetting kMemory{
+    "RDMX_COLL_MEMORY", "auto",
+    "collectives: memory the buffers of one host's ranks may take, checked when a communicator is created (a size; "
+    "auto: MemAvailable and the cgroup's memory limit; off: no check)",
+    describe_auto};
+RDMX_SETTING(kMemory);
+
+// Below this a collective moves large messages in slivers: not worth suggesting.
+constexpr std::size_t kSmallestSuggestedBuffsize = std::size_t{64} << 10;
+// Cgroup limits at or above this mean "no limit" (v1 writes 2^63 rounded down to a page).
+constexpr unsigned long long kNoLimit = 1ull << 60;
+
+std::string human(double bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int unit = 0;
+  while (bytes >= 1024 && unit < 5) {
+    bytes /= 1024;
+    ++unit;
+  }
+  const bool decimal = unit > 0 && bytes < 10 && std::fabs(bytes - std::round(bytes)) >= 0.05;
+  char text[32];
+  std::snprintf(text, sizeof text, decimal ? "%.1f %s" : "%.0f %s", bytes, kUnits[unit]);
+  return text;
+}
+
+// "256K", "4M": as RDMX_COLL_BUFFSIZE would be written.
+std::string setting_size(std::size_t bytes) {
+  if (bytes % (std::size_t{1} << 20) == 0) return std::to_string(bytes >> 20) + "M";
+  if (bytes % (std::size_t{1} << 10) == 0) return std::to_string(bytes >> 10) + "K";
+  return std::to_string(bytes);
+}
+
+std::optional<unsigned long long> read_number(const std::string& path) {
+  std::ifstream in(path);
+  unsigned long long value = 0;
+  if (!(in >> value)) return std::nullopt;  // absent, or "max"
+  return value;
+}
+
+// A "key value" line of a memory.stat file.
+unsigned long long stat_value(const std::string& path, const std::string& key) {
+  std::ifstream in(path);
+  std::string name;
+  unsigned long long value = 0;
+  while (in >> name >> value) {
+    if (name == key) return value;
+  }
+  return 0;
+}
+
+void consider(HostMemory& best, std::size_t bytes, std::string from) {
+  if (best.bytes == 0 || bytes < best.bytes) best = {std::max<std::size_t>(bytes, 1), std::move(from)};
+}
+
+// The room under the memory limit of the cgroup at `path` and each of its
+// ancestors, where a limit is set. Usage counts page cache, which the kernel
+// reclaims before it kills: the inactive part is not counted as used.
+void consider_cgroup(HostMemory& best, const std::string& root, std::string path, const char* limit_file,
+                     const char* usage_file, const char* inactive_key) {
+  while (true) {
+    const std::string dir = root + (path == "/" ? "" : path);
+    const auto limit = read_number(dir + "/" + limit_file);
+    const auto usage = read_number(dir + "/" + usage_file);
+    if (limit && usage && *limit < kNoLimit) {
+      const unsigned long long inactive = stat_value(dir + "/memory.stat", inactive_key);
+      const unsigned long long used = *usage > inactive ? *usage - inactive : 0;
+      const unsigned long long room = *limit > used ? *limit - used : 0;
+      consider(best, static_cast<std::size_t>(room),
+               "cgroup " + path + ": " + limit_file + " " + human(static_cast<double>(*limit)) + ", " +
+                   human(static_cast<double>(used)) + " in use");
+    }
+    if (path == "/" || path.empty()) return;
+    const std::size_t slash = path.rfind('/');
+    path = slash == 0 || slash == std::string::npos ? "/" : path.substr(0, slash);
+  }
+}
+
+HostMemory measured() {
+  HostMemory best;
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string line; std::getline(meminfo, line);) {
+    unsigned long long kib = 0;
+    if (std::sscanf(line.c_str(), "MemAvailable: %llu kB", &kib) == 1) {
+      consider(best, static_cast<std::size_t>(kib) * 1024, "MemAvailable in /proc/meminfo");
+      break;
+    }
+  }
+  // "hierarchy:controllers:path": "0::/path" for cgroup v2, "4:memory:/path" for v1.
+  std::ifstream cgroups("/proc/self/cgroup");
+  for (std::string line; std::getline(cgroups, line);) {
+    const std::size_t first = line.find(':'), second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos) continue;
+    const std::string controllers = line.substr(first + 1, second - first - 1), path = line.substr(second + 1);
+    if (line.compare(0, first, "0") == 0 && controllers.empty()) {
+      for (const char* root : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}) {
+        consider_cgroup(best, root, path, "memory.max", "memory.current", "inactive_file");
+      }
+    } else if (("," + controllers + ",").find(",memory,") != std::string::npos) {
+      consider_cgroup(best, "/sys/fs/cgroup/memory", path, "memory.limit_in_bytes", "memory.usage_in_bytes",
+                      "total_inactive_file");
+    }
+  }
+  return best;
+}
+
+std::string describe_auto() {
+  const HostMemory m = measured();
+  return m.bytes == 0 ? std::string("auto (unknown: no check)")
+                      : "auto: " + human(static_cast<double>(m.bytes)) + " (" + m.from + ")";
+}
+
+std::size_t per_rank_bytes(int ranks, int local_ranks, const LinksConfig& config) {
+  const Layout layout(static_cast<std::size_t>(ranks), config);
+  // allocate_memory() adds a page for the region's state; each pair of
+  // local ranks shares one shm segment of two rings.
+  return layout.total + 4096 + static_cast<std::size_t>(local_ranks - 1) * shm::segment_size(shm::kRingSlots) / 2;
+}
+
+LinksConfig config_at(std::size_t buffsize) {
+  LinksConfig config = links_config();
+  config.chunk = buffsize / config.slots / wire::kLine * wire::kLine;
+  return config;
+}
+
+}  // namespace
+
+HostMemory host_memory() {
+  const auto text = kMemory.read();
+  std::string word = text.value_or("auto");
+  std::transform(word.begin(), word.end(), word.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (word == "auto") return measured();
+  if (word == "off") return {0, "RDMX_COLL_MEMORY=off"};
+  const auto bytes = core::parse_size(*text);
+  if (!bytes || *bytes == 0) {
+    throw Error(ErrorCode::Config, "RDMX_COLL_MEMORY=\"" + *text + "\" is not a size, auto or off",
+                {.op = "communicator create",
+                 .hint = "give the memory one host's ranks may use for their buffers (e.g. RDMX_COLL_MEMORY=8G), "
+                         "auto (the default: what the host has available) or off (no check)"});
+  }
+  return {*bytes, "RDMX_COLL_MEMORY=" + *text};
+}
+
+CommMemory estimate_comm_memory(int ranks, int local_ranks, const HostMemory& memory) {
+  CommMemory m;
+  m.ranks = std::max(ranks, 1);
+  m.local_ranks = std::clamp(local_ranks, 1, m.ranks);
+  m.buffsize = coll_settings().buffsize;
+  m.per_rank = per_rank_bytes(m.ranks, m.local_ranks, links_config());
+  m.per_peer = (m.per_rank + static_cast<std::size_t>(m.ranks) - 1) / static_cast<std::size_t>(m.ranks);
+  m.per_host = m.per_rank * static_cast<std::size_t>(m.local_ranks);
+  m.available = memory.bytes;
+  m.available_from = memory.from;
+  if (m.available == 0) return m;
+  for (std::size_t b = kSmallestSuggestedBuffsize; b <= m.buffsize; b *= 2) {
+    const LinksConfig config = config_at(b);
+    if (config.chunk < wire::kLine) continue;
+    const std::size_t need = per_rank_bytes(m.ranks, m.local_ranks, config) * static_cast<std::size_t>(m.local_ranks);
+    if (need <= m.available) m.fitting_buffsize = b;
+  }
+  return m;
+}
+
+void require_buffers_fit(const std::vector<RankWhere>& everyone, int rank) {
+  // Machines in the order of their lowest rank, so every rank reports the same one first.
+  std::vector<std::string> order;
+  std::map<std::string, std::pair<int, int>> machines;  // boot id -> (lowest rank, ranks)
+  for (int p = 0; p < static_cast<int>(everyone.size()); ++p) {
+    auto [it, fresh] = machines.try_emplace(everyone[static_cast<std::size_t>(p)].boot_id, p, 0);
+    if (fresh) order.push_back(it->first);
+    ++it->second.second;
+  }
+  const int size = static_cast<int>(everyone.size());
+  for (const std::string& boot_id : order) {
+    const auto [lowest, count] = machines[boot_id];
+    const RankWhere& first = everyone[static_cast<std::size_t>(lowest)];
+    CommMemory m = estimate_comm_memory(size, count, {first.memory, first.memory_from});
+    m.host = first.name;
+    if (!m.fits()) require_comm_memory_fits(m, "communicator create", rank);
+    if (boot_id == everyone[static_cast<std::size_t>(rank)].boot_id) {
+      RDMX_INFO("communicator buffers: %s per peer, %s per rank, %s for the %d ranks on %s; %s available (%s)",
+                human(static_cast<double>(m.per_peer)).c_str(), human(static_cast<double>(m.per_rank)).c_str(),
+                human(static_cast<double>(m.per_host)).c_str(), count, m.host.c_str(),
+                m.available == 0 ? "unknown" : human(static_cast<double>(m.available)).c_str(),
+                m.available == 0 ? "not checked" : m.available_from.c_str());
+    }
+  }
+}
+
+}  // namespace rdmx::coll
+
+namespace rdmx {
+
+CommMemory comm_memory(int ranks, int local_ranks) {
+  return coll::estimate_comm_memory(ranks, local_ranks, coll::host_memory());
+}
+
+void require_comm_memory_fits(const CommMemory& m, const std::string& op, int rank) {
+  if (m.fits()) return;
+  using coll::human;
+  const std::string host = m.host.empty() ? "this host" : "host " + m.host;
+  std::string hint = m.fitting_buffsize != 0
+                         ? "lower RDMX_COLL_BUFFSIZE (RDMX_COLL_BUFFSIZE=" + coll::setting_size(m.fitting_buffsize) +
+                               " fits; large collectives then move in smaller pieces), or run fewer ranks on the host"
+                         : "run fewer ranks on the host (the buffers grow with the square of its ranks), or lower "
+                           "RDMX_COLL_BUFFSIZE";
+  hint +=
+      "; RDMX_COLL_MEMORY sets the memory they may use instead of measuring it (off: no check, and the kernel's "
+      "OOM killer ends ranks when memory runs out)";
+  std::ostringstream sizes;
+  sizes << "per_peer=" << m.per_peer << " per_rank=" << m.per_rank << " per_host=" << m.per_host
+        << " available=" << m.available;
+  throw Error(ErrorCode::Config,
+              op + ": the collectives' buffers of the " + std::to_string(m.local_ranks) + " ranks on " + host +
+                  " need " + human(static_cast<double>(m.per_host)) + " and it has " +
+                  human(static_cast<double>(m.available)) + " available (" + m.available_from + "): each rank maps " +
+                  human(static_cast<double>(m.per_peer)) + " per peer for the " + std::to_string(m.ranks) +
+                  " ranks of the communicator (an inbox and a staging area of RDMX_COLL_BUFFSIZE=" +
+                  human(static_cast<double>(m.buffsize)) + ", and its share of the shm rings to each local peer), " +
+                  human(static_cast<double>(m.per_rank)) + " per rank",
+              {.op = op, .rank = rank, .sizes = sizes.str(), .hint = hint});
+}
+
+}  // namespace rdmx
