@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "commands.hpp"
+#include "oom_watch.hpp"
 #include "rdmx/bootstrap.hpp"
 #include "rdmx/error.hpp"
 
@@ -472,9 +473,14 @@ class Job {
           std::snprintf(when, sizeof when, "%.1f", after);
           result.failed_rank = failed;
           result.exit_code = exit_code_of(r.status);
+          const std::string oom =
+              WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGKILL ? oom_.explain_sigkill(r.pid) : "";
           result.failure = "rank " + std::to_string(failed) + " (pid " + std::to_string(r.pid) + ") " +
-                           describe_status(r.status) + " after " + when + " s" +
-                           (others.empty() ? "" : "; stopping the other ranks still running (" + others + ")");
+                           describe_status(r.status) + (oom.empty() ? "" : ", " + oom + ",") + " after " + when + " s" +
+                           (others.empty() ? "" : "; stopping the other ranks still running (" + others + ")") +
+                           (oom.empty() ? ""
+                                        : "; the ranks need less memory (fewer ranks, a smaller RDMX_COLL_BUFFSIZE) "
+                                          "or a host or cgroup with more");
         }
         if (limited && !stopping && result.failure.empty() && Clock::now() > limit_at) {
           result.exit_code = 124;
@@ -585,6 +591,7 @@ class Job {
   Clock::time_point started_{};
   std::string captured_;
   std::map<std::string, int> first_printer_;  // normalised stderr line -> the rank that printed it
+  OomWatch oom_;                              // before any rank starts
 };
 
 }  // namespace
