@@ -30,6 +30,10 @@ void set_invocation(int argc, char** argv);
 const std::vector<std::string>& invocation_args();
 std::string self_executable();
 
+// Prints a usage error (the reason, the nearest valid word, where help is)
+// and returns kExitUsage.
+int report_usage_error(const CLI::App& root, const CLI::ParseError& e);
+
 void register_info(CLI::App& root);
 void register_run(CLI::App& root);
 void register_perf(CLI::App& root);  // perf p2p, perf coll

@@ -25,10 +25,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-    // A usage problem: the message, then the usage of the (sub)command it concerns (help() follows the
-    // subcommands that were parsed).
-    std::fprintf(stderr, "rdmx: %s\n\n%s", e.what(), app.help().c_str());
-    return rdmx::cli::kExitUsage;
+    return rdmx::cli::report_usage_error(app, e);
   } catch (const rdmx::cli::ExitStatus& e) {
     return e.status;
   } catch (const rdmx::Error& e) {
