@@ -7,30 +7,58 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
 .PHONY: test-asan test-tsan sanitizer-build fuzz fuzz-build chaos soak check-build check-run test-check
-.PHONY: all deps build build-cli build-examples run example format-check test test-coll-full test-largest bench bench-shm bench-coll bench-peers bench-torch bench-verbs clean
+.PHONY: all deps deps-build install build build-cli build-examples run example format-check test test-coll-full test-largest bench bench-shm bench-coll bench-peers bench-torch bench-verbs clean
 
 all: build
 
+# deps: everything make test needs; deps-build: only what building the
+# library, the rdmx command and the examples needs (make run, make example,
+# make install). Each installs only what is missing (scripts/deps.sh).
+DEPS_STAMP = $(BUILD)/.deps-installed
 deps:
-	@bash scripts/deps.sh
+	@bash scripts/deps.sh --stamp $(DEPS_STAMP)
+
+deps-build:
+	@bash scripts/deps.sh --build --stamp $(DEPS_STAMP)
 
 $(BUILD)/build.ninja: CMakeLists.txt
 	@echo "== configure ($(BUILD))"
 	cmake -S . -B $(BUILD) $(CMAKE_FLAGS)
+	@rm -f $(DEPS_STAMP)
+
+# A tree configured before scripts/deps.sh installed packages (torch after a
+# make run) is configured again, so that it finds them.
+define reconfigure_if_deps_installed
+	@if [ -f $(DEPS_STAMP) ]; then echo "== configure $(BUILD) again: scripts/deps.sh installed packages"; \
+	  cmake -S . -B $(BUILD) >/dev/null && rm -f $(DEPS_STAMP); fi
+endef
 
 build: deps $(BUILD)/build.ninja
+	$(reconfigure_if_deps_installed)
 	@echo "== build"
 	cmake --build $(BUILD) -j $(JOBS)
+
+# make install PREFIX=P: builds what cmake --install installs (the target
+# rdmx_install_set: the library, rdmx, rdmx_store and the Python package when
+# it is configured), then installs it into P (README.md, "Install").
+PREFIX ?= /usr/local
+install: deps-build $(BUILD)/build.ninja
+	$(reconfigure_if_deps_installed)
+	@echo "== build what is installed (rdmx_install_set), then install it into $(PREFIX)"
+	cmake --build $(BUILD) -j $(JOBS) --target rdmx_install_set
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 # Only what `rdmx bench` runs: the rdmx command and the library under it (bench
 # starts each step as `rdmx perf ...` of itself). Not the test suites: on two
 # cores those take most of a full build's time.
-build-cli: deps $(BUILD)/build.ninja
+build-cli: deps-build $(BUILD)/build.ninja
+	$(reconfigure_if_deps_installed)
 	@echo "== build (the rdmx command; make test builds everything)"
 	cmake --build $(BUILD) -j $(JOBS) --target rdmx_cli
 
 EXAMPLES = rdmx_write_read rdmx_all_reduce
-build-examples: deps $(BUILD)/build.ninja
+build-examples: deps-build $(BUILD)/build.ninja
+	$(reconfigure_if_deps_installed)
 	@echo "== build (the rdmx command and the examples)"
 	cmake --build $(BUILD) -j $(JOBS) --target rdmx_cli $(EXAMPLES)
 

@@ -32,3 +32,10 @@ install(CODE "
   configure_file(\"${PROJECT_SOURCE_DIR}/cmake/rdmx.pc.in\" \"${PROJECT_BINARY_DIR}/rdmx.pc\" @ONLY)
   file(INSTALL \"${PROJECT_BINARY_DIR}/rdmx.pc\" DESTINATION \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_LIBDIR}/pkgconfig\")
 ")
+
+# Everything the rules above install, as one target: make install builds it
+# before cmake --install, which would otherwise stop at the first file a
+# partial build (make run builds the rdmx command alone) has not made.
+add_custom_target(rdmx_install_set)
+get_property(rdmx_python_targets DIRECTORY ${PROJECT_SOURCE_DIR}/python PROPERTY BUILDSYSTEM_TARGETS)
+add_dependencies(rdmx_install_set rdmx rdmx_cli rdmx_store ${rdmx_python_targets})

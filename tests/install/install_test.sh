@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Installs rdmx from BUILD_DIR into a temporary prefix, builds
+# Checks that the target make install builds (rdmx_install_set) makes every
+# file that cmake --install copies out of BUILD_DIR, installs rdmx from
+# BUILD_DIR into a temporary prefix with make install, builds
 # examples/write_read.cpp as an outside project once with find_package(rdmx)
 # and once with pkg-config, runs each on two ranks with the installed
 # `rdmx run`, and imports the installed Python package.
@@ -15,8 +17,22 @@ export RDMX_TIMEOUT=${RDMX_TIMEOUT:-30} RDMX_SOCKET_IFNAME=lo
 
 step() { echo "== install test: $*"; }
 
-step "cmake --install $build --prefix $prefix"
-cmake --install "$build" --prefix "$prefix" >"$work/install.log" || { cat "$work/install.log"; exit 1; }
+# cmake --install right after a partial build (make run) stops at the first
+# file nothing built; make install builds rdmx_install_set first, which must
+# hold every executable, library and module the install rules copy.
+step "rdmx_install_set builds every file cmake --install copies from $build"
+unversioned() { sed -E 's/\.so(\.[0-9]+)+$/.so/'; }
+set_inputs=$(ninja -C "$build" -t query rdmx_install_set | sed -n 's/^    //p' | unversioned)
+installed=$(grep -rh --include=cmake_install.cmake -A3 -E 'TYPE (EXECUTABLE|SHARED_LIBRARY|MODULE) FILES' "$build" |
+            grep -oE "\"$build/[^\"]+\"" | tr -d '"' | sed "s|^$build/||" | unversioned | sort -u)
+[[ -n $installed ]] || { echo "install test: no installed binaries found in $build/cmake_install.cmake" >&2; exit 1; }
+for f in $installed; do
+  grep -qxF "$f" <<<"$set_inputs" || { echo "install test: cmake --install copies $build/$f, which rdmx_install_set does not build" >&2; exit 1; }
+done
+
+step "make install BUILD=$build PREFIX=$prefix"
+make -C "$src" --no-print-directory install BUILD="$build" PREFIX="$prefix" >"$work/install.log" 2>&1 ||
+  { cat "$work/install.log"; exit 1; }
 for f in bin/rdmx bin/rdmx_store include/rdmx/comm.hpp include/rdmx/version.hpp lib/cmake/rdmx/rdmxConfig.cmake \
          lib/pkgconfig/rdmx.pc; do
   [[ -e $prefix/$f ]] || { echo "install test: $prefix/$f is missing" >&2; exit 1; }
