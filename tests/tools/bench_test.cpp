@@ -28,8 +28,10 @@ TEST(BenchCommand, QuickRunWritesSummaryJsonAndReport) {
   const std::filesystem::path dir = dir_template;
   const CliResult r = run_cli({"bench", "--quick", "--np", "2", "--out", dir.string()}, {}, std::chrono::seconds(240));
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  // The summary: one line per usable provider, and why the others are not usable.
-  EXPECT_NE(r.out.find("best latency"), std::string::npos) << r.out;
+  // The summary: one line per usable provider, and why the others are not usable. It
+  // leads with WRITE latency and WRITE bandwidth beyond the last-level cache.
+  EXPECT_NE(r.out.find("provider  write latency (typical)  write bandwidth > LLC"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("best latency"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\nshm "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\ntcp "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("verbs     not usable: "), std::string::npos) << r.out;
@@ -43,7 +45,13 @@ TEST(BenchCommand, QuickRunWritesSummaryJsonAndReport) {
   for (const auto& p : problems) ADD_FAILURE() << p;
   EXPECT_EQ(doc["rdmx_version"], rdmx::version());
   EXPECT_TRUE(doc["errors"].empty()) << doc["errors"].dump(2);
+  const std::uint64_t llc = doc["host"]["llc_bytes"];
+  EXPECT_GT(llc, 0u);
   for (const auto& s : doc["summary"]) {
+    EXPECT_FALSE(s["write_latency_us"].is_null()) << s.dump();
+    EXPECT_GE(s["write_latency_spread"].get<double>(), 1.0) << s.dump();
+    EXPECT_FALSE(s["bw_out_of_cache_gb_s"].is_null()) << s.dump();
+    EXPECT_GT(s["bw_out_of_cache_bytes"].get<std::uint64_t>(), llc) << s.dump();
     EXPECT_FALSE(s["best_latency_us"].is_null()) << s.dump();
     EXPECT_FALSE(s["best_bw_gb_s"].is_null()) << s.dump();
     EXPECT_FALSE(s["allreduce_busbw_GBps"].empty()) << s.dump();
@@ -71,9 +79,10 @@ TEST(BenchCommand, ProgressBarOnlyOnATerminal) {
   for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) terminal.append(buffer, n);
   const int status = ::pclose(pipe);
   EXPECT_EQ(status, 0) << terminal;
-  EXPECT_NE(terminal.find("\r\033[K[##########....................] 1/3 tcp: p2p bandwidth"), std::string::npos)
+  // Three latency rounds, the sweep, three rounds beyond the cache, all_reduce.
+  EXPECT_NE(terminal.find("\r\033[K[###########...................] 3/8 tcp: p2p bandwidth"), std::string::npos)
       << terminal;
-  EXPECT_NE(terminal.find("best latency"), std::string::npos) << terminal;
+  EXPECT_NE(terminal.find("write latency"), std::string::npos) << terminal;
   std::filesystem::remove_all(dir_template);
 }
 

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_summary.hpp"
 #include "commands.hpp"
 #include "local_job.hpp"
 #include "rdmx/error.hpp"
@@ -40,7 +41,12 @@ struct BenchOptions {
   std::string out_dir = "rdmx-bench";
   std::vector<std::string> providers;  // empty: every usable one
   int step_limit_s = 300;
+  std::uint64_t llc_bytes = 0;  // the host's last-level cache
 };
+
+// The latency tests and the out-of-cache WRITE bandwidth run in rounds, so
+// that the summary can say when a figure moved between them (a busy host).
+constexpr int kRounds = 3;
 
 // One `rdmx perf` invocation of the bench.
 struct Step {
@@ -56,19 +62,31 @@ std::vector<Step> plan_steps(const BenchOptions& o, const std::vector<std::strin
   const std::string bw_sizes = o.quick ? "4K,64K,1M" : "1K,4K,16K,64K,256K,1M,4M";
   const std::string volume = o.quick ? "32M" : "256M";
   std::vector<Step> steps;
+  const std::string out_of_cache = std::to_string(out_of_cache_bytes(o.llc_bytes));
   for (const auto& p : providers) {
-    steps.push_back({p,
-                     "p2p",
-                     p + ": p2p latency",
-                     2,
-                     {"perf", "p2p", "write_lat,read_lat,send_lat,atomic_lat", "--provider", p, "-s", lat_sizes, "-n",
-                      o.quick ? "300" : "1000", "--json"}});
+    for (int round = 1; round <= kRounds; ++round) {
+      steps.push_back({p,
+                       "p2p",
+                       p + ": p2p latency (round " + std::to_string(round) + " of " + std::to_string(kRounds) + ")",
+                       2,
+                       {"perf", "p2p", "write_lat,read_lat,send_lat,atomic_lat", "--provider", p, "-s", lat_sizes, "-n",
+                        o.quick ? "300" : "1000", "--json"}});
+    }
     steps.push_back(
         {p,
          "p2p",
          p + ": p2p bandwidth",
          2,
          {"perf", "p2p", "write_bw,read_bw,send_bw", "--provider", p, "-s", bw_sizes, "--volume", volume, "--json"}});
+    for (int round = 1; round <= kRounds; ++round) {
+      steps.push_back(
+          {p,
+           "p2p",
+           p + ": write bandwidth beyond the cache (round " + std::to_string(round) + " of " + std::to_string(kRounds) +
+               ")",
+           2,
+           {"perf", "p2p", "write_bw", "--provider", p, "-s", out_of_cache, "-n", o.quick ? "8" : "16", "--json"}});
+    }
     std::vector<std::string> coll = {"perf", "coll", "all_reduce", "--provider", p, "--json", "-c", "1"};
     if (o.quick) {
       coll.insert(coll.end(), {"--sizes", "8,4K,64K,1M"});
@@ -109,145 +127,6 @@ std::string iso_time_utc(std::time_t t) {
   return text;
 }
 
-std::string human_bytes(std::uint64_t bytes) {
-  if (bytes >= (1u << 20) && bytes % (1u << 20) == 0) return std::to_string(bytes >> 20) + " MiB";
-  if (bytes >= 1024 && bytes % 1024 == 0) return std::to_string(bytes >> 10) + " KiB";
-  return std::to_string(bytes) + " B";
-}
-
-std::string fixed(double value, int digits) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.*f", digits, value);
-  return text;
-}
-
-// Best latency, best bandwidth and all_reduce busbw per size, per provider.
-// Bandwidth counts sizes from 1 MiB on (when the sweep has any): below that a
-// READ or WRITE of the same buffer over and over runs from the CPU caches on
-// shared memory, which says nothing about a fabric.
-constexpr std::uint64_t kMinBandwidthBytes = 1u << 20;
-
-json summarize(const json& doc, const std::vector<std::string>& providers) {
-  std::uint64_t largest = 0;
-  for (const auto& run : doc["p2p"]) {
-    for (const auto& row : run["results"]) {
-      if (row.contains("bw_avg_gb_s")) largest = std::max(largest, row["bytes"].get<std::uint64_t>());
-    }
-  }
-  const std::uint64_t min_bw_bytes = std::min(largest, kMinBandwidthBytes);
-  json summary = json::array();
-  for (const auto& p : providers) {
-    json entry = {{"provider", p},           {"best_latency_us", nullptr},
-                  {"best_latency_test", ""}, {"best_latency_bytes", 0},
-                  {"best_bw_gb_s", nullptr}, {"best_bw_test", ""},
-                  {"best_bw_bytes", 0},      {"allreduce_busbw_GBps", json::array()}};
-    for (const auto& run : doc["p2p"]) {
-      if (run["provider"] != p) continue;
-      for (const auto& row : run["results"]) {
-        if (row.contains("t_typical_us")) {
-          const double t = row["t_typical_us"];
-          if (entry["best_latency_us"].is_null() || t < entry["best_latency_us"].get<double>()) {
-            entry["best_latency_us"] = t;
-            entry["best_latency_test"] = run["test"];
-            entry["best_latency_bytes"] = row["bytes"];
-          }
-        } else if (row.contains("bw_avg_gb_s") && row["bytes"].get<std::uint64_t>() >= min_bw_bytes) {
-          const double bw = row["bw_avg_gb_s"];
-          if (entry["best_bw_gb_s"].is_null() || bw > entry["best_bw_gb_s"].get<double>()) {
-            entry["best_bw_gb_s"] = bw;
-            entry["best_bw_test"] = run["test"];
-            entry["best_bw_bytes"] = row["bytes"];
-          }
-        }
-      }
-    }
-    for (const auto& run : doc["coll"]) {
-      if (run["provider"] != p || run["collective"] != "all_reduce") continue;
-      for (const auto& row : run["results"]) {
-        if (row["inplace"] == false) {
-          entry["allreduce_busbw_GBps"].push_back({{"bytes", row["bytes"]}, {"busbw_GBps", row["busbw_GBps"]}});
-        }
-      }
-    }
-    summary.push_back(std::move(entry));
-  }
-  return summary;
-}
-
-// `text` in lines of at most `width` columns, each ending in a newline.
-std::string wrap(const std::string& text, std::size_t width) {
-  std::string out, line;
-  std::size_t start = 0;
-  while (start < text.size()) {
-    std::size_t end = text.find(' ', start);
-    if (end == std::string::npos) end = text.size();
-    const std::string word = text.substr(start, end - start);
-    if (!line.empty() && line.size() + 1 + word.size() > width) {
-      out += line + "\n";
-      line.clear();
-    }
-    line += (line.empty() ? "" : " ") + word;
-    start = end + 1;
-  }
-  return line.empty() ? out : out + line + "\n";
-}
-
-// The table a person reads in ten seconds.
-void print_summary(const json& doc) {
-  // A handful of all_reduce sizes; every size is in the JSON and the report.
-  const std::vector<std::uint64_t> shown = {8, 4096, 64u << 10, 1u << 20, 16u << 20, 64u << 20};
-  std::vector<std::uint64_t> columns;
-  for (std::uint64_t size : shown) {
-    for (const auto& s : doc["summary"]) {
-      bool has = false;
-      for (const auto& cell : s["allreduce_busbw_GBps"]) has = has || cell["bytes"] == size;
-      if (has) {
-        columns.push_back(size);
-        break;
-      }
-    }
-  }
-  std::printf("\n== rdmx bench: %d local ranks for all_reduce, 2 for p2p; %s\n", doc["ranks"].get<int>(),
-              doc["host"]["hostname"].get<std::string>().c_str());
-  std::printf("%-8s  %-26s  %-28s  all_reduce busbw GB/s (out of place)\n", "provider", "best latency (typical)",
-              "best bandwidth (>= 1 MiB)");
-  std::printf("%-8s  %-26s  %-28s ", "", "", "");
-  for (std::uint64_t size : columns) std::printf(" %9s", human_bytes(size).c_str());
-  std::printf("\n");
-  for (const auto& s : doc["summary"]) {
-    std::string latency = "n/a";
-    if (!s["best_latency_us"].is_null()) {
-      latency = fixed(s["best_latency_us"], 2) + " us (" + s["best_latency_test"].get<std::string>() + " " +
-                human_bytes(s["best_latency_bytes"]) + ")";
-    }
-    std::string bandwidth = "n/a";
-    if (!s["best_bw_gb_s"].is_null()) {
-      bandwidth = fixed(s["best_bw_gb_s"], 2) + " GB/s (" + s["best_bw_test"].get<std::string>() + " " +
-                  human_bytes(s["best_bw_bytes"]) + ")";
-    }
-    std::printf("%-8s  %-26s  %-28s ", s["provider"].get<std::string>().c_str(), latency.c_str(), bandwidth.c_str());
-    for (std::uint64_t size : columns) {
-      std::string cell = "-";
-      for (const auto& c : s["allreduce_busbw_GBps"]) {
-        if (c["bytes"] == size) cell = fixed(c["busbw_GBps"], 3);
-      }
-      std::printf(" %9s", cell.c_str());
-    }
-    std::printf("\n");
-  }
-  for (const auto& p : doc["providers"]) {
-    if (!p["usable"].get<bool>()) {
-      std::printf("%-8s  not usable: %s\n", p["name"].get<std::string>().c_str(),
-                  p["reason"].get<std::string>().c_str());
-    }
-  }
-  for (const auto& e : doc["errors"]) {
-    std::printf("FAILED    %s: %s\n", e["what"].get<std::string>().c_str(), e["message"].get<std::string>().c_str());
-  }
-  std::printf("GB = 1e9 bytes; latency: write/send half a round trip, read/atomic a full one (perftest).\n%s",
-              wrap(kSameHostCaveat, 100).c_str());
-}
-
 void write_file(const std::filesystem::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << text;
@@ -270,7 +149,8 @@ int run_bench(const BenchOptions& o) {
                {{"hostname", host.hostname},
                 {"cores", host.cores},
                 {"logical_cpus", host.logical_cpus},
-                {"numa_nodes", host.numa_nodes.size()}}},
+                {"numa_nodes", host.numa_nodes.size()},
+                {"llc_bytes", o.llc_bytes}}},
               {"ranks", o.np},
               {"quick", o.quick},
               {"providers", json::array()},
@@ -345,6 +225,7 @@ int run_bench(const BenchOptions& o) {
     }
   }
   bar.show(steps.size(), "writing the report");
+  doc["p2p"] = merge_rounds(doc["p2p"]);
   doc["summary"] = summarize(doc, usable);
   doc["duration_s"] = std::chrono::duration<double>(Clock::now() - started).count();
 
@@ -354,7 +235,7 @@ int run_bench(const BenchOptions& o) {
   write_file(json_path, doc.dump(2) + "\n");
   write_file(html_path, render_html_report(doc));
   bar.clear();
-  print_summary(doc);
+  std::fputs(format_summary(doc).c_str(), stdout);
   std::printf("Full results: %s\nReport: %s (open it in a browser; it needs no network)\nTook %.0f s.\n",
               json_path.c_str(), html_path.c_str(), doc["duration_s"].get<double>());
   if (usable.empty()) {
@@ -381,6 +262,7 @@ void register_bench(CLI::App& root) {
       ->check(CLI::Range(1, 3600));
   cmd->callback([o] {
     if (o->np == 0) o->np = default_local_ranks();
+    o->llc_bytes = last_level_cache_bytes();
     // Local ranks reach each other over loopback unless told otherwise.
     ::setenv("RDMX_SOCKET_IFNAME", "lo", 0);
     const int status = run_bench(*o);

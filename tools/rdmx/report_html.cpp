@@ -7,6 +7,7 @@
 #include <set>
 #include <vector>
 
+#include "bench_summary.hpp"
 #include "svg_plot.hpp"
 
 namespace rdmx::cli {
@@ -165,6 +166,23 @@ std::string best_cell(const json& s, const char* value_key, const char* unit, co
          "</span></td>";
 }
 
+// A summary figure measured in rounds: its value and size, marked when the
+// rounds spread by more than kSpreadMark (bench_summary.hpp).
+std::string rounds_cell(const json& s, const char* value_key, const char* unit, const char* bytes_key,
+                        const char* spread_key) {
+  const auto value = number(s, value_key);
+  if (!value) return "<td class=\"dim\">no results</td>";
+  std::string detail;
+  if (const auto bytes = number(s, bytes_key)) detail = format_bytes(*bytes);
+  const auto spread = number(s, spread_key);
+  if (spread && *spread > kSpreadMark) {
+    detail += " <b title=\"the rounds differ by more than " + format_number(kSpreadMark) + "x\">! rounds spread " +
+              format_number(*spread) + "x</b>";
+  }
+  return "<td class=\"num\">" + format_number(*value) + " " + unit + "<br><span class=\"dim\">" + detail +
+         "</span></td>";
+}
+
 std::string summary_section(const json& bench) {
   std::string out = "<h2>Summary</h2>\n" + note(html_escape(kSameHostCaveat));
   const json& summary = list(bench, "summary");
@@ -176,8 +194,9 @@ std::string summary_section(const json& bench) {
     }
   }
   out +=
-      "<table>\n<tr><th rowspan=\"2\">Provider</th><th rowspan=\"2\">Best latency</th>"
-      "<th rowspan=\"2\">Best bandwidth</th>";
+      "<table>\n<tr><th rowspan=\"2\">Provider</th><th rowspan=\"2\">Write latency</th>"
+      "<th rowspan=\"2\">Write bandwidth beyond the last-level cache</th><th rowspan=\"2\">Best latency (any "
+      "test)</th><th rowspan=\"2\">Best bandwidth (any test)</th>";
   out += sizes.empty() ? std::string("<th rowspan=\"2\">all_reduce bus bandwidth</th></tr>\n<tr>")
                        : "<th colspan=\"" + std::to_string(sizes.size()) +
                              "\">all_reduce bus bandwidth (GB/s) at</th></tr>\n<tr>";
@@ -185,6 +204,8 @@ std::string summary_section(const json& bench) {
   out += "</tr>\n";
   for (const auto& s : summary) {
     out += "<tr><td><b>" + esc(s, "provider") + "</b></td>" +
+           rounds_cell(s, "write_latency_us", kMicro, "write_latency_bytes", "write_latency_spread") +
+           rounds_cell(s, "bw_out_of_cache_gb_s", "GB/s", "bw_out_of_cache_bytes", "bw_out_of_cache_spread") +
            best_cell(s, "best_latency_us", kMicro, "best_latency_test", "best_latency_bytes") +
            best_cell(s, "best_bw_gb_s", "GB/s", "best_bw_test", "best_bw_bytes");
     std::map<double, double> busbw;
