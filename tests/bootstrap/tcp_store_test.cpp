@@ -487,9 +487,13 @@ TEST(TcpStore, StatsAgainstAnOlderServerIsNotSupported) {
     ASSERT_GE(fd, 0);
     const std::string challenge = wire::auth_frame_head(0) + std::string(32, 'c');
     ASSERT_EQ(::send(fd, challenge.data(), challenge.size(), MSG_NOSIGNAL), static_cast<ssize_t>(challenge.size()));
-    // The proof and the hello, then the verdict and the answer of a level-1 server.
-    test::receive_up_to(fd, wire::kProofFrameBytes + wire::kRequestHeaderBytes);
-    std::string reply = wire::auth_frame_head(1);
+    // The proof, then the verdict (a client without a key takes any proof
+    // in return), then the hello and the answer of a level-1 server.
+    test::receive_up_to(fd, wire::kProofFrameBytes);
+    std::string reply = wire::auth_frame_head(1) + std::string(wire::kVerdictFrameBytes - 8, '\0');
+    ::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
+    test::receive_up_to(fd, wire::kRequestHeaderBytes);
+    reply.clear();
     wire::append_response(reply, wire::Status::Ok, 1, {"rdmx-store/1"});
     ::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
     // Then a check of "k": the next request the client sends, once stats was refused.
