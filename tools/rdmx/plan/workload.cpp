@@ -97,8 +97,11 @@ nlohmann::json models_doc(const std::string& path) {
 }  // namespace
 
 std::vector<std::string> preset_names(const std::string& models_file) {
+  // The document outlives the loop: items() of a sub-object of a temporary
+  // would iterate freed memory (the temporary dies before the loop body).
+  const nlohmann::json doc = models_doc(models_file);
   std::vector<std::string> out;
-  for (const auto& [name, m] : models_doc(models_file)["models"].items()) out.push_back(name);
+  for (const auto& [name, m] : doc["models"].items()) out.push_back(name);
   return out;
 }
 
