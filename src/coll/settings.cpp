@@ -9,10 +9,15 @@
 namespace rdmx::coll {
 namespace {
 
+// From 1K (16 slots of 64 bytes) to 1G (a job of n local ranks holds about
+// 2 * n * n inboxes); Links refuses a pair that leaves slots under 64 bytes.
 constexpr core::SizeSetting kBuffsize{"RDMX_COLL_BUFFSIZE", std::size_t{4} << 20,
-                                      "collectives: inbox bytes per peer (every rank must agree)"};
+                                      "collectives: inbox bytes per peer (every rank must agree)", std::size_t{1} << 10,
+                                      std::size_t{1} << 30};
 RDMX_SETTING(kBuffsize);
-constexpr core::SizeSetting kSlots{"RDMX_COLL_SLOTS", 16, "collectives: inbox slots per peer (every rank must agree)"};
+// At least 2: a sender refills one slot while the receiver drains the other.
+constexpr core::IntegerSetting kSlots{
+    "RDMX_COLL_SLOTS", 16, 2, 1 << 16, "slots", "collectives: inbox slots per peer (every rank must agree)"};
 RDMX_SETTING(kSlots);
 constexpr core::SizeSetting kStageLimit{"RDMX_COLL_STAGE_LIMIT", std::size_t{16} << 10,
                                         "collectives: payloads up to this size are copied, larger ones written in "
@@ -32,7 +37,7 @@ RDMX_SETTING(kDirectMin);
 
 CollSettings coll_settings() {
   return {.buffsize = kBuffsize.read(),
-          .slots = kSlots.read(),
+          .slots = static_cast<std::size_t>(kSlots.read()),
           .stage_limit = kStageLimit.read(),
           .direct_min = kDirectMin.read()};
 }

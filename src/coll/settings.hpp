@@ -14,7 +14,7 @@ struct CollSettings {
   std::size_t direct_min;   // RDMX_COLL_DIRECT_MIN: direct transfers from this size on (0: off)
 };
 
-// Reads the environment now (a malformed value warns and gives the default).
+// Reads the environment now; a malformed or out-of-range value throws Error(Config).
 CollSettings coll_settings();
 
 struct LinksConfig;  // links.hpp

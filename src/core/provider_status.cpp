@@ -111,8 +111,8 @@ std::vector<Setting> settings() {
     s.from_env = text.has_value();
     try {
       s.value = declared->value_text();
-      // The library falls back to the default (with a warning) on a malformed
-      // value; the report shows the value in force and what was ignored.
+      // A choice the library does not know it replaces by its default (with a
+      // warning); the report shows the value in force and what was ignored.
       if (text && declared->ignored()) s.value += " (ignored \"" + *text + "\": malformed)";
     } catch (const Error& e) {
       // A value the library refuses (core/settings.hpp): shown as refused, with the library's reason.

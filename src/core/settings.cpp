@@ -8,9 +8,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "core/config.hpp"
-#include "core/log.hpp"
 #include "rdmx/error.hpp"
 
 namespace rdmx::core {
@@ -23,13 +23,47 @@ std::vector<const Setting*>& registry() {
   return settings;
 }
 
+// The end of the decimal number `p` begins with, as the settings document
+// numbers: digits, then (where `fraction`) ".digits" and an exponent
+// "e[+-]digits"; nullptr when `p` does not begin with one. strtod and strtoull would also take
+// "0x10" (16), " +5", "-1" (2^64 - 1 for strtoull), "nan" and "infinity";
+// a leading zero before another digit is refused too, so that "010" is not
+// taken for 10 by one reader and 8 by another.
+const char* decimal_end(const char* p, bool fraction) {
+  auto digits = [](const char* q) {
+    while (*q >= '0' && *q <= '9') ++q;
+    return q;
+  };
+  const char* q = digits(p);
+  if (q == p || (*p == '0' && q - p > 1)) return nullptr;
+  if (!fraction) return q;
+  if (*q == '.') {
+    const char* f = digits(q + 1);
+    if (f == q + 1) return nullptr;
+    q = f;
+  }
+  if (*q == 'e' || *q == 'E') {
+    const char* e = q + 1;
+    if (*e == '+' || *e == '-') ++e;
+    const char* x = digits(e);
+    if (x == e) return nullptr;
+    q = x;
+  }
+  return q;
+}
+
 // A duration as written, in milliseconds, kept as a double so that "1e17"
 // stays a number to report rather than overflowing; nullopt when the text is
-// not a duration at all.
+// not a duration at all. A sign is read only to report a negative duration
+// as out of range.
 std::optional<double> parse_milliseconds(const std::string& text) {
-  char* end = nullptr;
-  const double number = std::strtod(text.c_str(), &end);
-  if (end == text.c_str() || !std::isfinite(number)) return std::nullopt;
+  const bool negative = !text.empty() && text[0] == '-';
+  const char* begin = text.c_str() + (negative ? 1 : 0);
+  const char* end = decimal_end(begin, true);
+  if (end == nullptr) return std::nullopt;
+  const double magnitude = std::strtod(begin, nullptr);
+  if (!std::isfinite(magnitude)) return std::nullopt;
+  const double number = negative ? -magnitude : magnitude;
   const std::string unit(end);
   if (unit.empty() || unit == "s") return number * 1000.0;
   if (unit == "ms") return number;
@@ -57,20 +91,23 @@ std::optional<std::chrono::milliseconds> parse_duration(const std::string& text)
 }
 
 std::optional<std::size_t> parse_size(const std::string& text) {
-  char* end = nullptr;
+  const char* end = decimal_end(text.c_str(), false);
+  if (end == nullptr) return std::nullopt;
   errno = 0;
-  unsigned long long n = std::strtoull(text.c_str(), &end, 10);
-  if (end == text.c_str() || errno != 0) return std::nullopt;
-  std::string unit(end);
+  const unsigned long long n = std::strtoull(text.c_str(), nullptr, 10);
+  if (errno != 0) return std::nullopt;
+  const std::string unit(end);
+  int shift = 0;
   if (unit == "K" || unit == "k")
-    n <<= 10;
+    shift = 10;
   else if (unit == "M" || unit == "m")
-    n <<= 20;
+    shift = 20;
   else if (unit == "G" || unit == "g")
-    n <<= 30;
+    shift = 30;
   else if (!unit.empty())
     return std::nullopt;
-  return static_cast<std::size_t>(n);
+  if (n > (std::numeric_limits<std::size_t>::max() >> shift)) return std::nullopt;
+  return static_cast<std::size_t>(n) << shift;
 }
 
 std::optional<std::string> Setting::raw() const { return env(name_); }
@@ -124,15 +161,17 @@ std::string DurationSetting::value_text() const { return format_duration(read())
 long long IntegerSetting::read() const {
   const auto text = raw();
   if (!text) return fallback_;
-  char* end = nullptr;
+  const bool negative = (*text)[0] == '-';
+  const char* end = decimal_end(text->c_str() + (negative ? 1 : 0), false);
+  const bool number = end != nullptr && *end == '\0';
   errno = 0;
-  const long long value = std::strtoll(text->c_str(), &end, 10);
-  const bool number = end != text->c_str() && *end == '\0';
+  const long long value = number ? std::strtoll(text->c_str(), nullptr, 10) : 0;
   if (!number || errno == ERANGE || value < min_ || value > max_) {
     throw Error(ErrorCode::Config,
                 std::string(name()) + "=\"" + *text + "\" is " +
                     (number ? std::string("out of range") : std::string("not a number of ") + unit_) +
-                    "; accepted: whole " + unit_ + " from " + std::to_string(min_) + " to " + std::to_string(max_),
+                    "; accepted: whole " + unit_ + " in decimal from " + std::to_string(min_) + " to " +
+                    std::to_string(max_),
                 {.op = "read settings",
                  .hint = std::string("fix or unset ") + name() + " (default " + std::to_string(fallback_) + ")"});
   }
@@ -141,33 +180,31 @@ long long IntegerSetting::read() const {
 
 std::size_t SizeSetting::read() const {
   const auto text = raw();
-  if (!text) return std::min(fallback_, cap_);
-  if (auto n = parse_size(*text)) return std::min(*n, cap_);
-  RDMX_WARN("%s=%s is not a size (e.g. 4096, 16K, 4M); using %s", name(), text->c_str(),
-            format_size(std::min(fallback_, cap_)).c_str());
-  return std::min(fallback_, cap_);
+  if (!text) return fallback_;
+  const auto n = parse_size(*text);
+  if (!n || *n < min_ || *n > max_) {
+    throw Error(ErrorCode::Config,
+                std::string(name()) + "=\"" + *text + "\" is " + (n ? "out of range" : "not a size") +
+                    "; accepted: bytes in decimal, with K, M or G for KiB, MiB or GiB (\"4096\", \"16K\", \"4M\"), "
+                    "from " +
+                    format_size(min_) + " to " + format_size(max_),
+                {.op = "read settings",
+                 .hint = std::string("fix or unset ") + name() + " (default " + format_size(fallback_) + ")"});
+  }
+  return *n;
 }
 
 std::string SizeSetting::default_text() const { return format_size(fallback_); }
 std::string SizeSetting::value_text() const { return format_size(read()); }
-
-bool SizeSetting::ignored() const {
-  const auto text = raw();
-  return text && !parse_size(*text);
-}
 
 bool FlagSetting::read() const {
   const auto text = raw();
   if (!text) return fallback_;
   if (*text == "1") return true;
   if (*text == "0") return false;
-  log(LogLevel::Warn, "ignoring %s=\"%s\": expected 0 or 1; using %d", name(), text->c_str(), fallback_ ? 1 : 0);
-  return fallback_;
-}
-
-bool FlagSetting::ignored() const {
-  const auto text = raw();
-  return text && *text != "0" && *text != "1";
+  throw Error(ErrorCode::Config, std::string(name()) + "=\"" + *text + "\" is not a flag; accepted: 0 or 1",
+              {.op = "read settings",
+               .hint = std::string("fix or unset ") + name() + " (default " + (fallback_ ? "1" : "0") + ")"});
 }
 
 bool ChoiceSetting::ignored() const {

@@ -6,11 +6,13 @@
 // registry with the values in force, and a test checks the README's table
 // against it, so neither can miss a setting or restate a default.
 //
-// The kinds differ in what a bad value does. A duration or bounded integer
-// that cannot be honoured is refused: reading it throws Error(Config) naming
-// the variable, its value and the accepted range, on every read (a wait
-// bounded by a misread number fails far from the variable). A malformed
-// size or flag is ignored with a warning and the default used.
+// A value that is malformed or out of range is refused, whatever its kind:
+// reading it throws Error(Config) naming the variable, its value and what is
+// accepted, on every read (a wait bounded by a misread number fails far from
+// the variable; a size or flag used as its default would run a job other
+// than the one asked for). Numbers are decimal only: "0x10", "010", "+5",
+// "nan" and "inf" are refused rather than read as something the user did
+// not write. Free text and choices are the reading code's to judge.
 #pragma once
 
 #include <chrono>
@@ -76,30 +78,32 @@ class IntegerSetting final : public Setting {
   const char* unit_;
 };
 
-// A byte count ("4096", "16K", "4M", "1G"), at most `cap` (a larger value is
-// capped); a malformed one is ignored with a warning.
+// The largest size a SizeSetting accepts unless it says less.
+inline constexpr std::size_t kMaxSizeSetting = std::size_t{1} << 40;
+
+// A byte count ("4096", "16K", "4M", "1G") from `min` to `max`; refused otherwise.
 class SizeSetting final : public Setting {
  public:
-  constexpr SizeSetting(const char* name, std::size_t fallback, const char* doc, std::size_t cap = ~std::size_t{0})
-      : Setting(name, doc), fallback_(fallback), cap_(cap) {}
+  constexpr SizeSetting(const char* name, std::size_t fallback, const char* doc, std::size_t min = 0,
+                        std::size_t max = kMaxSizeSetting)
+      : Setting(name, doc), fallback_(fallback), min_(min), max_(max) {}
   std::size_t read() const;
   std::string default_text() const override;
   std::string value_text() const override;
-  bool ignored() const override;
 
  private:
   std::size_t fallback_;
-  std::size_t cap_;
+  std::size_t min_;
+  std::size_t max_;
 };
 
-// 0 or 1; anything else is ignored with a warning.
+// 0 or 1; refused otherwise.
 class FlagSetting final : public Setting {
  public:
   constexpr FlagSetting(const char* name, bool fallback, const char* doc) : Setting(name, doc), fallback_(fallback) {}
   bool read() const;
   std::string default_text() const override { return fallback_ ? "1" : "0"; }
   std::string value_text() const override { return read() ? "1" : "0"; }
-  bool ignored() const override;
 
  private:
   bool fallback_;

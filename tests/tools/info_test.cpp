@@ -222,7 +222,9 @@ TEST(InfoCommand, ReadmeSettingsTableIsTheRegistry) {
       << "README.md's settings table differs from the library's settings: regenerate it with "
          "`build/tools/rdmx info --settings-markdown` (between the settings markers)";
   // Every row has a default: the registry writes it once, the README repeats it from there.
-  for (const auto& s : info_json()["settings"]) {
+  const json settings = info_json()["settings"];  // a copy: a range over a temporary's member would dangle
+  ASSERT_FALSE(settings.empty());
+  for (const auto& s : settings) {
     if (s["meaning"].get<std::string>().rfind("not a known setting", 0) == 0) continue;
     EXPECT_NE(s["default"], "") << s.dump();
   }
@@ -243,12 +245,20 @@ TEST(InfoCommand, AMalformedDurationIsShownRefused) {
   EXPECT_NE((*shm)["reason"].get<std::string>().find("RDMX_TIMEOUT"), std::string::npos) << shm->dump();
 }
 
-TEST(InfoCommand, AMalformedSizeShowsTheDefaultInForce) {
+// A malformed size is refused like a malformed duration (it used to be
+// replaced by the default with a warning), and info says why.
+TEST(InfoCommand, AMalformedSizeIsShownRefused) {
   const json doc = info_json({{"RDMX_SHM_EAGER_LIMIT", "lots"}});
   const json* limit = find_named(doc["settings"], "RDMX_SHM_EAGER_LIMIT");
   ASSERT_NE(limit, nullptr);
-  EXPECT_NE((*limit)["value"].get<std::string>().find("(ignored \"lots\": malformed)"), std::string::npos)
-      << limit->dump();
+  EXPECT_EQ((*limit)["value"], "lots (refused)") << limit->dump();
+  const std::string meaning = (*limit)["meaning"];
+  EXPECT_NE(meaning.find("RDMX_SHM_EAGER_LIMIT=\"lots\" is not a size"), std::string::npos) << meaning;
+  EXPECT_NE(meaning.find("from 0 to 64K"), std::string::npos) << meaning;
+  // The shm device reads it when it opens, so the provider says so too.
+  const json* shm = find_named(doc["providers"], "shm");
+  ASSERT_NE(shm, nullptr);
+  EXPECT_NE((*shm)["reason"].get<std::string>().find("RDMX_SHM_EAGER_LIMIT"), std::string::npos) << shm->dump();
 }
 
 // A sysfs tree shaped like a RoCE device's, with the quirks the reader must

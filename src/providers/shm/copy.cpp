@@ -22,7 +22,8 @@ RDMX_SETTING(kNtThreshold);
 constexpr core::SizeSetting kSplitThreshold{"RDMX_SHM_SPLIT_THRESHOLD", 512u << 10,
                                             "shm: direct copies at least this large are split over two threads"};
 RDMX_SETTING(kSplitThreshold);
-constexpr core::SizeSetting kCopyThreads{"RDMX_SHM_COPY_THREADS", 1, "shm: 0 disables the copy helper thread"};
+constexpr core::IntegerSetting kCopyThreads{
+    "RDMX_SHM_COPY_THREADS", 1, 0, 1, "threads", "shm: 0 disables the copy helper thread"};
 RDMX_SETTING(kCopyThreads);
 
 __attribute__((target("avx2"))) void copy_nt_avx2(void* dst, const void* src, std::size_t n) {
@@ -76,7 +77,7 @@ void copy_large(void* dst, const void* src, std::size_t n) {
 namespace rdmx::shm {
 
 std::size_t split_threshold() { return kSplitThreshold.read(); }
-std::size_t copy_threads() { return kCopyThreads.read(); }
+std::size_t copy_threads() { return static_cast<std::size_t>(kCopyThreads.read()); }
 
 ParallelCopy::ParallelCopy() : threshold_(split_threshold()), enabled_(copy_threads() > 0) {}
 

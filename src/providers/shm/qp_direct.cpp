@@ -28,6 +28,7 @@
 #include "core/shared_region.hpp"
 #include "providers/shm/cross_memory.hpp"
 #include "providers/shm/offer_link.hpp"
+#include "providers/shm/shm_device.hpp"
 #include "providers/shm/shm_qp.hpp"
 
 namespace rdmx::shm {
@@ -40,11 +41,16 @@ constexpr core::SizeSetting kHeapDirectMin{
 RDMX_SETTING(kHeapDirectMin);
 
 bool heap_direct(std::uint64_t total) {
-  static const std::size_t min = kHeapDirectMin.read();
+  const std::size_t min = heap_direct_min();
   return min != 0 && total >= min;
 }
 
 }  // namespace
+
+std::size_t heap_direct_min() {
+  static const std::size_t min = kHeapDirectMin.read();
+  return min;
+}
 
 bool ShmQp::post_direct_locked(const SendWr& wr, std::uint64_t total) {
   // One-sided: a WRITE or READ with nothing queued ahead of it, on a region

@@ -25,6 +25,7 @@
 #include "core/process.hpp"
 #include "core/settings.hpp"
 #include "providers/shm/address.hpp"
+#include "providers/shm/copy.hpp"
 #include "providers/shm/shm_factory.hpp"
 #include "providers/shm/shm_qp.hpp"
 
@@ -40,7 +41,7 @@ constexpr std::uint32_t kTimerPassEvery = 256;
 // (docs/PERFORMANCE.md, "Measurements behind the code"); the cap keeps an eager record fitting the ring
 // several times over.
 constexpr core::SizeSetting kEagerLimit{"RDMX_SHM_EAGER_LIMIT", 8 * 1024,
-                                        "shm: largest message copied through the rings (at most 64K)", 64 * 1024};
+                                        "shm: largest message copied through the rings (at most 64K)", 0, 64 * 1024};
 RDMX_SETTING(kEagerLimit);
 
 std::string default_socket_directory() { return "/tmp/rdmx-shm-" + std::to_string(::getuid()); }
@@ -105,6 +106,12 @@ std::shared_ptr<Device> open_shm_device(const std::string& why, core::DeviceReso
 
 ShmDevice::ShmDevice(std::string why, core::DeviceResources resources)
     : SoftRcDevice("shm", std::move(resources), kMaxMessage, false, false, CudaMemorySupport::PeerMapping) {
+  // A refused RDMX_SHM_* value fails opening the device, not the first copy that reads it.
+  eager_limit();
+  heap_direct_min();
+  nt_threshold();
+  split_threshold();
+  copy_threads();
   const std::string dir = socket_directory();
   if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) throw_system("cannot create the socket directory", dir);
   check_socket_directory(dir);

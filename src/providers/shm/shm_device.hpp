@@ -35,6 +35,8 @@ using core::watch_tag;
 // RDMX_SHM_EAGER_LIMIT: messages up to this size travel through the rings;
 // larger ones are copied once between the two processes' buffers.
 std::size_t eager_limit();
+// RDMX_SHM_HEAP_DIRECT_MIN: the smallest WRITE or READ into a peer's heap memory copied across processes (0: none is).
+std::size_t heap_direct_min();
 
 class ShmDevice final : public core::SoftRcDevice {
  public:
