@@ -40,4 +40,8 @@ void register_perf(CLI::App& root);  // perf p2p, perf coll
 void register_bench(CLI::App& root);
 void register_plan(CLI::App& root);  // plan, plan fabrics|models|collective|calibrate
 
+// Refuses, on every numeric option of `app` and its subcommands, a value not
+// written in decimal ("0x10", "010", "nan", "inf"), as a usage error.
+void require_decimal_numbers(CLI::App& app);
+
 }  // namespace rdmx::cli

@@ -37,6 +37,7 @@
 // The collectives and their buffers are in perf_coll_model.cpp, one sweep's
 // benchmark in perf_coll_bench.cpp; here, the command line and the sweeps.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -91,6 +92,12 @@ std::vector<int> lookup(const char* const (&names)[N], const char* const (&alias
   return found;
 }
 
+std::string format_factor(double factor) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", factor);
+  return text;
+}
+
 std::vector<std::size_t> sweep_sizes(const Request& r) {
   if (!r.sizes.empty()) return parse_size_list(r.sizes, "--sizes");
   const std::size_t low = parse_size(r.min_bytes, "-b");
@@ -102,8 +109,14 @@ std::vector<std::size_t> sweep_sizes(const Request& r) {
     if (step == 0) throw UsageError{"-i must be positive"};
     for (std::size_t size = low; size <= high; size += step) sizes.push_back(size);
   } else {
-    if (r.step_factor <= 1 && low != high) throw UsageError{"-f must be above 1 (or give -i STEPBYTES)"};
+    // NaN compares false with everything: checked as "not above 1" it would pass, and the sweep stop at -b.
+    if (!std::isfinite(r.step_factor) || !(r.step_factor > 1)) {
+      throw UsageError{"-f " + format_factor(r.step_factor) +
+                       ": the step factor must be a finite number above 1 (e.g. 2; or give -i STEPBYTES)"};
+    }
     for (double size = static_cast<double>(low); size <= static_cast<double>(high); size *= r.step_factor) {
+      // A factor near 1 repeats a size (8 * 1.01 is 8 bytes again): each size is measured once.
+      if (!sizes.empty() && sizes.back() == static_cast<std::size_t>(size)) continue;
       sizes.push_back(static_cast<std::size_t>(size));
       if (low == high || size == 0) break;
     }
