@@ -1,0 +1,252 @@
+// SPDX-License-Identifier: MIT
+// Every rdmx subcommand, run as a user runs it: the built binary in a real
+// process, small sizes and few iterations on local ranks, and its output
+// checked for what the command is for. The first test lists the
+// subcommands from `rdmx --help` (and each one's --help) and fails when one
+// has no smoke test here, so a command added later cannot go unrun.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "run_cli.hpp"
+
+namespace rdmx::test {
+namespace {
+
+using nlohmann::json;
+using std::chrono::seconds;
+
+// Each subcommand, as typed, and the test below that runs it.
+const std::map<std::string, std::string>& smoke_tests() {
+  static const std::map<std::string, std::string> tests{
+      {"info", "Info"},
+      {"run", "Run"},
+      {"perf", "PerfP2p"},  // perf alone only groups p2p and coll
+      {"perf p2p", "PerfP2p"},
+      {"perf coll", "PerfColl"},
+      {"bench", "Bench"},
+      {"plan", "Plan"},
+      {"plan fabrics", "PlanFabrics"},
+      {"plan models", "PlanModels"},
+      {"plan collective", "PlanCollective"},
+      {"plan calibrate", "PlanCalibrate"},
+  };
+  return tests;
+}
+
+bool has_line(const std::string& text, const std::string& pattern) {
+  return std::regex_search(text, std::regex(pattern, std::regex::multiline));
+}
+
+std::string slurp(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::string temp_dir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "rdmx_smoke_" + name + "_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// The subcommands `rdmx <words> --help` lists, under its "Subcommands:" heading.
+std::vector<std::string> subcommands_of(const std::vector<std::string>& words) {
+  std::vector<std::string> args = words;
+  args.push_back("--help");
+  const CliResult r = run_cli(args, {}, seconds(30));
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::vector<std::string> names;
+  std::istringstream lines(r.out);
+  bool listing = false;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("Subcommands:", 0) == 0) {
+      listing = true;
+      continue;
+    }
+    std::smatch m;
+    if (listing && std::regex_search(line, m, std::regex(R"(^  ([a-z0-9_-]+)(\s|$))"))) {
+      names.push_back(m[1]);
+    } else if (listing && !line.empty() && line[0] != ' ') {
+      listing = false;
+    }
+  }
+  return names;
+}
+
+void collect_commands(const std::vector<std::string>& words, std::set<std::string>* out) {
+  for (const std::string& sub : subcommands_of(words)) {
+    std::vector<std::string> path = words;
+    path.push_back(sub);
+    std::string typed;
+    for (const auto& w : path) typed += (typed.empty() ? "" : " ") + w;
+    out->insert(typed);
+    collect_commands(path, out);
+  }
+}
+
+TEST(Smoke, EverySubcommandHasASmokeTest) {
+  std::set<std::string> commands;
+  collect_commands({}, &commands);
+  for (const char* known : {"info", "run", "perf p2p", "perf coll", "bench", "plan", "plan models"}) {
+    EXPECT_TRUE(commands.contains(known)) << "rdmx --help no longer lists '" << known << "'";
+  }
+  std::set<std::string> tests_here;
+  const ::testing::TestSuite* suite = ::testing::UnitTest::GetInstance()->current_test_suite();
+  for (int i = 0; i < suite->total_test_count(); ++i) tests_here.insert(suite->GetTestInfo(i)->name());
+  for (const std::string& command : commands) {
+    const auto it = smoke_tests().find(command);
+    if (it == smoke_tests().end()) {
+      ADD_FAILURE() << "'rdmx " << command << "' has no smoke test: add one to tests/tools/smoke_test.cpp";
+    } else {
+      EXPECT_TRUE(tests_here.contains(it->second)) << "Smoke." << it->second << " (for rdmx " << command << ") is gone";
+    }
+  }
+  for (const auto& [command, test] : smoke_tests()) {
+    EXPECT_TRUE(commands.contains(command)) << "rdmx " << command << " is no longer a subcommand";
+  }
+}
+
+TEST(Smoke, Info) {
+  const CliResult r = run_cli({"info"}, {}, seconds(60));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(has_line(r.out, R"(^Providers)")) << r.out;
+  EXPECT_TRUE(has_line(r.out, R"(^  shm +usable)")) << r.out;
+  EXPECT_TRUE(has_line(r.out, R"(^  tcp +usable)")) << r.out;
+  EXPECT_TRUE(has_line(r.out, R"(^  RDMX_TIMEOUT +)")) << r.out;
+}
+
+TEST(Smoke, Run) {
+  const CliResult r = run_cli(
+      {"run", "-n", "2", "--time-limit", "60", "--", "/bin/sh", "-c", "echo rank $RDMX_RANK of $RDMX_WORLD_SIZE"}, {},
+      seconds(90));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(has_line(r.out, R"(^\[0\] rank 0 of 2$)")) << r.out;
+  EXPECT_TRUE(has_line(r.out, R"(^\[1\] rank 1 of 2$)")) << r.out;
+  const CliResult quiet = run_cli({"run", "-n", "2", "--", "/bin/true"}, {}, seconds(60));
+  EXPECT_EQ(quiet.exit_code, 0) << quiet.out << quiet.err;
+}
+
+// Two ranks (perf p2p starts them itself), one tiny latency and one bandwidth test.
+TEST(Smoke, PerfP2p) {
+  const CliResult r = run_cli(
+      {"perf", "p2p", "write_lat,write_bw", "--provider", "tcp", "-s", "8", "-n", "64", "--warmup", "8", "-t", "8"}, {},
+      seconds(120));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("RDMA_Write Latency Test"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("RDMA_Write BW Test"), std::string::npos) << r.out;
+  EXPECT_TRUE(has_line(r.out, R"(^ *#bytes +#iterations +t_min\[usec\])")) << r.out;
+  EXPECT_TRUE(has_line(r.out, R"(^ *#bytes +#iterations +BW peak\[MB/sec\])")) << r.out;
+  const std::string out = r.out;
+  int found = 0;
+  const std::regex row(R"((^|\n) *8 +64 +[0-9.]+ )");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), row); it != std::sregex_iterator(); ++it) ++found;
+  EXPECT_EQ(found, 2) << "one row of 8 bytes x 64 iterations per test:\n" << r.out;
+}
+
+TEST(Smoke, PerfColl) {
+  const CliResult r = run_cli({"perf", "coll", "all_reduce", "--np", "2", "-b", "8", "-e", "64", "-n", "3", "-w", "1"},
+                              {}, seconds(120));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (const char* size : {"8", "16", "32", "64"}) {
+    EXPECT_TRUE(has_line(r.out, std::string("^ +") + size + R"( +\d+ +float +sum )")) << "no row of " << size << ":\n"
+                                                                                      << r.out;
+  }
+  EXPECT_NE(r.out.find("# Out of bounds values : 0 OK"), std::string::npos) << r.out;
+}
+
+// The bench's quick mode on one provider: its summary, files and report.
+TEST(Smoke, Bench) {
+  const std::string dir = temp_dir("bench");
+  const CliResult r = run_cli({"bench", "--quick", "--providers", "tcp", "--np", "2", "--out", dir}, {}, seconds(240));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(has_line(r.out, R"(^tcp )")) << r.out;
+  const json doc = json::parse(slurp(dir + "/results.json"));
+  EXPECT_TRUE(doc["errors"].empty()) << doc["errors"].dump(2);
+  EXPECT_EQ(slurp(dir + "/report.html").rfind("<!DOCTYPE html>", 0), 0u);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Smoke, Plan) {
+  const CliResult r =
+      run_cli({"plan", "--model", "bert-large", "--nodes", "2,4", "--fabrics", "ib-ndr,tcp-25"}, {}, seconds(60));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("ib-ndr: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tcp-25: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("recommended: "), std::string::npos) << r.out;
+}
+
+TEST(Smoke, PlanFabrics) {
+  const CliResult r = run_cli({"plan", "fabrics"}, {}, seconds(30));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const json file = json::parse(slurp(source_path("tools/plan/fabrics.json")));
+  ASSERT_FALSE(file["fabrics"].empty());
+  for (const auto& [name, fabric] : file["fabrics"].items()) {
+    EXPECT_TRUE(has_line(r.out, "^" + name + " ")) << "fabric " << name << " not listed:\n" << r.out;
+  }
+}
+
+// `rdmx plan models` printed nothing (its loop ran over a destroyed temporary).
+TEST(Smoke, PlanModels) {
+  const CliResult r = run_cli({"plan", "models"}, {}, seconds(30));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const json file = json::parse(slurp(source_path("tools/plan/models.json")));
+  ASSERT_FALSE(file["models"].empty());
+  for (const auto& [name, model] : file["models"].items()) {
+    EXPECT_TRUE(has_line(r.out, "^" + name + " +[0-9.]+M parameters")) << "preset " << name << " not listed:\n"
+                                                                       << r.out;
+  }
+  // A file of the user's own presets is listed the same way.
+  const std::string dir = temp_dir("models");
+  json mine = json::object();
+  mine["models"]["tiny-net"] = file["models"].begin().value();
+  std::ofstream(dir + "/models.json") << mine.dump(2);
+  const CliResult own = run_cli({"plan", "models", "--models-file", dir + "/models.json"}, {}, seconds(30));
+  ASSERT_EQ(own.exit_code, 0) << own.out << own.err;
+  EXPECT_TRUE(has_line(own.out, R"(^tiny-net +[0-9.]+M parameters)")) << own.out;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Smoke, PlanCollective) {
+  const CliResult r =
+      run_cli({"plan", "collective", "--fabric", "ib-ndr", "--nodes", "2", "--gpus-per-node", "4", "--sizes", "1M,4M"},
+              {}, seconds(30));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(has_line(r.out, R"(^# all_reduce on ib-ndr, 2 x 4 ranks)")) << r.out;
+  EXPECT_TRUE(has_line(r.out, R"(^ +1048576 +\S+ +[0-9.]+ +[0-9.]+ +[0-9.]+$)")) << r.out;
+  EXPECT_TRUE(has_line(r.out, R"(^ +4194304 +\S+ +[0-9.]+ +[0-9.]+ +[0-9.]+$)")) << r.out;
+}
+
+// calibrate measures between hosts: under rdmx run, RDMX_HOSTID makes each
+// of two local ranks a host of its own, so the whole measurement runs and
+// writes a profile that rdmx plan reads back.
+TEST(Smoke, PlanCalibrate) {
+  const std::string dir = temp_dir("calibrate");
+  const std::string profile = dir + "/mine.json";
+  const std::string command = std::string("RDMX_HOSTID=smoke-host-$RDMX_RANK exec ") + cli_path() +
+                              " plan calibrate --seconds 0.02 --small 8 --large 16K,64K --name smoke --out " + profile;
+  const CliResult r = run_cli({"run", "-n", "2", "--time-limit", "120", "--", "/bin/sh", "-c", command},
+                              {{"RDMX_PROVIDER", "tcp"}}, seconds(150));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(has_line(r.out, R"(^\[0\] fabric smoke: latency [0-9.]+ us)")) << r.out;
+  const json written = json::parse(slurp(profile));
+  EXPECT_TRUE(written["fabrics"].contains("smoke")) << written.dump(2);
+  const CliResult listed = run_cli({"plan", "fabrics", "--fabric-file", profile}, {}, seconds(30));
+  ASSERT_EQ(listed.exit_code, 0) << listed.out << listed.err;
+  EXPECT_TRUE(has_line(listed.out, R"(^smoke )")) << listed.out;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace rdmx::test
