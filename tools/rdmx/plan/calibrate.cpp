@@ -111,6 +111,21 @@ Fit fit_group(Communicator& rd, Communicator& ring, std::size_t small, std::size
   const double t_small = all_reduce_seconds(rd, small, budget);
   const double t_lo = all_reduce_seconds(ring, lo, budget);
   const double t_hi = all_reduce_seconds(ring, hi, budget);
+  // Rank 0's times, broadcast, so every rank of the group refuses alike. A
+  // larger size that took no longer is noise, and its slope a negative
+  // bandwidth the profile's own check would refuse when read back.
+  if (!(t_hi > t_lo)) {
+    char sizes[160];
+    std::snprintf(sizes, sizeof sizes, "ring all_reduce %s in %.3f ms, %s in %.3f ms",
+                  format_bytes(static_cast<double>(lo)).c_str(), t_lo * 1e3,
+                  format_bytes(static_cast<double>(hi)).c_str(), t_hi * 1e3);
+    throw Error(ErrorCode::InvalidArgument,
+                std::string("rdmx plan calibrate: ") + what + ": the larger size took no longer than the smaller, " +
+                    "so the bandwidth cannot be fitted",
+                {.op = "plan calibrate",
+                 .sizes = sizes,
+                 .hint = "give --large sizes further apart (e.g. 1M,16M) or more --seconds, on an idle machine"});
+  }
   Fit f;
   f.latency_s = t_small / rounds;
   const double slope = (t_hi - t_lo) / static_cast<double>(hi - lo);
