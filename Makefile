@@ -109,7 +109,10 @@ CHECK_BUILD ?= build-check
 ASAN_ENV = ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 CHECK_AREAS ?= rdmx_conformance_tests rdmx_bootstrap_tests rdmx_core_tests rdmx_tcp_tests rdmx_shm_tests
 CHECK_LABELS ?= ^(conformance|bootstrap|core|tcp|shm|thread_safety)$$
-CHECK_EXCLUDE ?= NetNs|Cuda|SimulatedGpu|OfTheLargestMessage
+# DescriptorLimit: UBSan reads a vtable only after proving it readable
+# through a pipe, so in a process out of descriptors it reports a valid
+# object as having an "invalid vptr"; the main build runs those cases.
+CHECK_EXCLUDE ?= NetNs|Cuda|SimulatedGpu|OfTheLargestMessage|DescriptorLimit
 FUZZ_SMOKE_SECONDS ?= 10
 CHECK_CMAKE = -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -gline-tables-only -DNDEBUG" -DRDMX_SANITIZE=address,undefined \
