@@ -11,13 +11,16 @@
 #include <set>
 
 #include "json_schema.hpp"
+#include "rdmx/comm.hpp"
 #include "run_cli.hpp"
 #include "support/providers.hpp"
+#include "svg_plot.hpp"
 
 namespace rdmx::test {
 namespace {
 
 using nlohmann::json;
+using rdmx::cli::format_bytes;
 
 json parse_or_fail(const CliResult& r) {
   try {
@@ -233,7 +236,15 @@ TEST(PerfCommand, MoreRanksThanMemoryHoldsAreRefused) {
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("--np 4096: 4096 local ranks need about"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("available (MemAvailable in /proc/meminfo)"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("RDMX_COLL_BUFFSIZE=4 MiB for each of the 4096 ranks (32 GiB per rank)"), std::string::npos)
+  // The library's estimate (rdmx::comm_memory), as Communicator::create checks it.
+  const CommMemory m = comm_memory(4096, 4096);
+  EXPECT_NE(
+      r.err.find("each rank maps " + format_bytes(static_cast<double>(m.per_peer)) + " for each of the 4096 ranks"),
+      std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("RDMX_COLL_BUFFSIZE=4 MiB and its share of the shm rings; " +
+                       format_bytes(static_cast<double>(m.per_rank)) + " per rank"),
+            std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("hint: use fewer ranks"), std::string::npos) << r.err;
   // No rank started: nothing prefixed "[N]", and no launcher report.
@@ -244,9 +255,7 @@ TEST(PerfCommand, MoreRanksThanMemoryHoldsAreRefused) {
   // A smaller buffer size is part of the estimate.
   const CliResult small = run_cli({"perf", "coll", "barrier", "--np", "4096"}, {{"RDMX_COLL_BUFFSIZE", "64K"}});
   EXPECT_EQ(small.exit_code, 1) << small.err;
-  EXPECT_NE(small.err.find("RDMX_COLL_BUFFSIZE=64 KiB for each of the 4096 ranks (512 MiB per rank)"),
-            std::string::npos)
-      << small.err;
+  EXPECT_NE(small.err.find("RDMX_COLL_BUFFSIZE=64 KiB and its share"), std::string::npos) << small.err;
 }
 
 // nccl-tests runs whole elements; a size that is not one is rounded down, and said so.
