@@ -99,10 +99,7 @@ struct RegionMemory {
 
 // Whether the watched memory of a region was unmapped, remapped or dropped
 // by a call that returned before this one started (core/unmap_watch.hpp).
-inline bool memory_gone(const UnmapWatch& watch) {
-  read_unmap_events();
-  return watch.unmapped();
-}
+inline bool memory_gone(const UnmapWatch& watch) { return watch.unmapped_now(); }
 
 enum class AccessCheck : std::uint8_t { Ok, NoSuchKey, WrongDomain, OutOfBounds, MissingRight, Unmapped };
 const char* to_string(AccessCheck check) noexcept;

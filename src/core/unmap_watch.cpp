@@ -103,8 +103,17 @@ class UnmapWatcher {
 
   void drain() {
     LockGuard lock(mu_);
-    if (fd_ >= 0) drain_locked();
+    if (fd_ < 0) return;
+    // Odd while events are read and marked: a munmap that returned had its
+    // event read inside such a window, so a reader of the marks that finds
+    // the count even after the munmap returned sees its mark.
+    draining_.fetch_add(1);
+    drain_locked();
+    draining_.fetch_add(1);
   }
+
+  // Whether no event is being read and marked at this moment.
+  bool settled() const { return (draining_.load(std::memory_order_acquire) & 1) == 0; }
 
  private:
   void open_fd_locked() RDMX_REQUIRES(mu_) {
@@ -229,6 +238,7 @@ class UnmapWatcher {
   }
 
   const int pid_;
+  std::atomic<std::uint64_t> draining_{0};
   std::uintptr_t page_ = 4096;
   int fd_ = -1;
   std::string how_ RDMX_GUARDED_BY(mu_);
@@ -274,6 +284,12 @@ UnmapWatch::~UnmapWatch() {
 
 bool UnmapWatch::unmapped() const {
   if (owner_->pid() != current_pid()) return true;
+  return unmapped_.load(std::memory_order_acquire);
+}
+
+bool UnmapWatch::unmapped_now() const {
+  if (owner_->pid() != current_pid()) return true;
+  if (!owner_->settled()) owner_->sync();
   return unmapped_.load(std::memory_order_acquire);
 }
 

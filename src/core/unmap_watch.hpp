@@ -36,6 +36,12 @@ class UnmapWatch {
   // true in a child process after fork (the child's pages are not watched).
   bool unmapped() const;
 
+  // unmapped() as of now: true once any page of the range was unmapped,
+  // remapped or dropped by a call that returned before this one started.
+  // Without a system call, and without a lock unless the reader is
+  // handling events at that moment.
+  bool unmapped_now() const;
+
   // From now on, the moment the range is seen unmapped (at once if it
   // already was), `word` is set to 0: a liveness word that other processes
   // read before they copy into the range themselves. The word must outlive
