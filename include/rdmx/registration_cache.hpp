@@ -5,14 +5,16 @@
 //
 // ProtectionDomain::register_memory is ibv_reg_mr: every call is a new
 // registration with its own keys, which die with it, as on InfiniBand. This
-// cache sits above it. Where registration pins pages
-// (DeviceCaps::registration_pins_memory), a kept registration is safe only
-// while the memory behind it stays the same; the cache watches every such
-// buffer for munmap, mremap and madvise(DONTNEED) through the kernel
-// (userfaultfd events, no symbol patching) and drops a registration whose
-// memory changed before it would hand it out again. Memory that cannot be
-// watched (file mappings, a process where userfaultfd is refused) is
-// registered anew after every forget_unwatched(); rdmx info says which.
+// cache sits above it. A kept registration is good only while the memory
+// behind it stays the same: where registration pins pages
+// (DeviceCaps::registration_pins_memory) it would keep the old pages, and
+// elsewhere it refuses every access once its memory went. So the cache
+// watches every buffer for munmap, mremap and madvise(DONTNEED) through the
+// kernel (userfaultfd events, no symbol patching) and drops a registration
+// whose memory changed before it would hand it out again. Memory that
+// cannot be watched (file mappings, a process where userfaultfd is refused)
+// is registered anew after every forget_unwatched() where registration
+// pins pages; rdmx info says which.
 #pragma once
 
 #include <cstddef>
@@ -29,7 +31,8 @@ namespace rdmx {
 class RegistrationCache {
  public:
   // `caps` are the PD's device's (DeviceCaps::registration_pins_memory
-  // decides whether buffers are watched). Keeps at most `capacity` registrations.
+  // decides whether forget_unwatched() drops unwatched registrations). Keeps
+  // at most `capacity` registrations.
   RegistrationCache(ProtectionDomain& pd, const DeviceCaps& caps, std::size_t capacity = 16);
   ~RegistrationCache();
   RegistrationCache(const RegistrationCache&) = delete;
