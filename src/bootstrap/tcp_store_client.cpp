@@ -194,13 +194,6 @@ class TcpStore final : public Store {
   }
 
   StoreStats stats() override {
-    if (server_level_ < wire::kStatsLevel) {
-      throw Error(ErrorCode::NotSupported,
-                  "store.stats: the store server at " + address_ + " (" + banner_ + ") does not serve it",
-                  ErrorContext{.op = "store.stats",
-                               .peer_addr = address_,
-                               .hint = "the server runs an older rdmx; run the store from this version"});
-    }
     Response response = call(Op::Stats, {}, std::nullopt, {});
     expect_args(response, 4, Op::Stats);
     std::int64_t figures[4];
@@ -275,11 +268,6 @@ class TcpStore final : public Store {
     if (sent.failure != IoFailure::None) fail_io(Op::Hello, sent, {}, timeout, false);
     Response response = read_answer(Op::Hello, id, deadline, {}, timeout);
     if (response.status != Status::Ok) protocol_error(Op::Hello, "the server refused the handshake");
-    if (!response.args.empty()) banner_ = response.args[0];
-    const std::string_view prefix = wire::kBannerPrefix;
-    if (banner_.starts_with(prefix)) {
-      server_level_ = static_cast<int>(parse_int64(std::string_view(banner_).substr(prefix.size())).value_or(1));
-    }
   }
 
  private:
@@ -473,8 +461,6 @@ class TcpStore final : public Store {
   core::Mutex mutex_;
   UniqueFd fd_ RDMX_GUARDED_BY(mutex_);
   std::string address_;
-  std::string banner_ = "no banner";  // the server's hello answer
-  int server_level_ = 1;              // the ops it serves (tcp_store_protocol.hpp)
   std::uint64_t next_request_id_ RDMX_GUARDED_BY(mutex_) = 0;
   // Why the connection cannot be used any more; empty while it can.
   std::string broken_ RDMX_GUARDED_BY(mutex_);

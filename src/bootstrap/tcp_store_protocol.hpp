@@ -67,12 +67,6 @@ enum class Op : std::uint8_t {
   Stats = 9,       // []                      -> Ok [u64 keys, u64 bytes, u64 parked, u64 clients]
 };
 
-// Ops are added within a frame version: the hello banner says which ops the
-// server serves ("rdmx-store/<level>"), so a newer client asks an older
-// server only for what it knows. Level 1: hello..check; 2: stats.
-inline constexpr const char* kBannerPrefix = "rdmx-store/";
-inline constexpr int kServerLevel = 2;
-inline constexpr int kStatsLevel = 2;
 inline constexpr Op kLastOp = Op::Stats;
 
 enum class Status : std::uint8_t { Ok = 0, Timeout = 1, Invalid = 2 };

@@ -20,11 +20,7 @@ void TcpStoreServer::Impl::handle(std::uint64_t id, bootstrap::Connection& conne
   using namespace bootstrap;
   auto& args = request.args;
   switch (request.op) {
-    case Op::Hello: {
-      const std::string banner = wire::kBannerPrefix + std::to_string(wire::kServerLevel);
-      reply(id, request.id, Status::Ok, {banner});
-      return;
-    }
+    case Op::Hello: reply(id, request.id, Status::Ok, {"rdmx-store/1"}); return;
     case Op::Set:
       if (auto why = data.put(id, args[0], std::move(args[1])); !why.empty())
         return refuse_write(id, request.id, connection, why);

@@ -472,54 +472,6 @@ TEST(TcpStore, StatsCountKeysBytesParkedAndClients) {
 // A server whose hello banner says level 1 (an older rdmx) is not asked for
 // stats, which it would answer by closing the connection: the client says
 // NotSupported, naming the banner, and the connection stays usable.
-TEST(TcpStore, StatsAgainstAnOlderServerIsNotSupported) {
-  namespace wire = bootstrap::wire;
-  const int listen_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(listen_fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-  ASSERT_EQ(::listen(listen_fd, 1), 0);
-  socklen_t length = sizeof(address);
-  ASSERT_EQ(::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
-  std::thread old_server([&] {
-    const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-    ASSERT_GE(fd, 0);
-    const std::string challenge = wire::auth_frame_head(0) + std::string(32, 'c');
-    ASSERT_EQ(::send(fd, challenge.data(), challenge.size(), MSG_NOSIGNAL), static_cast<ssize_t>(challenge.size()));
-    // The proof, then the verdict (a client without a key takes any proof
-    // in return), then the hello and the answer of a level-1 server.
-    test::receive_up_to(fd, wire::kProofFrameBytes);
-    std::string reply = wire::auth_frame_head(1) + std::string(wire::kVerdictFrameBytes - 8, '\0');
-    ::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
-    test::receive_up_to(fd, wire::kRequestHeaderBytes);
-    reply.clear();
-    wire::append_response(reply, wire::Status::Ok, 1, {"rdmx-store/1"});
-    ::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
-    // Then a check of "k": the next request the client sends, once stats was refused.
-    const std::string check = test::receive_up_to(fd, wire::kRequestHeaderBytes + 4 + 1);
-    EXPECT_EQ(static_cast<int>(check.size() > 5 ? check[5] : 0), static_cast<int>(wire::Op::Check));
-    reply.clear();
-    wire::append_response(reply, wire::Status::Ok, 2, {std::string_view("\1", 1)});
-    ::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL);
-    test::receive_up_to(fd, 1);  // until the client closes
-    ::close(fd);
-  });
-  {
-    auto store = connect_to(ntohs(address.sin_port));
-    try {
-      store->stats();
-      ADD_FAILURE() << "stats() against a level-1 server did not throw";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::NotSupported) << e.what();
-      EXPECT_NE(std::string(e.what()).find("rdmx-store/1"), std::string::npos) << e.what();
-    }
-    EXPECT_TRUE(store->check("k"));
-  }
-  old_server.join();
-  ::close(listen_fd);
-}
-
 TEST(TcpStore, PrefixStoreOverTcp) {
   ServerProcess server;
   std::shared_ptr<Store> inner = connect_to(server.port());
