@@ -58,13 +58,6 @@ std::string human(double bytes) {
   return text;
 }
 
-// "256K", "4M": as RDMX_COLL_BUFFSIZE would be written.
-std::string setting_size(std::size_t bytes) {
-  if (bytes % (std::size_t{1} << 20) == 0) return std::to_string(bytes >> 20) + "M";
-  if (bytes % (std::size_t{1} << 10) == 0) return std::to_string(bytes >> 10) + "K";
-  return std::to_string(bytes);
-}
-
 std::optional<unsigned long long> read_number(const std::string& path) {
   std::ifstream in(path);
   unsigned long long value = 0;
@@ -234,7 +227,7 @@ void require_comm_memory_fits(const CommMemory& m, const std::string& op, int ra
   using coll::human;
   const std::string host = m.host.empty() ? "this host" : "host " + m.host;
   std::string hint = m.fitting_buffsize != 0
-                         ? "lower RDMX_COLL_BUFFSIZE (RDMX_COLL_BUFFSIZE=" + coll::setting_size(m.fitting_buffsize) +
+                         ? "lower RDMX_COLL_BUFFSIZE (RDMX_COLL_BUFFSIZE=" + core::format_size(m.fitting_buffsize) +
                                " fits; large collectives then move in smaller pieces), or run fewer ranks on the host"
                          : "run fewer ranks on the host (the buffers grow with the square of its ranks), or lower "
                            "RDMX_COLL_BUFFSIZE";
