@@ -41,42 +41,37 @@ bool set_but_empty(const Setting& setting) {
              "empty value often comes from `" + setting.name() + "=$VAR` with VAR unset)");
 }
 
-// Reported as set or unset, never by value: `rdmx info` and its JSON are
-// pasted into bug reports.
+// The job secret's settings, refused when set but empty. The secret is
+// reported as set or unset, never by value (`rdmx info` and its JSON are
+// pasted into bug reports); the key file's path is shown as it is.
 class SecretSetting final : public Setting {
  public:
-  constexpr SecretSetting(const char* name, const char* doc) : Setting(name, doc) {}
+  constexpr SecretSetting(const char* name, const char* doc, bool shown) : Setting(name, doc), shown_(shown) {}
   std::string default_text() const override { return "unset"; }
   std::string value_text() const override {
-    if (set_but_empty(*this)) refuse_empty(*this);
-    auto text = raw();
-    return text ? "set (" + std::to_string(text->size()) + " bytes, not shown)" : "unset";
-  }
-};
-
-// A path, shown as it is; refused when set but empty, as the secret is.
-class KeyFileSetting final : public Setting {
- public:
-  constexpr KeyFileSetting(const char* name, const char* doc) : Setting(name, doc) {}
-  std::string default_text() const override { return "unset"; }
-  std::string value_text() const override {
-    if (set_but_empty(*this)) refuse_empty(*this);
-    return raw().value_or("unset");
+    const auto text = read();
+    if (!text) return "unset";
+    return shown_ ? *text : "set (" + std::to_string(text->size()) + " bytes, not shown)";
   }
   std::optional<std::string> read() const {
     if (set_but_empty(*this)) refuse_empty(*this);
     return raw();
   }
+
+ private:
+  bool shown_;
 };
 
 constexpr SecretSetting kAuthKey{"RDMX_AUTH_KEY",
                                  "the job secret every network connection proves with HMAC-SHA256 (rdmx run sets one "
-                                 "per job); unset: connections are not authenticated; set but empty: refused"};
+                                 "per job); unset: connections are not authenticated; set but empty: refused",
+                                 false};
 RDMX_SETTING(kAuthKey);
-constexpr KeyFileSetting kAuthKeyFile{
+constexpr SecretSetting kAuthKeyFile{
     "RDMX_AUTH_KEY_FILE",
     "a file holding the job secret (owner-readable only; one trailing newline is not part of it), instead of "
-    "RDMX_AUTH_KEY"};
+    "RDMX_AUTH_KEY",
+    true};
 RDMX_SETTING(kAuthKeyFile);
 
 // A secret shorter than this could be guessed by a patient attacker.
@@ -122,8 +117,7 @@ std::string read_key_file(const std::string& path) {
 }
 
 Key load_key() {
-  if (set_but_empty(kAuthKey)) refuse_empty(kAuthKey);
-  auto inline_key = kAuthKey.raw();
+  auto inline_key = kAuthKey.read();
   auto file = kAuthKeyFile.read();
   if (inline_key && file) {
     refuse("both RDMX_AUTH_KEY and RDMX_AUTH_KEY_FILE are set", "set only one of them");
