@@ -18,6 +18,7 @@
 #include <string>
 
 #include "core/auth.hpp"
+#include "support/raw_socket.hpp"
 
 namespace rdmx::test {
 
@@ -33,21 +34,6 @@ inline int raw_connect(std::uint16_t port) {
     throw std::runtime_error("raw connect failed");
   }
   return fd;
-}
-
-// Reads up to `n` bytes within 5 s; fewer when the server closes first.
-inline std::string receive_up_to(int fd, std::size_t n) {
-  std::string out;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (out.size() < n && std::chrono::steady_clock::now() < deadline) {
-    pollfd pfd{.fd = fd, .events = POLLIN, .revents = 0};
-    if (::poll(&pfd, 1, 100) <= 0) continue;
-    char buffer[256];
-    const ssize_t r = ::recv(fd, buffer, std::min(sizeof(buffer), n - out.size()), 0);
-    if (r <= 0) break;
-    out.append(buffer, static_cast<std::size_t>(r));
-  }
-  return out;
 }
 
 // True when the server closes `fd` within `bound` (bytes before the close are read and dropped).

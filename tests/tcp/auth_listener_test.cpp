@@ -22,6 +22,7 @@
 #include "providers/tcp/address.hpp"
 #include "providers/tcp/wire.hpp"
 #include "support/harness.hpp"
+#include "support/raw_socket.hpp"
 #include "support/verbs_util.hpp"
 
 namespace rdmx::test {
@@ -36,21 +37,6 @@ constexpr int kListener = 0;
 // to a HELLO whose proof verified, and the purpose of the proof it carries.
 constexpr auto kAcceptFrame = static_cast<wire::FrameType>(15);
 constexpr const char* kAcceptPurpose = "rdmx tcp qp accept v3";
-
-// Up to `n` bytes within 5 s; fewer when the peer closes first.
-std::string receive(int fd, std::size_t n) {
-  std::string out;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (out.size() < n && std::chrono::steady_clock::now() < deadline) {
-    pollfd pfd{fd, POLLIN, 0};
-    if (::poll(&pfd, 1, 50) <= 0) continue;
-    char buffer[256];
-    const ssize_t r = ::recv(fd, buffer, std::min(sizeof(buffer), n - out.size()), 0);
-    if (r <= 0) break;
-    out.append(buffer, static_cast<std::size_t>(r));
-  }
-  return out;
-}
 
 void send_frame(int fd, const wire::Header& header, const std::uint8_t* payload, std::size_t bytes) {
   std::uint8_t frame[wire::kHeaderSize + 64];
@@ -93,12 +79,12 @@ void squat(RankEnv& env, const std::string& name, std::uint64_t key_required) {
 
   bool hello = false;
   std::string after;
-  const std::string header = receive(fd, wire::kHeaderSize);
+  const std::string header = receive_up_to(fd, wire::kHeaderSize);
   if (header.size() == wire::kHeaderSize) {
     hello = true;
     const wire::Header h = wire::decode(reinterpret_cast<const std::uint8_t*>(header.data()));
     CHECK(h.type == wire::FrameType::Hello && h.length <= 64) << name << ": not a HELLO";
-    const std::string payload = receive(fd, h.length);
+    const std::string payload = receive_up_to(fd, h.length);
     core::auth::Challenge theirs{};
     if (payload.size() >= 64) std::memcpy(theirs.data(), payload.data() + 32, theirs.size());
     const core::auth::Proof proof = core::auth::prove(kAcceptPurpose, theirs, challenge);
@@ -107,7 +93,7 @@ void squat(RankEnv& env, const std::string& name, std::uint64_t key_required) {
     accept.length = wire::kProofPayload;
     send_frame(fd, accept, proof.data(), proof.size());
     // Everything the QP sends from here on, until it closes.
-    for (std::string more = receive(fd, 4096); !more.empty(); more = receive(fd, 4096)) after += more;
+    for (std::string more = receive_up_to(fd, 4096); !more.empty(); more = receive_up_to(fd, 4096)) after += more;
   }
   ::close(fd);
   ::close(listen_fd);
