@@ -43,6 +43,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -97,6 +99,9 @@ const char* to_string(CollOp op) noexcept;  // "all_reduce", ...
 
 // ---------------------------------------------------------------------------
 // A pending asynchronous operation.
+namespace coll {
+class Executor;
+}
 class Work {
  public:
   struct State;
@@ -275,6 +280,14 @@ class Communicator {
     int root = -1;    // root, or the peer for Send/Recv, the destination for SendRecv
     int source = -1;  // SendRecv only
     std::vector<std::size_t> send_counts, send_displs, recv_counts, recv_displs;  // AllToAllv
+    // Optional hooks for adapters that stage buffers (the torch backend),
+    // run on the thread that runs the operation. `then` runs once it has
+    // succeeded, before anyone learns so (copy results out of a staging
+    // buffer); what it throws fails the operation. `done` runs last, with
+    // the operation's error or null, before its Work completes, and must not
+    // throw. Both are released before the Work completes.
+    std::function<void()> then;
+    std::function<void(std::exception_ptr)> done;
   };
   virtual Work submit(Call call, bool async) = 0;
 

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The Communicator: argument checks, sequence numbers, algorithm choice, and
-// the executor that runs operations one at a time in call order (inline for
-// blocking calls when nothing is queued, on a worker thread otherwise).
+// the operations it hands its executor (coll/executor.hpp).
 #include <algorithm>
 #include <deque>
 #include <mutex>
@@ -12,6 +11,7 @@
 #include "coll/cuda/device_ops.hpp"
 #include "coll/cuda/kernels.hpp"
 #include "coll/cuda/stream_order.hpp"
+#include "coll/executor.hpp"
 #include "coll/links.hpp"
 #include "coll/rank_placement.hpp"
 #include "coll/reduce.hpp"
@@ -30,22 +30,6 @@
 namespace rdmx {
 
 // ---------------------------------------------------------------------------
-struct Work::State {
-  enum : std::uint32_t { kPending = 0, kDone = 1, kFailed = 2 };
-  std::atomic<std::uint32_t> status{kPending};
-  std::exception_ptr error;
-  core::WaitWord word;
-  std::chrono::milliseconds timeout{0};
-  std::string what;              // for the Timeout message
-  std::uint64_t profile_id = 0;  // rdmx/profile.hpp's record of it, or 0
-
-  void finish(std::exception_ptr e) {
-    error = std::move(e);
-    status.store(error ? kFailed : kDone, std::memory_order_release);
-    word.notify_all();
-  }
-};
-
 bool Work::test() {
   if (!state_) throw Error(ErrorCode::InvalidState, "test() on an empty Work handle", {.op = "Work::test"});
   const auto s = state_->status.load(std::memory_order_acquire);
@@ -56,6 +40,12 @@ bool Work::test() {
 void Work::wait(std::chrono::milliseconds timeout) {
   if (!state_) throw Error(ErrorCode::InvalidState, "wait() on an empty Work handle", {.op = "Work::wait"});
   profile::waited(state_->profile_id);
+  // Run it here if nobody has started it: no thread hop for a wait that
+  // follows its call. Not under a bound shorter than the operation's own,
+  // which running it could overstay.
+  if (timeout.count() < 0 || timeout >= state_->timeout) {
+    if (auto executor = state_->executor.lock()) executor->run_until(state_.get());
+  }
   auto r = core::wait_until([&] { return state_->status.load(std::memory_order_acquire) != State::kPending; },
                             &state_->word, core::deadline_after(timeout));
   if (r != core::WaitResult::Ready) {
@@ -139,12 +129,7 @@ class CommImpl final : public Communicator {
   }
 
   ~CommImpl() override {
-    {
-      core::LockGuard lock(queue_mutex_);
-      stopping_ = true;
-    }
-    queue_cv_.notify_all();
-    if (worker_.joinable()) worker_.join();
+    executor_->stop();
     if (links_->say_goodbye()) remove_store_keys();
     links_.reset();
   }
@@ -204,17 +189,7 @@ class CommImpl final : public Communicator {
 
   void abort(const std::string& reason) override {
     links_->abort(reason);
-    std::deque<Job> dropped;
-    {
-      core::LockGuard lock(queue_mutex_);
-      dropped.swap(queue_);
-    }
-    async_pending_.fetch_sub(static_cast<std::uint32_t>(dropped.size()), std::memory_order_acq_rel);
-    for (auto& job : dropped) {
-      job.state->finish(std::make_exception_ptr(
-          Error(ErrorCode::InvalidState, "the communicator was aborted before this operation started: " + reason,
-                {.op = to_string(job.call.op), .rank = rank_})));
-    }
+    executor_->drop(reason);
   }
 
   std::unique_ptr<Communicator> split(int color, int key) override;
@@ -229,62 +204,26 @@ class CommImpl final : public Communicator {
         options_.profile ? profile::issued(rank_, size_, call.op,
                                            profile::counted_bytes(call.op, call.count, call.type, size_), call.type)
                          : 0;
-    if (!async && async_pending_.load(std::memory_order_acquire) == 0) {
+    Executor::Job job{std::move(call), gpu, std::move(ticket), nullptr};
+    if (!async && executor_->idle()) {
       // Nothing queued or running: run here, on the caller's thread, for the
       // lowest latency (no lock, no Work state: the caller only waits).
       profile::waited(profile_id);
-      execute(call, gpu, ticket);
+      executor_->complete(job);
       profile::completed(profile_id);
       return Work();
     }
-    auto state = std::make_shared<Work::State>();
-    state->profile_id = profile_id;
-    state->timeout = timeout_;
-    state->what = std::string(to_string(call.op)) + " on rank " + std::to_string(rank_);
-    {
-      core::LockGuard lock(queue_mutex_);
-      if (!worker_.joinable()) worker_ = std::thread([this] { worker_main(); });
-      async_pending_.fetch_add(1, std::memory_order_acq_rel);
-      queue_.push_back(Job{std::move(call), gpu, std::move(ticket), state});
-    }
-    queue_cv_.notify_all();
-    Work work(state);
+    job.state = std::make_shared<Work::State>();
+    job.state->profile_id = profile_id;
+    job.state->timeout = timeout_;
+    job.state->what = std::string(to_string(job.call.op)) + " on rank " + std::to_string(rank_);
+    Work work(job.state);
+    executor_->post(std::move(job), executor_);
     if (!async) work.wait(std::chrono::milliseconds(-1));
     return work;
   }
 
  private:
-  struct Job {
-    Call call;
-    int gpu;              // see validate()
-    StreamTicket ticket;  // ordering on the caller's CUDA stream, if any
-    std::shared_ptr<Work::State> state;
-  };
-
-  void worker_main() {
-    core::UniqueLock lock(queue_mutex_);
-    for (;;) {
-      while (!stopping_ && queue_.empty()) queue_cv_.wait(lock);
-      if (queue_.empty()) return;  // stopping with nothing left
-      Job job = std::move(queue_.front());
-      queue_.pop_front();
-      lock.unlock();
-      std::exception_ptr error;
-      try {
-        execute(job.call, job.gpu, job.ticket);
-      } catch (...) {
-        error = std::current_exception();
-      }
-      job.ticket.release();  // before the Work completes: its waiter may synchronize the stream next
-      // Counted down before the handle completes, so a blocking call made
-      // right after wait() returns runs inline.
-      async_pending_.fetch_sub(1, std::memory_order_acq_rel);
-      if (!error) profile::completed(job.state->profile_id);
-      job.state->finish(error);
-      lock.lock();
-    }
-  }
-
   [[noreturn]] void bad(const Call& call, const std::string& message, const std::string& hint = "") const {
     throw Error(ErrorCode::InvalidArgument, std::string(to_string(call.op)) + ": " + message,
                 {.op = to_string(call.op), .rank = rank_, .hint = hint});
@@ -585,12 +524,8 @@ class CommImpl final : public Communicator {
   std::uint64_t seq_ = 0;
   std::uint64_t splits_ = 0;
 
-  core::Mutex queue_mutex_;
-  core::ConditionVariable queue_cv_;
-  std::deque<Job> queue_ RDMX_GUARDED_BY(queue_mutex_);
-  std::atomic<std::uint32_t> async_pending_{0};  // asynchronous operations queued or running
-  bool stopping_ RDMX_GUARDED_BY(queue_mutex_) = false;
-  std::thread worker_ RDMX_GUARDED_BY(queue_mutex_);
+  std::shared_ptr<Executor> executor_ =
+      std::make_shared<Executor>(rank_, [this](Executor::Job& job) { execute(job.call, job.gpu, job.ticket); });
 };
 
 std::shared_ptr<Device> open_for(const CommOptions& options) {

@@ -89,6 +89,52 @@ TEST_P(Communicators, AsynchronousOperationsCompleteInOrder) {
   }));
 }
 
+// A call's hooks run on the thread that runs it: `then` after the operation
+// and before anyone learns it finished, `done` last with its outcome, both
+// before the Work completes, on every path (inline, queued, failed, dropped).
+TEST_P(Communicators, CallHooksRunBeforeTheWorkCompletes) {
+  ASSERT_TRUE(run_coll_ranks({GetParam(), 2}, [&](RankEnv& env) {
+    auto comm = make_comm(env, "hooks");
+    std::vector<std::string> events;
+    auto hooked = [&](std::int32_t* value, const char* name) {
+      Communicator::Call call;
+      call.op = CollOp::AllReduce;
+      call.send = value;
+      call.recv = value;
+      call.count = 1;
+      call.type = DataType::Int32;
+      call.then = [&events, value, name] { events.push_back(std::string(name) + " then " + std::to_string(*value)); };
+      call.done = [&events, name](std::exception_ptr e) {
+        events.push_back(std::string(name) + (e ? " failed" : " done"));
+      };
+      return call;
+    };
+    std::int32_t a = 1, b = 10, c = 100;
+    comm->submit(hooked(&a, "inline"), false);  // nothing queued: runs on this thread
+    CHECK_EQ(events.size(), std::size_t{2});
+    Work wb = comm->submit(hooked(&b, "queued"), true);
+    Work wc = comm->submit(hooked(&c, "behind"), true);
+    wc.wait();
+    CHECK(wb.test());
+    const std::vector<std::string> want{"inline then 2", "inline done",     "queued then 20",
+                                        "queued done",   "behind then 200", "behind done"};
+    CHECK(events == want) << ::testing::PrintToString(events);
+    // A `then` that throws fails the operation; `done` sees that error.
+    events.clear();
+    std::int32_t d = 1;
+    Communicator::Call failing = hooked(&d, "failing");
+    failing.then = [] { throw Error(ErrorCode::InvalidArgument, "the copy-out refused", {.op = "then"}); };
+    Work wd = comm->submit(std::move(failing), true);
+    try {
+      wd.wait();
+      ADD_FAILURE() << "the failing hook's operation completed";
+    } catch (const Error& e) {
+      CHECK(std::string(e.what()).find("the copy-out refused") != std::string::npos) << e.what();
+    }
+    CHECK(events == std::vector<std::string>{"failing failed"}) << ::testing::PrintToString(events);
+  }));
+}
+
 // Buffers that overlap in other ways than the in-place forms (MPI_IN_PLACE's
 // reduce_scatter result in the first block, partly overlapping ranges) give
 // the same results as separate buffers.

@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: MIT
+#include "coll/executor.hpp"
+
+#include "core/log.hpp"
+#include "rdmx/profile.hpp"
+
+namespace rdmx::coll {
+
+void Executor::post(Job job, const std::shared_ptr<Executor>& self) {
+  job.state->executor = self;
+  core::LockGuard lock(mutex_);
+  if (stopping_) {
+    job.state->finish(std::make_exception_ptr(Error(ErrorCode::InvalidState, "the communicator is being destroyed",
+                                                    {.op = to_string(job.call.op), .rank = rank_})));
+    return;
+  }
+  if (!worker_.joinable()) worker_ = std::thread([this] { serve(); });
+  pending_.fetch_add(1, std::memory_order_acq_rel);
+  queue_.push_back(std::move(job));
+  // Only a sleeping worker needs the system call; a busy one looks at the
+  // queue again when its job is done.
+  if (worker_asleep_) wake_.notify_one();
+}
+
+bool Executor::take_locked(Job& job) {
+  if (running_ || queue_.empty()) return false;
+  job = std::move(queue_.front());
+  queue_.pop_front();
+  running_ = true;
+  return true;
+}
+
+void Executor::complete(Job& job) {
+  std::exception_ptr error;
+  try {
+    run_(job);
+    if (job.call.then) job.call.then();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  job.ticket.release();  // before the Work completes: its waiter may synchronize the stream next
+  if (job.call.done) {
+    try {
+      job.call.done(error);
+    } catch (const std::exception& e) {
+      RDMX_WARN("rank %d: the completion hook of %s threw: %s", rank_, to_string(job.call.op), e.what());
+    }
+  }
+  // The hooks hold the caller's buffers (tensors): they go before anyone
+  // learns that the operation finished.
+  job.call.then = nullptr;
+  job.call.done = nullptr;
+  if (job.state) {
+    // Counted down before the handle completes, so that a blocking call
+    // made right after wait() returns runs inline.
+    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    if (!error) profile::completed(job.state->profile_id);
+    job.state->finish(error);
+  } else if (error) {
+    std::rethrow_exception(error);
+  }
+}
+
+void Executor::run_until(const Work::State* target) {
+  Job job;
+  for (;;) {
+    {
+      core::LockGuard lock(mutex_);
+      if (!target->pending() || !take_locked(job)) return;
+    }
+    complete(job);
+    job = Job();
+    core::LockGuard lock(mutex_);
+    running_ = false;
+    // The worker may have found the queue busy, or be stopping, and gone to sleep.
+    if (!queue_.empty() || stopping_) wake_.notify_one();
+  }
+}
+
+void Executor::serve() {
+  core::UniqueLock lock(mutex_);
+  for (;;) {
+    Job job;
+    if (take_locked(job)) {
+      lock.unlock();
+      complete(job);
+      job = Job();
+      lock.lock();
+      running_ = false;
+      continue;
+    }
+    if (stopping_ && queue_.empty() && !running_) return;
+    worker_asleep_ = true;
+    wake_.wait(lock);
+    worker_asleep_ = false;
+  }
+}
+
+std::size_t Executor::drop(const std::string& reason) {
+  std::deque<Job> dropped;
+  {
+    core::LockGuard lock(mutex_);
+    dropped.swap(queue_);
+  }
+  pending_.fetch_sub(static_cast<std::uint32_t>(dropped.size()), std::memory_order_acq_rel);
+  for (auto& job : dropped) {
+    auto error = std::make_exception_ptr(Error(ErrorCode::InvalidState,
+                                               "the communicator was aborted before this operation started: " + reason,
+                                               {.op = to_string(job.call.op), .rank = rank_}));
+    if (job.call.done) job.call.done(error);
+    job.call = Communicator::Call();
+    job.state->finish(error);
+  }
+  return dropped.size();
+}
+
+void Executor::stop() {
+  std::thread worker;
+  {
+    core::LockGuard lock(mutex_);
+    stopping_ = true;
+    worker.swap(worker_);
+  }
+  wake_.notify_all();
+  if (worker.joinable()) worker.join();
+}
+
+}  // namespace rdmx::coll
