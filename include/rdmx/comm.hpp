@@ -290,6 +290,13 @@ class Communicator {
     std::function<void(std::exception_ptr)> done;
   };
   virtual Work submit(Call call, bool async) = 0;
+  // Runs `fn` on this communicator's executor, in call order with its
+  // operations (as a host function on a CUDA stream): an adapter builds a
+  // compound operation, such as a tagged message, from blocking calls,
+  // which run inline within it. The Work fails with what `fn` throws;
+  // `what` names it in errors. `fn` must not wait for asynchronous calls it
+  // makes (they run after it).
+  virtual Work submit_task(std::function<void()> fn, const char* what, bool async) = 0;
 
  protected:
   Communicator() = default;

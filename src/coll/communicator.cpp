@@ -204,10 +204,24 @@ class CommImpl final : public Communicator {
         options_.profile ? profile::issued(rank_, size_, call.op,
                                            profile::counted_bytes(call.op, call.count, call.type, size_), call.type)
                          : 0;
-    Executor::Job job{std::move(call), gpu, std::move(ticket), nullptr};
-    if (!async && executor_->idle()) {
-      // Nothing queued or running: run here, on the caller's thread, for the
-      // lowest latency (no lock, no Work state: the caller only waits).
+    Executor::Job job{std::move(call), gpu, std::move(ticket), nullptr, nullptr};
+    return run_or_post(std::move(job), profile_id, async);
+  }
+
+  Work submit_task(std::function<void()> fn, const char* what, bool async) override {
+    if (!fn) throw Error(ErrorCode::InvalidArgument, "submit_task: the function is empty", {.rank = rank_});
+    Executor::Job job;
+    job.call.op = CollOp::Barrier;  // for messages only: a task is no collective
+    job.task = std::move(fn);
+    return run_or_post(std::move(job), 0, async, what);
+  }
+
+ private:
+  Work run_or_post(Executor::Job job, std::uint64_t profile_id, bool async, const char* what = nullptr) {
+    // Inline when nothing is queued or running, or when called by the job
+    // running on this thread (a task's own calls are part of it).
+    // No lock and no Work state there: the caller only waits.
+    if (!async && (executor_->idle() || executor_->runs_here())) {
       profile::waited(profile_id);
       executor_->complete(job);
       profile::completed(profile_id);
@@ -216,14 +230,14 @@ class CommImpl final : public Communicator {
     job.state = std::make_shared<Work::State>();
     job.state->profile_id = profile_id;
     job.state->timeout = timeout_;
-    job.state->what = std::string(to_string(job.call.op)) + " on rank " + std::to_string(rank_);
+    job.state->what =
+        std::string(what != nullptr ? what : to_string(job.call.op)) + " on rank " + std::to_string(rank_);
     Work work(job.state);
     executor_->post(std::move(job), executor_);
     if (!async) work.wait(std::chrono::milliseconds(-1));
     return work;
   }
 
- private:
   [[noreturn]] void bad(const Call& call, const std::string& message, const std::string& hint = "") const {
     throw Error(ErrorCode::InvalidArgument, std::string(to_string(call.op)) + ": " + message,
                 {.op = to_string(call.op), .rank = rank_, .hint = hint});

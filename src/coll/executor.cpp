@@ -32,12 +32,18 @@ bool Executor::take_locked(Job& job) {
 
 void Executor::complete(Job& job) {
   std::exception_ptr error;
+  const std::thread::id outer = running_thread_.exchange(std::this_thread::get_id(), std::memory_order_acq_rel);
   try {
-    run_(job);
+    if (job.task) {
+      job.task();
+    } else {
+      run_(job);
+    }
     if (job.call.then) job.call.then();
   } catch (...) {
     error = std::current_exception();
   }
+  running_thread_.store(outer, std::memory_order_release);
   job.ticket.release();  // before the Work completes: its waiter may synchronize the stream next
   if (job.call.done) {
     try {
@@ -50,6 +56,7 @@ void Executor::complete(Job& job) {
   // learns that the operation finished.
   job.call.then = nullptr;
   job.call.done = nullptr;
+  job.task = nullptr;
   if (job.state) {
     // Counted down before the handle completes, so that a blocking call
     // made right after wait() returns runs inline.

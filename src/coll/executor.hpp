@@ -49,6 +49,7 @@ class Executor {
     int gpu = -1;         // the GPU holding its buffers, or -1
     StreamTicket ticket;  // ordering on the caller's CUDA stream, if any
     std::shared_ptr<Work::State> state;
+    std::function<void()> task;  // Communicator::submit_task's function instead of `call`
   };
   // Runs a job's operation (throws its error).
   using Runner = std::function<void(Job&)>;
@@ -60,6 +61,11 @@ class Executor {
 
   // True while nothing is queued or running: a blocking call may run inline.
   bool idle() const noexcept { return pending_.load(std::memory_order_acquire) == 0; }
+  // True on the thread running a job: the blocking calls a task makes run
+  // inline there (they are part of it).
+  bool runs_here() const noexcept {
+    return running_thread_.load(std::memory_order_acquire) == std::this_thread::get_id();
+  }
   // Queues `job`; its state learns where it is queued (`self` is this executor).
   void post(Job job, const std::shared_ptr<Executor>& self);
   // On a waiter's thread: runs queued jobs in order until `target` has
@@ -88,6 +94,7 @@ class Executor {
   bool worker_asleep_ RDMX_GUARDED_BY(mutex_) = false;
   std::thread worker_ RDMX_GUARDED_BY(mutex_);
   std::atomic<std::uint32_t> pending_{0};  // queued or running
+  std::atomic<std::thread::id> running_thread_{};
 };
 
 }  // namespace coll

@@ -135,6 +135,49 @@ TEST_P(Communicators, CallHooksRunBeforeTheWorkCompletes) {
   }));
 }
 
+// A task runs in call order with the operations around it, and the blocking
+// calls it makes run inline within it; what it throws fails its Work.
+TEST_P(Communicators, TasksRunInCallOrderWithTheirCallsInline) {
+  ASSERT_TRUE(run_coll_ranks({GetParam(), 2}, [&](RankEnv& env) {
+    auto comm = make_comm(env, "tasks");
+    const int r = env.rank(), peer = 1 - r;
+    std::int32_t a = r + 1, b = 10 * (r + 1), seen_a = 0, got = 0;
+    Work wa = comm->iall_reduce(&a, &a, 1, DataType::Int32, ReduceOp::Sum);
+    Work wt = comm->submit_task(
+        [&] {
+          seen_a = a;  // the all_reduce before it has run
+          std::int32_t mine = 100 + r;
+          if (r == 0) {
+            comm->send(&mine, 1, DataType::Int32, peer);
+            comm->recv(&got, 1, DataType::Int32, peer);
+          } else {
+            comm->recv(&got, 1, DataType::Int32, peer);
+            comm->send(&mine, 1, DataType::Int32, peer);
+          }
+        },
+        "exchange", true);
+    Work wb = comm->iall_reduce(&b, &b, 1, DataType::Int32, ReduceOp::Sum);
+    wb.wait();
+    CHECK(wa.test());
+    CHECK(wt.test());
+    CHECK_EQ(seen_a, 3);
+    CHECK_EQ(got, 100 + peer);
+    CHECK_EQ(b, 30);
+    Work failing =
+        comm->submit_task([] { throw Error(ErrorCode::InvalidArgument, "the task refused"); }, "refusal", true);
+    try {
+      failing.wait();
+      ADD_FAILURE() << "the failing task completed";
+    } catch (const Error& e) {
+      CHECK(std::string(e.what()).find("the task refused") != std::string::npos) << e.what();
+    }
+    // The communicator goes on.
+    std::int32_t one = 1, two = 0;
+    comm->all_reduce(&one, &two, 1, DataType::Int32, ReduceOp::Sum);
+    CHECK_EQ(two, 2);
+  }));
+}
+
 // Buffers that overlap in other ways than the in-place forms (MPI_IN_PLACE's
 // reduce_scatter result in the first block, partly overlapping ranges) give
 // the same results as separate buffers.
