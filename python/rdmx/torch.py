@@ -15,12 +15,15 @@ as rdmx's C++ bootstrap reads them; what is set already is left alone.
 
 The backend rendezvouses through the store torch gives it (no extra port),
 honours the ``timeout`` given to ``init_process_group`` and ``new_group``, and
-takes CPU tensors of dtype float32, float64, float16, bfloat16, int8, uint8,
-int32, int64 and bool. Errors (mismatched collectives, a timeout, a dead
-rank) are raised as RuntimeError carrying rdmx's message on every rank.
+takes CPU tensors (and CUDA tensors, ordered on the current stream, where it
+was built against a CUDA build of torch) of dtype float32, float64, float16,
+bfloat16, int8, uint8, int32, int64 and bool. Per-device backends work as
+usual: ``init_process_group("cpu:rdmx,cuda:nccl")``. Errors (mismatched
+collectives, a timeout, a dead rank) are raised on every rank as
+``torch.distributed.DistBackendError`` (a RuntimeError) carrying rdmx's
+message; bad arguments as RuntimeError.
 """
 # SPDX-License-Identifier: MIT
-import inspect as _inspect
 import os as _os
 import re as _re
 import zlib as _zlib
@@ -90,14 +93,10 @@ def launcher_env(env=None):
 
 
 def _register():
-    if BACKEND_NAME.upper() in getattr(_dist.Backend, "_plugins", {}):
+    if BACKEND_NAME.upper() in _dist.Backend._plugins:
         return
-    register = _dist.Backend.register_backend
-    if "devices" in _inspect.signature(register).parameters:
-        # torch >= 2.0: CPU tensors only, until rdmx has GPU memory.
-        register(BACKEND_NAME, _create, devices=["cpu"])
-    else:
-        register(BACKEND_NAME, _create)
+    devices = ["cpu", "cuda"] if _torch.cuda_built else ["cpu"]
+    _dist.Backend.register_backend(BACKEND_NAME, _create, devices=devices)
 
 
 def profile_step():

@@ -45,6 +45,9 @@ void Executor::complete(Job& job) {
   }
   running_thread_.store(outer, std::memory_order_release);
   job.ticket.release();  // before the Work completes: its waiter may synchronize the stream next
+  // Recorded before `done`, which may wake whoever waits on an adapter's
+  // future (and ends a profiled training step).
+  if (!error && job.state) profile::completed(job.state->profile_id);
   if (job.call.done) {
     try {
       job.call.done(error);
@@ -61,7 +64,6 @@ void Executor::complete(Job& job) {
     // Counted down before the handle completes, so that a blocking call
     // made right after wait() returns runs inline.
     pending_.fetch_sub(1, std::memory_order_acq_rel);
-    if (!error) profile::completed(job.state->profile_id);
     job.state->finish(error);
   } else if (error) {
     std::rethrow_exception(error);

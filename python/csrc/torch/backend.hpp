@@ -1,32 +1,44 @@
 // SPDX-License-Identifier: MIT
 // ProcessGroupRdmx: the torch.distributed backend "rdmx", an
-// rdmx::Communicator behind torch's ProcessGroup (1.13) or Backend (>= 2.0)
-// interface, for CPU tensors. Operations run in call order on one executor
-// thread per group; each is one or a few blocking rdmx calls there.
+// rdmx::Communicator behind torch 2.x's c10d::Backend, for CPU tensors and,
+// where torch has CUDA, CUDA tensors ordered on the current stream.
+//
+// A thin adapter: each call checks torch's arguments, describes itself as
+// one Communicator::Call (or, for tagged messages, one task) and hands it
+// to the Communicator, whose executor runs it. A blocking call (torch's
+// async_op=False) runs on the caller's thread; an asynchronous one returns
+// an RdmxWork over the Communicator's Work.
 #pragma once
 
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+
 #include <chrono>
+#include <deque>
 #include <map>
 #include <memory>
 #include <utility>
 
-#include "compat.hpp"
 #include "rdmx/comm.hpp"
 #include "work.hpp"
 
 namespace rdmx::torch_backend {
 
-class ProcessGroupRdmx : public BackendBase {
+class ProcessGroupRdmx : public c10d::Backend {
  public:
   // Collective over the group: rendezvous through `store` (torch's, already
   // prefixed for this group) and connect every pair, bounded by `timeout`.
   ProcessGroupRdmx(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout);
+  // A group over `comm` (a split); `store` is the group's, for monitoredBarrier.
+  ProcessGroupRdmx(std::unique_ptr<Communicator> comm, const c10::intrusive_ptr<c10d::Store>& store,
+                   std::chrono::milliseconds timeout);
   ~ProcessGroupRdmx() override;
 
   const std::string getBackendName() const override { return "rdmx"; }
+  c10::intrusive_ptr<Options> getBackendOptions() override { return options_; }
   // How each peer is reached ("shm", "tcp", ...; empty for this rank).
-  std::vector<std::string> peer_providers() const { return comm_->peer_providers(); }
+  std::vector<std::string> peer_providers() const;
   std::chrono::milliseconds timeout() const { return timeout_; }
+  Communicator& communicator() const;
 
   using Work = c10d::Work;
   c10::intrusive_ptr<Work> broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) override;
@@ -36,8 +48,14 @@ class ProcessGroupRdmx : public BackendBase {
   c10::intrusive_ptr<Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override;
   c10::intrusive_ptr<Work> allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                      const c10d::AllgatherOptions& opts) override;
-  c10::intrusive_ptr<Work> _allgather_base(at::Tensor& output, at::Tensor& input,
-                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<Work> all_gather_single(at::Tensor& output, at::Tensor& input,
+                                             const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                               std::vector<at::Tensor>& inputs,
+                                               const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<Work> all_gather_single_coalesced(std::vector<at::Tensor>& outputs,
+                                                       std::vector<at::Tensor>& inputs,
+                                                       const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                   const c10d::GatherOptions& opts) override;
   c10::intrusive_ptr<Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
@@ -45,30 +63,56 @@ class ProcessGroupRdmx : public BackendBase {
   c10::intrusive_ptr<Work> reduce_scatter(std::vector<at::Tensor>& outputs,
                                           std::vector<std::vector<at::Tensor>>& inputs,
                                           const c10d::ReduceScatterOptions& opts) override;
-  c10::intrusive_ptr<Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
-                                                const c10d::ReduceScatterOptions& opts) override;
-  c10::intrusive_ptr<Work> alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
-                                         std::vector<int64_t>& input_splits,
-                                         const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<Work> reduce_scatter_single(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<Work> reduce_scatter_single_coalesced(std::vector<at::Tensor>& outputs,
+                                                           std::vector<at::Tensor>& inputs,
+                                                           const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<Work> all_to_all_single(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
+                                             std::vector<int64_t>& input_splits,
+                                             const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                     const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<Work> barrier(const c10d::BarrierOptions& opts) override;
+  // A barrier that names the ranks that did not arrive within opts.timeout
+  // (every one of them when wait_all_ranks, else the first), as Gloo's.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
   c10::intrusive_ptr<Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
   c10::intrusive_ptr<Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
 
+  // torch's split_group: every rank of this group calls it; those in
+  // `ranks` form the new group (ranked by their place in `ranks`), the
+  // others get null. The new group keeps this one's timeout.
+  bool supportsSplitting() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
+                                          const c10::intrusive_ptr<Options>& opts) override;
+  // Fails pending and later operations at once and tells the peers
+  // (destroy_process_group after an error, torch's abort path).
+  void abort() override;
+  // Finishes what is queued, says goodbye to the peers, releases the
+  // connections; later calls fail with a clear error.
+  void shutdown() override;
+  uint64_t getSequenceNumberForGroup() override;
+  void setSequenceNumberForGroup() override {}
+
  private:
-  c10::intrusive_ptr<Work> enqueue(c10d::OpType type, const char* op, std::vector<at::Tensor> outputs,
-                                   std::function<void()> body);
-  std::uint64_t profile_issue(c10d::OpType type, const std::vector<at::Tensor>& outputs) const;
+  // Runs `call` now (blocking) or hands it to the Communicator's executor;
+  // the returned Work completes with `outputs` or the error.
+  c10::intrusive_ptr<Work> issue(c10d::OpType type, std::vector<at::Tensor> outputs, Communicator::Call call,
+                                 bool async, const at::Tensor& device_of);
+  c10::intrusive_ptr<Work> issue_task(c10d::OpType type, std::vector<at::Tensor> outputs, std::function<void()> fn,
+                                      const char* what, bool async);
   // Point to point (backend_p2p.cpp): tagged messages over rdmx's ordered ones.
   void send_tagged(const at::Tensor& tensor, int dst, int tag);
   void recv_tagged(const at::Tensor& tensor, int src, int tag);
 
   std::chrono::milliseconds timeout_;
+  c10::intrusive_ptr<Options> options_;
+  c10::intrusive_ptr<c10d::Store> store_;
   std::unique_ptr<Communicator> comm_;
+  std::uint64_t monitored_barriers_ = 0;
   // Messages that arrived before the recv with their tag was run, by (source, tag).
   std::map<std::pair<int, int>, std::deque<at::Tensor>> early_;
-  Executor executor_;
 };
 
 }  // namespace rdmx::torch_backend

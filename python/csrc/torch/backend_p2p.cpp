@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // send and recv with tags. rdmx matches point-to-point messages in order per
 // pair and has no tags, so each message is a small header (tag, bytes)
-// followed by the payload. A recv that meets a message with another tag
+// followed by the payload, sent or received by one task on the
+// Communicator's executor (in call order with the collectives). A recv that meets a message with another tag
 // keeps it for the recv that names that tag, so tags match as in Gloo
 // whatever the order of the recvs, at the cost of one copy for the
 // out-of-order message only.
@@ -32,16 +33,35 @@ void check_peer(int peer, int rank, int size, const char* op) {
 
 }  // namespace
 
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
+  const char* op = "send";
+  check_single(tensors, op);
+  check_peer(dst, getRank(), getSize(), op);
+  at::Tensor t = tensors[0];
+  // torch gives send no async_op: a wait that follows runs it on its thread.
+  return issue_task(
+      c10d::OpType::SEND, {t}, [this, t, dst, tag] { send_tagged(t, dst, tag); }, op, true);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
+  const char* op = "recv";
+  check_single(tensors, op);
+  check_peer(src, getRank(), getSize(), op);
+  at::Tensor t = tensors[0];
+  return issue_task(
+      c10d::OpType::RECV, {t}, [this, t, src, tag] { recv_tagged(t, src, tag); }, op, true);
+}
+
 void ProcessGroupRdmx::send_tagged(const at::Tensor& tensor, int dst, int tag) {
-  check_peer(dst, getRank(), getSize(), "send");
   Dense d = dense_input(tensor);
   Header header{tag, byte_size(d.buf)};
-  comm_->send(&header, sizeof header, DataType::Uint8, dst);
-  if (header.bytes != 0) comm_->send(d.data(), header.bytes, DataType::Uint8, dst);
+  Communicator& comm = communicator();
+  comm.send(&header, sizeof header, DataType::Uint8, dst);
+  if (header.bytes != 0) comm.send(d.data(), header.bytes, DataType::Uint8, dst);
 }
 
 void ProcessGroupRdmx::recv_tagged(const at::Tensor& tensor, int src, int tag) {
-  check_peer(src, getRank(), getSize(), "recv");
+  Communicator& comm = communicator();
   Dense d = dense_output(tensor);
   const std::size_t want = byte_size(d.buf);
   auto wrong_size = [&](std::uint64_t sent) {
@@ -65,19 +85,19 @@ void ProcessGroupRdmx::recv_tagged(const at::Tensor& tensor, int src, int tag) {
   }
   for (;;) {
     Header header;
-    comm_->recv(&header, sizeof header, DataType::Uint8, src);
+    comm.recv(&header, sizeof header, DataType::Uint8, src);
     if (header.tag == tag) {
       if (header.bytes != want) {
         at::Tensor drained = at::empty({static_cast<std::int64_t>(header.bytes)}, at::kByte);
-        if (header.bytes != 0) comm_->recv(drained.data_ptr(), header.bytes, DataType::Uint8, src);
+        if (header.bytes != 0) comm.recv(drained.data_ptr(), header.bytes, DataType::Uint8, src);
         throw wrong_size(header.bytes);
       }
-      if (want != 0) comm_->recv(d.data(), want, DataType::Uint8, src);
+      if (want != 0) comm.recv(d.data(), want, DataType::Uint8, src);
       d.finish();
       return;
     }
     at::Tensor kept = at::empty({static_cast<std::int64_t>(header.bytes)}, at::kByte);
-    if (header.bytes != 0) comm_->recv(kept.data_ptr(), header.bytes, DataType::Uint8, src);
+    if (header.bytes != 0) comm.recv(kept.data_ptr(), header.bytes, DataType::Uint8, src);
     early_[{src, static_cast<int>(header.tag)}].push_back(std::move(kept));
   }
 }

@@ -5,19 +5,26 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <torch/version.h>
+
 #include "backend.hpp"
 #include "rdmx/profile.hpp"
 
 namespace py = pybind11;
-using rdmx::torch_backend::BackendBase;
+
 using rdmx::torch_backend::ProcessGroupRdmx;
 
 PYBIND11_MODULE(_torch, m) {
-  m.doc() = "The rdmx backend for torch.distributed (CPU tensors)";
+  m.doc() = "The rdmx backend for torch.distributed";
   // The base class must be known to pybind11 before ours derives from it.
   py::module_::import("torch.distributed");
   m.attr("torch_version_built") = TORCH_VERSION;
-  py::class_<ProcessGroupRdmx, BackendBase, c10::intrusive_ptr<ProcessGroupRdmx>>(m, "ProcessGroupRdmx")
+#ifdef RDMX_TORCH_CUDA
+  m.attr("cuda_built") = true;
+#else
+  m.attr("cuda_built") = false;
+#endif
+  py::class_<ProcessGroupRdmx, c10d::Backend, c10::intrusive_ptr<ProcessGroupRdmx>>(m, "ProcessGroupRdmx")
       .def(py::init(
                [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout) {
                  return c10::make_intrusive<ProcessGroupRdmx>(store, rank, size, timeout);

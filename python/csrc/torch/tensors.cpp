@@ -80,10 +80,18 @@ ReduceOp reduce_op_of(const c10d::ReduceOp& op, at::ScalarType type, const char*
 
 void check_tensor(const at::Tensor& t, const char* op) {
   if (!t.defined()) bad_argument(op, "got an undefined tensor");
-  if (!t.device().is_cpu()) {
-    bad_argument(op, "tensor is on " + t.device().str() + "; the rdmx backend takes CPU tensors",
-                 "move it with .cpu(), or use nccl for CUDA tensors until rdmx has GPU memory");
+#ifdef RDMX_TORCH_CUDA
+  if (!t.device().is_cpu() && !t.device().is_cuda()) {
+    bad_argument(op, "tensor is on " + t.device().str() + "; the rdmx backend takes CPU and CUDA tensors",
+                 "move it with .cpu()");
   }
+#else
+  if (!t.device().is_cpu()) {
+    bad_argument(
+        op, "tensor is on " + t.device().str() + "; this rdmx backend was built without CUDA and takes CPU tensors",
+        "move it with .cpu(), or build rdmx against a CUDA build of torch");
+  }
+#endif
   if (t.layout() != at::kStrided) bad_argument(op, "sparse and other non-strided tensors are not supported");
   (void)data_type_of(t.scalar_type(), op);
 }
@@ -104,6 +112,10 @@ void check_list(const std::vector<at::Tensor>& tensors, const at::Tensor& like, 
   }
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     check_tensor(tensors[i], op);
+    if (tensors[i].device() != like.device()) {
+      bad_argument(op, std::string(which) + "[" + std::to_string(i) + "] is on " + tensors[i].device().str() +
+                           ", not " + like.device().str());
+    }
     if (tensors[i].scalar_type() != like.scalar_type()) {
       bad_argument(op, std::string(which) + "[" + std::to_string(i) + "] is " + dtype_name(tensors[i].scalar_type()) +
                            ", not " + dtype_name(like.scalar_type()));
@@ -122,10 +134,23 @@ void check_root(int root, int size, const char* op) {
   }
 }
 
-void check_same_dtype(const at::Tensor& a, const at::Tensor& b, const char* op, const char* what) {
+void check_same_kind(const at::Tensor& a, const at::Tensor& b, const char* op, const char* what) {
   if (a.scalar_type() != b.scalar_type()) {
     bad_argument(op, std::string(what) + " dtypes differ (" + dtype_name(a.scalar_type()) + " and " +
                          dtype_name(b.scalar_type()) + ")");
+  }
+  if (a.device() != b.device()) {
+    bad_argument(
+        op, std::string(what) + " are on different devices (" + a.device().str() + " and " + b.device().str() + ")",
+        "one operation's tensors must all be on one device");
+  }
+}
+
+void check_coalesced(const std::vector<at::Tensor>& tensors, const char* op, const char* which) {
+  if (tensors.empty()) bad_argument(op, std::string("got no tensors in ") + which);
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    check_tensor(tensors[i], op);
+    check_same_kind(tensors[i], tensors[0], op, which);
   }
 }
 

@@ -26,14 +26,19 @@ DataType data_type_of(at::ScalarType type, const char* op);
 // (logical or / and), as NCCL does; AVG needs a floating type.
 ReduceOp reduce_op_of(const c10d::ReduceOp& op, at::ScalarType type, const char* op_name);
 
-// Checks shared by every operation: CPU, strided, a supported dtype.
+// Checks shared by every operation: strided, a supported dtype, on the CPU
+// or (where the backend is built with CUDA) a CUDA device.
 void check_tensor(const at::Tensor& t, const char* op);
+// A coalesced call's tensors: at least one, each checked, all of the
+// first's dtype and device.
+void check_coalesced(const std::vector<at::Tensor>& tensors, const char* op, const char* which);
 void check_single(const std::vector<at::Tensor>& tensors, const char* op);
-// All tensors of a list have `like`'s dtype and element count.
+// All tensors of a list have `like`'s dtype, device and element count.
 void check_list(const std::vector<at::Tensor>& tensors, const at::Tensor& like, std::size_t expected_size,
                 const char* op, const char* which);
 void check_root(int root, int size, const char* op);
-void check_same_dtype(const at::Tensor& a, const at::Tensor& b, const char* op, const char* what);
+// The same dtype and device.
+void check_same_kind(const at::Tensor& a, const at::Tensor& b, const char* op, const char* what);
 // The root's list of a gather or scatter (one list of `size` tensors like
 // `like`); other ranks pass none and get an empty vector.
 std::vector<at::Tensor> root_list(const std::vector<std::vector<at::Tensor>>& lists, const at::Tensor& like, int root,
