@@ -18,6 +18,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCENARIOS = os.path.join(HERE, "scenarios.py")
+TRAINING = os.path.join(HERE, "training.py")
 PYTHON = os.environ.get("RDMX_TEST_PYTHON", sys.executable)
 
 
@@ -77,8 +78,9 @@ def collect(procs, deadline_s, result_dir=None):
     return results
 
 
-def run(world, scenario, args=None, timeout_s=120, extra_env=None, per_rank_env=None):
-    """Runs `scenario` on `world` ranks under env:// variables; returns one RankResult per rank."""
+def run(world, scenario, args=None, timeout_s=120, extra_env=None, per_rank_env=None, script=SCENARIOS):
+    """Runs `scenario` of `script` (scenarios.py, training.py) on `world` ranks under env://
+    variables; returns one RankResult per rank."""
     port = free_port()
     result_dir = tempfile.mkdtemp(prefix="rdmx-torch-test.")
     procs = []
@@ -86,7 +88,7 @@ def run(world, scenario, args=None, timeout_s=120, extra_env=None, per_rank_env=
         extra = dict(extra_env or {}, RDMX_TEST_RESULT_DIR=result_dir)
         if per_rank_env:
             extra.update(per_rank_env(rank))
-        procs.append(subprocess.Popen([PYTHON, SCENARIOS, scenario, json.dumps(args or {})],
+        procs.append(subprocess.Popen([PYTHON, script, scenario, json.dumps(args or {})],
                                       env=env_for(rank, world, port, extra), stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True, start_new_session=True))
     try:
