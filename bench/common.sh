@@ -11,6 +11,8 @@
 #   bench_bounded OUT ERR CMD...  runs CMD bounded by $limit seconds (`timeout`), stdout to OUT,
 #                               stderr to ERR (- : with stdout), stdin from /dev/null; sets bench_rc
 #   bench_plan SIZES ITERS BYTES FLOOR   iterations per size (see the function)
+#   bench_python                prints the interpreter with the pinned torch: RDMX_BENCH_PYTHON, else
+#                               scripts/deps.sh's virtual environment (RDMX_VENV, ~/.cache/rdmx/venv), else python3
 #
 # Runners. Each leaves, on success, its rows as JSON lines appended to
 # $work/NAME.json and, on failure, one line saying why in $work/NAME.why (read
@@ -30,6 +32,15 @@ bench_errors=0
 bench_rdmx_errors=0  # the failures of rdmx itself, a subset of bench_errors
 bench_rdmx_missing=" " # providers rdmx said it lacks: their other runs are skipped
 bench_here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+bench_python() {
+  if [[ -n ${RDMX_BENCH_PYTHON:-} ]]; then
+    echo "$RDMX_BENCH_PYTHON"
+    return
+  fi
+  local venv=${RDMX_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/rdmx/venv}
+  if [[ -x $venv/bin/python ]]; then echo "$venv/bin/python"; else command -v python3; fi
+}
 
 bench_cleanup() {
   local pid

@@ -39,7 +39,7 @@
 # gets, as the runs go, "status": one line "config op np round rc" per run,
 # and "skipped": one line "config reason..." per configuration left out;
 # bench/peers/run.sh reads them), RDMX_BENCH_PYTHON (the interpreter that runs
-# Gloo, default /usr/bin/python3). RDMX_* (e.g. RDMX_SPIN_US), OMPI_MCA_* and
+# Gloo, default bench_python's: the pinned torch of scripts/deps.sh). RDMX_* (e.g. RDMX_SPIN_US), OMPI_MCA_* and
 # GLOO_* variables in the environment reach the programs as usual.
 #
 # Exit status: 0, or 1 when a run failed or returned wrong results (rdmx runs
@@ -55,9 +55,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 rdmx_bin=$build/tools/rdmx
 mpi_srcs=("$here"/coll/mpi_coll_perf.c "$here"/coll/mpi_coll_args.c "$here"/coll/mpi_coll_model.c)
 gloo_src=$here/coll/torch_coll_perf.py
-# Debian's python3-torch is importable only by the system interpreter;
-# RDMX_BENCH_PYTHON names another (a machine whose python3 holds torch).
-py=${RDMX_BENCH_PYTHON:-/usr/bin/python3}
+py=$(bench_python)
 
 read -r -a nps <<<"${RDMX_BENCH_NP:-2 4}"
 sizes=${RDMX_BENCH_SIZES:-4,4K,64K,1M,16M,64M}
@@ -302,7 +300,7 @@ fi
 if torch_version=$("$py" -c 'import torch, torch.distributed as d; assert d.is_gloo_available(); print(torch.__version__)' 2>/dev/null); then
   echo "run_coll: torch $torch_version (gloo) under $py"
 else
-  echo "run_coll: $py cannot import torch with gloo (scripts/deps.sh --bench installs python3-torch): gloo skipped" >&2
+  echo "run_coll: $py cannot import torch with gloo (scripts/deps.sh installs the pinned torch): gloo skipped" >&2
   skip[gloo]="skipped (no torch)"
 fi
 

@@ -21,10 +21,8 @@
 #   scripts/deps.sh --bench    all of the above, and the peers the benchmarks
 #                              compare with: sockperf and iperf3
 #                              (bench/run_tcp.sh), UCX's ucx_perftest and Open
-#                              MPI (bench/run_shm.sh); torchvision, OpenBLAS
-#                              and jemalloc for the DDP steps of
-#                              bench/torch/run.sh (Debian's torch otherwise
-#                              multiplies with the reference BLAS)
+#                              MPI (bench/run_shm.sh); jemalloc for the
+#                              training steps of bench/torch/run.sh
 #   scripts/deps.sh --verbs-vm all of the above but the benchmarks' peers, and
 #                              what scripts/rxe-vm.sh needs to boot the
 #                              soft-RoCE guest (qemu, busybox, rdma-core, perftest)
@@ -52,8 +50,7 @@ done
 packages=("${build_packages[@]}")
 case "$mode" in
   test) packages+=("${test_packages[@]}") ;;
-  bench) packages+=("${test_packages[@]}" sockperf iperf3 python3 ucx-utils libopenmpi-dev python3-torchvision
-                    libopenblas0-pthread libjemalloc2) ;;
+  bench) packages+=("${test_packages[@]}" sockperf iperf3 python3 ucx-utils libopenmpi-dev libjemalloc2) ;;
   verbs-vm) packages+=("${test_packages[@]}" qemu-system-x86 busybox-static cpio kmod rdma-core ibverbs-utils
                        perftest) ;;
 esac

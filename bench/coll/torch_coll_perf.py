@@ -1,18 +1,19 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
 """bench/coll/torch_coll_perf.py: torch.distributed's collectives timed as `rdmx perf coll` times
 its own (the Gloo peer of bench/run_coll.sh, and the binding benchmark of bench/torch/run.sh).
 
     RANK=r WORLD_SIZE=n MASTER_ADDR=127.0.0.1 MASTER_PORT=p GLOO_SOCKET_IFNAME=lo \\
-      /usr/bin/python3 torch_coll_perf.py [--backend gloo|rdmx]
+      python torch_coll_perf.py [--backend gloo|rdmx]
           --op all_reduce|all_gather|reduce_scatter|broadcast|reduce|all_to_all|gather|scatter|barrier
           [--sizes 4,4K,64K,1M,16M,64M] [--type fp32] [--redop sum|prod|min|max|avg]
-          [--root 0] [--iters N] [--warmup N] [--check 0|1] [--fallback 0|1] [--json PATH]
+          [--root 0] [--iters N] [--warmup N] [--check 0|1] [--json PATH]
 
 torch.distributed with backend "gloo" (the default) or "rdmx" (this project's
 backend, python/rdmx/torch.py; PYTHONPATH must reach the built package),
 init_method env://, one thread per process (torch.set_num_threads(1)), CPU
-tensors. Debian's python3-torch imports only with /usr/bin/python3.
+tensors. Run it with the interpreter of the pinned torch (scripts/deps.sh's
+virtual environment).
 
 The three collective benchmarks (`rdmx perf coll`, mpi_coll_perf.c, this
 file) measure the same way and print the same table (the two peers take the
@@ -28,19 +29,16 @@ Which call each operation times (anything a backend lacks is "n/a" in the
 table, or exit status 3 when nothing of the operation is there):
 - all_reduce, broadcast, reduce: in place only (torch's API reduces into the
   tensor passed), so their out-of-place column is n/a.
-- all_gather: rdmx, dist.all_gather_into_tensor; gloo, dist.all_gather into
-  views of one output buffer (torch 1.13's gloo has no all_gather_into_tensor).
-  In place, the input is this rank's block of the output.
-- reduce_scatter: rdmx, dist.reduce_scatter_tensor (in place, the output is
-  this rank's block of the input). ProcessGroupGloo has none: exit 3, or with
-  --fallback 1 what a Gloo user writes instead, dist.all_reduce of the whole
-  input and this rank's block copied out (out of place only).
+- all_gather: dist.all_gather_into_tensor. In place, the input is this
+  rank's block of the output.
+- reduce_scatter: dist.reduce_scatter_tensor (in place, the output is this
+  rank's block of the input).
 - all_to_all: all_to_all_single, out of place only.
 - gather, scatter: out of place, and in place with the root's own block as a
   view of the gathered / scattered buffer.
-- Types: int8 uint8 int32 int64 fp16 fp32 fp64, and bf16 with rdmx (torch 1.13
-  has no uint32 or uint64 tensors, and its gloo backend rejects bf16: "Invalid
-  scalar type"); redops sum prod min max, and avg with rdmx on floating types.
+- Types: int8 uint8 int32 int64 fp16 bf16 fp32 fp64 (rdmx's backend takes no
+  uint32 or uint64 tensors); redops sum prod min max, and avg with rdmx on
+  floating types.
 Exit status: 0; 1 an error; 2 a bad argument; 3 unsupported; 4 wrong results.
 """
 
@@ -71,7 +69,7 @@ BACKENDS = ["gloo", "rdmx"]
 
 USAGE = """usage: torch_coll_perf.py [--backend gloo|rdmx] --op all_reduce|all_gather|reduce_scatter|broadcast|reduce|all_to_all|gather|scatter|barrier
          [--sizes 4,4K,64K,1M,16M,64M] [--type int8|uint8|int32|int64|fp16|fp32|fp64]
-         [--redop sum|prod|min|max|avg] [--root 0] [--iters N] [--warmup N] [--check 0|1] [--fallback 0|1]
+         [--redop sum|prod|min|max|avg] [--root 0] [--iters N] [--warmup N] [--check 0|1]
          [--json PATH]
   ranks from RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torch's env://)
 """
@@ -110,7 +108,7 @@ def parse_count(text, option):
 
 
 def parse_options(argv):
-    o = {"backend": "gloo", "fallback": False, "op": "all_reduce", "sizes": [parse_size(s, "") for s in "4,4K,64K,1M,16M,64M".split(",")],
+    o = {"backend": "gloo", "op": "all_reduce", "sizes": [parse_size(s, "") for s in "4,4K,64K,1M,16M,64M".split(",")],
          "type": "fp32", "redop": "sum", "root": 0, "iters": 0, "warmup": -1, "check": True, "json": None}
     i = 0
     while i < len(argv):
@@ -126,8 +124,6 @@ def parse_options(argv):
             if value not in BACKENDS:
                 raise UsageError(f"unknown --backend '{value}'")
             o["backend"] = value
-        elif arg == "--fallback":
-            o["fallback"] = parse_count(value, arg) != 0
         elif arg == "--op":
             if value not in OPS:
                 raise UsageError(f"unknown --op '{value}'")
@@ -213,11 +209,8 @@ def format_bw(gbps):
     return f"{gbps:.3f}" if gbps < 10 else f"{gbps:.2f}"
 
 
-CALLS = {"gloo": {"all_gather": "dist.all_gather into views",
-                  "reduce_scatter": "dist.all_reduce, then a copy of this rank's block",
-                  "all_to_all": "dist.all_to_all_single"},
-         "rdmx": {"all_gather": "dist.all_gather_into_tensor", "reduce_scatter": "dist.reduce_scatter_tensor",
-                  "all_to_all": "dist.all_to_all_single"}}
+CALLS = {"all_gather": "dist.all_gather_into_tensor", "reduce_scatter": "dist.reduce_scatter_tensor",
+         "all_to_all": "dist.all_to_all_single"}
 
 
 def rdmx_transport(dist):
@@ -237,13 +230,8 @@ def main():
         quit_with(EXIT_USAGE, f"{e}\n{USAGE}")
     backend, op, type_name, redop_name = o["backend"], o["op"], o["type"], o["redop"]
     gloo = backend == "gloo"
-    if gloo and op == "reduce_scatter" and not o["fallback"]:
-        quit_with(EXIT_UNSUPPORTED, "unsupported: torch's gloo backend has no reduce_scatter (--fallback 1 times "
-                                    "all_reduce and a copy instead)")
     if type_name in ("uint32", "uint64"):
-        quit_with(EXIT_UNSUPPORTED, f"unsupported: torch 1.13 has no {type_name} tensors")
-    if gloo and type_name == "bf16":
-        quit_with(EXIT_UNSUPPORTED, "unsupported: torch's gloo backend has no bf16 (Invalid scalar type)")
+        quit_with(EXIT_UNSUPPORTED, f"unsupported: the rdmx backend takes no {type_name} tensors")
     if op in REDUCTIONS and redop_name == "avg":
         # Gloo has no avg; rdmx's is not checked here, since n-way averages are inexact.
         quit_with(EXIT_UNSUPPORTED, "unsupported: avg is not benchmarked here")
@@ -296,20 +284,10 @@ def main():
         if op == "all_gather":
             output = recv[:n * count]
             source = output[rank * count:(rank + 1) * count] if inplace else send[:count]
-            if gloo:
-                chunks = list(output.chunk(n))
-                return (lambda: dist.all_gather(chunks, source)), source, output
             return (lambda: dist.all_gather_into_tensor(output, source)), source, output
         if op == "reduce_scatter":
             source = recv[:n * count] if inplace else send[:n * count]
             output = source[rank * count:(rank + 1) * count] if inplace else recv[:count]
-            if gloo:
-                mine = source[rank * count:(rank + 1) * count]
-
-                def all_reduce_and_copy():
-                    dist.all_reduce(source, op=redop)
-                    output.copy_(mine)
-                return all_reduce_and_copy, source, output
             return (lambda: dist.reduce_scatter_tensor(output, source, op=redop)), source, output
         if op == "all_to_all":
             output = recv[:n * count]
@@ -417,7 +395,7 @@ def main():
     root_col = root if op in ROOTED else -1
     if rank == 0:
         env_name = "GLOO_SOCKET_IFNAME" if gloo else "RDMX_SOCKET_IFNAME"
-        print(f"# torch_coll_perf: {op} ({CALLS[backend].get(op, 'dist.' + op)}), {n} ranks, transport {transport} "
+        print(f"# torch_coll_perf: {op} ({CALLS.get(op, 'dist.' + op)}), {n} ranks, transport {transport} "
               f"(torch {torch.__version__} {backend}, {env_name}={os.environ.get(env_name, '')})")
         iters_text = f"iters {o['iters']}" if o["iters"] > 0 else \
             f"iters: per size, {TARGET_SECONDS:.1f} s worth ({MIN_ITERS}..{MAX_ITERS})"

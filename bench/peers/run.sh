@@ -38,7 +38,7 @@
 # RDMX_PEERS_NP (all_reduce rank counts, default "2 4", quick "2"),
 # RDMX_PEERS_DOC (the markdown file to update, default docs/PERFORMANCE.md;
 # empty: none), RDMX_PEERS_DEPS=0 (skip scripts/deps.sh), RDMX_BENCH_PYTHON
-# (the interpreter that runs Gloo, default /usr/bin/python3).
+# (the interpreter that runs Gloo, default bench_python's).
 set -euo pipefail
 
 usage() {
@@ -219,7 +219,7 @@ version() {
   echo "$name ${text:-none}"
 }
 versions="$(version UCX ucx_info -v); $(version "Open MPI" mpirun --version); $(version sockperf sockperf --version);"
-versions+=" $(version iperf3 iperf3 --version); $(version torch "${RDMX_BENCH_PYTHON:-/usr/bin/python3}" -c 'import torch; print(torch.__version__)')"
+versions+=" $(version iperf3 iperf3 --version); $(version torch "$(bench_python)" -c 'import torch; print(torch.__version__)')"
 
 table=$work/table.md
 status=0

@@ -14,11 +14,11 @@
 # (scaled: the profile's compute scaled by that run's compute-only steps against
 # the capture run's, since the advisor takes compute as given)
 #
-# Needs root (namespaces) and Debian's torch (/usr/bin/python3). Usage:
+# Needs root (namespaces) and the pinned torch of scripts/deps.sh (bench/common.sh's bench_python). Usage:
 #   bench/plan/validate_ddp.sh BUILD [OUT_DIR]
 # with PLAN_RATES (default "250mbit 500mbit 1gbit"), PLAN_CAPTURE_RATE
 # (default the last rate), PLAN_LAYOUTS (default "2x1 4x1 2x2"), DDP_MODEL
-# (resnet18), DDP_BATCH (8), DDP_STEPS (timed steps of each kind, 3) and
+# (small-mlp), DDP_BATCH (256), DDP_STEPS (timed steps of each kind, 3) and
 # FABRIC_DIR.
 set -euo pipefail
 build=${1:?usage: validate_ddp.sh BUILD [OUT_DIR]}
@@ -27,13 +27,15 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 bed=$here/scripts/bed.sh
 # shellcheck source=bench/plan/bed_common.sh
 source "$here/bench/plan/bed_common.sh"
+# shellcheck source=bench/common.sh
+source "$here/bench/common.sh"
 build=$(cd "$build" && pwd)
 rdmx=$build/tools/rdmx
 rates=${PLAN_RATES:-250mbit 500mbit 1gbit}
 capture=${PLAN_CAPTURE_RATE:-${rates##* }}
 layouts=${PLAN_LAYOUTS:-2x1 4x1 2x2}
-model=${DDP_MODEL:-resnet18}
-batch=${DDP_BATCH:-8}
+model=${DDP_MODEL:-small-mlp}
+batch=${DDP_BATCH:-256}
 steps=${DDP_STEPS:-3}
 fabric_dir=${FABRIC_DIR:-}
 name=pd
@@ -69,7 +71,7 @@ for rate in $ordered; do
       env+=(RDMX_PROFILE="$out/profile-$layout.jsonl")
     fi
     show "bed.sh run $name $layout -- ddp_step.py --backend rdmx --model $model --batch $batch --steps $steps ${extra[*]}"
-    "$bed" run "$name" "$layout" --time-limit 900 -- env "${env[@]}" /usr/bin/python3 \
+    "$bed" run "$name" "$layout" --time-limit 900 -- env "${env[@]}" "$(bench_python)" \
       "$here/bench/torch/ddp_step.py" --backend rdmx --model "$model" --batch "$batch" --steps "$steps" \
       --warmup 2 --json "$measured" "${extra[@]}" >&2 || echo "$rate $layout: ddp_step.py failed" >&2
   done

@@ -1,22 +1,25 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""bench/torch/ddp_step.py: the time of one DistributedDataParallel training step, and how
-much of it communication adds, over a torch.distributed backend.
+"""bench/torch/ddp_step.py: the time of one data-parallel training step (DDP, or FSDP2's
+fully_shard), and how much of it communication adds, over a torch.distributed backend.
 
     RANK=r WORLD_SIZE=n MASTER_ADDR=127.0.0.1 MASTER_PORT=p PYTHONPATH=build/python \\
-      /usr/bin/python3 ddp_step.py --backend rdmx|gloo --model resnet18|mlp
-          [--batch N] [--steps N] [--warmup N] [--bucket-view] [--json PATH]
+      python ddp_step.py --backend rdmx|gloo --model mlp|small-mlp
+          [--batch N] [--steps N] [--warmup N] [--bucket-view | --fsdp] [--json PATH]
 
 Models (CPU, fp32, SGD, cross-entropy on random data seeded per rank):
-- resnet18: torchvision's ResNet-18 (11.7 M parameters, 46.8 MB of gradients),
-  224x224 images, batch 8 per rank by default.
 - mlp: 4 Linear(4096, 4096) layers with ReLU and a 4096 -> 1000 head (71.3 M
-  parameters, 285 MB of gradients) at batch 16 per rank, so that the
-  gradients' all-reduce dominates the step.
+  parameters, 285 MB of gradients) at batch 16 per rank, so that
+  communication dominates the step.
+- small-mlp: 3 Linear(1024, 1024) layers with ReLU and a 1024 -> 10 head
+  (3.2 M parameters, 12.6 MB of gradients) at batch 1024 per rank: compute
+  bound, communication a few percent of a step.
 DDP runs with its defaults (25 MiB buckets, all-reduce overlapped with the
 backward pass, gradients copied into and out of the buckets), or with
 --bucket-view, gradient_as_bucket_view=True (the gradients are views of the
-buckets: no copies). Each rank runs one thread (torch.set_num_threads(1)).
+buckets: no copies). --fsdp shards every Linear and the whole model with
+FSDP2 (fully_shard): parameters all-gathered before use, gradients
+reduce-scattered. Each rank runs one thread (torch.set_num_threads(1)).
 
 What is timed, after `warmup` untimed steps of each kind, over `steps` steps
 of each kind taken in turn (so that drift in the machine's speed falls on
@@ -24,7 +27,8 @@ both alike), each after a barrier:
 - step: zero_grad, forward, backward (DDP all-reduces the buckets during it
   and waits for them at its end), optimizer step;
 - compute: the same steps inside model.no_sync(), where DDP communicates
-  nothing;
+  nothing (with --fsdp: the same step of an unsharded copy of the model,
+  which communicates nothing);
 - exposed communication = step - compute: what communication adds to a step
   (the part of it not hidden behind the backward pass).
 With --profile-steps K (rdmx backend, RDMX_PROFILE=path), K more synchronised
@@ -32,7 +36,8 @@ steps follow the timing back to back, each marked with
 rdmx.torch.profile_step(): the profile rdmx plan replays (docs/ADVISOR.md).
 Times are per step: each rank's mean, then the slowest rank's. The run ends by comparing a checksum
 of the parameters over the ranks: DDP keeps them identical, so a difference
-means the backend summed gradients wrongly (exit 4).
+means the backend summed gradients wrongly (exit 4); with --fsdp the
+checksum is of the full (all-gathered) parameters.
 """
 import argparse
 import datetime
@@ -42,26 +47,27 @@ import sys
 import time
 
 
+MODELS = {"mlp": (4096, 4, 1000, 16), "small-mlp": (1024, 3, 10, 1024)}  # width, layers, classes, batch
+
+
 def build_model(name, torch):
-    if name == "resnet18":
-        import torchvision
-        return torchvision.models.resnet18(num_classes=1000), (3, 224, 224), 1000
-    width = 4096
+    width, depth, classes, _ = MODELS[name]
     layers = []
-    for _ in range(4):
+    for _ in range(depth):
         layers += [torch.nn.Linear(width, width), torch.nn.ReLU()]
-    layers.append(torch.nn.Linear(width, 1000))
-    return torch.nn.Sequential(*layers), (width,), 1000
+    layers.append(torch.nn.Linear(width, classes))
+    return torch.nn.Sequential(*layers), (width,), classes
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backend", choices=["rdmx", "gloo"], required=True)
-    parser.add_argument("--model", choices=["resnet18", "mlp"], required=True)
-    parser.add_argument("--batch", type=int, default=0, help="per rank (default: 8 resnet18, 16 mlp)")
+    parser.add_argument("--model", choices=sorted(MODELS), required=True)
+    parser.add_argument("--batch", type=int, default=0, help="per rank (default: 16 mlp, 1024 small-mlp)")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--bucket-view", action="store_true", help="gradient_as_bucket_view=True")
+    parser.add_argument("--fsdp", action="store_true", help="FSDP2 (fully_shard) instead of DDP")
     parser.add_argument("--json", default=None)
     parser.add_argument("--profile-steps", type=int, default=0,
                         help="with --backend rdmx and RDMX_PROFILE set: after the timing, run this many "
@@ -69,6 +75,8 @@ def main():
     args = parser.parse_args()
     if args.steps < 1 or args.warmup < 0 or args.batch < 0 or args.profile_steps < 0:
         parser.error("--steps must be at least 1, --warmup, --batch and --profile-steps not negative")
+    if args.fsdp and (args.bucket_view or args.profile_steps):
+        parser.error("--fsdp goes with neither --bucket-view nor --profile-steps")
     if args.profile_steps and args.backend != "rdmx":
         parser.error("--profile-steps records through the rdmx backend's RDMX_PROFILE: use --backend rdmx")
 
@@ -86,12 +94,23 @@ def main():
     torch.manual_seed(0)  # the same initial weights everywhere (DDP broadcasts rank 0's anyway)
     model, input_shape, classes = build_model(args.model, torch)
     params = sum(p.numel() for p in model.parameters())
-    batch = args.batch or (8 if args.model == "resnet18" else 16)
+    batch = args.batch or MODELS[args.model][3]
     if args.profile_steps:
         import rdmx.torch as rdmx_torch
         # Before DDP's first broadcast: the profile's header is written with the first step.
         rdmx_torch.profile_describe(batch, params)
-    ddp = DistributedDataParallel(model, gradient_as_bucket_view=args.bucket_view)
+    if args.fsdp:
+        import copy
+
+        from torch.distributed.fsdp import fully_shard
+        local = copy.deepcopy(model)  # the compute-only baseline
+        local_optimizer = torch.optim.SGD(local.parameters(), lr=0.01)
+        for layer in model:
+            if isinstance(layer, torch.nn.Linear):
+                fully_shard(layer)
+        ddp = fully_shard(model)
+    else:
+        ddp = DistributedDataParallel(model, gradient_as_bucket_view=args.bucket_view)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
     loss_fn = torch.nn.CrossEntropyLoss()
     generator = torch.Generator().manual_seed(1 + rank)
@@ -104,11 +123,18 @@ def main():
         loss.backward()
         optimizer.step()
 
+    def local_step():
+        local_optimizer.zero_grad(set_to_none=False)
+        loss_fn(local(inputs), targets).backward()
+        local_optimizer.step()
+
     def one_step(sync):
         dist.barrier()
         start = time.perf_counter()
         if sync:
             step()
+        elif args.fsdp:
+            local_step()
         else:
             with ddp.no_sync():
                 step()
@@ -137,26 +163,30 @@ def main():
 
     # no_sync steps let the ranks' weights drift apart; the synchronised
     # steps after them do not bring them back, so compare a fresh synchronised run.
-    with torch.no_grad():
-        for p in ddp.parameters():
-            dist.broadcast(p, src=0)
+    if not args.fsdp:
+        with torch.no_grad():
+            for p in ddp.parameters():
+                dist.broadcast(p, src=0)
     for _ in range(2):
         step()
-    checksum = torch.tensor([sum(float(p.double().sum()) for p in ddp.parameters())], dtype=torch.float64)
+    full_params = [p.full_tensor() if args.fsdp else p for p in ddp.parameters()]
+    checksum = torch.tensor([sum(float(p.detach().double().sum()) for p in full_params)], dtype=torch.float64)
     sums = [torch.zeros(1, dtype=torch.float64) for _ in range(n)]
     dist.all_gather(sums, checksum)
     same = all(float(s[0]) == float(sums[0][0]) for s in sums)
 
     row = {"bench": "ddp", "backend": args.backend, "model": args.model, "bucket_view": args.bucket_view,
+           "mode": "fsdp2" if args.fsdp else "ddp",
            "np": n, "batch": batch,
            "params": params, "grad_bytes": params * 4, "steps": args.steps, "step_ms": round(full * 1e3, 3),
            "compute_ms": round(compute * 1e3, 3), "exposed_comm_ms": round((full - compute) * 1e3, 3),
            "identical_params": same, "torch": torch.__version__}
     if rank == 0:
-        print(f"# ddp_step: {args.model}{' (gradient_as_bucket_view)' if args.bucket_view else ''} "
+        mode = " (FSDP2)" if args.fsdp else " (gradient_as_bucket_view)" if args.bucket_view else ""
+        print(f"# ddp_step: {args.model}{mode} "
               f"({params / 1e6:.1f} M parameters, {params * 4 / 1e6:.1f} MB of "
               f"gradients), batch {batch} per rank, {n} ranks, backend {args.backend} (torch {torch.__version__})")
-        print(f"step {full * 1e3:.1f} ms, compute only (no_sync) {compute * 1e3:.1f} ms, exposed communication "
+        print(f"step {full * 1e3:.1f} ms, compute only {compute * 1e3:.1f} ms, exposed communication "
               f"{(full - compute) * 1e3:.1f} ms; parameters identical over the ranks: {same}", flush=True)
         if args.json:
             with open(args.json, "a") as f:

@@ -13,8 +13,11 @@
 #    timing and sizes; every result checked.
 # 2. What a call costs on 1 rank, where no byte moves (bench/torch/dispatch_cost.py):
 #    torch's Python layer, and the backend beneath it.
-# 3. DDP training steps (bench/torch/ddp_step.py) of ResNet-18 and of a
-#    communication-heavy MLP, 2 ranks, rdmx against gloo.
+# 3. Training steps (bench/torch/ddp_step.py), 2 ranks, rdmx against gloo:
+#    DDP of a compute-bound MLP (communication a few percent of a step; run
+#    RDMX_BENCH_REPEATS times, default 3, alternating the backends), and DDP
+#    (with and without gradient_as_bucket_view) and FSDP2 of a
+#    communication-heavy MLP.
 # Tables on stdout (bench/torch/tables.py); --update-doc also writes them
 # between `<!-- torch:begin -->` and `<!-- torch:end -->` in docs/PERFORMANCE.md.
 #
@@ -26,7 +29,7 @@
 #
 # RDMX_BENCH_NP (default "2 4"), RDMX_BENCH_SIZES, RDMX_BENCH_ROUNDS (best of,
 # default 1), RDMX_BENCH_TIMEOUT (seconds per program, default 600),
-# RDMX_BENCH_PYTHON (default /usr/bin/python3, the one Debian's torch imports under).
+# RDMX_BENCH_PYTHON (default: the pinned torch's interpreter, bench/common.sh's bench_python).
 set -euo pipefail
 
 usage() { echo "usage: $0 BUILD [--quick] [--update-doc]" >&2; exit 2; }
@@ -46,7 +49,7 @@ repo=$(cd "$here/../.." && pwd)
 # shellcheck source=bench/common.sh
 source "$here/../common.sh"
 bench_name=bench-torch
-py=${RDMX_BENCH_PYTHON:-/usr/bin/python3}
+py=$(bench_python)
 rdmx=$build/tools/rdmx
 coll_src=$repo/bench/coll/torch_coll_perf.py
 ddp_src=$here/ddp_step.py
@@ -73,7 +76,7 @@ json=$work/rows.jsonl
 
 if ! versions=$("$py" -c 'import torch, rdmx.torch; print(torch.__version__, rdmx.__version__)' 2>"$work/import.err"); then
   cat "$work/import.err" >&2
-  echo "bench-torch: $py cannot import torch and rdmx.torch from $build/python (make build; scripts/deps.sh installs python3-torch)" >&2
+  echo "bench-torch: $py cannot import torch and rdmx.torch from $build/python (make build; scripts/deps.sh installs the pinned torch)" >&2
   exit 1
 fi
 [[ -x $rdmx ]] || { echo "bench-torch: $rdmx is not built (make build)" >&2; exit 1; }
@@ -146,7 +149,7 @@ for ((round = 1; round <= rounds; round++)); do
       perf_coll "$round" "$op" "$sizes" "$np"
       for backend in rdmx gloo; do
         part=$work/$backend.$op.$np.jsonl
-        ranks "$backend.$op.$np" "$np" -- "$py" "$coll_src" --backend "$backend" --fallback 1 --op "$op" \
+        ranks "$backend.$op.$np" "$np" -- "$py" "$coll_src" --backend "$backend" --op "$op" \
           --sizes "$sizes" --json "$part" "${coll_quick[@]}"
         collect "$part" "torch-$backend" "$round"
       done
@@ -164,14 +167,19 @@ for np in 1 "${nps[@]}"; do
 done
 collect "$work/dispatch.jsonl" dispatch 1
 
-echo "== DDP training steps, 2 ranks"
+echo "== training steps, 2 ranks"
 ddp_env=()
 if [[ -n $jemalloc ]]; then
   ddp_env=(LD_PRELOAD="$jemalloc" MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1)
 else
   echo "bench-torch: no libjemalloc2 (scripts/deps.sh --bench installs it): the DDP steps include page faults" >&2
 fi
-for variant in resnet18 mlp mlp:--bucket-view; do
+repeats=${RDMX_BENCH_REPEATS:-3}
+((quick)) && repeats=1
+variants=()
+for ((i = 0; i < repeats; i++)); do variants+=(small-mlp); done
+variants+=(mlp mlp:--bucket-view mlp:--fsdp)
+for variant in "${variants[@]}"; do
   model=${variant%%:*}
   extra=()
   [[ $variant != *:* ]] || extra=("${variant#*:}")
