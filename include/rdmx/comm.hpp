@@ -270,6 +270,10 @@ class Communicator {
 
   // One description of any operation above; the methods build it.
   struct Call {
+    // The common form: an operation, its buffers, count, type, reduction and root.
+    static Call of(CollOp op, const void* send, void* recv, std::size_t count, DataType type,
+                   ReduceOp redop = ReduceOp::Sum, int root = -1);
+
     CollOp op = CollOp::Barrier;
     const void* send = nullptr;
     void* recv = nullptr;

@@ -8,10 +8,9 @@
 
 namespace rdmx {
 
-namespace {
-Communicator::Call make_call(CollOp op, const void* send, void* recv, std::size_t count, DataType type,
-                             ReduceOp redop = ReduceOp::Sum, int root = -1) {
-  Communicator::Call c;
+Communicator::Call Communicator::Call::of(CollOp op, const void* send, void* recv, std::size_t count, DataType type,
+                                          ReduceOp redop, int root) {
+  Call c;
   c.op = op;
   c.send = send;
   c.recv = recv;
@@ -21,10 +20,12 @@ Communicator::Call make_call(CollOp op, const void* send, void* recv, std::size_
   c.root = root;
   return c;
 }
+
+namespace {
 Communicator::Call make_alltoallv(const void* send, std::span<const std::size_t> sc, std::span<const std::size_t> sd,
                                   void* recv, std::span<const std::size_t> rc, std::span<const std::size_t> rd,
                                   DataType type) {
-  Communicator::Call c = make_call(CollOp::AllToAllv, send, recv, 0, type);
+  Communicator::Call c = Communicator::Call::of(CollOp::AllToAllv, send, recv, 0, type);
   c.send_counts.assign(sc.begin(), sc.end());
   c.send_displs.assign(sd.begin(), sd.end());
   c.recv_counts.assign(rc.begin(), rc.end());
@@ -33,7 +34,7 @@ Communicator::Call make_alltoallv(const void* send, std::span<const std::size_t>
 }
 Communicator::Call make_sendrecv(const void* sb, std::size_t sc, int dest, void* rb, std::size_t rc, int source,
                                  DataType type) {
-  Communicator::Call c = make_call(CollOp::SendRecv, sb, rb, sc, type, ReduceOp::Sum, dest);
+  Communicator::Call c = Communicator::Call::of(CollOp::SendRecv, sb, rb, sc, type, ReduceOp::Sum, dest);
   c.recv_count = rc;
   c.source = source;
   return c;
@@ -41,39 +42,39 @@ Communicator::Call make_sendrecv(const void* sb, std::size_t sc, int dest, void*
 }  // namespace
 
 void Communicator::all_reduce(const void* s, void* r, std::size_t n, DataType t, ReduceOp op) {
-  submit(make_call(CollOp::AllReduce, s, r, n, t, op), false);
+  submit(Call::of(CollOp::AllReduce, s, r, n, t, op), false);
 }
 void Communicator::all_gather(const void* s, void* r, std::size_t n, DataType t) {
-  submit(make_call(CollOp::AllGather, s, r, n, t), false);
+  submit(Call::of(CollOp::AllGather, s, r, n, t), false);
 }
 void Communicator::reduce_scatter(const void* s, void* r, std::size_t n, DataType t, ReduceOp op) {
-  submit(make_call(CollOp::ReduceScatter, s, r, n, t, op), false);
+  submit(Call::of(CollOp::ReduceScatter, s, r, n, t, op), false);
 }
 void Communicator::broadcast(void* b, std::size_t n, DataType t, int root) {
-  submit(make_call(CollOp::Broadcast, b, b, n, t, ReduceOp::Sum, root), false);
+  submit(Call::of(CollOp::Broadcast, b, b, n, t, ReduceOp::Sum, root), false);
 }
 void Communicator::reduce(const void* s, void* r, std::size_t n, DataType t, ReduceOp op, int root) {
-  submit(make_call(CollOp::Reduce, s, r, n, t, op, root), false);
+  submit(Call::of(CollOp::Reduce, s, r, n, t, op, root), false);
 }
 void Communicator::all_to_all(const void* s, void* r, std::size_t n, DataType t) {
-  submit(make_call(CollOp::AllToAll, s, r, n, t), false);
+  submit(Call::of(CollOp::AllToAll, s, r, n, t), false);
 }
 void Communicator::all_to_allv(const void* s, std::span<const std::size_t> sc, std::span<const std::size_t> sd, void* r,
                                std::span<const std::size_t> rc, std::span<const std::size_t> rd, DataType t) {
   submit(make_alltoallv(s, sc, sd, r, rc, rd, t), false);
 }
 void Communicator::gather(const void* s, void* r, std::size_t n, DataType t, int root) {
-  submit(make_call(CollOp::Gather, s, r, n, t, ReduceOp::Sum, root), false);
+  submit(Call::of(CollOp::Gather, s, r, n, t, ReduceOp::Sum, root), false);
 }
 void Communicator::scatter(const void* s, void* r, std::size_t n, DataType t, int root) {
-  submit(make_call(CollOp::Scatter, s, r, n, t, ReduceOp::Sum, root), false);
+  submit(Call::of(CollOp::Scatter, s, r, n, t, ReduceOp::Sum, root), false);
 }
-void Communicator::barrier() { submit(make_call(CollOp::Barrier, nullptr, nullptr, 0, DataType::Uint8), false); }
+void Communicator::barrier() { submit(Call::of(CollOp::Barrier, nullptr, nullptr, 0, DataType::Uint8), false); }
 void Communicator::send(const void* b, std::size_t n, DataType t, int peer) {
-  submit(make_call(CollOp::Send, b, nullptr, n, t, ReduceOp::Sum, peer), false);
+  submit(Call::of(CollOp::Send, b, nullptr, n, t, ReduceOp::Sum, peer), false);
 }
 void Communicator::recv(void* b, std::size_t n, DataType t, int peer) {
-  submit(make_call(CollOp::Recv, nullptr, b, n, t, ReduceOp::Sum, peer), false);
+  submit(Call::of(CollOp::Recv, nullptr, b, n, t, ReduceOp::Sum, peer), false);
 }
 void Communicator::send_recv(const void* sb, std::size_t sc, int dest, void* rb, std::size_t rc, int source,
                              DataType t) {
@@ -81,39 +82,39 @@ void Communicator::send_recv(const void* sb, std::size_t sc, int dest, void* rb,
 }
 
 Work Communicator::iall_reduce(const void* s, void* r, std::size_t n, DataType t, ReduceOp op) {
-  return submit(make_call(CollOp::AllReduce, s, r, n, t, op), true);
+  return submit(Call::of(CollOp::AllReduce, s, r, n, t, op), true);
 }
 Work Communicator::iall_gather(const void* s, void* r, std::size_t n, DataType t) {
-  return submit(make_call(CollOp::AllGather, s, r, n, t), true);
+  return submit(Call::of(CollOp::AllGather, s, r, n, t), true);
 }
 Work Communicator::ireduce_scatter(const void* s, void* r, std::size_t n, DataType t, ReduceOp op) {
-  return submit(make_call(CollOp::ReduceScatter, s, r, n, t, op), true);
+  return submit(Call::of(CollOp::ReduceScatter, s, r, n, t, op), true);
 }
 Work Communicator::ibroadcast(void* b, std::size_t n, DataType t, int root) {
-  return submit(make_call(CollOp::Broadcast, b, b, n, t, ReduceOp::Sum, root), true);
+  return submit(Call::of(CollOp::Broadcast, b, b, n, t, ReduceOp::Sum, root), true);
 }
 Work Communicator::ireduce(const void* s, void* r, std::size_t n, DataType t, ReduceOp op, int root) {
-  return submit(make_call(CollOp::Reduce, s, r, n, t, op, root), true);
+  return submit(Call::of(CollOp::Reduce, s, r, n, t, op, root), true);
 }
 Work Communicator::iall_to_all(const void* s, void* r, std::size_t n, DataType t) {
-  return submit(make_call(CollOp::AllToAll, s, r, n, t), true);
+  return submit(Call::of(CollOp::AllToAll, s, r, n, t), true);
 }
 Work Communicator::iall_to_allv(const void* s, std::span<const std::size_t> sc, std::span<const std::size_t> sd,
                                 void* r, std::span<const std::size_t> rc, std::span<const std::size_t> rd, DataType t) {
   return submit(make_alltoallv(s, sc, sd, r, rc, rd, t), true);
 }
 Work Communicator::igather(const void* s, void* r, std::size_t n, DataType t, int root) {
-  return submit(make_call(CollOp::Gather, s, r, n, t, ReduceOp::Sum, root), true);
+  return submit(Call::of(CollOp::Gather, s, r, n, t, ReduceOp::Sum, root), true);
 }
 Work Communicator::iscatter(const void* s, void* r, std::size_t n, DataType t, int root) {
-  return submit(make_call(CollOp::Scatter, s, r, n, t, ReduceOp::Sum, root), true);
+  return submit(Call::of(CollOp::Scatter, s, r, n, t, ReduceOp::Sum, root), true);
 }
-Work Communicator::ibarrier() { return submit(make_call(CollOp::Barrier, nullptr, nullptr, 0, DataType::Uint8), true); }
+Work Communicator::ibarrier() { return submit(Call::of(CollOp::Barrier, nullptr, nullptr, 0, DataType::Uint8), true); }
 Work Communicator::isend(const void* b, std::size_t n, DataType t, int peer) {
-  return submit(make_call(CollOp::Send, b, nullptr, n, t, ReduceOp::Sum, peer), true);
+  return submit(Call::of(CollOp::Send, b, nullptr, n, t, ReduceOp::Sum, peer), true);
 }
 Work Communicator::irecv(void* b, std::size_t n, DataType t, int peer) {
-  return submit(make_call(CollOp::Recv, nullptr, b, n, t, ReduceOp::Sum, peer), true);
+  return submit(Call::of(CollOp::Recv, nullptr, b, n, t, ReduceOp::Sum, peer), true);
 }
 Work Communicator::isend_recv(const void* sb, std::size_t sc, int dest, void* rb, std::size_t rc, int source,
                               DataType t) {

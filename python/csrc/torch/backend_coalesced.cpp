@@ -57,12 +57,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::all_gather_single_coalesced(std
   auto offsets = offsets_of(inputs, total);
   at::Tensor in = flatten(inputs);
   at::Tensor flat = at::empty({total * getSize()}, in.options());
-  Communicator::Call call;
-  call.op = CollOp::AllGather;
-  call.send = in.data_ptr();
-  call.recv = flat.data_ptr();
-  call.count = static_cast<std::size_t>(total);
-  call.type = data_type_of(in.scalar_type(), op);
+  auto call = Communicator::Call::of(CollOp::AllGather, in.data_ptr(), flat.data_ptr(), static_cast<std::size_t>(total),
+                                     data_type_of(in.scalar_type(), op));
   const int ranks = getSize();
   call.then = [in, flat, offsets, total, inputs, outputs, ranks] {
     scatter_gathered(flat, offsets, total, inputs, outputs, ranks);
@@ -99,12 +95,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::allgather_coalesced(std::vector
   // Rank r's inputs land at r * total, in input order: the outputs in rank-major order.
   at::Tensor in = flatten(inputs);
   at::Tensor flat = at::empty({in.numel() * getSize()}, in.options());
-  Communicator::Call call;
-  call.op = CollOp::AllGather;
-  call.send = in.data_ptr();
-  call.recv = flat.data_ptr();
-  call.count = static_cast<std::size_t>(in.numel());
-  call.type = data_type_of(in.scalar_type(), op);
+  auto call = Communicator::Call::of(CollOp::AllGather, in.data_ptr(), flat.data_ptr(),
+                                     static_cast<std::size_t>(in.numel()), data_type_of(in.scalar_type(), op));
   call.then = [in, flat, flat_outputs] { unflatten(flat, flat_outputs); };
   return issue(c10d::OpType::ALLGATHER_COALESCED, flat_outputs, std::move(call), opts.asyncOp, in);
 }
@@ -138,13 +130,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::reduce_scatter_single_coalesced
     }
   }
   at::Tensor flat = at::empty({total}, in.options());
-  Communicator::Call call;
-  call.op = CollOp::ReduceScatter;
-  call.send = in.data_ptr();
-  call.recv = flat.data_ptr();
-  call.count = static_cast<std::size_t>(total);
-  call.type = data_type_of(in.scalar_type(), op);
-  call.redop = redop;
+  auto call = Communicator::Call::of(CollOp::ReduceScatter, in.data_ptr(), flat.data_ptr(),
+                                     static_cast<std::size_t>(total), data_type_of(in.scalar_type(), op), redop);
   call.then = [in, flat, outputs] { unflatten(flat, outputs); };
   return issue(c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, outputs, std::move(call), opts.asyncOp, in);
 }

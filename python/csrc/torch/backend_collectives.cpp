@@ -8,19 +8,6 @@
 namespace rdmx::torch_backend {
 namespace {
 
-Communicator::Call make_call(CollOp op, const void* send, void* recv, std::size_t count, DataType type,
-                             ReduceOp redop = ReduceOp::Sum, int root = -1) {
-  Communicator::Call c;
-  c.op = op;
-  c.send = send;
-  c.recv = recv;
-  c.count = count;
-  c.type = type;
-  c.redop = redop;
-  c.root = root;
-  return c;
-}
-
 std::int64_t signed_count(std::size_t n) { return static_cast<std::int64_t>(n); }
 
 }  // namespace
@@ -33,8 +20,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::broadcast(std::vector<at::Tenso
   check_root(root, getSize(), op);
   const at::Tensor& t = tensors[0];
   Dense d = dense_inout(t);
-  auto call = make_call(CollOp::Broadcast, d.data(), d.data(), d.count(), data_type_of(t.scalar_type(), op),
-                        ReduceOp::Sum, root);
+  auto call = Communicator::Call::of(CollOp::Broadcast, d.data(), d.data(), d.count(),
+                                     data_type_of(t.scalar_type(), op), ReduceOp::Sum, root);
   call.then = [d] { d.finish(); };
   return issue(c10d::OpType::BROADCAST, {t}, std::move(call), opts.asyncOp, t);
 }
@@ -46,7 +33,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::allreduce(std::vector<at::Tenso
   const at::Tensor& t = tensors[0];
   const ReduceOp redop = reduce_op_of(opts.reduceOp, t.scalar_type(), op);
   Dense d = dense_inout(t);
-  auto call = make_call(CollOp::AllReduce, d.data(), d.data(), d.count(), data_type_of(t.scalar_type(), op), redop);
+  auto call = Communicator::Call::of(CollOp::AllReduce, d.data(), d.data(), d.count(),
+                                     data_type_of(t.scalar_type(), op), redop);
   call.then = [d] { d.finish(); };
   return issue(c10d::OpType::ALLREDUCE, {t}, std::move(call), opts.asyncOp, t);
 }
@@ -57,8 +45,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::allreduce_coalesced(std::vector
   check_coalesced(tensors, op, "the tensors");
   const ReduceOp redop = reduce_op_of(opts.reduceOp, tensors[0].scalar_type(), op);
   at::Tensor flat = flatten(tensors);
-  auto call = make_call(CollOp::AllReduce, flat.data_ptr(), flat.data_ptr(), static_cast<std::size_t>(flat.numel()),
-                        data_type_of(flat.scalar_type(), op), redop);
+  auto call =
+      Communicator::Call::of(CollOp::AllReduce, flat.data_ptr(), flat.data_ptr(),
+                             static_cast<std::size_t>(flat.numel()), data_type_of(flat.scalar_type(), op), redop);
   call.then = [flat, tensors] { unflatten(flat, tensors); };
   return issue(c10d::OpType::ALLREDUCE_COALESCED, tensors, std::move(call), opts.asyncOp, flat);
 }
@@ -72,7 +61,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::reduce(std::vector<at::Tensor>&
   const at::Tensor& t = tensors[0];
   const ReduceOp redop = reduce_op_of(opts.reduceOp, t.scalar_type(), op);
   Dense d = dense_inout(t);
-  auto call = make_call(CollOp::Reduce, d.data(), d.data(), d.count(), data_type_of(t.scalar_type(), op), redop, root);
+  auto call = Communicator::Call::of(CollOp::Reduce, d.data(), d.data(), d.count(), data_type_of(t.scalar_type(), op),
+                                     redop, root);
   if (root == getRank()) call.then = [d] { d.finish(); };
   return issue(c10d::OpType::REDUCE, {t}, std::move(call), opts.asyncOp, t);
 }
@@ -87,7 +77,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::allgather(std::vector<std::vect
   check_list(outputs[0], in, static_cast<std::size_t>(getSize()), op, "the output list");
   Dense d = dense_input(in);
   at::Tensor flat = at::empty({signed_count(d.count()) * getSize()}, d.buf.options());
-  auto call = make_call(CollOp::AllGather, d.data(), flat.data_ptr(), d.count(), data_type_of(in.scalar_type(), op));
+  auto call = Communicator::Call::of(CollOp::AllGather, d.data(), flat.data_ptr(), d.count(),
+                                     data_type_of(in.scalar_type(), op));
   std::vector<at::Tensor> outs = outputs[0];
   call.then = [d, flat, outs] { unflatten(flat, outs); };
   return issue(c10d::OpType::ALLGATHER, outs, std::move(call), opts.asyncOp, in);
@@ -106,7 +97,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::all_gather_single(at::Tensor& o
   }
   Dense din = dense_input(input);
   Dense dout = dense_output(output);
-  auto call = make_call(CollOp::AllGather, din.data(), dout.data(), din.count(), data_type_of(input.scalar_type(), op));
+  auto call = Communicator::Call::of(CollOp::AllGather, din.data(), dout.data(), din.count(),
+                                     data_type_of(input.scalar_type(), op));
   call.then = [din, dout] { dout.finish(); };
   return issue(c10d::OpType::_ALLGATHER_BASE, {output}, std::move(call), opts.asyncOp, input);
 }
@@ -123,8 +115,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::gather(std::vector<std::vector<
   Dense d = dense_input(in);
   at::Tensor flat;
   if (root == getRank()) flat = at::empty({signed_count(d.count()) * getSize()}, d.buf.options());
-  auto call = make_call(CollOp::Gather, d.data(), flat.defined() ? flat.data_ptr() : nullptr, d.count(),
-                        data_type_of(in.scalar_type(), op), ReduceOp::Sum, root);
+  auto call = Communicator::Call::of(CollOp::Gather, d.data(), flat.defined() ? flat.data_ptr() : nullptr, d.count(),
+                                     data_type_of(in.scalar_type(), op), ReduceOp::Sum, root);
   call.then = [d, flat, outs] {
     if (flat.defined()) unflatten(flat, outs);
   };
@@ -143,8 +135,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::scatter(std::vector<at::Tensor>
   Dense d = dense_output(out);
   at::Tensor flat;
   if (!ins.empty()) flat = flatten(ins);
-  auto call = make_call(CollOp::Scatter, flat.defined() ? flat.data_ptr() : nullptr, d.data(), d.count(),
-                        data_type_of(out.scalar_type(), op), ReduceOp::Sum, root);
+  auto call = Communicator::Call::of(CollOp::Scatter, flat.defined() ? flat.data_ptr() : nullptr, d.data(), d.count(),
+                                     data_type_of(out.scalar_type(), op), ReduceOp::Sum, root);
   call.then = [d, flat] { d.finish(); };
   return issue(c10d::OpType::SCATTER, {out}, std::move(call), opts.asyncOp, out);
 }
@@ -160,8 +152,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::reduce_scatter(std::vector<at::
   const ReduceOp redop = reduce_op_of(opts.reduceOp, out.scalar_type(), op);
   at::Tensor flat = flatten(inputs[0]);
   Dense d = dense_output(out);
-  auto call = make_call(CollOp::ReduceScatter, flat.data_ptr(), d.data(), d.count(),
-                        data_type_of(out.scalar_type(), op), redop);
+  auto call = Communicator::Call::of(CollOp::ReduceScatter, flat.data_ptr(), d.data(), d.count(),
+                                     data_type_of(out.scalar_type(), op), redop);
   call.then = [flat, d] { d.finish(); };
   return issue(c10d::OpType::REDUCE_SCATTER, {out}, std::move(call), opts.asyncOp, out);
 }
@@ -180,8 +172,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::reduce_scatter_single(at::Tenso
   const ReduceOp redop = reduce_op_of(opts.reduceOp, output.scalar_type(), op);
   Dense din = dense_input(input);
   Dense dout = dense_output(output);
-  auto call = make_call(CollOp::ReduceScatter, din.data(), dout.data(), dout.count(),
-                        data_type_of(output.scalar_type(), op), redop);
+  auto call = Communicator::Call::of(CollOp::ReduceScatter, din.data(), dout.data(), dout.count(),
+                                     data_type_of(output.scalar_type(), op), redop);
   call.then = [din, dout] { dout.finish(); };
   return issue(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, std::move(call), opts.asyncOp, output);
 }
@@ -205,7 +197,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::all_to_all_single(at::Tensor& o
                        std::to_string(getSize()) + "; got " + std::to_string(input.numel()) + " and " +
                        std::to_string(output.numel()));
     }
-    auto call = make_call(CollOp::AllToAll, din.data(), dout.data(), din.count() / n, type);
+    auto call = Communicator::Call::of(CollOp::AllToAll, din.data(), dout.data(), din.count() / n, type);
     call.then = [din, dout] { dout.finish(); };
     return issue(c10d::OpType::ALLTOALL_BASE, {output}, std::move(call), opts.asyncOp, input);
   }
@@ -240,7 +232,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::all_to_all_single(at::Tensor& o
     }
     return counts;
   };
-  auto call = make_call(CollOp::AllToAllv, din.data(), dout.data(), 0, type);
+  auto call = Communicator::Call::of(CollOp::AllToAllv, din.data(), dout.data(), 0, type);
   call.send_counts = counts_of(input, input_splits, "input");
   call.recv_counts = counts_of(output, output_splits, "output");
   call.send_displs = displacements(call.send_counts);
@@ -272,7 +264,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::alltoall(std::vector<at::Tensor
   at::Tensor in = flatten(inputs);
   const std::vector<std::size_t> recv_displs = displacements(recv_counts);
   at::Tensor out = at::empty({signed_count(recv_displs.back() + recv_counts.back())}, in.options());
-  auto call = make_call(CollOp::AllToAllv, in.data_ptr(), out.data_ptr(), 0, data_type_of(in.scalar_type(), op));
+  auto call =
+      Communicator::Call::of(CollOp::AllToAllv, in.data_ptr(), out.data_ptr(), 0, data_type_of(in.scalar_type(), op));
   call.send_displs = displacements(send_counts);
   call.send_counts = std::move(send_counts);
   call.recv_counts = std::move(recv_counts);
@@ -283,7 +276,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::alltoall(std::vector<at::Tensor
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::barrier(const c10d::BarrierOptions& opts) {
-  return issue(c10d::OpType::BARRIER, {}, make_call(CollOp::Barrier, nullptr, nullptr, 0, DataType::Uint8),
+  return issue(c10d::OpType::BARRIER, {}, Communicator::Call::of(CollOp::Barrier, nullptr, nullptr, 0, DataType::Uint8),
                opts.asyncOp, at::Tensor());
 }
 
