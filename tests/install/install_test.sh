@@ -23,7 +23,13 @@ step() { echo "== install test: $*"; }
 step "rdmx_install_set builds every file cmake --install copies from $build"
 unversioned() { sed -E 's/\.so(\.[0-9]+)+$/.so/'; }
 set_inputs=$(ninja -C "$build" -t query rdmx_install_set | sed -n 's/^    //p' | unversioned)
-installed=$(grep -rh --include=cmake_install.cmake -A3 -E 'TYPE (EXECUTABLE|SHARED_LIBRARY|MODULE) FILES' "$build" |
+# This tree's install scripts only, not those of build trees nested in it
+# (the wheel's, tests/wheel/wheel_test.sh).
+prune=()
+while IFS= read -r nested; do prune+=(-path "$nested" -prune -o); done \
+  < <(find "$build" -mindepth 2 -name CMakeCache.txt -printf '%h\n')
+installed=$(find "$build" "${prune[@]}" -name cmake_install.cmake -print0 |
+            xargs -0 grep -h -A3 -E 'TYPE (EXECUTABLE|SHARED_LIBRARY|MODULE) FILES' |
             grep -oE "\"$build/[^\"]+\"" | tr -d '"' | sed "s|^$build/||" | unversioned | sort -u)
 [[ -n $installed ]] || { echo "install test: no installed binaries found in $build/cmake_install.cmake" >&2; exit 1; }
 for f in $installed; do
