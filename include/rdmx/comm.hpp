@@ -241,9 +241,10 @@ class Communicator {
   // send on root (size()*count); rank i gets block i.
   void scatter(const void* send, void* recv, std::size_t count, DataType type, int root);
   void barrier();
-  // Point to point, matched in order per pair. A send of more than the
-  // peer's buffer (RDMX_COLL_BUFFSIZE) completes only as the peer receives:
-  // to exchange with a peer, use send_recv, not send then recv on both sides.
+  // Point to point, matched in order per pair. A send of more than
+  // RDMX_COLL_STAGE_LIMIT (16 KiB) is written from `buf` in place and
+  // completes only as the peer receives: to exchange with a peer, use
+  // send_recv, not send then recv on both sides.
   void send(const void* buf, std::size_t count, DataType type, int peer);
   void recv(void* buf, std::size_t count, DataType type, int peer);
   void send_recv(const void* send_buf, std::size_t send_count, int dest, void* recv_buf, std::size_t recv_count,

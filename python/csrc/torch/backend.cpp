@@ -101,6 +101,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::issue(c10d::OpType type, std::v
   } catch (...) {
     std::rethrow_exception(torch_error(std::current_exception()));
   }
+  if (coalescing_) coalesced_.push_back(work);
   return work;
 }
 
@@ -130,6 +131,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::issue_task(c10d::OpType type, s
 c10::intrusive_ptr<c10d::Backend> ProcessGroupRdmx::split(const c10::intrusive_ptr<c10d::Store>& store,
                                                           const std::vector<int>& ranks,
                                                           const c10::intrusive_ptr<Options>&) {
+  if (store && store == last_split_store_ && ranks == last_split_ranks_) return last_split_;
   const auto me = std::find(ranks.begin(), ranks.end(), getRank());
   // One color per new group: its lowest rank. The order of `ranks` is the
   // order of the new group's ranks, as torch numbers them.
@@ -141,8 +143,10 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupRdmx::split(const c10::intrusive_p
   } catch (...) {
     std::rethrow_exception(torch_error(std::current_exception()));
   }
-  if (!child) return nullptr;
-  return c10::make_intrusive<ProcessGroupRdmx>(std::move(child), store, timeout_);
+  last_split_store_ = store;
+  last_split_ranks_ = ranks;
+  last_split_ = child ? c10::make_intrusive<ProcessGroupRdmx>(std::move(child), store, timeout_) : nullptr;
+  return last_split_;
 }
 
 void ProcessGroupRdmx::abort() {

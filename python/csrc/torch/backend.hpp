@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "rdmx/comm.hpp"
+#include "tensors.hpp"
 #include "work.hpp"
 
 namespace rdmx::torch_backend {
@@ -80,6 +81,12 @@ class ProcessGroupRdmx : public c10d::Backend {
   c10::intrusive_ptr<Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
   c10::intrusive_ptr<Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
 
+  // batch_isend_irecv (backend_p2p_batch.cpp): the sends and recvs between
+  // the two calls run together; other calls run as usual.
+  bool supportsCoalescing() const override { return true; }
+  void startCoalescing() override;
+  c10::intrusive_ptr<Work> endCoalescing() override;
+
   // torch's split_group: every rank of this group calls it; those in
   // `ranks` form the new group (ranked by their place in `ranks`), the
   // others get null. The new group keeps this one's timeout.
@@ -105,12 +112,43 @@ class ProcessGroupRdmx : public c10d::Backend {
   // Point to point (backend_p2p.cpp): tagged messages over rdmx's ordered ones.
   void send_tagged(const at::Tensor& tensor, int dst, int tag);
   void recv_tagged(const at::Tensor& tensor, int src, int tag);
+  // A recv satisfied by a message kept earlier; false when none is kept.
+  bool take_early(const at::Tensor& tensor, int src, int tag);
+  // A message's payload (`sent_bytes`, `sent_tag`) into `into` when the tag
+  // is the recv's, else kept for the recv that names it (false); `receive`
+  // moves the payload's bytes.
+  bool accept(std::int64_t sent_tag, std::uint64_t sent_bytes, const Dense& into, int src, int tag,
+              const std::function<void(void*, std::size_t)>& receive);
+  Error wrong_size(int src, int tag, std::uint64_t sent, std::size_t want) const;
+
+  struct Message {
+    bool send;
+    at::Tensor tensor;
+    int peer;
+    int tag;
+    c10::intrusive_ptr<RdmxWork> work;
+  };
+  c10::intrusive_ptr<Work> batch_message(bool is_send, const at::Tensor& tensor, int peer, int tag);
+  void exchange(const std::vector<Message>& batch);
+  // Sends `s` and receives one message from r's peer, together; true when
+  // it was r's (else it is kept for the recv that names its tag).
+  bool exchange_pair(const Message& s, const Message& r);
 
   std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<Options> options_;
   c10::intrusive_ptr<c10d::Store> store_;
   std::unique_ptr<Communicator> comm_;
   std::uint64_t monitored_barriers_ = 0;
+  bool coalescing_ = false;
+  std::vector<Message> batch_;                           // the p2p calls since startCoalescing
+  std::vector<c10::intrusive_ptr<RdmxWork>> coalesced_;  // every call's Work since startCoalescing
+  // torch's splitGroup asks each device type's backend in turn; this one
+  // serves "cpu" and "cuda" alike, so the second ask of one split (the same
+  // store, the same ranks) gets the first one's answer, not a second
+  // Communicator::split that the ranks outside the split would run alone.
+  c10::intrusive_ptr<c10d::Store> last_split_store_;
+  std::vector<int> last_split_ranks_;
+  c10::intrusive_ptr<c10d::Backend> last_split_;
   // Messages that arrived before the recv with their tag was run, by (source, tag).
   std::map<std::pair<int, int>, std::deque<at::Tensor>> early_;
 };

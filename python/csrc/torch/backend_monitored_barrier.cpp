@@ -40,9 +40,11 @@ void ProcessGroupRdmx::monitoredBarrier(const c10d::BarrierOptions& opts, bool w
   const std::string release = prefix + "release";
   if (getRank() != 0) {
     store_->set(prefix + std::to_string(getRank()), std::vector<uint8_t>{1});
-    if (!arrived(store_, release, left())) {
+    // Rank 0 may take the whole timeout to find a rank missing: wait as
+    // long again for its verdict.
+    if (!arrived(store_, release, left() + timeout)) {
       throw c10::DistBackendError("monitored_barrier: rank " + std::to_string(getRank()) +
-                                  " was not released by rank 0 within " + std::to_string(timeout.count()) +
+                                  " was not released by rank 0 within " + std::to_string(2 * timeout.count()) +
                                   " ms (rank 0 is late or stuck)");
     }
     const std::vector<uint8_t> verdict = store_->get(release);

@@ -2,25 +2,19 @@
 // send and recv with tags. rdmx matches point-to-point messages in order per
 // pair and has no tags, so each message is a small header (tag, bytes)
 // followed by the payload, sent or received by one task on the
-// Communicator's executor (in call order with the collectives). A recv that meets a message with another tag
-// keeps it for the recv that names that tag, so tags match as in Gloo
-// whatever the order of the recvs, at the cost of one copy for the
-// out-of-order message only.
+// Communicator's executor (in call order with the collectives). A recv that
+// meets a message with another tag keeps it for the recv that names that
+// tag, so tags match as in Gloo whatever the order of the recvs, at the
+// cost of one copy for the out-of-order message only.
 #include <cstdint>
 #include <cstring>
 
 #include "backend.hpp"
+#include "p2p_message.hpp"
 #include "tensors.hpp"
 
 namespace rdmx::torch_backend {
 namespace {
-
-struct Header {
-  std::int64_t tag = 0;
-  std::uint64_t bytes = 0;
-};
-
-std::size_t byte_size(const at::Tensor& t) { return static_cast<std::size_t>(t.numel()) * t.element_size(); }
 
 void check_peer(int peer, int rank, int size, const char* op) {
   if (peer < 0 || peer >= size || peer == rank) {
@@ -38,6 +32,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::send(std::vector<at::Tensor>& t
   check_single(tensors, op);
   check_peer(dst, getRank(), getSize(), op);
   at::Tensor t = tensors[0];
+  if (coalescing_) return batch_message(true, t, dst, tag);
   // torch gives send no async_op: a wait that follows runs it on its thread.
   return issue_task(
       c10d::OpType::SEND, {t}, [this, t, dst, tag] { send_tagged(t, dst, tag); }, op, true);
@@ -48,6 +43,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::recv(std::vector<at::Tensor>& t
   check_single(tensors, op);
   check_peer(src, getRank(), getSize(), op);
   at::Tensor t = tensors[0];
+  if (coalescing_) return batch_message(false, t, src, tag);
   return issue_task(
       c10d::OpType::RECV, {t}, [this, t, src, tag] { recv_tagged(t, src, tag); }, op, true);
 }
@@ -60,45 +56,58 @@ void ProcessGroupRdmx::send_tagged(const at::Tensor& tensor, int dst, int tag) {
   if (header.bytes != 0) comm.send(d.data(), header.bytes, DataType::Uint8, dst);
 }
 
-void ProcessGroupRdmx::recv_tagged(const at::Tensor& tensor, int src, int tag) {
-  Communicator& comm = communicator();
+bool ProcessGroupRdmx::take_early(const at::Tensor& tensor, int src, int tag) {
+  auto early = early_.find({src, tag});
+  if (early == early_.end() || early->second.empty()) return false;
+  at::Tensor kept = std::move(early->second.front());
+  early->second.pop_front();
+  if (early->second.empty()) early_.erase(early);
   Dense d = dense_output(tensor);
   const std::size_t want = byte_size(d.buf);
-  auto wrong_size = [&](std::uint64_t sent) {
-    return Error(ErrorCode::InvalidArgument,
-                 "recv: rank " + std::to_string(src) + " sent " + std::to_string(sent) + " bytes with tag " +
-                     std::to_string(tag) + "; this recv's tensor holds " + std::to_string(want),
-                 {.op = "recv",
-                  .rank = getRank(),
-                  .peer_rank = src,
-                  .hint = "send and recv tensors of the same size and dtype"});
-  };
-  auto early = early_.find({src, tag});
-  if (early != early_.end() && !early->second.empty()) {
-    at::Tensor kept = std::move(early->second.front());
-    early->second.pop_front();
-    if (early->second.empty()) early_.erase(early);
-    if (static_cast<std::size_t>(kept.numel()) != want) throw wrong_size(static_cast<std::uint64_t>(kept.numel()));
-    std::memcpy(d.data(), kept.data_ptr(), want);
-    d.finish();
-    return;
+  if (static_cast<std::size_t>(kept.numel()) != want) {
+    throw wrong_size(src, tag, static_cast<std::uint64_t>(kept.numel()), want);
   }
+  std::memcpy(d.data(), kept.data_ptr(), want);
+  d.finish();
+  return true;
+}
+
+Error ProcessGroupRdmx::wrong_size(int src, int tag, std::uint64_t sent, std::size_t want) const {
+  return Error(
+      ErrorCode::InvalidArgument,
+      "recv: rank " + std::to_string(src) + " sent " + std::to_string(sent) + " bytes with tag " + std::to_string(tag) +
+          "; this recv's tensor holds " + std::to_string(want),
+      {.op = "recv", .rank = getRank(), .peer_rank = src, .hint = "send and recv tensors of the same size and dtype"});
+}
+
+bool ProcessGroupRdmx::accept(std::int64_t sent_tag, std::uint64_t sent_bytes, const Dense& into, int src, int tag,
+                              const std::function<void(void*, std::size_t)>& receive) {
+  if (sent_tag != tag) {
+    at::Tensor kept = at::empty({static_cast<std::int64_t>(sent_bytes)}, at::kByte);
+    if (sent_bytes != 0) receive(kept.data_ptr(), sent_bytes);
+    early_[{src, static_cast<int>(sent_tag)}].push_back(std::move(kept));
+    return false;
+  }
+  const std::size_t want = byte_size(into.buf);
+  if (sent_bytes != want) {
+    at::Tensor drained = at::empty({static_cast<std::int64_t>(sent_bytes)}, at::kByte);
+    if (sent_bytes != 0) receive(drained.data_ptr(), sent_bytes);
+    throw wrong_size(src, tag, sent_bytes, want);
+  }
+  if (want != 0) receive(into.data(), want);
+  into.finish();
+  return true;
+}
+
+void ProcessGroupRdmx::recv_tagged(const at::Tensor& tensor, int src, int tag) {
+  if (take_early(tensor, src, tag)) return;
+  Communicator& comm = communicator();
+  Dense d = dense_output(tensor);
+  auto receive = [&](void* buf, std::size_t bytes) { comm.recv(buf, bytes, DataType::Uint8, src); };
   for (;;) {
     Header header;
     comm.recv(&header, sizeof header, DataType::Uint8, src);
-    if (header.tag == tag) {
-      if (header.bytes != want) {
-        at::Tensor drained = at::empty({static_cast<std::int64_t>(header.bytes)}, at::kByte);
-        if (header.bytes != 0) comm.recv(drained.data_ptr(), header.bytes, DataType::Uint8, src);
-        throw wrong_size(header.bytes);
-      }
-      if (want != 0) comm.recv(d.data(), want, DataType::Uint8, src);
-      d.finish();
-      return;
-    }
-    at::Tensor kept = at::empty({static_cast<std::int64_t>(header.bytes)}, at::kByte);
-    if (header.bytes != 0) comm.recv(kept.data_ptr(), header.bytes, DataType::Uint8, src);
-    early_[{src, static_cast<int>(header.tag)}].push_back(std::move(kept));
+    if (accept(header.tag, header.bytes, d, src, tag, receive)) return;
   }
 }
 

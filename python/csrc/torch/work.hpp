@@ -37,6 +37,7 @@ class RdmxWork : public c10d::Work {
   void complete(std::exception_ptr error);
   // The Communicator's handle, before the caller sees this Work.
   void attach(rdmx::Work work) { work_ = std::move(work); }
+  const rdmx::Work& handle() const { return work_; }
 
  private:
   rdmx::Work work_;  // empty when the operation ran at the call
