@@ -50,6 +50,8 @@ class Executor {
     StreamTicket ticket;  // ordering on the caller's CUDA stream, if any
     std::shared_ptr<Work::State> state;
     std::function<void()> task;  // Communicator::submit_task's function instead of `call`
+    // Posted to a sleeping worker: it leaves the job to a waiter until then.
+    std::chrono::steady_clock::time_point worker_from{};
   };
   // Runs a job's operation (throws its error).
   using Runner = std::function<void(Job&)>;
