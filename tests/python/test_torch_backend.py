@@ -1,7 +1,7 @@
 """The torch.distributed backend "rdmx" on real rank processes (ranks.py).
 
 Run from CTest (tests/CMakeLists.txt), or by hand:
-    PYTHONPATH=build/python RDMX_CLI=build/tools/rdmx /usr/bin/python3 -m pytest tests/python
+    PYTHONPATH=build/python RDMX_CLI=build/tools/rdmx ~/.cache/rdmx/venv/bin/python -m pytest tests/python
 """
 # SPDX-License-Identifier: MIT
 import json
