@@ -3,18 +3,24 @@
 // suite: nothing left behind by a killed process, the provider chosen per
 // peer, and atomics that stay atomic whichever provider carries them.
 #include <dirent.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <string>
+#include <thread>
 
+#include "providers/shm/address.hpp"
 #include "support/harness.hpp"
 #include "support/verbs_util.hpp"
 
@@ -88,6 +94,64 @@ TEST(ShmProvider, SigkillLeavesNothingBehind) {
   for (const auto& name : dev_shm_after) {
     EXPECT_TRUE(dev_shm_before.contains(name)) << "/dev/shm/" << name << " appeared during the test";
   }
+}
+
+// A peer's device with too many connections waiting for their QP closes new
+// ones without a reply and expects the initiator to come back: the QP
+// connects again (until RDMX_TIMEOUT) rather than failing at the first close.
+TEST(ShmProvider, AHandshakeClosedUnansweredIsTriedAgain) {
+  Options options;
+  options.provider = "shm";
+  ASSERT_TRUE(run_ranks(
+      1, Placement::Local,
+      [](RankEnv& env) {
+        // A listener that closes every connection unanswered, as a full device does.
+        const std::string path = env.dir() + "/full.sock";
+        const int listener = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        sockaddr_un addr{};
+        addr.sun_family = AF_UNIX;
+        std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+        CHECK_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << std::strerror(errno);
+        CHECK_EQ(::listen(listener, 16), 0) << std::strerror(errno);
+        std::atomic<int> closed{0};
+        std::atomic<bool> stop{false};
+        std::thread full([&] {
+          while (!stop.load()) {
+            pollfd p{listener, POLLIN, 0};
+            if (::poll(&p, 1, 20) <= 0) continue;
+            const int c = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+            if (c < 0) continue;
+            ::close(c);
+            closed.fetch_add(1);
+          }
+        });
+        auto device = open_device("shm");
+        auto pd = device->alloc_pd();
+        auto cq = device->create_cq(16);
+        auto qp = make_qp(*device, *pd, *cq, *cq);
+        shm::ShmAddress peer;
+        peer.boot_id = shm::HostIdentity::self().boot_id;
+        peer.pid_namespace = shm::HostIdentity::self().pid_namespace;
+        peer.pid = static_cast<std::uint32_t>(::getpid());
+        // The side with the lower (nonce, qp number) connects.
+        peer.qpn = 1;
+        peer.nonce = ~std::uint64_t{0};
+        peer.socket_path = path;
+        qp->connect(peer.encode());
+        Buffer buf(64);
+        auto mr = pd->register_memory(buf.data(), buf.size(), Access::LocalWrite);
+        Sge sge = mr->sge(0, 8);
+        qp->post_send(send_wr(1, Opcode::Send, {&sge, 1}));
+        const bool again = eventually([&] { return closed.load() >= 3 || qp->state() == QpState::Error; },
+                                      std::chrono::milliseconds(10000));
+        CHECK(again && closed.load() >= 3) << "the QP connected " << closed.load() << " time(s); state "
+                                           << to_string(qp->state()) << ": " << qp->error_reason();
+        CHECK(qp->state() != QpState::Error) << qp->error_reason();
+        stop.store(true);
+        full.join();
+        ::close(listener);
+      },
+      options));
 }
 
 // With the default ("auto") device, peers on this host are reached through shm.

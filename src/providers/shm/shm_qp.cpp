@@ -181,9 +181,10 @@ void ShmQp::start_connect_locked() {
   hello.ring_slots = kRingSlots;
   hello.probe_addr = reinterpret_cast<std::uint64_t>(&probe_value_);
   hello.probe_value = probe_value_;
+  // The segment stays open until the peer accepts it: a peer whose pending
+  // connections are full closes the handshake unanswered, and the HELLO is
+  // sent again.
   int error = send_with_fd(fd, &hello, sizeof(hello), memfd_);
-  ::close(memfd_);
-  memfd_ = -1;
   if (error != 0) {
     fail_locked("sending HELLO to " + describe_peer() + " failed: " + std::strerror(error), WcStatus::RetryExcErr);
     return;
@@ -295,6 +296,22 @@ bool ShmQp::on_socket_locked(std::uint32_t events) {
     int error = receive_with_fd(socket_, &reply, sizeof(reply), &fd);
     if (fd >= 0) ::close(fd);
     if (error == EAGAIN || error == EINTR) return false;
+    if (error == ECONNRESET && core::Clock::now() < connect_deadline_) {
+      // Closed without a reply: the peer's device refuses connections while
+      // too many wait for their QP, and expects the initiator to come back.
+      // A peer that is gone is found by the next attempt (its process, its
+      // socket); the connect deadline bounds the attempts.
+      ++unanswered_;
+      ::epoll_ctl(device_.epoll_fd(), EPOLL_CTL_DEL, socket_, nullptr);
+      ::close(socket_);
+      socket_ = -1;
+      socket_connected_ = false;
+      retry_connect_at_ = core::Clock::now() + retry_backoff_;
+      retry_backoff_ = std::min(retry_backoff_ * 2, kMaxConnectBackoff);
+      RDMX_INFO("shm qp %u: %s closed the handshake unanswered (%d so far); connecting again", qpn_,
+                describe_peer().c_str(), unanswered_);
+      return true;
+    }
     if (error != 0 || reply.magic != kAcceptMagic) {
       close_socket_locked();
       peer_gone_locked("connection closed by " + describe_peer() + " during the handshake" +
@@ -316,6 +333,8 @@ bool ShmQp::on_socket_locked(std::uint32_t events) {
       return true;
     }
     accepted_ = true;
+    ::close(memfd_);
+    memfd_ = -1;
     RDMX_INFO("shm qp %u: connected to %s (pid %d), cross-memory attach verified", qpn_, peer_text_.c_str(), peer_pid_);
     return true;
   }
@@ -367,8 +386,14 @@ bool ShmQp::on_timer_locked(core::Clock::time_point now) {
   if (!accepted_) {
     busy = true;
     if (now >= connect_deadline_) {
+      const std::string unanswered =
+          unanswered_ == 0 ? ""
+                           : "; it closed " + std::to_string(unanswered_) +
+                                 " handshakes unanswered (too many connections waiting for their QP there, "
+                                 "or a refusal its log names)";
       fail_locked(describe_peer() + " did not complete the connection within RDMX_TIMEOUT (" +
-                      std::to_string(core::timeout().count()) + " ms)" + device_.descriptor_shortage_since(created_at_),
+                      std::to_string(core::timeout().count()) + " ms)" + unanswered +
+                      device_.descriptor_shortage_since(created_at_),
                   WcStatus::RetryExcErr);
       return false;
     }

@@ -188,7 +188,8 @@ class ShmQp final : public core::SoftRcQp {
 
   // Connection.
   int socket_ RDMX_GUARDED_BY(this) = -1;
-  int memfd_ RDMX_GUARDED_BY(this) = -1;                 // initiator: the segment, until HELLO has carried it
+  int memfd_ RDMX_GUARDED_BY(this) = -1;                 // initiator: the segment, until the peer accepted it
+  int unanswered_ RDMX_GUARDED_BY(this) = 0;             // initiator: handshakes the peer closed without a reply
   bool socket_connected_ RDMX_GUARDED_BY(this) = false;  // initiator: the Unix socket is connected and HELLO sent
   bool accepted_ RDMX_GUARDED_BY(this) = false;          // both: the handshake finished
   std::string peer_gone_ RDMX_GUARDED_BY(this);          // why the peer is gone, while no work has failed on it yet
