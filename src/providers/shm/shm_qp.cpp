@@ -185,12 +185,28 @@ void ShmQp::start_connect_locked() {
   // connections are full closes the handshake unanswered, and the HELLO is
   // sent again.
   int error = send_with_fd(fd, &hello, sizeof(hello), memfd_);
+  if ((error == EPIPE || error == ECONNRESET) && core::Clock::now() < connect_deadline_) {
+    // Closed before the HELLO went out: the same refusal as below, earlier.
+    ::close(fd);
+    socket_ = -1;
+    retry_after_unanswered_locked();
+    return;
+  }
   if (error != 0) {
     fail_locked("sending HELLO to " + describe_peer() + " failed: " + std::strerror(error), WcStatus::RetryExcErr);
     return;
   }
   socket_connected_ = true;
   watch_socket_locked();
+}
+
+void ShmQp::retry_after_unanswered_locked() {
+  ++unanswered_;
+  socket_connected_ = false;
+  retry_connect_at_ = core::Clock::now() + retry_backoff_;
+  retry_backoff_ = std::min(retry_backoff_ * 2, kMaxConnectBackoff);
+  RDMX_INFO("shm qp %u: %s closed the handshake unanswered (%d so far); connecting again", qpn_,
+            describe_peer().c_str(), unanswered_);
 }
 
 void ShmQp::watch_socket_locked() {
@@ -301,15 +317,10 @@ bool ShmQp::on_socket_locked(std::uint32_t events) {
       // too many wait for their QP, and expects the initiator to come back.
       // A peer that is gone is found by the next attempt (its process, its
       // socket); the connect deadline bounds the attempts.
-      ++unanswered_;
       ::epoll_ctl(device_.epoll_fd(), EPOLL_CTL_DEL, socket_, nullptr);
       ::close(socket_);
       socket_ = -1;
-      socket_connected_ = false;
-      retry_connect_at_ = core::Clock::now() + retry_backoff_;
-      retry_backoff_ = std::min(retry_backoff_ * 2, kMaxConnectBackoff);
-      RDMX_INFO("shm qp %u: %s closed the handshake unanswered (%d so far); connecting again", qpn_,
-                describe_peer().c_str(), unanswered_);
+      retry_after_unanswered_locked();
       return true;
     }
     if (error != 0 || reply.magic != kAcceptMagic) {
