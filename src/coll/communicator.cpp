@@ -2,9 +2,6 @@
 // The Communicator: argument checks, sequence numbers, algorithm choice, and
 // the operations it hands its executor (coll/executor.hpp).
 #include <algorithm>
-#include <deque>
-#include <mutex>
-#include <thread>
 
 #include "coll/algorithms.hpp"
 #include "coll/comm_memory.hpp"
