@@ -122,5 +122,74 @@ TEST(ShmProvider, HeapWritesAndReadsNeedNoTargetThread) {
       options));
 }
 
+// Shared segments of shm QPs mapped in this process.
+int qp_segments_mapped() {
+  std::ifstream maps("/proc/self/maps");
+  int count = 0;
+  for (std::string line; std::getline(maps, line);) count += line.find("rdmx-shm-qp") != std::string::npos;
+  return count;
+}
+
+// The first WRITE into a region reaches the target in the same pass as the
+// writer's ACCEPT when the target stands still while the writer accepts: the
+// target (as the handshake's initiator, whose rings are read before its
+// sockets) must still offer the region. Each rank is the target once, so one
+// of the two rounds has the target initiate, whichever side that is.
+TEST(ShmProvider, AHeapRegionWrittenBeforeTheAcceptIsReadIsOffered) {
+  Options options;
+  options.provider = "shm";
+  ASSERT_TRUE(run_ranks(
+      2, Placement::Local,
+      [](RankEnv& env) {
+        Node node(env);
+        for (int target = 0; target < 2; ++target) {
+          const int writer = 1 - target;
+          const std::string round = "round" + std::to_string(target);
+          auto qp = make_qp(node);
+          if (env.rank() == target) {
+            Buffer buf(4096);
+            set_bytes(buf.data(), 0, 4096);
+            auto mr = node.pd->register_memory(buf.data(), 4096, Access::LocalWrite | Access::RemoteWrite);
+            publish_region(env, round + "/heap", *mr);
+            connect_qp(env, *qp, writer, round);
+            signal(env, round + "/connected", std::to_string(::getpid()));
+            await(env, round + "/written");  // stopped and continued by the writer meanwhile
+            CHECK_PATTERN(buf.data(), 64, 12, 0, "a WRITE whose record came before the ACCEPT was read");
+            env.barrier(round);
+            continue;
+          }
+          Buffer src(4096);
+          fill_pattern(src.data(), 64, 12);
+          auto src_mr = node.pd->register_memory(src.data(), 4096, Access::LocalWrite);
+          const std::string me = std::to_string(env.rank());
+          const std::string them = std::to_string(target);
+          env.store().set(round + "/qp/" + me + "->" + them, std::string_view(qp->local_address().to_hex()));
+          RemoteRegion heap = fetch_region(env, round + "/heap");
+          const auto pid = static_cast<pid_t>(std::stol(await(env, round + "/connected")));
+          const int segments = qp_segments_mapped();
+          {
+            Stopped stopped(pid);
+            CHECK(eventually([&] { return process_state(pid) == 'T'; }, std::chrono::seconds(20)))
+                << "the target did not stop";
+            ConnectOptions connect;
+            connect.peer_rank = target;
+            qp->connect(QpAddress::from_hex(env.store().get_string(round + "/qp/" + them + "->" + me)), connect);
+            // Mapped at accept, whose ACCEPT and pump (which a posted WR waits for) follow under one lock.
+            CHECK(eventually([&] { return qp_segments_mapped() > segments; }, std::chrono::seconds(20)))
+                << "the connection's segment was never mapped here";
+            const Sge sge = src_mr->sge(0, 64);
+            qp->post_send(rdma_wr(1, Opcode::RdmaWrite, std::span(&sge, 1), heap.addr, heap.rkey));
+          }
+          CHECK_WC(WAIT_WC(*node.send_cq, "first WRITE into a heap region"), "first WRITE into a heap region",
+                   .wr_id = 1);
+          CHECK(eventually([&] { return heap_pages_mapped() == 1; }, std::chrono::seconds(20)))
+              << round << ": the target never offered its heap region";
+          signal(env, round + "/written");
+          env.barrier(round);
+        }
+      },
+      options));
+}
+
 }  // namespace
 }  // namespace rdmx::test

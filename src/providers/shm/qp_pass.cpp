@@ -78,6 +78,11 @@ std::size_t ShmQp::poll_locked() {
     close_socket_locked();
     return 1;
   }
+  // The peer sends its ACCEPT before its first record, but sockets are read
+  // less often than rings: an initiator that finds a record first reads the
+  // ACCEPT now, so the peer's requests meet an accepted connection (regions
+  // are offered only on one).
+  if (initiator_ && !accepted_ && socket_ >= 0 && in_.peek() != nullptr) take_accept_locked();
   if (state() == QpState::Error) return 0;
   for (int budget = kRecordBudget; budget > 0; --budget) {
     const Record* r = in_.peek();

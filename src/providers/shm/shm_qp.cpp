@@ -301,54 +301,56 @@ void ShmQp::accept_locked(const core::PendingConnection& pending) {
   wake_peer_locked();
 }
 
+bool ShmQp::take_accept_locked() {
+  Accept reply;
+  int fd = -1;
+  int error = receive_with_fd(socket_, &reply, sizeof(reply), &fd);
+  if (fd >= 0) ::close(fd);
+  if (error == EAGAIN || error == EINTR) return false;
+  if (error == ECONNRESET && core::Clock::now() < connect_deadline_) {
+    // Closed without a reply: the peer's device refuses connections while
+    // too many wait for their QP, and expects the initiator to come back.
+    // A peer that is gone is found by the next attempt (its process, its
+    // socket); the connect deadline bounds the attempts.
+    ::epoll_ctl(device_.epoll_fd(), EPOLL_CTL_DEL, socket_, nullptr);
+    ::close(socket_);
+    socket_ = -1;
+    retry_after_unanswered_locked();
+    return true;
+  }
+  if (error != 0 || reply.magic != kAcceptMagic) {
+    close_socket_locked();
+    peer_gone_locked("connection closed by " + describe_peer() + " during the handshake" +
+                         (error == ECONNRESET ? std::string() : std::string(": ") + std::strerror(error)),
+                     true);
+    return true;
+  }
+  if (reply.error != 0) {
+    fail_locked(describe_peer() + " could not attach to this process: " + cross_memory_hint(reply.error),
+                WcStatus::RetryExcErr);
+    close_socket_locked();
+    return true;
+  }
+  if (int probe = probe_cross_memory(peer_pid_, reply.probe_addr, reply.probe_value); probe != 0) {
+    fail_locked(
+        "cannot attach to " + describe_peer() + " (pid " + std::to_string(peer_pid_) + "): " + cross_memory_hint(probe),
+        WcStatus::RetryExcErr);
+    close_socket_locked();
+    return true;
+  }
+  accepted_ = true;
+  ::close(memfd_);
+  memfd_ = -1;
+  RDMX_INFO("shm qp %u: connected to %s (pid %d), cross-memory attach verified", qpn_, peer_text_.c_str(), peer_pid_);
+  return true;
+}
+
 bool ShmQp::on_socket_locked(std::uint32_t events) {
   state_held_by_device(device_lock_);
   ProbeRefresh refresh{this};
   if (socket_ < 0) return false;
   bool closed = false;
-  if (initiator_ && !accepted_ && (events & EPOLLIN) != 0) {
-    Accept reply;
-    int fd = -1;
-    int error = receive_with_fd(socket_, &reply, sizeof(reply), &fd);
-    if (fd >= 0) ::close(fd);
-    if (error == EAGAIN || error == EINTR) return false;
-    if (error == ECONNRESET && core::Clock::now() < connect_deadline_) {
-      // Closed without a reply: the peer's device refuses connections while
-      // too many wait for their QP, and expects the initiator to come back.
-      // A peer that is gone is found by the next attempt (its process, its
-      // socket); the connect deadline bounds the attempts.
-      ::epoll_ctl(device_.epoll_fd(), EPOLL_CTL_DEL, socket_, nullptr);
-      ::close(socket_);
-      socket_ = -1;
-      retry_after_unanswered_locked();
-      return true;
-    }
-    if (error != 0 || reply.magic != kAcceptMagic) {
-      close_socket_locked();
-      peer_gone_locked("connection closed by " + describe_peer() + " during the handshake" +
-                           (error == ECONNRESET ? std::string() : std::string(": ") + std::strerror(error)),
-                       true);
-      return true;
-    }
-    if (reply.error != 0) {
-      fail_locked(describe_peer() + " could not attach to this process: " + cross_memory_hint(reply.error),
-                  WcStatus::RetryExcErr);
-      close_socket_locked();
-      return true;
-    }
-    if (int probe = probe_cross_memory(peer_pid_, reply.probe_addr, reply.probe_value); probe != 0) {
-      fail_locked("cannot attach to " + describe_peer() + " (pid " + std::to_string(peer_pid_) +
-                      "): " + cross_memory_hint(probe),
-                  WcStatus::RetryExcErr);
-      close_socket_locked();
-      return true;
-    }
-    accepted_ = true;
-    ::close(memfd_);
-    memfd_ = -1;
-    RDMX_INFO("shm qp %u: connected to %s (pid %d), cross-memory attach verified", qpn_, peer_text_.c_str(), peer_pid_);
-    return true;
-  }
+  if (initiator_ && !accepted_ && (events & EPOLLIN) != 0) return take_accept_locked();
   if ((events & EPOLLIN) != 0) {
     // One-byte wake-ups (their only purpose was to end our epoll_wait) and region offers.
     for (int i = 0; i < 16; ++i) {

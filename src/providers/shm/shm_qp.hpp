@@ -167,6 +167,8 @@ class ShmQp final : public core::SoftRcQp {
   void start_connect_locked() RDMX_REQUIRES(this);
   void attach_segment_locked(void* base, bool initiator) RDMX_REQUIRES(this);
   void accept_locked(const core::PendingConnection& pending) RDMX_REQUIRES(this);
+  // The initiator reads the peer's ACCEPT (or its refusal); false when it has not come yet.
+  bool take_accept_locked() RDMX_REQUIRES(this);
   // The peer closed the handshake without a reply (its device had too many
   // connections waiting): connect again after the backoff.
   void retry_after_unanswered_locked() RDMX_REQUIRES(this);
