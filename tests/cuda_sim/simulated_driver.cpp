@@ -8,12 +8,16 @@
 //   the test as it would on a GPU; the driver's copies go through a second,
 //   private mapping of the same pages;
 // - allocations have bounds, and copies or kernels past them fail;
-// - IPC handles open only in another process, once per process, and
-//   freeing memory that another process still has open through one (which
-//   is undefined on a GPU) aborts the process that frees it;
+// - IPC handles open only in another process (again in the same process,
+//   counted, as driver 580 does), and freeing memory that another process
+//   still has open through one (which is undefined on a GPU) aborts the
+//   process that frees it;
+// - copies and memsets are as synchronous with the host as CUDA documents
+//   for each kind of memory, no more (see copy_memory below);
 // - VMM allocations export file descriptors; cudaMalloc-style ones do not.
 // Kernels are run by name on the CPU with the same element functions the
-// real kernels use. Streams are asynchronous, as a GPU's (sim_streams.hpp).
+// real kernels use. Streams, the legacy default stream included, are
+// asynchronous, as a GPU's (sim_streams.hpp).
 // On the device machine the same tests also run on the real driver.
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -25,9 +29,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "coll/reduce_element.hpp"
 #include "core/cuda/driver_api.hpp"
@@ -73,7 +79,8 @@ struct State {
   std::mutex mutex;
   std::map<std::uintptr_t, Allocation> allocations;  // by address
   std::map<std::uint64_t, VmmHandle> handles;
-  std::map<std::string, std::uintptr_t> opened_ipc;  // handle bytes -> address
+  // Legacy IPC handles opened here: handle bytes -> address and how many opens it has.
+  std::map<std::string, std::pair<std::uintptr_t, int>> opened_ipc;
   std::uint64_t next_id = 1;
   std::uint64_t peer_copies = 0;      // copies that touched another process's memory
   std::uint64_t pageable_copies = 0;  // bulk copies between device memory and host memory the driver does not know
@@ -258,6 +265,85 @@ CUresult run_reduce_kernel(const Function& f, void* dst, const void* a, const vo
   return kSuccess;
 }
 
+CUresult launched(std::uint64_t queued) { return queued != 0 ? kSuccess : kInvalidHandle; }
+
+// Where a pointer lives, for CUDA's synchronization rules.
+enum class Place { Pageable, Pinned, Device };
+
+Place place_locked(std::uintptr_t address) {
+  const Allocation* a = find_locked(address);
+  if (a == nullptr) return Place::Pageable;
+  return a->kind == Kind::PinnedHost || a->kind == Kind::RegisteredHost ? Place::Pinned : Place::Device;
+}
+
+CUresult copy_now(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) {
+  std::lock_guard lock(state().mutex);
+  bool dst_ok = false, src_ok = false;
+  char* to = translate_locked(static_cast<std::uintptr_t>(dst), bytes, &dst_ok);
+  const char* from = translate_locked(static_cast<std::uintptr_t>(src), bytes, &src_ok);
+  if (!dst_ok || !src_ok) return kInvalidValue;
+  std::memmove(to, from, bytes);
+  return kSuccess;
+}
+
+// cuMemcpy (`async` false, on the legacy stream) and cuMemcpyAsync, with
+// CUDA's "API synchronization behavior" for each kind of memory:
+// - host to host: done before the call returns;
+// - from pageable host memory: the stream is synchronized, the source
+//   staged, and the copy to the device lands later (even for cuMemcpy);
+// - cuMemcpy from page-locked memory, or to any host memory: it returns
+//   once the copy is done;
+// - cuMemcpyAsync into pageable memory: it returns once the copy is done;
+// - everything else (device to device, cuMemcpyAsync with page-locked
+//   memory): queued, and done when the stream gets there.
+CUresult copy_memory(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CUstream stream, bool async,
+                     const char* call) {
+  Place to = Place::Pageable, from = Place::Pageable;
+  {
+    std::lock_guard lock(state().mutex);
+    const Allocation* to_allocation = find_locked(static_cast<std::uintptr_t>(dst));
+    const Allocation* from_allocation = find_locked(static_cast<std::uintptr_t>(src));
+    if ((to_allocation != nullptr && to_allocation->from_peer) ||
+        (from_allocation != nullptr && from_allocation->from_peer)) {
+      ++state().peer_copies;
+    }
+    // A real driver copies pageable memory through a bounce buffer of its
+    // own, which costs bandwidth on bulk copies (a word or an inline payload
+    // costs latency either way).
+    if (bytes >= kBulkCopy && (to_allocation == nullptr) != (from_allocation == nullptr)) ++state().pageable_copies;
+    bool dst_ok = false, src_ok = false;
+    translate_locked(static_cast<std::uintptr_t>(dst), bytes, &dst_ok);
+    translate_locked(static_cast<std::uintptr_t>(src), bytes, &src_ok);
+    if (!dst_ok || !src_ok) return kInvalidValue;
+    to = place_locked(static_cast<std::uintptr_t>(dst));
+    from = place_locked(static_cast<std::uintptr_t>(src));
+  }
+  if (to != Place::Device && from != Place::Device) return copy_now(dst, src, bytes);
+  const std::string what = std::string(call) + " of " + std::to_string(bytes) + " B";
+  auto result = std::make_shared<CUresult>(kSuccess);
+  rdmx::cuda_sim::StreamWork work = [=] { return *result = copy_now(dst, src, bytes); };
+  if (from == Place::Pageable) {
+    rdmx::cuda_sim::drain(stream, call);
+    auto staged =
+        std::make_shared<std::vector<char>>(reinterpret_cast<const char*>(static_cast<std::uintptr_t>(src)),
+                                            reinterpret_cast<const char*>(static_cast<std::uintptr_t>(src)) + bytes);
+    work = [=] {
+      std::lock_guard lock(state().mutex);
+      bool ok = false;
+      char* target = translate_locked(static_cast<std::uintptr_t>(dst), bytes, &ok);
+      if (!ok) return *result = kInvalidValue;
+      std::memcpy(target, staged->data(), bytes);
+      return kSuccess;
+    };
+  }
+  const std::uint64_t queued = rdmx::cuda_sim::enqueue(stream, std::move(work), what);
+  if (queued == 0) return kInvalidHandle;
+  const bool waits = async ? to == Place::Pageable : from == Place::Pinned || to != Place::Device;
+  if (!waits) return kSuccess;
+  rdmx::cuda_sim::wait_for(stream, queued, call);
+  return *result;
+}
+
 }  // namespace
 
 extern "C" {
@@ -327,7 +413,7 @@ CUresult cuCtxSetCurrent(CUcontext context) {
   current = context;
   return kSuccess;
 }
-CUresult cuCtxSynchronize() { return kSuccess; }
+CUresult cuCtxSynchronize() { return rdmx::cuda_sim::synchronize_all("cuCtxSynchronize"); }
 
 CUresult cuPointerGetAttributes(unsigned count, int* attributes, void** data, CUdeviceptr pointer) {
   std::lock_guard lock(state().mutex);
@@ -432,45 +518,52 @@ CUresult cuMemHostUnregister(void* pointer) {
 }
 
 CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) {
-  std::lock_guard lock(state().mutex);
-  const Allocation* to_allocation = find_locked(static_cast<std::uintptr_t>(dst));
-  const Allocation* from_allocation = find_locked(static_cast<std::uintptr_t>(src));
-  if ((to_allocation != nullptr && to_allocation->from_peer) ||
-      (from_allocation != nullptr && from_allocation->from_peer)) {
-    ++state().peer_copies;
-  }
-  // A real driver copies pageable memory through a bounce buffer of its
-  // own, which costs bandwidth on bulk copies (a word or an inline payload
-  // costs latency either way).
-  if (bytes >= kBulkCopy && (to_allocation == nullptr) != (from_allocation == nullptr)) ++state().pageable_copies;
-  bool dst_ok = false, src_ok = false;
-  char* to = translate_locked(static_cast<std::uintptr_t>(dst), bytes, &dst_ok);
-  const char* from = translate_locked(static_cast<std::uintptr_t>(src), bytes, &src_ok);
-  if (!dst_ok || !src_ok) return kInvalidValue;
-  std::memmove(to, from, bytes);
-  return kSuccess;
+  return copy_memory(dst, src, bytes, nullptr, false, "cuMemcpy");
 }
 CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CUstream stream) {
-  return rdmx::cuda_sim::enqueue(stream, [=] { return cuMemcpy(dst, src, bytes); });
+  return copy_memory(dst, src, bytes, stream, true, "cuMemcpyAsync");
 }
+// Asynchronous on device memory; synchronous on page-locked host memory
+// (CUDA's "API synchronization behavior", memset). Pageable host memory is
+// not the GPU's to set.
 CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, std::size_t bytes) {
-  std::lock_guard lock(state().mutex);
-  bool ok = false;
-  char* to = translate_locked(static_cast<std::uintptr_t>(dst), bytes, &ok);
-  if (!ok) return kInvalidValue;
-  std::memset(to, value, bytes);
+  Place place = Place::Pageable;
+  {
+    std::lock_guard lock(state().mutex);
+    bool ok = false;
+    place = place_locked(static_cast<std::uintptr_t>(dst));
+    translate_locked(static_cast<std::uintptr_t>(dst), bytes, &ok);
+    if (!ok || place == Place::Pageable) return kInvalidValue;
+  }
+  auto result = std::make_shared<CUresult>(kSuccess);
+  const std::uint64_t queued = rdmx::cuda_sim::enqueue(
+      nullptr,
+      [=] {
+        std::lock_guard lock(state().mutex);
+        bool ok = false;
+        char* to = translate_locked(static_cast<std::uintptr_t>(dst), bytes, &ok);
+        if (!ok) return *result = kInvalidValue;
+        std::memset(to, value, bytes);
+        return kSuccess;
+      },
+      "cuMemsetD8 of " + std::to_string(bytes) + " B");
+  if (queued == 0) return kInvalidHandle;
+  if (place == Place::Pinned) {
+    rdmx::cuda_sim::wait_for(nullptr, queued, "cuMemsetD8");
+    return *result;
+  }
   return kSuccess;
 }
 
-CUresult cuStreamCreate(CUstream* stream, unsigned) {
-  *stream = rdmx::cuda_sim::create_stream();
+CUresult cuStreamCreate(CUstream* stream, unsigned flags) {
+  *stream = rdmx::cuda_sim::create_stream((flags & kStreamNonBlocking) == 0);
   return kSuccess;
 }
 CUresult cuStreamDestroy_v2(CUstream stream) {
   rdmx::cuda_sim::destroy_stream(stream);
   return kSuccess;
 }
-CUresult cuStreamSynchronize(CUstream stream) { return rdmx::cuda_sim::synchronize(stream); }
+CUresult cuStreamSynchronize(CUstream stream) { return rdmx::cuda_sim::synchronize(stream, "cuStreamSynchronize"); }
 CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned) {
   return rdmx::cuda_sim::wait_event(stream, event);
 }
@@ -487,6 +580,9 @@ CUresult cuEventQuery(CUevent event) { return rdmx::cuda_sim::query(event); }
 CUresult cuEventSynchronize(CUevent event) { return rdmx::cuda_sim::synchronize_event(event); }
 CUresult cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr address, unsigned value, unsigned flags) {
   return rdmx::cuda_sim::wait_value(stream, reinterpret_cast<const std::uint32_t*>(address), value, flags);
+}
+CUresult cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr address, unsigned value, unsigned) {
+  return rdmx::cuda_sim::write_value(stream, reinterpret_cast<std::uint32_t*>(address), value);
 }
 // Pinned host memory is at the same address for the GPU (unified addressing).
 CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* device, void* host, unsigned) {
@@ -538,13 +634,15 @@ CUresult cuLaunchKernel(CUfunction function, unsigned, unsigned, unsigned, unsig
     void* dst = *static_cast<void**>(args[0]);
     const std::size_t n = *static_cast<std::size_t*>(args[1]);
     const int divisor = *static_cast<int*>(args[2]);
-    return rdmx::cuda_sim::enqueue(stream, [&f, dst, n, divisor] { return run_divide_kernel(f, dst, n, divisor); });
+    return launched(rdmx::cuda_sim::enqueue(
+        stream, [&f, dst, n, divisor] { return run_divide_kernel(f, dst, n, divisor); }, "rdmx_divide kernel"));
   }
   void* dst = *static_cast<void**>(args[0]);
   const void* a = *static_cast<const void**>(args[1]);
   const void* b = *static_cast<const void**>(args[2]);
   const std::size_t n = *static_cast<std::size_t*>(args[3]);
-  return rdmx::cuda_sim::enqueue(stream, [&f, dst, a, b, n] { return run_reduce_kernel(f, dst, a, b, n); });
+  return launched(rdmx::cuda_sim::enqueue(
+      stream, [&f, dst, a, b, n] { return run_reduce_kernel(f, dst, a, b, n); }, "rdmx_reduce kernel"));
 }
 
 CUresult cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr pointer) {
@@ -565,7 +663,13 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* pointer, CUipcMemHandle handle, unsi
   if (payload.pid == ::getpid()) return kInvalidContext;
   const std::string key(handle.reserved, sizeof handle.reserved);
   std::lock_guard lock(state().mutex);
-  if (state().opened_ipc.contains(key)) return kAlreadyMapped;
+  // Driver 580 (CUDA 13) opens a handle again in the same process; the
+  // opens are counted and each one is closed. Older drivers refused it.
+  if (auto it = state().opened_ipc.find(key); it != state().opened_ipc.end()) {
+    ++it->second.second;
+    *pointer = it->second.first;
+    return kSuccess;
+  }
   const std::string path = "/proc/" + std::to_string(payload.pid) + "/fd/" + std::to_string(payload.memfd);
   const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) return kInvalidHandle;
@@ -584,7 +688,7 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* pointer, CUipcMemHandle handle, unsi
     return r;
   }
   state().allocations[address].from_peer = true;
-  state().opened_ipc[key] = address;
+  state().opened_ipc[key] = {address, 1};
   *pointer = address;
   return kSuccess;
 }
@@ -593,7 +697,12 @@ CUresult cuIpcCloseMemHandle(CUdeviceptr pointer) {
   std::lock_guard lock(state().mutex);
   auto it = state().allocations.find(static_cast<std::uintptr_t>(pointer));
   if (it == state().allocations.end() || it->second.kind != Kind::Imported) return kInvalidValue;
-  std::erase_if(state().opened_ipc, [&](const auto& entry) { return entry.second == it->first; });
+  for (auto opened = state().opened_ipc.begin(); opened != state().opened_ipc.end(); ++opened) {
+    if (opened->second.first != it->first) continue;
+    if (--opened->second.second > 0) return kSuccess;
+    state().opened_ipc.erase(opened);
+    break;
+  }
   unmap_locked(it->second, false);
   ::close(it->second.memfd);
   state().allocations.erase(it);
