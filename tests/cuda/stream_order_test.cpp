@@ -7,6 +7,7 @@
 // later copy completing while the operation is still waiting.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -54,6 +55,24 @@ struct GatedStream {
   }
 };
 
+// Page-locked host memory. A copy between pageable memory and a stream held
+// shut would block the host until the stream opens (the driver synchronizes
+// the stream to stage pageable memory, and a copy into pageable memory
+// returns only once done), and the test, which opens it, would wait for good.
+struct PinnedFloats {
+  const core::cuda::DriverApi& api;
+  float* data = nullptr;
+  PinnedFloats(const core::cuda::DriverApi& driver, float value) : api(driver) {
+    void* page = nullptr;
+    CHECK_EQ(api.cuMemAllocHost_v2(&page, kBytes), 0);
+    data = static_cast<float*>(page);
+    std::fill(data, data + kCount, value);
+  }
+  ~PinnedFloats() { api.cuMemFreeHost(data); }
+  PinnedFloats(const PinnedFloats&) = delete;
+  PinnedFloats& operator=(const PinnedFloats&) = delete;
+};
+
 std::unique_ptr<Communicator> device_comm(test::RankEnv& env, const core::cuda::DriverApi** api) {
   std::string why;
   *api = test::cuda_for_test(&why);
@@ -73,15 +92,15 @@ TEST(CudaStreamOrdering, AnOperationWaitsForItsStreamAndTheStreamWaitsForIt) {
     const std::vector<float> zeros(kCount, 0.0f), minus(kCount, -1.0f);
     test::cuda_copy(in.get(), zeros.data(), kBytes);
     test::cuda_copy(out.get(), minus.data(), kBytes);
-    const std::vector<float> input(kCount, static_cast<float>(env.rank() + 1));
-    std::vector<float> result(kCount, -2.0f);
+    const PinnedFloats input(*api, static_cast<float>(env.rank() + 1));
+    PinnedFloats result(*api, -2.0f);
     {
       GatedStream s(*api);
       s.shut();
-      s.copy(in.get(), input.data(), kBytes);  // the inputs arrive only once the gate opens
+      s.copy(in.get(), input.data, kBytes);  // the inputs arrive only once the gate opens
       comm->set_cuda_stream(s.stream);
       Work work = comm->iall_reduce(in.get(), out.get(), kCount, DataType::Float32, ReduceOp::Sum);
-      s.copy(result.data(), out.get(), kBytes);
+      s.copy(result.data, out.get(), kBytes);
       core::cuda::CUevent copied = nullptr;
       CHECK_EQ(api->cuEventCreate(&copied, 0), 0);
       CHECK_EQ(api->cuEventRecord(copied, s.stream), 0);
@@ -93,19 +112,19 @@ TEST(CudaStreamOrdering, AnOperationWaitsForItsStreamAndTheStreamWaitsForIt) {
       api->cuEventDestroy_v2(copied);
     }
     for (std::size_t i = 0; i < kCount; ++i) {
-      CHECK_EQ(result[i], 3.0f) << "element " << i << ": the stream and the operation ran out of order";
-      if (result[i] != 3.0f) break;
+      CHECK_EQ(result.data[i], 3.0f) << "element " << i << ": the stream and the operation ran out of order";
+      if (result.data[i] != 3.0f) break;
     }
     // The blocking form on the same stream, and a stream unset again.
     GatedStream s(*api);
-    const std::vector<float> twice(kCount, static_cast<float>(2 * (env.rank() + 1)));
-    s.copy(in.get(), twice.data(), kBytes);
+    const PinnedFloats twice(*api, static_cast<float>(2 * (env.rank() + 1)));
+    s.copy(in.get(), twice.data, kBytes);
     comm->set_cuda_stream(s.stream);
     comm->all_reduce(in.get(), out.get(), kCount, DataType::Float32, ReduceOp::Sum);
     comm->set_cuda_stream(nullptr);
-    test::cuda_copy(result.data(), out.get(), kBytes);
-    CHECK_EQ(result[0], 6.0f);
-    CHECK_EQ(result[kCount - 1], 6.0f);
+    test::cuda_copy(result.data, out.get(), kBytes);
+    CHECK_EQ(result.data[0], 6.0f);
+    CHECK_EQ(result.data[kCount - 1], 6.0f);
   }));
 }
 

@@ -70,18 +70,33 @@ VmmBuffer::~VmmBuffer() {
   if (handle_ != 0) api.cuMemRelease(handle_);
 }
 
+namespace {
+
+// cuMemcpy returns before a copy from pageable memory or between device
+// buffers lands, and cuMemsetD8 before device memory is set (CUDA's "API
+// synchronization behavior"): the legacy stream they run on is waited for,
+// since rdmx's own streams are not ordered with it.
+void settle(const cu::DriverApi& api, const char* op, std::size_t bytes) {
+  cu::check(api, api.cuStreamSynchronize(nullptr), "cuStreamSynchronize",
+            {.op = op, .sizes = std::to_string(bytes) + " B"});
+}
+
+}  // namespace
+
 void cuda_copy(void* dst, const void* src, std::size_t bytes) {
   const cu::DriverApi& api = cu::require_driver("cuda_copy");
   cu::check(api,
             api.cuMemcpy(static_cast<cu::CUdeviceptr>(reinterpret_cast<std::uintptr_t>(dst)),
                          static_cast<cu::CUdeviceptr>(reinterpret_cast<std::uintptr_t>(src)), bytes),
             "cuMemcpy", {.op = "cuda_copy", .sizes = std::to_string(bytes) + " B"});
+  settle(api, "cuda_copy", bytes);
 }
 
 void cuda_set(void* dst, std::uint8_t value, std::size_t bytes) {
   const cu::DriverApi& api = cu::require_driver("cuda_set");
   cu::check(api, api.cuMemsetD8_v2(static_cast<cu::CUdeviceptr>(reinterpret_cast<std::uintptr_t>(dst)), value, bytes),
             "cuMemsetD8", {.op = "cuda_set", .sizes = std::to_string(bytes) + " B"});
+  settle(api, "cuda_set", bytes);
 }
 
 namespace {

@@ -64,9 +64,10 @@ class VmmBuffer {
   core::cuda::CUdeviceptr address_ = 0;
 };
 
-// cuMemcpy between any two pointers (unified addressing), synchronous.
+// cuMemcpy between any two pointers (unified addressing); the bytes are in
+// place when it returns.
 void cuda_copy(void* dst, const void* src, std::size_t bytes);
-// cuMemsetD8 on device memory, synchronous.
+// cuMemsetD8 on device memory; set when it returns.
 void cuda_set(void* dst, std::uint8_t value, std::size_t bytes);
 
 // A count the simulated driver keeps in this process (tests/cuda_sim:
