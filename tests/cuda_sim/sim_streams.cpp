@@ -326,18 +326,26 @@ CUresult wait_event(CUstream stream, CUevent event) {
 }
 
 CUresult wait_value(CUstream stream, const std::uint32_t* address, std::uint32_t value, unsigned flags) {
-  if (flags > 1) return kInvalidValue;  // GEQ (0) and EQ (1) only
-  char what[96];
+  // CU_STREAM_WAIT_VALUE_GEQ, EQ, AND, NOR; the FLUSH bit asks for an ordering this stand-in always gives.
+  constexpr unsigned kFlush = 1u << 30;
+  const unsigned kind = flags & ~kFlush;
+  if (kind > 3) return kInvalidValue;
+  static const char* const kNames[] = {">=", "==", "& nonzero with", "nor nonzero with"};
+  char what[112];
   std::snprintf(what, sizeof what, "cuStreamWaitValue32 on %p for %s %u", static_cast<const void*>(address),
-                flags == 0 ? ">=" : "==", value);
+                kNames[kind], value);
   const std::uint64_t queued = enqueue(
       stream,
-      [address, value, flags] {
+      [address, value, kind] {
         const auto give_up = std::chrono::steady_clock::now() + kWaitLimit;
         // The hardware polls memory; so does this stand-in for it.
         while (std::chrono::steady_clock::now() < give_up) {
           const std::uint32_t now = std::atomic_ref<const std::uint32_t>(*address).load(std::memory_order_acquire);
-          if (flags == 0 ? static_cast<std::int32_t>(now - value) >= 0 : now == value) return kSuccess;
+          const bool met = kind == 0   ? static_cast<std::int32_t>(now - value) >= 0
+                           : kind == 1 ? now == value
+                           : kind == 2 ? (now & value) != 0
+                                       : ~(now | value) != 0;
+          if (met) return kSuccess;
           std::this_thread::sleep_for(std::chrono::microseconds(50));
         }
         return kLaunchTimeout;

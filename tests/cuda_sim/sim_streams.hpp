@@ -54,8 +54,9 @@ CUresult record(CUevent event, CUstream stream);
 CUresult query(CUevent event);  // success, or CUDA_ERROR_NOT_READY
 CUresult synchronize_event(CUevent event);
 CUresult wait_event(CUstream stream, CUevent event);
-// Work that holds the stream until the 32-bit word at `address` (host
-// memory) satisfies `flags` against `value`, as cuStreamWaitValue32 does.
+// Work that holds the stream until the 32-bit word at `address` (where the
+// driver reads it) satisfies `flags` against `value`, as cuStreamWaitValue32
+// does: GEQ, EQ, AND or NOR, with or without FLUSH.
 CUresult wait_value(CUstream stream, const std::uint32_t* address, std::uint32_t value, unsigned flags);
 // Work that stores `value` into the 32-bit word at `address` when the stream gets there.
 CUresult write_value(CUstream stream, std::uint32_t* address, std::uint32_t value);

@@ -578,11 +578,23 @@ CUresult cuEventDestroy_v2(CUevent event) {
 CUresult cuEventRecord(CUevent event, CUstream stream) { return rdmx::cuda_sim::record(event, stream); }
 CUresult cuEventQuery(CUevent event) { return rdmx::cuda_sim::query(event); }
 CUresult cuEventSynchronize(CUevent event) { return rdmx::cuda_sim::synchronize_event(event); }
+// The GPU reaches the word only in device memory or in page-locked host
+// memory mapped for it, 4-byte aligned; pageable memory is refused.
+std::uint32_t* stream_word(CUdeviceptr address) {
+  std::lock_guard lock(state().mutex);
+  if (address % 4 != 0 || place_locked(static_cast<std::uintptr_t>(address)) == Place::Pageable) return nullptr;
+  bool ok = false;
+  return reinterpret_cast<std::uint32_t*>(translate_locked(static_cast<std::uintptr_t>(address), 4, &ok));
+}
 CUresult cuStreamWaitValue32_v2(CUstream stream, CUdeviceptr address, unsigned value, unsigned flags) {
-  return rdmx::cuda_sim::wait_value(stream, reinterpret_cast<const std::uint32_t*>(address), value, flags);
+  const std::uint32_t* word = stream_word(address);
+  if (word == nullptr) return kInvalidValue;
+  return rdmx::cuda_sim::wait_value(stream, word, value, flags);
 }
 CUresult cuStreamWriteValue32_v2(CUstream stream, CUdeviceptr address, unsigned value, unsigned) {
-  return rdmx::cuda_sim::write_value(stream, reinterpret_cast<std::uint32_t*>(address), value);
+  std::uint32_t* word = stream_word(address);
+  if (word == nullptr) return kInvalidValue;
+  return rdmx::cuda_sim::write_value(stream, word, value);
 }
 // Pinned host memory is at the same address for the GPU (unified addressing).
 CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* device, void* host, unsigned) {
