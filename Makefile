@@ -7,6 +7,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?= -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
 .PHONY: test-asan test-tsan sanitizer-build fuzz fuzz-build chaos soak check-build check-run test-check
+.PHONY: device-check device-check-prepare device-check-dry
 .PHONY: all deps deps-build install build build-cli build-examples run example format-check test test-coll-full test-largest bench bench-shm bench-coll bench-peers bench-torch bench-verbs clean
 
 all: build
@@ -240,6 +241,25 @@ bench-torch: build
 # in the qemu guest of scripts/rxe-vm.sh; writes the table into docs/PERFORMANCE.md.
 bench-verbs: build
 	bash bench/run_verbs.sh $(BUILD) --update-doc
+
+# A lent GPU machine (docs/GPU.md, "On a lent GPU machine"): make
+# device-check fetches what the device lacks to build rdmx into
+# build-device/ (device-check-prepare), runs the device's stages here on the
+# simulated CUDA driver against $(BUILD) (device-check-dry, also in make
+# test), and prints the one `run` call that does it all on the GPU.
+DEVICE_CHECK_TARGETS = rdmx_cli rdmx_cuda_tests rdmx_conformance_tests rdmx_coll_tests rdmx_reduce_tests \
+    rdmx_python_core rdmx_python_torch
+device-check: device-check-prepare device-check-dry
+	@bash scripts/device_check.sh --print-call
+
+device-check-prepare:
+	@bash scripts/device_check.sh --prepare
+
+device-check-dry: deps $(BUILD)/build.ninja
+	$(reconfigure_if_deps_installed)
+	@echo "== build what the dry run uses: $(DEVICE_CHECK_TARGETS)"
+	cmake --build $(BUILD) -j $(JOBS) --target $(DEVICE_CHECK_TARGETS)
+	bash scripts/device_check.sh --dry --build $(BUILD)
 
 clean:
 	rm -rf $(BUILD)
