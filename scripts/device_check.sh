@@ -238,11 +238,11 @@ if ((have_debs)); then
   done
   for f in "${prefix_files[@]}"; do [[ -e $prefix/$f ]] || bad+=" (no $f)"; done
   # Libraries the system lacks go on the loader's path, no others.
-  missing=""
+  missing="" known=$(/sbin/ldconfig -p 2>/dev/null)
   for f in "$prefix"/usr/lib/x86_64-linux-gnu/lib*.so.* "$prefix"/lib/x86_64-linux-gnu/lib*.so.*; do
     name=$(basename "$f")
     [[ $name =~ ^lib.*\.so\.[0-9]+$ ]] || continue
-    if ! /sbin/ldconfig -p 2>/dev/null | grep -q "^[[:space:]]$name "; then
+    if ! grep -q "^[[:space:]]$name " <<<"$known"; then
       ln -sf "$(cd "$(dirname "$f")" && pwd)/$name" "$prefix/missing/$name" && missing+=" $name"
     fi
   done
@@ -456,7 +456,12 @@ bench() {
     stage "bench $name" FAIL $(($(now) - t)) "exit $rc$(timed_out "$rc" && echo " (timed out after $secs s)"): $*"
   fi
 }
-has_option() { "$rdmx" perf "$1" --help 2>&1 | grep -q -e "$2"; }
+# (The help is read whole first: grep -q stopping early would fail the pipe.)
+has_option() {
+  local help
+  if [[ $1 == - ]]; then help=$("$rdmx" perf --help 2>&1); else help=$("$rdmx" perf "$1" --help 2>&1); fi
+  grep -q -e "$2" <<<"$help"
+}
 if [[ $mode == run ]]; then
   copy_sizes=(64K 1G) bw_sizes=4K..1G lat_sizes=8..1M volume=1G tcp_sizes=64K..64M tcp_volume=256M
   coll_sizes=(-b 4 -e 1G -f 4) nps=(2 4 8) torch_sizes=4,64K,1M,16M,64M
@@ -467,7 +472,7 @@ fi
 if [[ ! -x $rdmx ]]; then
   stage bench FAIL 0 "no $rdmx"
 else
-  if "$rdmx" perf --help 2>&1 | grep -q 'gpu-copy'; then
+  if has_option - gpu-copy; then
     bench gpu-copy 20 gpu-copy -b "${copy_sizes[0]}" -e "${copy_sizes[1]}" --json
   else
     stage "bench gpu-copy" skip 0 "rdmx perf has no gpu-copy yet (the device-to-device roofline)"

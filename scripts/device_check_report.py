@@ -125,6 +125,13 @@ def coll_busbw(doc):
     return best
 
 
+def bench_order(name):
+    """p2p over shm, then the collectives by rank count, then tcp."""
+    m = re.search(r"np(\d+)", name)
+    group = 0 if name.startswith("p2p-shm") else 1 if name.startswith("coll-") else 2
+    return (group, int(m.group(1)) if m else 0, name)
+
+
 def bench_section(work):
     lines = []
     bench = os.path.join(work, "bench")
@@ -141,8 +148,14 @@ def bench_section(work):
             text = open(copy, errors="replace").read().strip().splitlines()
             lines.append("  gpu-copy (device-to-device roofline), its output:")
             lines += ["    " + t for t in text[-8:]]
-    for name in names:
+    tcp = {}
+    for name in sorted(names, key=bench_order):
         path = os.path.join(bench, name)
+        if name.startswith("p2p-tcp-"):
+            doc = load_json(path)
+            for run in (doc or {}).get("runs", []):
+                for r in run.get("results", []):
+                    tcp.setdefault(r["bytes"], {})[name[len("p2p-tcp-"):-5]] = r.get("bw_avg_gb_s", 0.0)
         if name.startswith("p2p-"):
             doc = load_json(path)
             if doc:
@@ -159,6 +172,10 @@ def bench_section(work):
             for b, bw in big:
                 ratio = " = %.2fx the roofline (target 0.8x)" % (bw / roofline) if roofline else ""
                 lines.append("    at %s: %.1f GB/s%s" % (size_text(b), bw, ratio))
+    cells = ["%s %.2fx" % (size_text(b), v["device"] / v["host"]) for b, v in sorted(tcp.items())
+             if v.get("device") and v.get("host")]
+    if cells:
+        lines.append("  tcp write_bw, device buffers / host buffers (the staging cost): " + ", ".join(cells))
     torch_rows = {}
     for backend in ("rdmx", "gloo"):
         try:
