@@ -3,7 +3,7 @@
 """scripts/device_check_report.py: the summary of scripts/device_check.sh.
 
     device_check_report.py ctest-counts CTEST_LOG      one line of counts
-    device_check_report.py pytest-counts JUNIT_XML     one line of counts
+    device_check_report.py pytest-counts JUNIT_XML [LOG]   one line of counts
     device_check_report.py summary WORK MODE ELAPSED BUDGET
         summary.txt on stdout, from WORK's env.txt, stages.tsv, groups.tsv,
         ctest.log, pytest.xml and bench/*; exit status 1 when a stage failed.
@@ -49,12 +49,25 @@ def counts_line(outcomes):
     return "%d run: %d passed, %d failed, %d skipped" % (len(outcomes), passed, failed, skipped)
 
 
-def pytest_results(path):
-    """[(name, outcome)] from pytest's JUnit XML."""
+PYTEST_LINE = re.compile(r"::(\S+) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)")
+
+
+def pytest_results(path, log=None):
+    """[(name, outcome)] from pytest's JUnit XML, else (a run stopped at its
+    time limit writes none) from the lines of its -v output."""
     results = []
     try:
         root = ET.parse(path).getroot()
     except (OSError, ET.ParseError):
+        try:
+            lines = open(log, errors="replace").read().splitlines() if log else []
+        except OSError:
+            lines = []
+        for line in lines:
+            m = PYTEST_LINE.search(line)
+            if m:
+                outcome = {"PASSED": "passed", "SKIPPED": "skipped", "XFAIL": "skipped"}.get(m.group(2), "failed")
+                results.append((m.group(1), outcome))
         return results
     for case in root.iter("testcase"):
         name = case.get("name", "?")
@@ -235,7 +248,7 @@ def summary(work, mode, elapsed, budget):
         out.append("  skipped (%d)%s: %s" % (len(skipped), " on a GPU, which they should not be" if mode == "run" else "",
                                             ", ".join(skipped[:25]) + (" ..." if len(skipped) > 25 else "")))
 
-    torch = pytest_results(os.path.join(work, "pytest.xml"))
+    torch = pytest_results(os.path.join(work, "pytest.xml"), os.path.join(work, "logs", "torch.log"))
     if torch:
         out.append("")
         out.append("TORCH BACKEND ON CUDA TENSORS: %s" % counts_line([o for _, o in torch]))
@@ -261,7 +274,7 @@ def main(argv):
         print(counts_line([o for _, o in ctest_results(argv[1])]))
         return 0
     if len(argv) >= 2 and argv[0] == "pytest-counts":
-        results = pytest_results(argv[1])
+        results = pytest_results(argv[1], argv[2] if len(argv) > 2 else None)
         print(counts_line([o for _, o in results]) if results else "no results (see torch.log)")
         return 0
     if len(argv) == 5 and argv[0] == "summary":
