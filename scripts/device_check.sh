@@ -207,7 +207,8 @@ timed_out() { [[ $1 == 124 || $1 == 137 ]]; }
 {
   echo "mode: $mode"
   echo "date: $(date -u +%FT%TZ)"
-  echo "commit: $(head -1 "$stash/commit.txt" 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo unknown)"
+  # The device's copy of the tree has no .git: --prepare wrote the commit.
+  echo "commit: $(git rev-parse HEAD 2>/dev/null || head -1 "$stash/commit.txt" 2>/dev/null || echo unknown)"
   echo "host: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)," \
        "$(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME"), glibc $(ldd --version 2>/dev/null | head -1 | awk '{print $NF}')"
   echo "gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1 ||
