@@ -63,7 +63,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::reduce(std::vector<at::Tensor>&
   Dense d = dense_inout(t);
   auto call = Communicator::Call::of(CollOp::Reduce, d.data(), d.data(), d.count(), data_type_of(t.scalar_type(), op),
                                      redop, root);
-  if (root == getRank()) call.then = [d] { d.finish(); };
+  // Held by the hook on every rank: a dense copy of a non-contiguous input
+  // is the send buffer until the operation completes.
+  call.then = [d, root_here = root == getRank()] {
+    if (root_here) d.finish();
+  };
   return issue(c10d::OpType::REDUCE, {t}, std::move(call), opts.asyncOp, t);
 }
 
