@@ -196,7 +196,12 @@ class CommImpl final : public Communicator {
   Work submit(Call call, bool async) override {
     const int gpu = validate(call);
     StreamTicket ticket;
-    if (gpu >= 0 && cuda_stream_ != nullptr) ticket = stream_order_.enter(cuda_stream_, gpu, to_string(call.op));
+    // A task's own calls are part of it, a host function: ordering them on
+    // the stream when the task runs would wait for work queued after the
+    // task's call, behind operations that run only after the task.
+    if (gpu >= 0 && !executor_->runs_here() && cuda_stream_ != nullptr) {
+      ticket = stream_order_.enter(cuda_stream_, gpu, to_string(call.op));
+    }
     const std::uint64_t profile_id =
         options_.profile ? profile::issued(rank_, size_, call.op,
                                            profile::counted_bytes(call.op, call.count, call.type, size_), call.type)
