@@ -8,6 +8,7 @@
 
 #include <algorithm>
 
+#include "cuda_side.hpp"
 #include "store_adapter.hpp"
 #include "tensors.hpp"
 
@@ -79,23 +80,32 @@ uint64_t ProcessGroupRdmx::getSequenceNumberForGroup() { return communicator().n
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::issue(c10d::OpType type, std::vector<at::Tensor> outputs,
                                                        Communicator::Call call, bool async,
                                                        const at::Tensor& device_of) {
-  auto work = c10::make_intrusive<RdmxWork>(getRank(), type, std::move(outputs));
-  if (call.then) {
-    // The copies out of staging tensors may write tensors that require grad.
-    call.then = [then = std::move(call.then)] {
-      c10::AutoGradMode no_grad(false);
-      then();
-    };
-  }
-  call.done = [work](std::exception_ptr error) { work->complete(std::move(error)); };
+  const bool cuda = device_of.defined() && device_of.is_cuda();
+  c10::intrusive_ptr<RdmxWork> work;
   try {
+    // Made here, on the caller's thread: the hooks below must not fail for it.
+    const std::optional<c10::Stream> side =
+        cuda ? std::optional<c10::Stream>(side_stream(device_of.device())) : std::nullopt;
+    work =
+        c10::make_intrusive<RdmxWork>(getRank(), type, std::move(outputs),
+                                      cuda ? std::vector<c10::Device>{device_of.device()} : std::vector<c10::Device>{});
+    if (call.then) {
+      // The copies out of staging tensors may write tensors that require
+      // grad; on CUDA they land before the operation completes (cuda_side.hpp).
+      call.then = [then = std::move(call.then), side] {
+        c10::AutoGradMode no_grad(false);
+        on_stream(side, then, true);
+      };
+    }
+    // A CUDA work's future records its events on the side stream, whose work
+    // has run by then: a waiter's stream waits for nothing more.
+    call.done = [work, side](std::exception_ptr error) {
+      on_stream(
+          side, [&] { work->complete(std::move(error)); }, false);
+    };
     Communicator& comm = communicator();
 #ifdef RDMX_TORCH_CUDA
-    if (device_of.defined() && device_of.is_cuda()) {
-      comm.set_cuda_stream(c10::cuda::getCurrentCUDAStream(device_of.device().index()).stream());
-    }
-#else
-    (void)device_of;
+    if (cuda) comm.set_cuda_stream(c10::cuda::getCurrentCUDAStream(device_of.device().index()).stream());
 #endif
     work->attach(comm.submit(std::move(call), async));
   } catch (...) {
@@ -106,19 +116,32 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::issue(c10d::OpType type, std::v
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::issue_task(c10d::OpType type, std::vector<at::Tensor> outputs,
-                                                            std::function<void()> fn, const char* what, bool async) {
-  auto work = c10::make_intrusive<RdmxWork>(getRank(), type, std::move(outputs));
+                                                            std::function<void()> fn, const char* what, bool async,
+                                                            const std::vector<at::Tensor>& tensors) {
+  c10::intrusive_ptr<RdmxWork> work;
   try {
+    const std::optional<c10::Device> device = cuda_device_of(tensors);
+    const std::optional<c10::Stream> side = device ? std::optional<c10::Stream>(side_stream(*device)) : std::nullopt;
+    work = c10::make_intrusive<RdmxWork>(getRank(), type, std::move(outputs),
+                                         device ? std::vector<c10::Device>{*device} : std::vector<c10::Device>{});
+    // A task is a host function: it waits for the work queued on the
+    // tensors' streams before the call, and its own copies run on the side
+    // stream and have landed when it ends.
+    auto mark = std::make_shared<const StreamMark>(tensors);
+    const int rank = getRank();
+    const std::chrono::milliseconds timeout = timeout_;
     // The task completes the Work itself, as a Call's `done` hook would.
-    auto task = [work, fn = std::move(fn)] {
+    auto task = [work, fn = std::move(fn), mark, side, what, rank, timeout] {
       std::exception_ptr error;
       try {
         c10::AutoGradMode no_grad(false);
-        fn();
+        mark->wait(timeout, what, rank);
+        on_stream(side, fn, true);
       } catch (...) {
         error = std::current_exception();
       }
-      work->complete(error);
+      on_stream(
+          side, [&] { work->complete(error); }, false);
       if (error) std::rethrow_exception(error);
     };
     work->attach(communicator().submit_task(std::move(task), what, async));

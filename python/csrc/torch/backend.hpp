@@ -107,8 +107,10 @@ class ProcessGroupRdmx : public c10d::Backend {
   // the returned Work completes with `outputs` or the error.
   c10::intrusive_ptr<Work> issue(c10d::OpType type, std::vector<at::Tensor> outputs, Communicator::Call call,
                                  bool async, const at::Tensor& device_of);
+  // Runs `fn` as a task on the Communicator's executor; `tensors` are those
+  // it reads or writes (their CUDA streams are waited for at its start).
   c10::intrusive_ptr<Work> issue_task(c10d::OpType type, std::vector<at::Tensor> outputs, std::function<void()> fn,
-                                      const char* what, bool async);
+                                      const char* what, bool async, const std::vector<at::Tensor>& tensors = {});
   // Point to point (backend_p2p.cpp): tagged messages over rdmx's ordered ones.
   void send_tagged(const at::Tensor& tensor, int dst, int tag);
   void recv_tagged(const at::Tensor& tensor, int src, int tag);

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "backend.hpp"
+#include "cuda_side.hpp"
 #include "p2p_message.hpp"
 #include "tensors.hpp"
 
@@ -34,8 +35,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::send(std::vector<at::Tensor>& t
   at::Tensor t = tensors[0];
   if (coalescing_) return batch_message(true, t, dst, tag);
   // torch gives send no async_op: a wait that follows runs it on its thread.
-  return issue_task(
-      c10d::OpType::SEND, {t}, [this, t, dst, tag] { send_tagged(t, dst, tag); }, op, true);
+  return issue_task(c10d::OpType::SEND, {t}, [this, t, dst, tag] { send_tagged(t, dst, tag); }, op, true, {t});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
@@ -44,12 +44,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::recv(std::vector<at::Tensor>& t
   check_peer(src, getRank(), getSize(), op);
   at::Tensor t = tensors[0];
   if (coalescing_) return batch_message(false, t, src, tag);
-  return issue_task(
-      c10d::OpType::RECV, {t}, [this, t, src, tag] { recv_tagged(t, src, tag); }, op, true);
+  return issue_task(c10d::OpType::RECV, {t}, [this, t, src, tag] { recv_tagged(t, src, tag); }, op, true, {t});
 }
 
 void ProcessGroupRdmx::send_tagged(const at::Tensor& tensor, int dst, int tag) {
   Dense d = dense_input(tensor);
+  settle(d.buf);  // a dense copy is read by the sends below
   Header header{tag, byte_size(d.buf)};
   Communicator& comm = communicator();
   comm.send(&header, sizeof header, DataType::Uint8, dst);
@@ -67,8 +67,13 @@ bool ProcessGroupRdmx::take_early(const at::Tensor& tensor, int src, int tag) {
   if (static_cast<std::size_t>(kept.numel()) != want) {
     throw wrong_size(src, tag, static_cast<std::uint64_t>(kept.numel()), want);
   }
-  std::memcpy(d.data(), kept.data_ptr(), want);
+  if (d.buf.is_cuda()) {
+    d.buf.reshape({-1}).view(at::kByte).copy_(kept);
+  } else {
+    std::memcpy(d.data(), kept.data_ptr(), want);
+  }
   d.finish();
+  settle(d.buf);  // landed before the recv completes
   return true;
 }
 
@@ -96,6 +101,7 @@ bool ProcessGroupRdmx::accept(std::int64_t sent_tag, std::uint64_t sent_bytes, c
   }
   if (want != 0) receive(into.data(), want);
   into.finish();
+  settle(into.buf);
   return true;
 }
 

@@ -9,6 +9,7 @@
 // Collectives issued while coalescing (torch's *_coalesced calls) run as
 // usual; the Work endCoalescing returns completes after all of it.
 #include "backend.hpp"
+#include "cuda_side.hpp"
 #include "p2p_message.hpp"
 #include "tensors.hpp"
 
@@ -38,8 +39,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::endCoalescing() {
   batch_.clear();
   coalesced_.clear();
   if (!batch.empty()) {
+    std::vector<at::Tensor> tensors;
+    for (const auto& m : batch) tensors.push_back(m.tensor);
     auto exchanged = issue_task(
-        c10d::OpType::COALESCED, {}, [this, batch] { exchange(batch); }, "batch_isend_irecv", true);
+        c10d::OpType::COALESCED, {}, [this, batch] { exchange(batch); }, "batch_isend_irecv", true, tensors);
     // Each message's own Work waits for the task that moves it.
     const auto& handle = static_cast<RdmxWork&>(*exchanged).handle();
     for (const auto& m : batch) m.work->attach(handle);
@@ -114,6 +117,7 @@ void ProcessGroupRdmx::exchange(const std::vector<Message>& batch) {
 bool ProcessGroupRdmx::exchange_pair(const Message& s, const Message& r) {
   Communicator& comm = communicator();
   Dense out = dense_input(s.tensor);
+  settle(out.buf);
   Dense in = dense_output(r.tensor);
   Header mine{s.tag, byte_size(out.buf)}, theirs;
   comm.send_recv(&mine, sizeof mine, s.peer, &theirs, sizeof theirs, r.peer, DataType::Uint8);

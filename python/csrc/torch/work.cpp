@@ -21,10 +21,11 @@ std::exception_ptr torch_error(std::exception_ptr error) {
   }
 }
 
-RdmxWork::RdmxWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
+RdmxWork::RdmxWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, std::vector<c10::Device> devices)
     : c10d::Work(rank, type),
       outputs_(std::move(outputs)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                       std::move(devices))) {}
 
 bool RdmxWork::wait(std::chrono::milliseconds timeout) {
   if (work_.valid()) {

@@ -24,11 +24,17 @@ std::exception_ptr torch_error(std::exception_ptr error);
 
 class RdmxWork : public c10d::Work {
  public:
-  RdmxWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs);
+  // `devices`: the CUDA device of a CUDA operation, whose future is then
+  // CUDA-aware as torch's NCCL backend's is (its callbacks run on streams
+  // that wait for it); empty for CPU.
+  RdmxWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, std::vector<c10::Device> devices = {});
 
   // Waits for the operation (running it on this thread if nobody has
   // started it), bounded by `timeout` when positive, else by the group's
-  // timeout; rethrows its error as torch_error() made it.
+  // timeout; rethrows its error as torch_error() made it. rdmx runs
+  // operations on the host, and a CUDA operation's device work (its copies
+  // included) has run when it completes, so this blocks the host as NCCL's
+  // blocking wait does: any stream's later work sees the results.
   bool wait(std::chrono::milliseconds timeout) override;
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
