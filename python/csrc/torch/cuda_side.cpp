@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 #include "cuda_side.hpp"
 
+#include <algorithm>
 #include <array>
 #include <mutex>
 #include <thread>
