@@ -19,17 +19,30 @@ std::vector<std::int64_t> offsets_of(const std::vector<at::Tensor>& tensors, std
   return offsets;
 }
 
+// Where output k's blocks are gathered: the output itself (flattened) when
+// that is a view of it, else a dense scratch tensor, made at the call so
+// that nothing is allocated while the operation holds the caller's stream.
+std::vector<at::Tensor> gather_targets(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+                                       int ranks) {
+  std::vector<at::Tensor> targets;
+  for (std::size_t k = 0; k < outputs.size(); ++k) {
+    at::Tensor out = outputs[k].reshape({-1});
+    const bool view = out.is_contiguous() && out.data_ptr() == outputs[k].data_ptr();
+    targets.push_back(view ? out : at::empty({inputs[k].numel() * ranks}, inputs[k].options()));
+  }
+  return targets;
+}
+
 // The all-gathered buffer (rank r's inputs at r * total) into the outputs:
 // output k, block r = rank r's input k.
 void scatter_gathered(const at::Tensor& flat, const std::vector<std::int64_t>& offsets, std::int64_t total,
-                      const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs, int ranks) {
+                      const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
+                      const std::vector<at::Tensor>& targets, int ranks) {
   for (std::size_t k = 0; k < outputs.size(); ++k) {
     const std::int64_t n = inputs[k].numel();
-    at::Tensor out = outputs[k].reshape({-1});
-    const bool view = out.is_contiguous() && out.data_ptr() == outputs[k].data_ptr();
-    at::Tensor target = view ? out : at::empty({n * ranks}, flat.options());
+    const at::Tensor& target = targets[k];
     for (int r = 0; r < ranks; ++r) target.narrow(0, r * n, n).copy_(flat.narrow(0, r * total + offsets[k], n));
-    if (!view) outputs[k].copy_(target.view(outputs[k].sizes()));
+    if (!target.is_alias_of(outputs[k])) outputs[k].copy_(target.view(outputs[k].sizes()));
   }
 }
 
@@ -60,8 +73,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::all_gather_single_coalesced(std
   auto call = Communicator::Call::of(CollOp::AllGather, in.data_ptr(), flat.data_ptr(), static_cast<std::size_t>(total),
                                      data_type_of(in.scalar_type(), op));
   const int ranks = getSize();
-  call.then = [in, flat, offsets, total, inputs, outputs, ranks] {
-    scatter_gathered(flat, offsets, total, inputs, outputs, ranks);
+  std::vector<at::Tensor> targets = gather_targets(inputs, outputs, ranks);
+  call.then = [in, flat, offsets, total, inputs, outputs, targets, ranks] {
+    scatter_gathered(flat, offsets, total, inputs, outputs, targets, ranks);
   };
   return issue(c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED, outputs, std::move(call), opts.asyncOp, in);
 }
