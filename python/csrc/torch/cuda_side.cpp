@@ -70,6 +70,10 @@ StreamMark::StreamMark(const std::vector<at::Tensor>& tensors) {
 
 void StreamMark::wait(std::chrono::milliseconds timeout, const char* op, int rank) const {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // A CUDA event cannot be waited for with a deadline: it is polled, first
+  // briefly, then with sleeps growing to a millisecond, so a long kernel
+  // ahead of the call does not keep a core busy.
+  auto pause = std::chrono::microseconds(0);
   for (const auto& event : events_) {
     while (!event.query()) {
       if (std::chrono::steady_clock::now() > deadline) {
@@ -81,7 +85,13 @@ void StreamMark::wait(std::chrono::milliseconds timeout, const char* op, int ran
                      .hint = "the operation reads tensors that work may write; raise the group's timeout or look "
                              "for a kernel that never ends"});
       }
-      std::this_thread::yield();
+      if (pause.count() == 0) {
+        std::this_thread::yield();
+        pause = std::chrono::microseconds(1);
+      } else {
+        std::this_thread::sleep_for(pause);
+        pause = std::min(pause * 2, std::chrono::microseconds(1000));
+      }
     }
   }
 }
