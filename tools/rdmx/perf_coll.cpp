@@ -38,16 +38,19 @@
 // benchmark in perf_coll_bench.cpp; here, the command line and the sweeps.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "coll_memory.hpp"
 #include "commands.hpp"
 #include "local_job.hpp"
 #include "perf_coll.hpp"
+#include "rdmx/bootstrap.hpp"
 #include "rdmx/error.hpp"
 
 namespace rdmx::cli {
@@ -71,6 +74,8 @@ struct Request {
   int root = 0;
   int np = 0;
   std::string provider;
+  std::string memory = "host";
+  int gpu = -1;
   bool json = false;
   std::string json_lines;
 };
@@ -166,9 +171,9 @@ std::vector<Options> plan(const Request& r) {
   return sweeps;
 }
 
-// Bytes of test buffers one rank allocates for the sweeps (Bench::run).
-std::size_t test_buffer_bytes(const std::vector<Options>& sweeps, int n) {
-  std::size_t most = 0;
+// Bytes of send and of receive buffer one rank needs for the sweeps (Bench::run).
+std::pair<std::size_t, std::size_t> buffer_bytes(const std::vector<Options>& sweeps, int n) {
+  std::size_t send_most = 0, recv_most = 0;
   for (const Options& o : sweeps) {
     std::size_t send = 0, recv = 0;
     for (std::size_t size : o.sizes) {
@@ -176,12 +181,54 @@ std::size_t test_buffer_bytes(const std::vector<Options>& sweeps, int n) {
       send = std::max(send, l.send_elems);
       recv = std::max({recv, l.send_elems, l.recv_elems});
     }
-    most = std::max(most, (send + recv) * kTypeSizes[o.type]);
+    send_most = std::max(send_most, send * kTypeSizes[o.type]);
+    recv_most = std::max(recv_most, recv * kTypeSizes[o.type]);
   }
-  return most;
+  return {send_most, recv_most};
+}
+
+// Bytes of test buffers one rank allocates for the sweeps.
+std::size_t test_buffer_bytes(const std::vector<Options>& sweeps, int n) {
+  const auto [send, recv] = buffer_bytes(sweeps, n);
+  return send + recv;
+}
+
+// Says where the buffers are, once: each rank's GPU, and, where ranks share
+// one, that NCCL would refuse the job (it wants one rank per GPU), so that a
+// reader sets no NCCL figures beside these.
+json describe_gpus(rdmx::Communicator& comm, int mine, bool print) {
+  std::vector<std::int64_t> gpus(static_cast<std::size_t>(comm.size()));
+  const std::int64_t ordinal = mine;
+  comm.all_gather(&ordinal, gpus.data(), 1, rdmx::DataType::Int64);
+  if (print) {
+    std::string list;
+    for (std::int64_t g : gpus) list += (list.empty() ? "" : ",") + std::to_string(g);
+    std::printf("# memory: cuda, device memory (cuMemAlloc), ranks on GPUs %s\n", list.c_str());
+    std::vector<std::int64_t> seen;
+    for (std::int64_t g : gpus) {
+      const auto sharing = std::count(gpus.begin(), gpus.end(), g);
+      if (sharing < 2 || std::find(seen.begin(), seen.end(), g) != seen.end()) continue;
+      seen.push_back(g);
+      std::printf(
+          "# note: %lld ranks share GPU %lld; NCCL refuses that (one rank per GPU: ncclInvalidUsage), so it has no "
+          "figures for this job to compare with\n",
+          static_cast<long long>(sharing), static_cast<long long>(g));
+    }
+    std::printf("#\n");
+    std::fflush(stdout);
+  }
+  return gpus;
 }
 
 void run(const Request& r, const std::vector<Options>& sweeps) {
+  // The GPU is current before the communicator exists; its buffers are freed
+  // after the communicator (declared before it), which may keep them registered.
+  gpu::Gpu* gpu = nullptr;
+  if (r.memory == "cuda") {
+    const LaunchInfo launch = detect_launch();
+    gpu = &gpu::Gpu::open(r.gpu, launch.local_rank >= 0 ? launch.local_rank : launch.rank, "--memory cuda");
+  }
+  std::unique_ptr<gpu::DeviceBuffer> device_send, device_recv;
   std::unique_ptr<rdmx::Communicator> comm = rdmx::Communicator::from_env();
   if (r.root >= comm->size()) {
     throw Error(ErrorCode::InvalidArgument,
@@ -189,10 +236,20 @@ void run(const Request& r, const std::vector<Options>& sweeps) {
                 {.op = "perf coll", .hint = "pick a root below the number of ranks"});
   }
   JsonLines lines(comm->rank() == 0 ? r.json_lines : std::string(), "--json-lines");
-  json document = {{"schema", "rdmx.perf.coll/1"}, {"np", comm->size()}, {"runs", json::array()}};
+  json document = {{"schema", "rdmx.perf.coll/1"}, {"np", comm->size()}, {"memory", r.memory}, {"runs", json::array()}};
+  DeviceBuffers device;
+  if (gpu != nullptr) {
+    document["gpus"] = describe_gpus(*comm, gpu->ordinal(), comm->rank() == 0 && !r.json);
+    const auto [send, recv] = buffer_bytes(sweeps, comm->size());
+    device_send = std::make_unique<gpu::DeviceBuffer>(*gpu, std::max<std::size_t>(send, 64));
+    device_recv = std::make_unique<gpu::DeviceBuffer>(*gpu, std::max<std::size_t>(recv, 64));
+    gpu->set(device_send->get(), 0, device_send->size());
+    gpu->set(device_recv->get(), 0, device_recv->size());
+    device = {gpu, device_send->get(), device_recv->get()};
+  }
   long long wrong = 0;
   for (const Options& o : sweeps) {
-    Bench bench(o, *comm);
+    Bench bench(o, *comm, gpu != nullptr ? &device : nullptr);
     json one;
     wrong += bench.run(lines, one, !r.json);
     document["runs"].push_back(std::move(one));
@@ -234,6 +291,14 @@ void register_perf_coll(CLI::App& perf) {
                   "host's memory cannot hold them)")
       ->check(CLI::Range(1, 65536));
   cmd->add_option("--provider", r->provider, "sets RDMX_PROVIDER: shm, verbs, tcp or auto")->check(provider_names());
+  cmd->add_option("--memory", r->memory,
+                  "host (default) or cuda: the send and receive buffers are device memory of each rank's GPU; the "
+                  "check copies through the driver")
+      ->check(CLI::IsMember({"host", "cuda"}));
+  cmd->add_option("--gpu", r->gpu,
+                  "with --memory cuda: the GPU every rank uses (default: its local rank modulo the GPUs; ranks may "
+                  "share one)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--json", r->json, "print one JSON document (docs/schemas/perf_coll.schema.json) instead of tables");
   cmd->add_option("--json-lines", r->json_lines, "also append one JSON object per row to this file");
   cmd->callback([r] {

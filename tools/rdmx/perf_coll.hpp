@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpu.hpp"
 #include "perf_common.hpp"
 #include "rdmx/comm.hpp"
 
@@ -82,10 +83,20 @@ std::int64_t reduce_input(int r, std::size_t i, int redop);
 std::int64_t move_input(int r, std::size_t i);
 constexpr double kSentinel = -1.0;
 
-// One sweep on a communicator (perf_coll_bench.cpp).
+// Send and receive buffers in device memory (--memory cuda), large enough
+// for every sweep, and their GPU.
+struct DeviceBuffers {
+  gpu::Gpu* gpu = nullptr;
+  unsigned char* send = nullptr;
+  unsigned char* recv = nullptr;
+};
+
+// One sweep on a communicator (perf_coll_bench.cpp), on host buffers of its
+// own, or on `device` ones (then the check copies through the driver).
 class Bench {
  public:
-  Bench(const Options& o, rdmx::Communicator& comm) : o_(o), comm_(comm), rank_(comm.rank()), n_(comm.size()) {}
+  Bench(const Options& o, rdmx::Communicator& comm, const DeviceBuffers* device = nullptr)
+      : o_(o), comm_(comm), rank_(comm.rank()), n_(comm.size()), device_(device) {}
 
   // One sweep; rank 0 prints its table (unless `table` is false) and fills `run`. Returns #wrong.
   long long run(JsonLines& lines, json& run, bool table);
@@ -97,7 +108,7 @@ class Bench {
     unsigned char* recv = nullptr;  // max(send_elems, recv_elems) of the largest size
   };
 
-  void placement(const Layout& l, bool inplace, unsigned char*& in, unsigned char*& out) const;
+  void placement(const Buffers& b, const Layout& l, bool inplace, unsigned char*& in, unsigned char*& out) const;
   void run_once(const Layout& l, bool inplace);
   double time_calls(const Layout& l, bool inplace, long iters);
   long iterations_for(const Layout& l, bool inplace);
@@ -109,7 +120,9 @@ class Bench {
   const Options& o_;
   rdmx::Communicator& comm_;
   int rank_, n_;
-  Buffers b_;
+  const DeviceBuffers* device_;
+  Buffers b_;  // what the collectives are given
+  Buffers h_;  // where the check writes inputs and reads results: b_ itself, or host copies of device buffers
 };
 
 }  // namespace rdmx::cli::perf_coll

@@ -31,24 +31,24 @@ constexpr int kCalibrationIters = 3;
 
 }  // namespace
 
-void Bench::placement(const Layout& l, bool inplace, unsigned char*& in, unsigned char*& out) const {
+void Bench::placement(const Buffers& b, const Layout& l, bool inplace, unsigned char*& in, unsigned char*& out) const {
   const std::size_t block = l.count * kTypeSizes[o_.type];
-  in = b_.send;
-  out = b_.recv;
+  in = b.send;
+  out = b.recv;
   if (!inplace) return;
-  in = b_.recv;
+  in = b.recv;
   switch (o_.op) {
     case Op::AllGather:
-    case Op::Gather: in = b_.recv + static_cast<std::size_t>(rank_) * block; break;
-    case Op::Scatter: out = b_.recv + static_cast<std::size_t>(rank_) * block; break;
-    case Op::ReduceScatter: out = b_.recv + static_cast<std::size_t>(rank_) * block; break;
+    case Op::Gather: in = b.recv + static_cast<std::size_t>(rank_) * block; break;
+    case Op::Scatter: out = b.recv + static_cast<std::size_t>(rank_) * block; break;
+    case Op::ReduceScatter: out = b.recv + static_cast<std::size_t>(rank_) * block; break;
     default: break;
   }
 }
 
 void Bench::run_once(const Layout& l, bool inplace) {
   unsigned char *in = nullptr, *out = nullptr;
-  placement(l, inplace, in, out);
+  placement(b_, l, inplace, in, out);
   const rdmx::DataType type = kTypes[o_.type];
   const rdmx::ReduceOp redop = kRedops[o_.redop];
   switch (o_.op) {
@@ -148,6 +148,8 @@ bool Bench::same(double got, double want) const {
 }
 
 // Fill inputs and outputs, run once, count wrong elements over all ranks.
+// Device buffers are filled from and read back into host copies through the
+// driver, each copy landed before the next step.
 long long Bench::check_once(const Layout& l, bool inplace) {
   if (o_.op == Op::Barrier) {
     run_once(l, inplace);
@@ -156,9 +158,9 @@ long long Bench::check_once(const Layout& l, bool inplace) {
   const int t = o_.type;
   const std::size_t n = l.count, total = std::max(l.send_elems, l.recv_elems);
   unsigned char *in = nullptr, *out = nullptr;
-  placement(l, inplace, in, out);
-  for (std::size_t i = 0; i < l.send_elems; ++i) store(b_.send, t, i, kSentinel);
-  for (std::size_t i = 0; i < total; ++i) store(b_.recv, t, i, kSentinel);
+  placement(h_, l, inplace, in, out);
+  for (std::size_t i = 0; i < l.send_elems; ++i) store(h_.send, t, i, kSentinel);
+  for (std::size_t i = 0; i < total; ++i) store(h_.recv, t, i, kSentinel);
   const bool is_root = rank_ == o_.root;
   switch (o_.op) {
     case Op::AllReduce:
@@ -186,7 +188,13 @@ long long Bench::check_once(const Layout& l, bool inplace) {
       break;
     default: break;
   }
+  const std::size_t esize = kTypeSizes[t];
+  if (device_ != nullptr) {
+    device_->gpu->copy(b_.send, h_.send, l.send_elems * esize);
+    device_->gpu->copy(b_.recv, h_.recv, total * esize);
+  }
   run_once(l, inplace);
+  if (device_ != nullptr) device_->gpu->copy(h_.recv, b_.recv, total * esize);
   std::int64_t wrong = 0;
   const auto un = static_cast<std::size_t>(rank_);
   switch (o_.op) {
@@ -283,10 +291,13 @@ long long Bench::run(JsonLines& lines, json& run, bool table) {
     std::memset(p, 0, rounded);
     return std::unique_ptr<unsigned char, FreeDeleter>(p);
   };
-  auto send_buffer = allocate(send_max * esize);
-  auto recv_buffer = allocate(recv_max * esize);
-  b_.send = send_buffer.get();
-  b_.recv = recv_buffer.get();
+  // With device buffers, host copies only for the check.
+  const bool host_copies = device_ == nullptr || o_.check;
+  auto send_buffer = allocate(host_copies ? send_max * esize : 0);
+  auto recv_buffer = allocate(host_copies ? recv_max * esize : 0);
+  h_.send = send_buffer.get();
+  h_.recv = recv_buffer.get();
+  b_ = device_ != nullptr ? Buffers{device_->send, device_->recv} : h_;
 
   const std::string transport_name = transport();
   const char* redop_col = is_reduction(op) ? kRedopNames[o_.redop] : "none";

@@ -78,6 +78,44 @@ void check_completion(const WorkCompletion& wc, const QueuePair& qp, const char*
   }
 }
 
+void Session::write_bytes(std::size_t offset, const void* src, std::size_t bytes) {
+  if (gpu != nullptr) {
+    gpu->copy(base + offset, src, bytes);
+  } else {
+    std::memcpy(base + offset, src, bytes);
+  }
+}
+
+void Session::read_bytes(std::size_t offset, void* dst, std::size_t bytes) {
+  if (gpu != nullptr) {
+    gpu->copy(dst, base + offset, bytes);
+  } else {
+    std::memcpy(dst, base + offset, bytes);
+  }
+}
+
+void Session::zero(std::size_t offset, std::size_t bytes) {
+  if (gpu != nullptr) {
+    gpu->set(base + offset, 0, bytes);
+  } else {
+    std::memset(base + offset, 0, bytes);
+  }
+}
+
+// Device memory of this rank's GPU, on a provider that serves it.
+void open_gpu(Session& s, const DeviceCaps& caps) {
+  if (caps.cuda_memory == CudaMemorySupport::None) {
+    throw Error(ErrorCode::NotSupported,
+                "--memory cuda: provider " + s.device->provider() +
+                    " serves no CUDA device memory (caps().cuda_memory is none on " + s.device->name() + ")",
+                {.op = "perf p2p",
+                 .hint = "use a provider that does (rdmx info lists each one's CUDA memory: shm and tcp serve it), or "
+                         "--memory host"});
+  }
+  const int local_rank = s.job.info.local_rank >= 0 ? s.job.info.local_rank : s.rank;
+  s.gpu = &gpu::Gpu::open(s.options.gpu, local_rank, "--memory cuda");
+}
+
 void set_up(Session& s) {
   s.job = from_env();
   s.rank = s.job.info.rank;
@@ -117,7 +155,13 @@ void set_up(Session& s) {
   s.qp = s.device->create_qp(*s.pd, *s.send_cq, *s.recv_cq, qp_caps);
   const Access access = Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead | Access::RemoteAtomic;
   const std::size_t bytes = 2 * s.area + 64;
-  if (s.options.allocate) {
+  if (s.options.cuda) {
+    open_gpu(s, caps);
+    s.device_buffer = std::make_unique<gpu::DeviceBuffer>(*s.gpu, bytes);
+    s.base = s.device_buffer->get();
+    s.mr = s.pd->register_memory(s.base, bytes, access);
+    s.zero(0, bytes);
+  } else if (s.options.allocate) {
     s.mr = s.pd->allocate_memory(bytes, access);
     s.base = static_cast<std::uint8_t*>(s.mr->addr());
     std::memset(s.base, 0, bytes);  // every page touched before timing
@@ -126,28 +170,36 @@ void set_up(Session& s) {
     s.base = s.heap.get();
     s.mr = s.pd->register_memory(s.base, bytes, access);
   }
+  s.control = s.pd->allocate_memory(64, access);
+  std::memset(s.control->addr(), 0, 64);
 
   const std::string me = std::to_string(s.rank);
   const std::string them = std::to_string(s.peer);
   s.job.store->set("perf_p2p/qp/" + me, s.qp->local_address().to_hex());
-  s.job.store->set("perf_p2p/buffer/" + me,
-                   std::to_string(reinterpret_cast<std::uint64_t>(s.base)) + " " + std::to_string(s.mr->rkey()));
+  s.job.store->set("perf_p2p/buffer/" + me, std::to_string(reinterpret_cast<std::uint64_t>(s.base)) + " " +
+                                                std::to_string(s.mr->rkey()) + " " +
+                                                std::to_string(reinterpret_cast<std::uint64_t>(s.control->addr())) +
+                                                " " + std::to_string(s.control->rkey()));
   s.qp->connect(QpAddress::from_hex(s.job.store->get_string("perf_p2p/qp/" + them)), {.peer_rank = s.peer});
   const std::string record = s.job.store->get_string("perf_p2p/buffer/" + them);
   unsigned long long addr = 0;
   unsigned rkey = 0;
-  if (std::sscanf(record.c_str(), "%llu %u", &addr, &rkey) != 2) {
+  unsigned long long control = 0;
+  unsigned control_rkey = 0;
+  if (std::sscanf(record.c_str(), "%llu %u %llu %u", &addr, &rkey, &control, &control_rkey) != 4) {
     throw Error(ErrorCode::Protocol, "malformed buffer record '" + record + "' from rank " + them,
                 {.op = "perf p2p", .peer_rank = s.peer});
   }
   s.peer_base = addr;
   s.peer_rkey = rkey;
+  s.peer_control = control;
+  s.peer_control_rkey = control_rkey;
 }
 
 void serve_until_done(Session& s) {
   const std::uint64_t expected = ++s.done_tokens;
   if (s.options.drive_progress) {
-    std::atomic_ref<std::uint64_t> token(*reinterpret_cast<std::uint64_t*>(s.base + s.token_offset()));
+    std::atomic_ref<std::uint64_t> token(*static_cast<std::uint64_t*>(s.control->addr()));
     s.heartbeat->peer_progressed();  // the baseline
     SpinBudget budget(*s.qp, s.timeout, "rank 0 to finish", s.heartbeat->probe());
     while (token.load(std::memory_order_acquire) != expected) {
@@ -162,19 +214,16 @@ void serve_until_done(Session& s) {
 
 void send_done_token(Session& s) {
   const std::uint64_t value = ++s.done_tokens;
-  auto* local = reinterpret_cast<std::uint64_t*>(s.send_area());  // scratch; the tests are over
-  const std::uint64_t saved = *local;
-  *local = value;
-  const Sge sge = s.mr->sge(s.area, 8);
+  std::memcpy(static_cast<std::uint8_t*>(s.control->addr()) + 8, &value, 8);
+  const Sge sge = s.control->sge(8, 8);
   s.qp->post_send({.wr_id = ~0ull,
                    .opcode = Opcode::RdmaWrite,
                    .sg_list = std::span(&sge, 1),
-                   .remote_addr = s.peer_base + s.token_offset(),
-                   .rkey = s.peer_rkey});
+                   .remote_addr = s.peer_control,
+                   .rkey = s.peer_control_rkey});
   WorkCompletion wc;
   s.send_cq->wait(std::span(&wc, 1), s.timeout);
   check_completion(wc, *s.qp, "the done token's WRITE");
-  *local = saved;
   s.barrier("served");
 }
 
@@ -199,9 +248,17 @@ void print_banner(const Session& s, const TestInfo& t) {
   if (t.test == Test::AtomicLat) std::printf(" Atomic Type     : %s\n", s.options.atomic.c_str());
   std::printf(" Progress        : %s\n",
               s.options.drive_progress ? "driven while spinning (Device::progress)" : "background engine only");
-  std::printf(" Memory          : %s\n",
-              s.options.allocate ? "ProtectionDomain::allocate_memory" : "heap, registered (--heap)");
-  std::printf(" Convention      : %s\n", t.convention);
+  if (s.gpu != nullptr) {
+    std::printf(" Memory          : cuda: device memory of GPU %d (%s), cuMemAlloc, registered\n", s.gpu->ordinal(),
+                s.gpu->name().c_str());
+  } else {
+    std::printf(" Memory          : host: %s\n",
+                s.options.allocate ? "ProtectionDomain::allocate_memory" : "heap, registered (--heap)");
+  }
+  std::printf(" Convention      : %s%s\n", t.convention,
+              s.gpu != nullptr && t.test == Test::WriteLat
+                  ? "; on device memory each WRITE carries an immediate, whose receive completion marks arrival"
+                  : "");
   std::printf(" Units           : %s\n", t.latency ? "usec"
                                                    : "MB/sec with MB = 2^20 bytes (perftest); GB/sec with GB = 1e9 "
                                                      "bytes; Mpps = 1e6 messages/sec");
@@ -239,10 +296,16 @@ void run(Options options) {
       s.options.timeout_s > 0 ? std::chrono::milliseconds(std::llround(s.options.timeout_s * 1000)) : default_timeout();
   set_up(s);
   JsonLines lines(s.rank == 0 ? s.options.json_lines : std::string(), "--json-lines");
-  json document = {{"schema", "rdmx.perf.p2p/1"},          {"provider", s.device->provider()},
-                   {"device", s.device->name()},           {"transport", s.qp->provider()},
-                   {"tx_depth", s.options.window},         {"cq_mod", s.options.cq_mod},
-                   {"progress", s.options.drive_progress}, {"runs", json::array()}};
+  json document = {{"schema", "rdmx.perf.p2p/1"},
+                   {"provider", s.device->provider()},
+                   {"device", s.device->name()},
+                   {"transport", s.qp->provider()},
+                   {"tx_depth", s.options.window},
+                   {"cq_mod", s.options.cq_mod},
+                   {"progress", s.options.drive_progress},
+                   {"memory", s.gpu != nullptr ? "cuda" : "host"},
+                   {"runs", json::array()}};
+  if (s.gpu != nullptr) document["gpu"] = s.gpu->ordinal();
   const bool table = s.rank == 0 && !s.options.json;
   for (const TestInfo* t : s.options.tests) {
     if (table) print_banner(s, *t);
@@ -309,6 +372,13 @@ void register_perf_p2p(CLI::App& perf) {
   cmd->add_option("--json-lines", o->json_lines, "also append one JSON object per row to this file");
   cmd->add_flag("!--no-progress", o->drive_progress, "do not call Device::progress() while spinning");
   cmd->add_flag("!--heap", o->allocate, "register heap memory instead of allocate_memory");
+  cmd->add_option("--memory", o->memory,
+                  "host (default) or cuda: the buffers each rank registers, reads and writes are device memory of "
+                  "its GPU (on providers that serve it: shm, tcp)")
+      ->check(CLI::IsMember({"host", "cuda"}));
+  cmd->add_option("--gpu", o->gpu,
+                  "with --memory cuda: the GPU each rank uses (default: its local rank modulo the GPUs)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--timeout", o->timeout_s,
                   "seconds of silence any wait may last, 0.001 to 2592000 (30 days) (default RDMX_TIMEOUT)")
       ->check(CLI::Range(0.001, 2592000.0));
@@ -321,6 +391,10 @@ void register_perf_p2p(CLI::App& perf) {
         }
       }
     }
+    if (o->memory == "cuda" && !o->allocate) {
+      throw CLI::ValidationError("--heap", "registers heap memory; it does not go with --memory cuda");
+    }
+    o->cuda = o->memory == "cuda";
     // Sizes are checked here, before any rank starts, so a typo is one usage error.
     try {
       for (const TestInfo* t : o->tests) sizes_for(*o, *t);

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpu.hpp"
 #include "perf_common.hpp"
 #include "perf_liveness.hpp"
 #include "rdmx/bootstrap.hpp"
@@ -48,6 +49,9 @@ struct Options {
   bool drive_progress = true;  // call Device::progress() while spinning
   bool allocate =
       true;  // buffers from allocate_memory (as ucx_perftest maps with ucp_mem_map); --heap: registered heap
+  std::string memory = "host";
+  bool cuda = false;  // --memory cuda: the buffers are device memory of one GPU
+  int gpu = -1;       // --gpu; -1: the local rank modulo the GPU count
   double timeout_s = 0;
   std::string volume_text;                    // --volume as given
   std::size_t volume = std::size_t{1} << 30;  // bandwidth: bytes to move per size when -n is not given
@@ -79,13 +83,22 @@ struct Session {
   std::unique_ptr<QueuePair> qp;
   // [0, area): written or sent into by the peer, and where READs land;
   // [area, 2 area): what we send and what the peer READs;
-  // [2 area, 2 area + 64): the atomic target (8 bytes) and the done token.
+  // [2 area, 2 area + 64): the atomic target (8 bytes).
+  // Host memory, or with --memory cuda device memory of `gpu`, which the CPU
+  // reaches only through the driver (write_bytes, read_bytes, zero).
   std::size_t area = 0;
+  gpu::Gpu* gpu = nullptr;
   std::unique_ptr<std::uint8_t[]> heap;
+  std::unique_ptr<gpu::DeviceBuffer> device_buffer;  // declared before `mr`: freed after it deregisters
   std::uint8_t* base = nullptr;
   std::unique_ptr<MemoryRegion> mr;
   std::uint64_t peer_base = 0;
   std::uint32_t peer_rkey = 0;
+  // Host memory the CPU polls in every mode: [0, 8) the done token, [8, 16)
+  // the value this rank WRITEs as its peer's token.
+  std::unique_ptr<MemoryRegion> control;
+  std::uint64_t peer_control = 0;
+  std::uint32_t peer_control_rkey = 0;
   int barrier_count = 0;
   std::uint64_t done_tokens = 0;
   // Rank 0 shows progress through it; rank 1 consults it before giving up.
@@ -94,7 +107,11 @@ struct Session {
   std::uint8_t* receive_area() { return base; }
   std::uint8_t* send_area() { return base + area; }
   std::size_t control_offset() const { return 2 * area; }
-  std::size_t token_offset() const { return 2 * area + 8; }
+  // Copies into, out of, or zeroes [offset, offset + bytes) of the buffer,
+  // through the driver for device memory; landed on return.
+  void write_bytes(std::size_t offset, const void* src, std::size_t bytes);
+  void read_bytes(std::size_t offset, void* dst, std::size_t bytes);
+  void zero(std::size_t offset, std::size_t bytes);
 
   // Both ranks arrive before either leaves; bounded by the timeout.
   void barrier(const char* name) {

@@ -101,7 +101,15 @@ BwResult stream(Session& s, const TestInfo& t, std::size_t size, std::uint64_t c
   return result;
 }
 
-void check_pattern(const std::uint8_t* data, std::size_t size, const char* what) {
+// The receive area's first `size` bytes, read back through the driver from device memory.
+void check_pattern(Session& s, std::size_t size, const char* what) {
+  std::vector<std::uint8_t> copy;
+  const std::uint8_t* data = s.receive_area();
+  if (s.gpu != nullptr) {
+    copy.resize(size);
+    s.read_bytes(0, copy.data(), size);
+    data = copy.data();
+  }
   for (std::size_t i = 0; i < size; ++i) {
     if (data[i] != pattern_byte(i)) {
       throw Error(ErrorCode::Protocol,
@@ -144,8 +152,10 @@ json run_bandwidth(Session& s, const TestInfo& t, std::size_t size) {
   constexpr double kMiB = 1024.0 * 1024.0;
   const std::uint64_t iters = s.options.iters != 0 ? s.options.iters : default_bw_iters(size, s.options.volume);
   const auto warmup = static_cast<std::uint64_t>(s.options.warmup >= 0 ? s.options.warmup : s.options.window);
-  std::memset(s.receive_area(), 0, size);
-  for (std::size_t i = 0; i < size; ++i) s.send_area()[i] = pattern_byte(i);
+  s.zero(0, size);
+  std::vector<std::uint8_t> pattern(size);
+  for (std::size_t i = 0; i < size; ++i) pattern[i] = pattern_byte(i);
+  s.write_bytes(s.area, pattern.data(), size);
   if (t.test == Test::SendBw) {
     if (s.rank == 1) {
       receive_sends(s, size, warmup + iters);
@@ -169,7 +179,7 @@ json run_bandwidth(Session& s, const TestInfo& t, std::size_t size) {
                         " imm=" + std::to_string(wc.imm_data),
                     {.op = "perf p2p write_bw", .peer_rank = s.peer});
       }
-      check_pattern(s.receive_area(), size, "write_bw: the data rank 0 wrote");
+      check_pattern(s, size, "write_bw: the data rank 0 wrote");
       return {};
     }
   } else {  // read_bw
@@ -182,7 +192,7 @@ json run_bandwidth(Session& s, const TestInfo& t, std::size_t size) {
   if (warmup > 0) stream(s, t, size, warmup, false);
   const BwResult r = stream(s, t, size, iters, true);
   if (t.test == Test::ReadBw) {
-    check_pattern(s.receive_area(), size, "read_bw: the data read from rank 1");
+    check_pattern(s, size, "read_bw: the data read from rank 1");
     send_done_token(s);
   }
   const double average = static_cast<double>(iters * size) / r.seconds;

@@ -31,16 +31,21 @@ namespace rdmx::cli::perf_p2p {
 std::vector<double> ping_pong(Session& s, const TestInfo& t, std::size_t size, std::uint64_t total) {
   ns_per_tick();  // calibrated before the clock matters
   std::vector<std::uint64_t> posted(total);
-  std::memset(s.receive_area(), 0, size);
+  s.zero(0, size);
   const bool use_send = t.test == Test::SendLat;
+  // The CPU does not read device memory: there a WRITE carries an immediate,
+  // and its receive completion tells that the data landed.
+  const bool by_completion = use_send || s.gpu != nullptr;
   const Sge sge = s.mr->sge(s.area, static_cast<std::uint32_t>(size));
   const Sge recv_sge = s.mr->sge(0, static_cast<std::uint32_t>(size));
-  SendWr wr{.opcode = use_send ? Opcode::Send : Opcode::RdmaWrite,
+  SendWr wr{.opcode = use_send        ? Opcode::Send
+                      : by_completion ? Opcode::RdmaWriteWithImm
+                                      : Opcode::RdmaWrite,
             .sg_list = std::span(&sge, 1),
             .remote_addr = s.peer_base,
             .rkey = s.peer_rkey};
   constexpr std::uint64_t kRecvDepth = 16;
-  if (use_send) {
+  if (by_completion) {
     for (std::uint64_t i = 0; i < std::min(kRecvDepth, total); ++i) {
       s.qp->post_recv({.wr_id = i, .sg_list = std::span(&recv_sge, 1)});
     }
@@ -73,9 +78,9 @@ std::vector<double> ping_pong(Session& s, const TestInfo& t, std::size_t size, s
     // The initiator speaks first; then each side answers what it received.
     if (received < total && (sent > 0 || !initiator)) {
       ++received;
-      if (use_send) {
+      if (by_completion) {
         WorkCompletion wc;
-        SpinBudget budget(*s.qp, s.timeout, "the peer's SEND");
+        SpinBudget budget(*s.qp, s.timeout, use_send ? "the peer's SEND" : "the peer's RDMA WRITE with immediate");
         while (s.recv_cq->poll(std::span(&wc, 1)) == 0) {
           s.drive();
           budget.tick();
@@ -95,7 +100,8 @@ std::vector<double> ping_pong(Session& s, const TestInfo& t, std::size_t size, s
     }
     if (sent < total) {
       posted[sent] = ticks();
-      outgoing = static_cast<std::uint8_t>(++sent);
+      ++sent;
+      if (!by_completion) outgoing = static_cast<std::uint8_t>(sent);
       wr.wr_id = sent;
       wr.signaled = sent % s.options.cq_mod == 0 || sent == total;
       s.qp->post_send(wr);
@@ -151,7 +157,7 @@ std::vector<double> one_sided(Session& s, const TestInfo& t, std::size_t size, s
     s.heartbeat->beat(Clock::now());
     if (atomic) {
       std::uint64_t original = 0;
-      std::memcpy(&original, s.receive_area(), 8);
+      s.read_bytes(0, &original, 8);
       if (original != target_value) {
         throw Error(ErrorCode::Protocol,
                     std::string(t.name) + ": the atomic returned " + std::to_string(original) + ", expected " +
