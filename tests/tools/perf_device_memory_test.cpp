@@ -7,6 +7,8 @@
 // copy landed, fails there.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -84,13 +86,20 @@ TEST(PerfDeviceMemory, CollAllReduceChecksResultsInDeviceMemory) {
   RDMX_REQUIRE_GPU_BEFORE_FORK();
   for (const std::string provider : {"shm", "tcp"}) {
     SCOPED_TRACE(provider);
-    const CliResult r = run_cli({"perf", "coll", "all_reduce", "--provider", provider, "--np", "2", "--memory", "cuda",
-                                 "-b", "4", "-e", "64K", "-n", "3", "-w", "1", "-c", "1"});
+    const std::string lines_path = ::testing::TempDir() + "perf_device_memory_" + provider + ".jsonl";
+    std::remove(lines_path.c_str());
+    const CliResult r = run_cli({"perf",     "coll", "all_reduce", "--provider", provider, "--np",         "2",
+                                 "--memory", "cuda", "-b",         "4",          "-e",     "64K",          "-n",
+                                 "3",        "-w",   "1",          "-c",         "1",      "--json-lines", lines_path});
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     EXPECT_TRUE(has_line(r.out, R"(^# Out of bounds values : 0 OK$)")) << r.out;
     EXPECT_TRUE(has_line(r.out, R"(^# memory: cuda, device memory \(cuMemAlloc\), ranks on GPUs 0,0$)")) << r.out;
     EXPECT_EQ(count_lines(r.out, R"(^# note: 2 ranks share GPU 0; NCCL refuses that)"), 1u) << r.out;
     EXPECT_EQ(count_lines(r.out, R"(^ +(4|65536) +[0-9]+ +float +sum )"), 2u) << r.out;
+    std::ifstream lines(lines_path);
+    std::size_t rows = 0;
+    for (std::string line; std::getline(lines, line); ++rows) EXPECT_EQ(json::parse(line)["memory"], "cuda") << line;
+    EXPECT_EQ(rows, 2u * 15) << "4 B to 64 KiB, out of place and in place";
   }
 }
 

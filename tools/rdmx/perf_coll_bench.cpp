@@ -380,6 +380,7 @@ long long Bench::run(JsonLines& lines, json& run, bool table) {
       line["transport"] = transport_name;
       line["op"] = op_name;
       line["np"] = n_;
+      line["memory"] = device_ != nullptr ? "cuda" : "host";
       lines.write(line);
       rows.push_back(std::move(row));
     }

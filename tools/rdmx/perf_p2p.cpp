@@ -318,6 +318,7 @@ void run(Options options) {
       line["mode"] = t->name;
       line["provider"] = s.device->provider();
       line["progress"] = s.options.drive_progress;
+      line["memory"] = s.gpu != nullptr ? "cuda" : "host";
       if (!t->latency) line["window"] = s.options.window;  // the field bench/*.sh have always read
       lines.write(line);
       rows.push_back(std::move(row));
