@@ -33,6 +33,7 @@ const std::map<std::string, std::string>& smoke_tests() {
       {"perf", "PerfP2p"},  // perf alone only groups p2p and coll
       {"perf p2p", "PerfP2p"},
       {"perf coll", "PerfColl"},
+      {"perf gpu-copy", "PerfGpuCopy"},
       {"bench", "Bench"},
       {"plan", "Plan"},
       {"plan fabrics", "PlanFabrics"},
@@ -164,6 +165,19 @@ TEST(Smoke, PerfColl) {
                                                                                       << r.out;
   }
   EXPECT_NE(r.out.find("# Out of bounds values : 0 OK"), std::string::npos) << r.out;
+}
+
+// On the simulated CUDA driver (tests/cuda_sim), so that every host runs it.
+TEST(Smoke, PerfGpuCopy) {
+  const CliResult r = run_cli({"perf", "gpu-copy", "-b", "8", "-e", "64K", "-n", "3"},
+                              {{"LD_LIBRARY_PATH", RDMX_SIMULATED_CUDA_DIR}}, seconds(60));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(has_line(r.out, R"(^# rdmx perf gpu-copy: GPU 0 )")) << r.out;
+  for (const char* size : {"8", "1024", "65536"}) {
+    EXPECT_TRUE(has_line(r.out, std::string("^ +") + size + R"( +3 +[0-9.]+ +[0-9.]+ +OK$)"))
+        << "no row of " << size << ":\n"
+        << r.out;
+  }
 }
 
 // The bench's quick mode on one provider: its summary, files and report.
