@@ -7,12 +7,15 @@ its own (the Gloo peer of bench/run_coll.sh, and the binding benchmark of bench/
       python torch_coll_perf.py [--backend gloo|rdmx]
           --op all_reduce|all_gather|reduce_scatter|broadcast|reduce|all_to_all|gather|scatter|barrier
           [--sizes 4,4K,64K,1M,16M,64M] [--type fp32] [--redop sum|prod|min|max|avg]
-          [--root 0] [--iters N] [--warmup N] [--check 0|1] [--json PATH]
+          [--root 0] [--iters N] [--warmup N] [--check 0|1] [--device cpu|cuda] [--json PATH]
 
 torch.distributed with backend "gloo" (the default) or "rdmx" (this project's
 backend, python/rdmx/torch.py; PYTHONPATH must reach the built package),
 init_method env://, one thread per process (torch.set_num_threads(1)), CPU
-tensors. Run it with the interpreter of the pinned torch (scripts/deps.sh's
+tensors, or with --device cuda tensors on GPU LOCAL_RANK modulo the GPU
+count (several ranks may share one; the timed calls end with
+torch.cuda.synchronize(), so a backend that returns before its work is done
+is timed to the end of it). Run it with the interpreter of the pinned torch (scripts/deps.sh's
 virtual environment).
 
 The three collective benchmarks (`rdmx perf coll`, mpi_coll_perf.c, this
@@ -70,7 +73,7 @@ BACKENDS = ["gloo", "rdmx"]
 USAGE = """usage: torch_coll_perf.py [--backend gloo|rdmx] --op all_reduce|all_gather|reduce_scatter|broadcast|reduce|all_to_all|gather|scatter|barrier
          [--sizes 4,4K,64K,1M,16M,64M] [--type int8|uint8|int32|int64|fp16|fp32|fp64]
          [--redop sum|prod|min|max|avg] [--root 0] [--iters N] [--warmup N] [--check 0|1]
-         [--json PATH]
+         [--device cpu|cuda] [--json PATH]
   ranks from RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torch's env://)
 """
 
@@ -109,7 +112,8 @@ def parse_count(text, option):
 
 def parse_options(argv):
     o = {"backend": "gloo", "op": "all_reduce", "sizes": [parse_size(s, "") for s in "4,4K,64K,1M,16M,64M".split(",")],
-         "type": "fp32", "redop": "sum", "root": 0, "iters": 0, "warmup": -1, "check": True, "json": None}
+         "type": "fp32", "redop": "sum", "root": 0, "iters": 0, "warmup": -1, "check": True, "json": None,
+         "device": "cpu"}
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -149,6 +153,10 @@ def parse_options(argv):
             o["warmup"] = parse_count(value, arg)
         elif arg == "--check":
             o["check"] = parse_count(value, arg) != 0
+        elif arg == "--device":
+            if value not in ("cpu", "cuda"):
+                raise UsageError(f"unknown --device '{value}' (cpu or cuda)")
+            o["device"] = value
         elif arg == "--json":
             o["json"] = value
         else:
@@ -250,8 +258,20 @@ def main():
     if not gloo:
         import rdmx.torch  # noqa: F401  registers the backend
     timeout = datetime.timedelta(seconds=float(os.environ.get("TORCH_BENCH_TIMEOUT", "300")))
+    cuda = o["device"] == "cuda"
+    if cuda and not torch.cuda.is_available():
+        quit_with(EXIT_UNSUPPORTED, f"unsupported: --device cuda, but torch {torch.__version__} sees no CUDA device")
     dist.init_process_group(backend, init_method="env://", timeout=timeout)
     rank, n = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cpu")
+    if cuda:
+        local_rank = int(os.environ.get("LOCAL_RANK", rank))
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+
+    def settle():
+        if cuda:
+            torch.cuda.synchronize(device)
     transport = "tcp" if gloo else rdmx_transport(dist)
     root = o["root"]
     if root >= n:
@@ -264,8 +284,8 @@ def main():
         _, send, recv, _ = layout_for(op, size, esize, n)
         send_max, recv_max = max(send_max, send), max(recv_max, send, recv)
     # Zeroed, so every page is touched before timing.
-    send_buf = torch.zeros(send_max + 64, dtype=dtype)
-    recv_buf = torch.zeros(recv_max + 64, dtype=dtype)
+    send_buf = torch.zeros(send_max + 64, dtype=dtype, device=device)
+    recv_buf = torch.zeros(recv_max + 64, dtype=dtype, device=device)
 
     def make_call(count, send_elems, recv_elems, inplace):
         """The call for one row, with its views built beforehand, and where its input and output are."""
@@ -309,10 +329,12 @@ def main():
             return o["iters"]
         for _ in range(CALIBRATION_WARMUP):
             call()
+        settle()
         dist.barrier()
         start = time.perf_counter()
         for _ in range(CALIBRATION_ITERS):
             call()
+        settle()
         per_call = (time.perf_counter() - start) / CALIBRATION_ITERS
         iters = torch.zeros(1, dtype=torch.int64)
         if rank == 0:
@@ -326,6 +348,7 @@ def main():
         start = time.perf_counter()
         for _ in range(iters):
             call()
+        settle()
         mine = torch.tensor([(time.perf_counter() - start) / iters], dtype=torch.float64)
         dist.all_reduce(mine)
         return float(mine[0]) / n
@@ -355,7 +378,7 @@ def main():
 
     def count_wrong(got, want):
         # Integers wrap and floats round as the type does; every value is exact.
-        return int((got.to(torch.float64) != want.to(dtype).to(torch.float64)).sum())
+        return int((got.cpu().to(torch.float64) != want.to(dtype).to(torch.float64)).sum())
 
     def check_once(count, send_elems, recv_elems, inplace):
         if op == "barrier":
@@ -370,6 +393,7 @@ def main():
         elif op in ("all_gather", "gather", "all_to_all") or (op in ("broadcast", "scatter") and is_root):
             source.copy_(move_input(rank, torch.arange(source.numel(), dtype=torch.int64)).to(dtype))
         call()
+        settle()
         wrong = 0
         index = torch.arange(count, dtype=torch.int64)
         if op == "all_reduce" or (op == "reduce" and is_root):
@@ -396,7 +420,8 @@ def main():
     if rank == 0:
         env_name = "GLOO_SOCKET_IFNAME" if gloo else "RDMX_SOCKET_IFNAME"
         print(f"# torch_coll_perf: {op} ({CALLS.get(op, 'dist.' + op)}), {n} ranks, transport {transport} "
-              f"(torch {torch.__version__} {backend}, {env_name}={os.environ.get(env_name, '')})")
+              f"(torch {torch.__version__} {backend}, {env_name}={os.environ.get(env_name, '')}), "
+              f"{'CUDA tensors on ' + str(device) if cuda else 'CPU tensors'}")
         iters_text = f"iters {o['iters']}" if o["iters"] > 0 else \
             f"iters: per size, {TARGET_SECONDS:.1f} s worth ({MIN_ITERS}..{MAX_ITERS})"
         warmup_text = f"warmup {o['warmup']}" if o["warmup"] >= 0 else "warmup max(5, iters/10)"
@@ -429,6 +454,7 @@ def main():
             call = make_call(count, send_elems, recv_elems, inplace)[0]
             for _ in range(warmup):
                 call()
+            settle()
             seconds = time_calls(call, iters)
             wrong = check_once(count, send_elems, recv_elems, inplace) if o["check"] else None
             all_wrong += wrong or 0
@@ -441,7 +467,7 @@ def main():
                                                     "n/a" if wrong is None else wrong))
             if json_file is not None:
                 json_file.write(json.dumps({
-                    "bench": "torch-" + backend, "transport": transport, "op": op, "np": n, "bytes": nbytes, "count": count,
+                    "bench": "torch-" + backend, "transport": transport, "device": device.type, "op": op, "np": n, "bytes": nbytes, "count": count,
                     "type": type_name, "redop": redop_col, "root": root_col, "inplace": inplace,
                     "time_us": round(us, 4), "algbw_GBps": round(algbw, 6), "busbw_GBps": round(busbw, 6),
                     "wrong": wrong, "iters": iters}, separators=(",", ":")) + "\n")
