@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import time
+import traceback
 from datetime import timedelta
 
 import torch
@@ -32,6 +33,27 @@ def emit(result):
         os.rename(path + ".tmp", path)
     else:
         print("RESULT " + json.dumps(result), flush=True)
+
+
+def reporting_scenarios(exit_after=False):
+    """A table of scenarios and the decorator that fills it: each reports its
+    result (emit), or {"error": trace} for an exception nobody expected; with
+    `exit_after`, the process then exits at once (a group an error left
+    unusable is not torn down)."""
+    table = {}
+
+    def scenario(fn):
+        def run(args):
+            try:
+                result = fn(args)
+            except Exception:  # noqa: BLE001  (the test shows the trace)
+                result = {"error": traceback.format_exc()[-4000:]}
+            emit(result)
+            if exit_after:
+                os._exit(0)
+        table[fn.__name__] = run
+        return fn
+    return table, scenario
 
 
 # ---------------------------------------------------------------------------
