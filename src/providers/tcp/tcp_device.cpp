@@ -73,7 +73,10 @@ TcpDevice::TcpDevice(SocketInterface iface, std::string why, core::DeviceResourc
     errno = saved;
     throw_system("bind() of the listener failed", local);
   }
-  if (::listen(listen_fd, 512) != 0) {
+  // As deep an accept queue as the kernel allows (net.core.somaxconn): a
+  // job connecting thousands of QPs at once overflows a shallow one, and the
+  // kernel then drops connections silently.
+  if (::listen(listen_fd, SOMAXCONN) != 0) {
     ::close(listen_fd);
     throw_system("listen() failed", local);
   }

@@ -143,6 +143,7 @@ void TcpQp::start_connect_locked() {
   }
   fd_ = fd;
   connecting_ = true;
+  attempt_started_ = core::Clock::now();
   watch_socket_locked(EPOLL_CTL_ADD, EPOLLOUT | EPOLLIN | EPOLLRDHUP);
 }
 
@@ -153,8 +154,12 @@ void TcpQp::watch_socket_locked(int operation, std::uint32_t events) {
   epoll_ctl(device_.epoll_fd(), operation, fd_, &ev);
 }
 
-void TcpQp::schedule_connect_retry_locked(int error) {
-  RDMX_TRACE("tcp qp %u: connect to %s failed (%s); retrying", qpn_, peer_text_.c_str(), std::strerror(error));
+void TcpQp::schedule_connect_retry_locked(int error) { schedule_connect_retry_locked(std::strerror(error)); }
+
+void TcpQp::schedule_connect_retry_locked(const std::string& failure) {
+  RDMX_TRACE("tcp qp %u: connect to %s failed (%s); retrying", qpn_, peer_text_.c_str(), failure.c_str());
+  ++failed_attempts_;
+  last_attempt_failure_ = failure;
   retry_connect_at_ = core::Clock::now() + retry_backoff_;
   retry_backoff_ = std::min(retry_backoff_ * 2, std::chrono::milliseconds(500));
 }
@@ -419,11 +424,24 @@ bool TcpQp::on_timer_locked(core::Clock::time_point now) {
   }
   if (state() == QpState::Error || !connect_requested_) return false;
   if (!established_) {
+    // The acceptor speaks first. A connection its full accept queue dropped
+    // after the handshake looks connected here, and this side, which sends
+    // nothing before the CHALLENGE, would wait for good; a SYN it dropped
+    // waits for the kernel's growing retransmissions. Either way the attempt
+    // is abandoned and made again, waiting longer each time.
+    const auto answer_wait = std::chrono::milliseconds(1000 << std::min(failed_attempts_, 3));
     if (now > connect_deadline_) {
+      const std::string attempts = failed_attempts_ == 0 ? ""
+                                                         : "; " + std::to_string(failed_attempts_) +
+                                                               " attempts failed, the last: " + last_attempt_failure_;
       fail_locked("could not establish the connection with " + peer_text_ + " within RDMX_TIMEOUT (" +
-                      std::to_string(core::timeout().count()) + " ms); is the peer alive and did it connect its QP?" +
-                      device_.descriptor_shortage_since(created_at_),
+                      std::to_string(core::timeout().count()) + " ms)" + attempts +
+                      "; is the peer alive and did it connect its QP?" + device_.descriptor_shortage_since(created_at_),
                   WcStatus::RetryExcErr);
+    } else if (initiator_ && connecting_ && !awaiting_accept_ && now - attempt_started_ > answer_wait) {
+      close_socket_locked();
+      schedule_connect_retry_locked("the listener did not answer within " + std::to_string(answer_wait.count()) +
+                                    " ms (a full accept queue drops connections silently)");
     } else if (initiator_ && !connecting_ && now >= retry_connect_at_) {
       start_connect_locked();
     }

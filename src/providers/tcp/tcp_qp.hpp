@@ -186,6 +186,7 @@ class TcpQp final : public core::SoftRcQp {
   // Connection (tcp_qp.cpp).
   void start_connect_locked() RDMX_REQUIRES(this);
   void schedule_connect_retry_locked(int error) RDMX_REQUIRES(this);
+  void schedule_connect_retry_locked(const std::string& failure) RDMX_REQUIRES(this);
   // Initiator: reads the acceptor's challenge and answers with HELLO, its proof and a challenge.
   void read_challenge_locked() RDMX_REQUIRES(this);
   // Initiator: reads the acceptor's ACCEPT (or REFUSED) and checks its proof.
@@ -226,6 +227,11 @@ class TcpQp final : public core::SoftRcQp {
   bool write_shut_ RDMX_GUARDED_BY(this) = false;
   core::Clock::time_point drain_deadline_ RDMX_GUARDED_BY(this){};
   std::chrono::milliseconds retry_backoff_ RDMX_GUARDED_BY(this){5};
+  // The initiator's attempts: when the current one started, how many went
+  // unanswered or failed, and why the last one did (for the timeout's error).
+  core::Clock::time_point attempt_started_ RDMX_GUARDED_BY(this){};
+  int failed_attempts_ RDMX_GUARDED_BY(this) = 0;
+  std::string last_attempt_failure_ RDMX_GUARDED_BY(this);
   core::Clock::time_point last_rx_ RDMX_GUARDED_BY(this){};
   bool ack_request_sent_ RDMX_GUARDED_BY(this) = false;
   bool rx_seen_ RDMX_GUARDED_BY(this) = false;  // bytes arrived since the last timer scan (which stamps last_rx_)
