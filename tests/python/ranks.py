@@ -127,3 +127,13 @@ def results_in(output):
 def assert_all_ok(results):
     bad = [r for r in results if r.returncode != 0 or r.result is None]
     assert not bad, "\n".join(repr(r) for r in results)
+
+
+def results_without_failures(results):
+    """Each rank's result dict, once every rank exited cleanly, raised nothing
+    unexpected ({"error": trace}) and reported no failures."""
+    assert_all_ok(results)
+    for r in results:
+        assert "error" not in r.result, f"rank {r.rank}:\n{r.result['error']}"
+        assert r.result.get("failures", []) == [], f"rank {r.rank}:\n" + "\n".join(r.result["failures"])
+    return [r.result for r in results]

@@ -20,12 +20,7 @@ NO_GPU = "no CUDA device here: torch 2.15 creates the cuda backend of the group 
 
 def run(world, scenario, args=None, timeout_s=90):
     """Each rank's result; a rank's unexpected exception fails the test with its trace."""
-    results = ranks.run(world, scenario, args, timeout_s=timeout_s, script=API)
-    ranks.assert_all_ok(results)
-    for r in results:
-        assert "error" not in r.result, f"rank {r.rank}:\n{r.result['error']}"
-        assert r.result.get("failures", []) == [], f"rank {r.rank}:\n" + "\n".join(r.result["failures"])
-    return [r.result for r in results]
+    return ranks.results_without_failures(ranks.run(world, scenario, args, timeout_s=timeout_s, script=API))
 
 
 def test_init_process_group_rdmx():

@@ -35,12 +35,7 @@ needs_cuda = pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() 
 
 def run(world, scenario, args=None, timeout_s=180):
     """Each rank's result; a rank's unexpected exception fails the test with its trace."""
-    results = ranks.run(world, scenario, args, timeout_s=timeout_s, script=CUDA)
-    ranks.assert_all_ok(results)
-    for r in results:
-        assert "error" not in r.result, f"rank {r.rank}:\n{r.result['error']}"
-        assert r.result.get("failures", []) == [], f"rank {r.rank}:\n" + "\n".join(r.result["failures"])
-    return [r.result for r in results]
+    return ranks.results_without_failures(ranks.run(world, scenario, args, timeout_s=timeout_s, script=CUDA))
 
 
 def test_async_calls_on_cpu_tensors_match_blocking_ones():

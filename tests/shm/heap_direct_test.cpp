@@ -22,13 +22,16 @@ constexpr int kInitiator = 1;
 constexpr std::size_t kLen = 1 << 20;
 constexpr int kChurn = 40;
 
-// State pages of a peer's heap regions mapped in this process.
-int heap_pages_mapped() {
+// Mappings in this process of memfds named `name`.
+int mappings_of(const char* name) {
   std::ifstream maps("/proc/self/maps");
   int count = 0;
-  for (std::string line; std::getline(maps, line);) count += line.find("rdmx-heap-region") != std::string::npos;
+  for (std::string line; std::getline(maps, line);) count += line.find(name) != std::string::npos;
   return count;
 }
+
+// State pages of a peer's heap regions mapped in this process.
+int heap_pages_mapped() { return mappings_of("rdmx-heap-region"); }
 
 char process_state(pid_t pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
@@ -123,12 +126,7 @@ TEST(ShmProvider, HeapWritesAndReadsNeedNoTargetThread) {
 }
 
 // Shared segments of shm QPs mapped in this process.
-int qp_segments_mapped() {
-  std::ifstream maps("/proc/self/maps");
-  int count = 0;
-  for (std::string line; std::getline(maps, line);) count += line.find("rdmx-shm-qp") != std::string::npos;
-  return count;
-}
+int qp_segments_mapped() { return mappings_of("rdmx-shm-qp"); }
 
 // The first WRITE into a region reaches the target in the same pass as the
 // writer's ACCEPT when the target stands still while the writer accepts: the
