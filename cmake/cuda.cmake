@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 # CUDA at build time, all optional: librdmx never links against CUDA (the
-# driver is loaded at run time, src/core/cuda/driver.cpp), but where nvcc is
+# driver is loaded at run time, src/services/cuda/driver.cpp), but where nvcc is
 # found it compiles the GPU reduction kernels into a fat binary embedded in
 # the library, and where cuda.h is found it checks rdmx's declarations of the
 # driver API against it. CI has both, so neither can rot.
@@ -54,7 +54,7 @@ add_custom_command(
   COMMENT "nvcc: GPU reduction kernels for ${rdmx_cuda_arch_text}"
   VERBATIM)
 add_custom_target(rdmx_cuda_kernels DEPENDS ${rdmx_cuda_fatbin})
-add_dependencies(rdmx rdmx_cuda_kernels)
+add_dependencies(rdmx_coll rdmx_cuda_kernels)
 set_source_files_properties(${PROJECT_SOURCE_DIR}/src/coll/cuda/kernels.cpp PROPERTIES
   OBJECT_DEPENDS ${rdmx_cuda_fatbin}
   COMPILE_DEFINITIONS "RDMX_CUDA_FATBIN=\"${rdmx_cuda_fatbin}\";RDMX_CUDA_ARCHS=\"${rdmx_cuda_arch_text}\"")

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-# Clang's thread-safety analysis over the library (src/core/thread_annotations.hpp):
+# Clang's thread-safety analysis over the library (src/services/thread_annotations.hpp):
 # every source is parsed by clang with -Wthread-safety as an error, so a
 # function named *_locked called without its lock, or data read outside the
 # lock that guards it, fails the build. Only parsed (-fsyntax-only), not
@@ -14,7 +14,9 @@ endif()
 if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
   # The library's own compiler is clang: it checks as it compiles, no second parse.
   set(RDMX_CLANG_CXX ${CMAKE_CXX_COMPILER})
-  target_compile_options(rdmx PRIVATE -Wthread-safety -Werror=thread-safety)
+  foreach(layer IN LISTS RDMX_LAYERS)
+    target_compile_options(rdmx_${layer} PRIVATE -Wthread-safety -Werror=thread-safety)
+  endforeach()
   message(STATUS "rdmx: thread-safety analysis by ${RDMX_CLANG_CXX} as it compiles the library")
 else()
   find_program(RDMX_CLANG_CXX NAMES clang++ clang++-19 clang++-18 clang++-17 clang++-16 clang++-15 clang++-14)

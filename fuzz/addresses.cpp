@@ -8,7 +8,7 @@
 #include <string>
 
 #include "coll/rank_placement.hpp"
-#include "core/address_bundle.hpp"
+#include "driver/address_bundle.hpp"
 #include "providers/shm/address.hpp"
 #include "providers/tcp/address.hpp"
 #include "rdmx/error.hpp"

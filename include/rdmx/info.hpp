@@ -29,6 +29,19 @@ struct ProviderStatus {
 // Every provider rdmx knows, built or not, in auto selection's order.
 std::vector<ProviderStatus> probe_providers();
 
+// What each provider declares before any device opens, in auto selection's
+// order, built or not: the figures a cost model starts from where nothing
+// was measured, and the memory a same-host connection maps.
+struct ProviderDeclaration {
+  std::string name;
+  bool built = false;
+  double latency_us = 0;      // one small message, one way
+  double bandwidth_gbps = 0;  // GB/s (1e9 bytes) of one large transfer
+  std::string basis;          // where the figures come from
+  std::size_t same_host_connection_memory = 0;
+};
+std::vector<ProviderDeclaration> declared_providers();
+
 // What open_device("auto") gives an application that names no provider
 // (RDMX_PROVIDER unset), and why; reason holds the error when none opens.
 struct AutoChoice {

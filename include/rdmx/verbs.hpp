@@ -376,6 +376,15 @@ struct DeviceCaps {
   std::uint32_t max_inline_data = 0;
   // Host memory is served by every provider; CUDA device memory as this says.
   CudaMemorySupport cuda_memory = CudaMemorySupport::None;
+  // What the provider declares of its links (`rdmx info` shows the basis):
+  // one small message's one-way latency and one large transfer's bandwidth
+  // in GB/s (1e9 bytes). An auto device gives the least favourable of its
+  // providers'; a QP's device_caps() those of the provider carrying it.
+  double latency_us = 0;
+  double bandwidth_gbps = 0;
+  // Host memory one connection to a process on this host maps (shm's rings),
+  // counted once for the pair.
+  std::size_t same_host_connection_memory = 0;
 };
 
 class Device {

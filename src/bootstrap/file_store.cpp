@@ -24,10 +24,10 @@
 #include <utility>
 
 #include "bootstrap/store_common.hpp"
-#include "core/config.hpp"
-#include "core/log.hpp"
-#include "core/mutex.hpp"
-#include "core/wait.hpp"
+#include "services/config.hpp"
+#include "services/log.hpp"
+#include "services/mutex.hpp"
+#include "services/wait.hpp"
 
 namespace rdmx {
 namespace bootstrap {

@@ -8,10 +8,10 @@
 
 #include "bootstrap/net.hpp"
 #include "bootstrap/store_common.hpp"
-#include "core/auth.hpp"
-#include "core/config.hpp"
-#include "core/log.hpp"
-#include "core/settings.hpp"
+#include "services/auth.hpp"
+#include "services/config.hpp"
+#include "services/log.hpp"
+#include "services/settings.hpp"
 
 namespace rdmx {
 namespace {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "bootstrap/store_common.hpp"
-#include "core/log.hpp"
+#include "services/log.hpp"
 
 namespace rdmx {
 namespace {

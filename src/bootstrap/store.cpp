@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "bootstrap/store_common.hpp"
-#include "core/config.hpp"
+#include "services/config.hpp"
 
 namespace rdmx {
 

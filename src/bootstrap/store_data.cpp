@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "core/settings.hpp"
+#include "services/settings.hpp"
 
 namespace rdmx::bootstrap {
 namespace {

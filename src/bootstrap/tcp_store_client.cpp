@@ -16,11 +16,11 @@
 
 #include "bootstrap/net.hpp"
 #include "bootstrap/tcp_store_protocol.hpp"
-#include "core/auth.hpp"
-#include "core/config.hpp"
-#include "core/log.hpp"
-#include "core/mutex.hpp"
-#include "core/wait.hpp"
+#include "services/auth.hpp"
+#include "services/config.hpp"
+#include "services/log.hpp"
+#include "services/mutex.hpp"
+#include "services/wait.hpp"
 
 namespace rdmx {
 namespace bootstrap {

@@ -12,7 +12,7 @@
 //   u32 nargs | nargs x (u32 length | bytes)
 //
 // Before any request the connection is authenticated both ways
-// (core/auth.hpp). The server speaks first, with a challenge; the client
+// (services/auth.hpp). The server speaks first, with a challenge; the client
 // answers with its proof and a challenge of its own; the server gives its
 // verdict and, when it accepts, its own proof over the client's challenge:
 //

@@ -25,8 +25,8 @@
 #include <unordered_set>
 
 #include "bootstrap/tcp_store_server_state.hpp"
-#include "core/config.hpp"
-#include "core/log.hpp"
+#include "services/config.hpp"
+#include "services/log.hpp"
 
 namespace rdmx {
 

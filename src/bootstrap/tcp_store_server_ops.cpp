@@ -6,7 +6,7 @@
 #include <string>
 
 #include "bootstrap/tcp_store_server_state.hpp"
-#include "core/log.hpp"
+#include "services/log.hpp"
 
 namespace rdmx {
 

@@ -18,10 +18,10 @@
 #include "bootstrap/store_data.hpp"
 #include "bootstrap/tcp_store_protocol.hpp"
 #include "bootstrap/tcp_store_request.hpp"
-#include "core/auth.hpp"
-#include "core/config.hpp"
-#include "core/wait.hpp"
 #include "rdmx/bootstrap.hpp"
+#include "services/auth.hpp"
+#include "services/config.hpp"
+#include "services/wait.hpp"
 
 namespace rdmx {
 

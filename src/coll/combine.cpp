@@ -5,7 +5,7 @@
 
 #include "coll/cuda/device_ops.hpp"
 #include "coll/reduce.hpp"
-#include "core/cuda/copy.hpp"
+#include "services/cuda/copy.hpp"
 
 namespace rdmx::coll {
 

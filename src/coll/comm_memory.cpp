@@ -23,10 +23,10 @@
 #include "coll/links.hpp"
 #include "coll/links_layout.hpp"
 #include "coll/settings.hpp"
-#include "core/config.hpp"
-#include "core/log.hpp"
-#include "core/settings.hpp"
-#include "providers/shm/ring.hpp"
+#include "rdmx/info.hpp"
+#include "services/config.hpp"
+#include "services/log.hpp"
+#include "services/settings.hpp"
 
 namespace rdmx::coll {
 namespace {
@@ -137,11 +137,24 @@ std::string describe_auto() {
                       : "auto: " + human(static_cast<double>(m.bytes)) + " (" + m.from + ")";
 }
 
+// What one connection to a local peer maps, at most over the providers built
+// in (any of them may carry the communicator's same-host links).
+std::size_t same_host_connection_memory() {
+  static const std::size_t bytes = [] {
+    std::size_t most = 0;
+    for (const ProviderDeclaration& p : declared_providers()) {
+      if (p.built) most = std::max(most, p.same_host_connection_memory);
+    }
+    return most;
+  }();
+  return bytes;
+}
+
 std::size_t per_rank_bytes(int ranks, int local_ranks, const LinksConfig& config) {
   const Layout layout(static_cast<std::size_t>(ranks), config);
   // allocate_memory() adds a page for the region's state; each pair of
-  // local ranks shares one shm segment of two rings.
-  return layout.total + 4096 + static_cast<std::size_t>(local_ranks - 1) * shm::segment_size(shm::kRingSlots) / 2;
+  // local ranks shares what one connection maps.
+  return layout.total + 4096 + static_cast<std::size_t>(local_ranks - 1) * same_host_connection_memory() / 2;
 }
 
 LinksConfig config_at(std::size_t buffsize) {

@@ -14,15 +14,15 @@
 #include "coll/reduce.hpp"
 #include "coll/selection.hpp"
 #include "coll/settings.hpp"
-#include "core/config.hpp"
-#include "core/cuda/driver.hpp"
-#include "core/cuda/memory.hpp"
-#include "core/cuda/pointer.hpp"
-#include "core/log.hpp"
-#include "core/mutex.hpp"
-#include "core/settings.hpp"
-#include "core/wait.hpp"
 #include "rdmx/profile.hpp"
+#include "services/config.hpp"
+#include "services/cuda/driver.hpp"
+#include "services/cuda/memory.hpp"
+#include "services/cuda/pointer.hpp"
+#include "services/log.hpp"
+#include "services/mutex.hpp"
+#include "services/settings.hpp"
+#include "services/wait.hpp"
 
 namespace rdmx {
 

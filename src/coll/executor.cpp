@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "coll/executor.hpp"
 
-#include "core/log.hpp"
 #include "rdmx/profile.hpp"
+#include "services/log.hpp"
 
 namespace rdmx::coll {
 namespace {

@@ -16,9 +16,9 @@
 #include <thread>
 
 #include "coll/cuda/stream_order.hpp"
-#include "core/mutex.hpp"
-#include "core/wait.hpp"
 #include "rdmx/comm.hpp"
+#include "services/mutex.hpp"
+#include "services/wait.hpp"
 
 namespace rdmx {
 

@@ -40,12 +40,12 @@
 
 #include "coll/combine.hpp"
 #include "coll/op_desc.hpp"
-#include "core/cuda/memory.hpp"
-#include "core/mutex.hpp"
-#include "core/wait.hpp"
 #include "rdmx/bootstrap.hpp"
 #include "rdmx/registration_cache.hpp"
 #include "rdmx/verbs.hpp"
+#include "services/cuda/memory.hpp"
+#include "services/mutex.hpp"
+#include "services/wait.hpp"
 
 namespace rdmx::coll {
 

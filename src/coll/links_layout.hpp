@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "coll/links.hpp"
-#include "core/wait.hpp"
+#include "services/wait.hpp"
 
 namespace rdmx::coll {
 namespace wire {

@@ -12,9 +12,9 @@
 #include "coll/links_layout.hpp"
 #include "coll/links_run.hpp"
 #include "coll/reduce.hpp"
-#include "core/config.hpp"
-#include "core/log.hpp"
-#include "core/race_annotations.hpp"
+#include "services/config.hpp"
+#include "services/log.hpp"
+#include "services/race_annotations.hpp"
 
 namespace rdmx::coll {
 

@@ -17,8 +17,8 @@
 
 #include "coll/links.hpp"
 #include "coll/links_layout.hpp"
-#include "core/log.hpp"
-#include "core/race_annotations.hpp"
+#include "services/log.hpp"
+#include "services/race_annotations.hpp"
 
 namespace rdmx::coll {
 using namespace wire;

@@ -12,9 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/log.hpp"
-#include "core/settings.hpp"
 #include "rdmx/profile.hpp"
+#include "services/log.hpp"
+#include "services/settings.hpp"
 
 namespace rdmx::profile {
 namespace {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "coll/comm_memory.hpp"
-#include "core/config.hpp"
+#include "services/config.hpp"
 
 namespace rdmx::coll {
 namespace {

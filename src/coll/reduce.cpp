@@ -13,10 +13,10 @@
 #include <type_traits>
 
 #include "coll/reduce_element.hpp"
-#include "core/config.hpp"
-#include "core/log.hpp"
-#include "core/settings.hpp"
 #include "rdmx/error.hpp"
+#include "services/config.hpp"
+#include "services/log.hpp"
+#include "services/settings.hpp"
 
 namespace rdmx::coll {
 

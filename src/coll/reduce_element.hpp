@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "core/half_bits.hpp"
+#include "services/half_bits.hpp"
 
 namespace rdmx::coll::element {
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "coll/links.hpp"
-#include "core/settings.hpp"
+#include "services/settings.hpp"
 
 namespace rdmx::coll {
 namespace {

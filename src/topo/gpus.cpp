@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
-// GPUs as the CUDA driver reports them (core/cuda/driver.hpp loads it at run
+// GPUs as the CUDA driver reports them (services/cuda/driver.hpp loads it at run
 // time): the driver, not the toolkit, is what knows the GPUs, and the toolkit
 // may be installed without one, or the reverse.
 #include <cstddef>
 
-#include "core/cuda/driver.hpp"
+#include "services/cuda/driver.hpp"
 #include "topo/topo.hpp"
 
 namespace rdmx::topo {

@@ -10,9 +10,9 @@
 #include <optional>
 
 #include "bootstrap/launch_variables.hpp"
-#include "core/config.hpp"
 #include "process_util.hpp"
 #include "rdmx/bootstrap.hpp"
+#include "services/config.hpp"
 
 namespace rdmx {
 namespace {

@@ -7,10 +7,10 @@
 #include <array>
 #include <cstring>
 
-#include "core/race_annotations.hpp"
 #include "process_util.hpp"
 #include "rdmx/bootstrap.hpp"
 #include "rdmx/verbs.hpp"
+#include "services/race_annotations.hpp"
 
 namespace rdmx {
 namespace {

@@ -17,7 +17,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/auth.hpp"
+#include "services/auth.hpp"
 #include "support/raw_socket.hpp"
 
 namespace rdmx::test {

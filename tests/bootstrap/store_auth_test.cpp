@@ -19,11 +19,11 @@
 #include <thread>
 
 #include "bootstrap/tcp_store_protocol.hpp"
-#include "core/auth.hpp"
 #include "process_util.hpp"
 #include "raw_store_socket.hpp"
 #include "rdmx/bootstrap.hpp"
 #include "rdmx/info.hpp"
+#include "services/auth.hpp"
 #include "support/scoped_env.hpp"
 
 namespace rdmx {

@@ -10,10 +10,10 @@
 #include <thread>
 
 #include "bootstrap/tcp_store_protocol.hpp"
-#include "core/auth.hpp"
 #include "process_util.hpp"
 #include "raw_store_socket.hpp"
 #include "rdmx/bootstrap.hpp"
+#include "services/auth.hpp"
 
 namespace rdmx {
 namespace {

@@ -21,7 +21,7 @@
 #include <sstream>
 
 #include "conformance/conformance.hpp"
-#include "core/config.hpp"
+#include "services/config.hpp"
 
 namespace rdmx::test {
 namespace {

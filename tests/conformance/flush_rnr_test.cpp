@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "conformance/conformance.hpp"
-#include "core/config.hpp"
+#include "services/config.hpp"
 
 namespace rdmx::test {
 namespace {

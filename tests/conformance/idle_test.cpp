@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "conformance/conformance.hpp"
-#include "core/config.hpp"
+#include "services/config.hpp"
 
 namespace rdmx::test {
 namespace {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Reading the job secret (src/core/auth.cpp): a variable set but empty, as
+// Reading the job secret (src/services/auth.cpp): a variable set but empty, as
 // `RDMX_AUTH_KEY=$SECRET` gives with SECRET unset, is refused like any other
 // unusable secret rather than read as "no secret"; a key file's mode is
 // reported as chmod writes it; exactly one line ending is dropped from a key
@@ -12,9 +12,9 @@
 #include <fstream>
 #include <string>
 
-#include "core/auth.hpp"
 #include "rdmx/error.hpp"
 #include "rdmx/info.hpp"
+#include "services/auth.hpp"
 #include "support/scoped_env.hpp"
 
 namespace rdmx {

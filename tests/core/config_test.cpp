@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The duration settings (src/core/config.cpp): what they accept, and that a
+// The duration settings (src/services/config.cpp): what they accept, and that a
 // value they cannot honour is refused with the variable, the value and the
 // range instead of overflowing a deadline (RDMX_TIMEOUT=1e10 used to make
 // every wait time out at once, 1e17 to print "-9223372036854775808 ms").
@@ -9,8 +9,8 @@
 #include <optional>
 #include <string>
 
-#include "core/config.hpp"
 #include "rdmx/error.hpp"
+#include "services/config.hpp"
 #include "support/scoped_env.hpp"
 
 namespace rdmx {

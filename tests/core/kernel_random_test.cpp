@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <set>
 
-#include "core/kernel_random.hpp"
+#include "services/kernel_random.hpp"
 
 namespace rdmx::core {
 namespace {

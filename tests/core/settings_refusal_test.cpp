@@ -9,9 +9,9 @@
 #include <string>
 
 #include "coll/settings.hpp"
-#include "core/config.hpp"
-#include "core/settings.hpp"
 #include "rdmx/error.hpp"
+#include "services/config.hpp"
+#include "services/settings.hpp"
 #include "support/scoped_env.hpp"
 
 namespace rdmx {

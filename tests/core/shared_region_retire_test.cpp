@@ -11,8 +11,8 @@
 #include <chrono>
 #include <cstdlib>
 
-#include "core/config.hpp"
-#include "core/shared_region.hpp"
+#include "driver/shared_region.hpp"
+#include "services/config.hpp"
 
 namespace rdmx::core {
 namespace {

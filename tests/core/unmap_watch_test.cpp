@@ -2,7 +2,7 @@
 // The unmap watch on the real kernel: every way a mapping's pages can change
 // under a registration is reported, unrelated changes are not, and the
 // report is visible as soon as the call that made it has returned.
-#include "core/unmap_watch.hpp"
+#include "services/unmap_watch.hpp"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// CUDA memory shared between processes (core/cuda/ipc.hpp): two forked
+// CUDA memory shared between processes (services/cuda/ipc.hpp): two forked
 // ranks, one exporting device memory of each kind (cudaMalloc-style through
 // a legacy IPC handle, cuMemCreate through a file descriptor sent over a
 // Unix socket), the other opening it and copying in and out on the GPU; the
@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "core/cuda/context.hpp"
-#include "core/cuda/driver.hpp"
-#include "core/cuda/ipc.hpp"
-#include "core/cuda/pointer.hpp"
 #include "providers/shm/handshake.hpp"
+#include "services/cuda/context.hpp"
+#include "services/cuda/driver.hpp"
+#include "services/cuda/ipc.hpp"
+#include "services/cuda/pointer.hpp"
 #include "support/cuda_device.hpp"
 #include "support/harness.hpp"
 

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "core/cuda/driver.hpp"
-#include "core/cuda/pointer.hpp"
 #include "rdmx/info.hpp"
 #include "rdmx/verbs.hpp"
+#include "services/cuda/driver.hpp"
+#include "services/cuda/pointer.hpp"
 #include "support/cuda_device.hpp"
 #include "support/providers.hpp"
 #include "topo/topo.hpp"

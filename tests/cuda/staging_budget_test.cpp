@@ -7,7 +7,7 @@
 // both): requests waiting for room keep their order, a request larger than
 // the budget goes alone, and every byte lands, copied through page-locked
 // host memory only. On each provider that serves device memory
-// (core/soft_rc/staging.hpp).
+// (providers/soft_rc/staging.hpp).
 #include <gtest/gtest.h>
 
 #include <cstdint>

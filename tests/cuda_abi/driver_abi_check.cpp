@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Compiled, never run, wherever cuda.h is found (cmake/cuda.cmake): the
-// driver API as src/core/cuda/driver_api.hpp declares it must match the real
+// driver API as src/services/cuda/driver_api.hpp declares it must match the real
 // header, constant for constant and layout for layout, and every entry point
 // must take arguments of the same sizes, or the build fails here.
 #include <cuda.h>
@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <type_traits>
 
-#include "core/cuda/driver_api.hpp"
+#include "services/cuda/driver_api.hpp"
 
 namespace ours = rdmx::core::cuda;
 

@@ -22,7 +22,7 @@
 #include <functional>
 #include <string>
 
-#include "core/cuda/driver_api.hpp"
+#include "services/cuda/driver_api.hpp"
 
 namespace rdmx::cuda_sim {
 

@@ -36,8 +36,8 @@
 #include <vector>
 
 #include "coll/reduce_element.hpp"
-#include "core/cuda/driver_api.hpp"
 #include "cuda_sim/sim_streams.hpp"
+#include "services/cuda/driver_api.hpp"
 
 namespace {
 

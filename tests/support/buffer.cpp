@@ -12,7 +12,7 @@
 #include <sstream>
 #include <vector>
 
-#include "core/race_annotations.hpp"
+#include "services/race_annotations.hpp"
 #include "support/cuda_device.hpp"
 #include "support/harness.hpp"
 

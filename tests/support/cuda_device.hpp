@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/cuda/driver.hpp"
+#include "services/cuda/driver.hpp"
 
 namespace rdmx::test {
 

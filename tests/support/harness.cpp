@@ -21,7 +21,7 @@
 #include <iostream>
 #include <set>
 
-#include "core/config.hpp"
+#include "services/config.hpp"
 
 namespace rdmx::test {
 namespace {

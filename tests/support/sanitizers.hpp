@@ -6,7 +6,7 @@
 
 #include <cstddef>
 
-#include "core/race_annotations.hpp"  // RDMX_TSAN
+#include "services/race_annotations.hpp"  // RDMX_TSAN
 
 #if defined(__SANITIZE_ADDRESS__)
 #define RDMX_TEST_ASAN 1

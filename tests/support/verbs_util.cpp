@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "support/verbs_util.hpp"
-#include "core/race_annotations.hpp"
+#include "services/race_annotations.hpp"
 
 #include <sys/mman.h>
 
@@ -9,7 +9,7 @@
 #include <sstream>
 #include <thread>
 
-#include "core/config.hpp"
+#include "services/config.hpp"
 
 namespace rdmx::test {
 namespace {

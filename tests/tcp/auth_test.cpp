@@ -18,9 +18,9 @@
 #include <cstring>
 #include <string>
 
-#include "core/auth.hpp"
 #include "providers/tcp/address.hpp"
 #include "providers/tcp/wire.hpp"
+#include "services/auth.hpp"
 #include "support/harness.hpp"
 #include "support/verbs_util.hpp"
 

@@ -3,8 +3,8 @@
 // parses this file with the flags of the thread_safety target, once per
 // RDMX_CASE, and expects clang's error for that case. RDMX_CASE 0 is the
 // correct code and must parse cleanly.
-#include "core/device_lock.hpp"
-#include "core/mutex.hpp"
+#include "driver/device_lock.hpp"
+#include "services/mutex.hpp"
 
 namespace {
 

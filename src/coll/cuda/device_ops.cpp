@@ -5,8 +5,8 @@
 #include <string>
 
 #include "coll/cuda/kernels.hpp"
-#include "core/cuda/context.hpp"
-#include "core/cuda/driver.hpp"
+#include "services/cuda/context.hpp"
+#include "services/cuda/driver.hpp"
 
 namespace rdmx::coll {
 namespace cu = core::cuda;

@@ -8,9 +8,9 @@
 
 #include <cstddef>
 
-#include "core/cuda/driver_api.hpp"
-#include "core/cuda/memory.hpp"
 #include "rdmx/comm.hpp"
+#include "services/cuda/driver_api.hpp"
+#include "services/cuda/memory.hpp"
 
 namespace rdmx::coll {
 

@@ -6,11 +6,11 @@
 #include <memory>
 #include <string>
 
-#include "core/cuda/context.hpp"
-#include "core/cuda/driver.hpp"
-#include "core/cuda/per_gpu.hpp"
-#include "core/cuda/pointer.hpp"
 #include "rdmx/error.hpp"
+#include "services/cuda/context.hpp"
+#include "services/cuda/driver.hpp"
+#include "services/cuda/per_gpu.hpp"
+#include "services/cuda/pointer.hpp"
 
 #if defined(RDMX_CUDA_FATBIN)
 // The fat binary nvcc built (cmake/cuda_kernels.cmake), placed in the

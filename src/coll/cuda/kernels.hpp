@@ -8,8 +8,8 @@
 #include <cstddef>
 #include <string>
 
-#include "core/cuda/driver_api.hpp"
 #include "rdmx/comm.hpp"
+#include "services/cuda/driver_api.hpp"
 
 namespace rdmx::coll {
 

@@ -6,11 +6,11 @@
 #include <utility>
 #include <vector>
 
-#include "core/cuda/context.hpp"
-#include "core/cuda/driver.hpp"
-#include "core/cuda/per_gpu.hpp"
-#include "core/mutex.hpp"
-#include "core/wait.hpp"
+#include "services/cuda/context.hpp"
+#include "services/cuda/driver.hpp"
+#include "services/cuda/per_gpu.hpp"
+#include "services/mutex.hpp"
+#include "services/wait.hpp"
 
 namespace rdmx::coll {
 namespace cu = core::cuda;

@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "core/cuda/driver_api.hpp"
+#include "services/cuda/driver_api.hpp"
 
 namespace rdmx::coll {
 

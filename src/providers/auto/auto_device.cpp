@@ -5,11 +5,11 @@
 #include <atomic>
 #include <cstring>
 
-#include "core/address_bundle.hpp"
-#include "core/completion_queue.hpp"
-#include "core/log.hpp"
-#include "core/mutex.hpp"
-#include "core/work_request.hpp"
+#include "driver/address_bundle.hpp"
+#include "driver/completion_queue.hpp"
+#include "driver/work_request.hpp"
+#include "services/log.hpp"
+#include "services/mutex.hpp"
 
 namespace rdmx::autosel {
 namespace {
@@ -146,6 +146,9 @@ class AutoDevice final : public Device, public core::EngineHandoff {
       caps.max_inline_data = std::min(caps.max_inline_data, d.max_inline_data);
       // A region may travel over any candidate: served as well as the least of them serves it.
       caps.cuda_memory = std::min(caps.cuda_memory, d.cuda_memory);
+      caps.latency_us = std::max(caps.latency_us, d.latency_us);
+      caps.bandwidth_gbps = std::min(caps.bandwidth_gbps, d.bandwidth_gbps);
+      caps.same_host_connection_memory = std::max(caps.same_host_connection_memory, d.same_host_connection_memory);
     }
     return caps;
   }

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/device_resources.hpp"
+#include "driver/device_resources.hpp"
 #include "rdmx/verbs.hpp"
 
 namespace rdmx::autosel {

@@ -9,9 +9,9 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/config.hpp"
-#include "core/settings.hpp"
 #include "providers/shm/cross_memory.hpp"
+#include "services/config.hpp"
+#include "services/settings.hpp"
 
 namespace rdmx::shm {
 namespace {

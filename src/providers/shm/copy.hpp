@@ -23,7 +23,7 @@ void copy_large(void* dst, const void* src, std::size_t n);
 #include <cstdint>
 #include <thread>
 
-#include "core/wait.hpp"
+#include "services/wait.hpp"
 
 namespace rdmx::shm {
 

@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <string>
 
-#include "core/cuda/ipc.hpp"
-#include "core/soft_rc/connection.hpp"
+#include "providers/soft_rc/connection.hpp"
+#include "services/cuda/ipc.hpp"
 
 namespace rdmx::shm {
 

@@ -7,8 +7,8 @@
 
 #include <utility>
 
-#include "core/mutex.hpp"
 #include "providers/shm/shm_qp.hpp"
+#include "services/mutex.hpp"
 
 namespace rdmx::shm {
 

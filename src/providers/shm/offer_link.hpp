@@ -11,9 +11,9 @@
 #include <cstdint>
 #include <string>
 
-#include "core/device_lock.hpp"
-#include "core/shared_region.hpp"
-#include "core/thread_annotations.hpp"
+#include "driver/device_lock.hpp"
+#include "driver/shared_region.hpp"
+#include "services/thread_annotations.hpp"
 
 namespace rdmx::shm {
 

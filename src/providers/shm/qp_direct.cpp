@@ -19,17 +19,17 @@
 #include <cstring>
 #include <string>
 
-#include "core/asymmetric_fence.hpp"
-#include "core/cuda/copy.hpp"
-#include "core/log.hpp"
-#include "core/ordered_placement.hpp"
-#include "core/race_annotations.hpp"
-#include "core/settings.hpp"
-#include "core/shared_region.hpp"
+#include "driver/ordered_placement.hpp"
+#include "driver/shared_region.hpp"
 #include "providers/shm/cross_memory.hpp"
 #include "providers/shm/offer_link.hpp"
 #include "providers/shm/shm_device.hpp"
 #include "providers/shm/shm_qp.hpp"
+#include "services/asymmetric_fence.hpp"
+#include "services/cuda/copy.hpp"
+#include "services/log.hpp"
+#include "services/race_annotations.hpp"
+#include "services/settings.hpp"
 
 namespace rdmx::shm {
 namespace {

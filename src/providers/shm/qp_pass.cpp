@@ -8,8 +8,8 @@
 
 #include <algorithm>
 
-#include "core/asymmetric_fence.hpp"
 #include "providers/shm/shm_qp.hpp"
+#include "services/asymmetric_fence.hpp"
 
 namespace rdmx::shm {
 

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/work_request.hpp"
+#include "driver/work_request.hpp"
 #include "providers/shm/shm_qp.hpp"
 
 namespace rdmx::shm {

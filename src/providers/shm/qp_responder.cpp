@@ -11,12 +11,12 @@
 #include <optional>
 #include <vector>
 
-#include "core/cuda/copy.hpp"
-#include "core/ordered_placement.hpp"
-#include "core/race_annotations.hpp"
-#include "core/work_request.hpp"
+#include "driver/ordered_placement.hpp"
+#include "driver/work_request.hpp"
 #include "providers/shm/cross_memory.hpp"
 #include "providers/shm/shm_qp.hpp"
+#include "services/cuda/copy.hpp"
+#include "services/race_annotations.hpp"
 
 namespace rdmx::shm {
 

@@ -22,7 +22,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "core/wait.hpp"
+#include "services/wait.hpp"
 
 namespace rdmx::shm {
 

@@ -17,17 +17,17 @@
 #include <cstring>
 #include <random>
 
-#include "core/asymmetric_fence.hpp"
-#include "core/completion_queue.hpp"
-#include "core/config.hpp"
-#include "core/log.hpp"
-#include "core/mutex.hpp"
-#include "core/process.hpp"
-#include "core/settings.hpp"
+#include "driver/completion_queue.hpp"
 #include "providers/shm/address.hpp"
 #include "providers/shm/copy.hpp"
 #include "providers/shm/shm_factory.hpp"
 #include "providers/shm/shm_qp.hpp"
+#include "services/asymmetric_fence.hpp"
+#include "services/config.hpp"
+#include "services/log.hpp"
+#include "services/mutex.hpp"
+#include "services/process.hpp"
+#include "services/settings.hpp"
 
 namespace rdmx::shm {
 namespace {
@@ -105,7 +105,8 @@ std::shared_ptr<Device> open_shm_device(const std::string& why, core::DeviceReso
 }
 
 ShmDevice::ShmDevice(std::string why, core::DeviceResources resources)
-    : SoftRcDevice("shm", std::move(resources), kMaxMessage, false, false, CudaMemorySupport::PeerMapping) {
+    : SoftRcDevice(core::provider_shm, std::move(resources), kMaxMessage, false, false,
+                   CudaMemorySupport::PeerMapping) {
   // A refused RDMX_SHM_* value fails opening the device, not the first copy that reads it.
   eager_limit();
   heap_direct_min();

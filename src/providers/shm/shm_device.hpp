@@ -19,11 +19,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/soft_rc/device.hpp"
-#include "core/thread_annotations.hpp"
 #include "providers/shm/copy.hpp"
 #include "providers/shm/handshake.hpp"
+#include "providers/soft_rc/device.hpp"
 #include "rdmx/verbs.hpp"
+#include "services/thread_annotations.hpp"
 
 namespace rdmx::shm {
 

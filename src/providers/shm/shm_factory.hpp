@@ -5,7 +5,8 @@
 #include <memory>
 #include <string>
 
-#include "core/device_resources.hpp"
+#include "driver/device_resources.hpp"
+#include "driver/provider.hpp"
 #include "rdmx/verbs.hpp"
 
 namespace rdmx::shm {
@@ -15,3 +16,8 @@ std::shared_ptr<Device> open_shm_device(const std::string& why, core::DeviceReso
 // closing their devices; returns how many.
 std::size_t remove_stale_shm_sockets();
 }  // namespace rdmx::shm
+
+namespace rdmx::core {
+// This provider's descriptor (descriptor.cpp).
+extern const ProviderDescriptor provider_shm;
+}  // namespace rdmx::core

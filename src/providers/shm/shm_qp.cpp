@@ -18,16 +18,16 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include "core/kernel_random.hpp"
+#include "services/kernel_random.hpp"
 
-#include "core/address_bundle.hpp"
-#include "core/config.hpp"
-#include "core/log.hpp"
-#include "core/mutex.hpp"
-#include "core/wait.hpp"
-#include "core/work_request.hpp"
+#include "driver/address_bundle.hpp"
+#include "driver/work_request.hpp"
 #include "providers/shm/cross_memory.hpp"
 #include "providers/shm/offer_link.hpp"
+#include "services/config.hpp"
+#include "services/log.hpp"
+#include "services/mutex.hpp"
+#include "services/wait.hpp"
 
 namespace rdmx::shm {
 

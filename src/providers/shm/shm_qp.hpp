@@ -28,14 +28,14 @@
 #include <string>
 #include <vector>
 
-#include "core/completion_queue.hpp"
-#include "core/cuda/pinned.hpp"
-#include "core/memory_registry.hpp"
-#include "core/soft_rc/qp.hpp"
-#include "core/thread_annotations.hpp"
+#include "driver/completion_queue.hpp"
+#include "driver/memory_registry.hpp"
 #include "providers/shm/address.hpp"
 #include "providers/shm/ring.hpp"
 #include "providers/shm/shm_device.hpp"
+#include "providers/soft_rc/qp.hpp"
+#include "services/cuda/pinned.hpp"
+#include "services/thread_annotations.hpp"
 
 namespace rdmx::shm {
 

@@ -11,11 +11,11 @@
 #include <array>
 #include <cstring>
 
-#include "core/cuda/copy.hpp"
-#include "core/log.hpp"
-#include "core/race_annotations.hpp"
-#include "core/work_request.hpp"
+#include "driver/work_request.hpp"
 #include "providers/tcp/tcp_qp.hpp"
+#include "services/cuda/copy.hpp"
+#include "services/log.hpp"
+#include "services/race_annotations.hpp"
 
 namespace rdmx::tcp {
 

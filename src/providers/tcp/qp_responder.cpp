@@ -7,12 +7,12 @@
 #include <array>
 #include <atomic>
 
-#include "core/cuda/copy.hpp"
-#include "core/log.hpp"
-#include "core/ordered_placement.hpp"
-#include "core/race_annotations.hpp"
-#include "core/work_request.hpp"
+#include "driver/ordered_placement.hpp"
+#include "driver/work_request.hpp"
 #include "providers/tcp/tcp_qp.hpp"
+#include "services/cuda/copy.hpp"
+#include "services/log.hpp"
+#include "services/race_annotations.hpp"
 
 namespace rdmx::tcp {
 namespace {

@@ -10,10 +10,10 @@
 #include <memory>
 #include <vector>
 
-#include "core/config.hpp"
-#include "core/settings.hpp"
 #include "rdmx/bootstrap.hpp"
 #include "rdmx/error.hpp"
+#include "services/config.hpp"
+#include "services/settings.hpp"
 
 namespace rdmx::tcp {
 namespace {

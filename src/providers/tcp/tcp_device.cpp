@@ -11,14 +11,14 @@
 #include <array>
 #include <cstring>
 
-#include "core/auth.hpp"
-#include "core/completion_queue.hpp"
-#include "core/config.hpp"
-#include "core/log.hpp"
-#include "core/mutex.hpp"
+#include "driver/completion_queue.hpp"
 #include "providers/tcp/address.hpp"
 #include "providers/tcp/tcp_factory.hpp"
 #include "providers/tcp/tcp_qp.hpp"
+#include "services/auth.hpp"
+#include "services/config.hpp"
+#include "services/log.hpp"
+#include "services/mutex.hpp"
 
 namespace rdmx::tcp {
 namespace {
@@ -53,7 +53,7 @@ std::shared_ptr<Device> open_tcp_device(const std::string& why, core::DeviceReso
 }
 
 TcpDevice::TcpDevice(SocketInterface iface, std::string why, core::DeviceResources resources)
-    : SoftRcDevice("tcp", std::move(resources), wire::kMaxMessage, true, true, CudaMemorySupport::Staging),
+    : SoftRcDevice(core::provider_tcp, std::move(resources), wire::kMaxMessage, true, true, CudaMemorySupport::Staging),
       iface_(std::move(iface)) {
   // A secret that cannot be read fails here, where the user can see it, not in the engine.
   core::auth::key_configured();

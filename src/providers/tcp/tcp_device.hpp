@@ -10,10 +10,10 @@
 #include <string>
 #include <unordered_map>
 
-#include "core/soft_rc/device.hpp"
-#include "core/thread_annotations.hpp"
+#include "providers/soft_rc/device.hpp"
 #include "providers/tcp/socket_iface.hpp"
 #include "providers/tcp/wire.hpp"
+#include "services/thread_annotations.hpp"
 
 namespace rdmx::tcp {
 

@@ -5,7 +5,8 @@
 #include <memory>
 #include <string>
 
-#include "core/device_resources.hpp"
+#include "driver/device_resources.hpp"
+#include "driver/provider.hpp"
 #include "rdmx/verbs.hpp"
 
 namespace rdmx::tcp {
@@ -14,3 +15,8 @@ namespace rdmx::tcp {
 bool is_tcp_address(const QpAddress& address);
 std::shared_ptr<Device> open_tcp_device(const std::string& why, core::DeviceResources resources = {});
 }  // namespace rdmx::tcp
+
+namespace rdmx::core {
+// This provider's descriptor (descriptor.cpp).
+extern const ProviderDescriptor provider_tcp;
+}  // namespace rdmx::core

@@ -14,13 +14,13 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/address_bundle.hpp"
-#include "core/auth.hpp"
-#include "core/config.hpp"
-#include "core/log.hpp"
-#include "core/mutex.hpp"
-#include "core/work_request.hpp"
+#include "driver/address_bundle.hpp"
+#include "driver/work_request.hpp"
 #include "providers/tcp/tcp_factory.hpp"
+#include "services/auth.hpp"
+#include "services/config.hpp"
+#include "services/log.hpp"
+#include "services/mutex.hpp"
 
 namespace rdmx::tcp {
 

@@ -25,17 +25,17 @@
 #include <utility>
 #include <vector>
 
-#include "core/auth.hpp"
-#include "core/completion_queue.hpp"
-#include "core/cuda/pinned.hpp"
-#include "core/memory_registry.hpp"
-#include "core/mutex.hpp"
-#include "core/soft_rc/qp.hpp"
-#include "core/thread_annotations.hpp"
-#include "core/work_request.hpp"
+#include "driver/completion_queue.hpp"
+#include "driver/memory_registry.hpp"
+#include "driver/work_request.hpp"
+#include "providers/soft_rc/qp.hpp"
 #include "providers/tcp/address.hpp"
 #include "providers/tcp/tcp_device.hpp"
 #include "providers/tcp/wire.hpp"
+#include "services/auth.hpp"
+#include "services/cuda/pinned.hpp"
+#include "services/mutex.hpp"
+#include "services/thread_annotations.hpp"
 
 namespace rdmx::tcp {
 

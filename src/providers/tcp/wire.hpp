@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "core/soft_rc/connection.hpp"
+#include "providers/soft_rc/connection.hpp"
 
 namespace rdmx::tcp::wire {
 
@@ -51,7 +51,7 @@ enum class FrameType : std::uint8_t {
   Accept = 15,      // the acceptor's answer to a HELLO whose proof verified: its own proof in return
 };
 
-// Authentication is mutual (core/auth.hpp). The acceptor's CHALLENGE carries
+// Authentication is mutual (services/auth.hpp). The acceptor's CHALLENGE carries
 // a fresh challenge; the connector's HELLO carries its proof over it and a
 // fresh challenge of its own; the acceptor's ACCEPT carries its proof over
 // that one. The connector acts on no frame, and sends none, before the ACCEPT

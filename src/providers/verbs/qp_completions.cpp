@@ -5,10 +5,10 @@
 // flushes held back until the completion that explains them has been seen.
 #include <arpa/inet.h>
 
-#include "core/log.hpp"
-#include "core/work_request.hpp"
+#include "driver/work_request.hpp"
 #include "providers/verbs/verbs_device.hpp"
 #include "providers/verbs/verbs_qp.hpp"
+#include "services/log.hpp"
 
 namespace rdmx::verbs {
 namespace {

@@ -13,14 +13,14 @@
 #include <cstdio>
 #include <cstring>
 
-#include "core/completion_queue.hpp"
-#include "core/config.hpp"
-#include "core/cuda/dma_buf.hpp"
-#include "core/log.hpp"
-#include "core/settings.hpp"
+#include "driver/completion_queue.hpp"
 #include "providers/verbs/port_select.hpp"
 #include "providers/verbs/verbs_factory.hpp"
 #include "providers/verbs/verbs_qp.hpp"
+#include "services/config.hpp"
+#include "services/cuda/dma_buf.hpp"
+#include "services/log.hpp"
+#include "services/settings.hpp"
 #include "topo/topo.hpp"
 
 namespace rdmx::verbs {
@@ -339,6 +339,8 @@ VerbsDevice::VerbsDevice(ContextHandle context, const ibv_device_attr& attr, Por
       std::min({attr_.max_sge, attr_.max_sge_rd > 0 ? attr_.max_sge_rd : attr_.max_sge, 32}));
   inline_limit_ = 0;
   caps_.max_inline_data = 0;
+  caps_.latency_us = core::provider_verbs.figures.latency_us;
+  caps_.bandwidth_gbps = core::provider_verbs.figures.bandwidth_gbps;
 
   channel_ = ibv_create_comp_channel(context_.get());
   if (channel_ == nullptr) {

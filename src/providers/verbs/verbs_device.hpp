@@ -24,12 +24,12 @@
 #include <thread>
 #include <vector>
 
-#include "core/device_resources.hpp"
-#include "core/engine_parking.hpp"
-#include "core/memory_registry.hpp"
-#include "core/mutex.hpp"
+#include "driver/device_resources.hpp"
+#include "driver/engine_parking.hpp"
+#include "driver/memory_registry.hpp"
 #include "providers/verbs/address.hpp"
 #include "rdmx/verbs.hpp"
+#include "services/mutex.hpp"
 
 namespace rdmx::verbs {
 
@@ -110,7 +110,7 @@ class VerbsDevice final : public Device, public core::EngineHandoff {
   std::thread engine_;
 };
 
-// The hardware side of protection domains and regions (see core/region_binder.hpp).
+// The hardware side of protection domains and regions (see driver/region_binder.hpp).
 class VerbsBinder final : public core::RegionBinder {
  public:
   VerbsBinder(ContextHandle context, std::string device) : context_(std::move(context)), device_(std::move(device)) {}

@@ -5,7 +5,8 @@
 #include <memory>
 #include <string>
 
-#include "core/device_resources.hpp"
+#include "driver/device_resources.hpp"
+#include "driver/provider.hpp"
 #include "rdmx/verbs.hpp"
 
 namespace rdmx::verbs {
@@ -17,3 +18,8 @@ bool is_verbs_address(const QpAddress& address);
 // For auto selection: whether this process's verbs device can reach `address`.
 bool reaches(const Device& device, const QpAddress& address, std::string* why);
 }  // namespace rdmx::verbs
+
+namespace rdmx::core {
+// This provider's descriptor (descriptor.cpp).
+extern const ProviderDescriptor provider_verbs;
+}  // namespace rdmx::core

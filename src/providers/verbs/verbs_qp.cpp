@@ -7,13 +7,13 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include "core/kernel_random.hpp"
+#include "services/kernel_random.hpp"
 
-#include "core/address_bundle.hpp"
-#include "core/config.hpp"
-#include "core/log.hpp"
-#include "core/work_request.hpp"
+#include "driver/address_bundle.hpp"
+#include "driver/work_request.hpp"
 #include "providers/verbs/verbs_device.hpp"
+#include "services/config.hpp"
+#include "services/log.hpp"
 
 namespace rdmx::verbs {
 namespace {

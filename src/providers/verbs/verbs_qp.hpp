@@ -20,11 +20,11 @@
 #include <string>
 #include <vector>
 
-#include "core/completion_queue.hpp"
-#include "core/memory_registry.hpp"
-#include "core/mutex.hpp"
+#include "driver/completion_queue.hpp"
+#include "driver/memory_registry.hpp"
 #include "providers/verbs/address.hpp"
 #include "rdmx/verbs.hpp"
+#include "services/mutex.hpp"
 
 namespace rdmx::verbs {
 
