@@ -5,7 +5,7 @@
  *                              [--sizes 4,4K,64K,1M,16M,64M] [--type fp32] [--redop sum|prod|min|max|avg]
  *                              [--root 0] [--iters N] [--warmup N] [--check 0|1] [--json PATH]
  *
- * The three collective benchmarks (`rdmx perf coll`, tools/rdmx/perf_coll.cpp,
+ * The three collective benchmarks (`rdmx perf coll`, tools/rdmx/perf/perf_coll.cpp,
  * which began as bench/coll/rdmx_coll_perf.cpp; this file;
  * bench/coll/torch_coll_perf.py) measure the same way and print the same
  * table, after nccl-tests. The two peers take the flags above (those of the

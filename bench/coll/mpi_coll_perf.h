@@ -1,7 +1,7 @@
 /* bench/coll/mpi_coll_perf.h: the parts of the Open MPI peer of `rdmx perf
  * coll` (mpi_coll_perf.c, the calls and the output; mpi_coll_args.c, the
  * command line; mpi_coll_model.c, what each collective moves and the check
- * patterns), mirroring tools/rdmx/perf_coll*.
+ * patterns), mirroring tools/rdmx/perf/perf_coll*.
  *
  * SPDX-License-Identifier: MIT
  */

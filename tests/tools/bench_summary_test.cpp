@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// rdmx bench's summary (tools/rdmx/bench_summary.cpp), in process on results
+// rdmx bench's summary (tools/rdmx/report/bench_summary.cpp), in process on results
 // documents: it leads with WRITE latency and the WRITE bandwidth of messages
 // beyond the last-level cache, not a READ from mapped memory or a copy that
 // fits in the cache, and it marks figures whose rounds spread.
@@ -7,8 +7,8 @@
 
 #include <string>
 
-#include "bench_summary.hpp"
 #include "json_schema.hpp"
+#include "report/bench_summary.hpp"
 
 namespace rdmx::test {
 namespace {

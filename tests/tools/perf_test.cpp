@@ -12,9 +12,9 @@
 
 #include "json_schema.hpp"
 #include "rdmx/comm.hpp"
+#include "report/svg_plot.hpp"
 #include "run_cli.hpp"
 #include "support/providers.hpp"
-#include "svg_plot.hpp"
 
 namespace rdmx::test {
 namespace {

@@ -55,13 +55,13 @@ TEST(PlanCommand, APresetGivesATablePerFabricJsonAndAPage) {
 }
 
 // docs/ADVISOR.md, "Published cases": Horovod's 512-GPU benchmark on 25
-// Gbit/s RoCE, from tools/plan/cases/horovod-2018.json. The model's
+// Gbit/s RoCE, from tools/rdmx/plan/data/cases/horovod-2018.json. The model's
 // efficiencies stay within the gaps recorded there, and it tells the
 // communication-bound model (VGG-16, whose published RDMA gain over TCP was
 // about 30%) from the others (3-4%).
 TEST(PlanCommand, HorovodsPublishedScalingIsPredictedWithinTheRecordedGaps) {
   const std::string dir = temp_dir("horovod");
-  const std::string cases = std::string(RDMX_SOURCE_DIR) + "/tools/plan/cases/horovod-2018.json";
+  const std::string cases = std::string(RDMX_SOURCE_DIR) + "/tools/rdmx/plan/data/cases/horovod-2018.json";
   struct Published {
     const char* model;
     double at32, at128;  // efficiency
@@ -148,8 +148,8 @@ TEST(PlanCommand, BadArgumentsAreRefusedWithWhatIsWrong) {
   r = run_cli({"plan", "--model", "alexnet-9000"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("no model preset named 'alexnet-9000'"), std::string::npos) << r.err;
-  r = run_cli(
-      {"plan", "--model", "resnet-50", "--models-file", std::string(RDMX_SOURCE_DIR) + "/tools/plan/fabrics.json"});
+  r = run_cli({"plan", "--model", "resnet-50", "--models-file",
+               std::string(RDMX_SOURCE_DIR) + "/tools/rdmx/plan/data/fabrics.json"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("must be an object of presets"), std::string::npos) << r.err;
   r = run_cli({"plan", "--model", "custom", "--parameters", "1e6"});

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The bench report page (tools/rdmx/report_html.cpp): a sample results
+// The bench report page (tools/rdmx/report/report_html.cpp): a sample results
 // document must match docs/schemas/bench.schema.json, and the page rendered
 // from it must be self-contained, escaped, and hold every plot and table.
 //
@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "json_schema.hpp"
-#include "report_html.hpp"
-#include "svg_plot.hpp"
+#include "report/report_html.hpp"
+#include "report/svg_plot.hpp"
 
 namespace rdmx::test {
 namespace {

@@ -204,7 +204,7 @@ TEST(Smoke, Plan) {
 TEST(Smoke, PlanFabrics) {
   const CliResult r = run_cli({"plan", "fabrics"}, {}, seconds(30));
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  const json file = json::parse(slurp(source_path("tools/plan/fabrics.json")));
+  const json file = json::parse(slurp(source_path("tools/rdmx/plan/data/fabrics.json")));
   ASSERT_FALSE(file["fabrics"].empty());
   for (const auto& [name, fabric] : file["fabrics"].items()) {
     EXPECT_TRUE(has_line(r.out, "^" + name + " ")) << "fabric " << name << " not listed:\n" << r.out;
@@ -215,7 +215,7 @@ TEST(Smoke, PlanFabrics) {
 TEST(Smoke, PlanModels) {
   const CliResult r = run_cli({"plan", "models"}, {}, seconds(30));
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  const json file = json::parse(slurp(source_path("tools/plan/models.json")));
+  const json file = json::parse(slurp(source_path("tools/rdmx/plan/data/models.json")));
   ASSERT_FALSE(file["models"].empty());
   for (const auto& [name, model] : file["models"].items()) {
     EXPECT_TRUE(has_line(r.out, "^" + name + " +[0-9.]+M parameters")) << "preset " << name << " not listed:\n"

@@ -13,13 +13,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "local_job.hpp"
-#include "perf_common.hpp"
+#include "cli/options.hpp"
+#include "launch/local_job.hpp"
 #include "plan/fabric.hpp"
 #include "rdmx/bootstrap.hpp"
 #include "rdmx/comm.hpp"
 #include "rdmx/error.hpp"
-#include "svg_plot.hpp"
+#include "report/svg_plot.hpp"
 
 namespace rdmx::cli {
 namespace {

@@ -12,13 +12,13 @@
 #include <memory>
 #include <sstream>
 
-#include "commands.hpp"
-#include "perf_common.hpp"
+#include "cli/commands.hpp"
+#include "cli/options.hpp"
 #include "plan/calibrate.hpp"
 #include "plan/planner.hpp"
 #include "plan/report_page.hpp"
 #include "rdmx/error.hpp"
-#include "svg_plot.hpp"
+#include "report/svg_plot.hpp"
 
 namespace rdmx::cli {
 namespace {
@@ -283,7 +283,7 @@ void register_plan(CLI::App& root) {
   plan->add_option("--first-bucket-mib", o->first_bucket_mib, "the first bucket's size, MiB (DDP: 1)")
       ->check(CLI::Range(1.0 / 1024, 1048576.0));
   plan->add_option("--models-file", o->models_file,
-                   "presets from this file (tools/plan/models.json's form) instead of the built-in ones");
+                   "presets from this file (tools/rdmx/plan/data/models.json's form) instead of the built-in ones");
 
   auto fabrics_json = std::make_shared<bool>(false);
   auto fabrics_file = std::make_shared<std::string>();

@@ -4,7 +4,7 @@
 #include "plan/doc_fields.hpp"
 #include "rdmx/error.hpp"
 
-// tools/plan/fabrics.json, compiled in by tools/CMakeLists.txt.
+// tools/rdmx/plan/data/fabrics.json, compiled in by tools/CMakeLists.txt.
 extern const char rdmx_plan_builtin_fabrics[];
 
 namespace rdmx::cli::plan {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // What rdmx plan knows of a fabric: the costs its model charges a message,
 // a byte and a reduction, read from a profile file users can edit
-// (tools/plan/fabrics.json is the built-in one; rdmx plan calibrate writes
+// (tools/rdmx/plan/data/fabrics.json is the built-in one; rdmx plan calibrate writes
 // one from measurement). Every value may carry its source.
 #pragma once
 
@@ -44,7 +44,7 @@ struct Fabric {
 std::vector<Fabric> parse_fabrics(const nlohmann::json& doc, const std::string& origin);
 nlohmann::json fabric_to_json(const Fabric& fabric);
 
-// The built-in profiles (tools/plan/fabrics.json, compiled in) and, when
+// The built-in profiles (tools/rdmx/plan/data/fabrics.json, compiled in) and, when
 // `path` is not empty, those of that file in their place.
 std::vector<Fabric> load_fabrics(const std::string& path);
 const std::string& builtin_fabrics_text();

@@ -4,8 +4,8 @@
 #include <map>
 #include <vector>
 
-#include "report_html.hpp"
-#include "svg_plot.hpp"
+#include "report/report_html.hpp"
+#include "report/svg_plot.hpp"
 
 namespace rdmx::cli::plan {
 namespace {

@@ -9,7 +9,7 @@
 #include "plan/doc_fields.hpp"
 #include "rdmx/error.hpp"
 
-// tools/plan/models.json, compiled in by tools/CMakeLists.txt.
+// tools/rdmx/plan/data/models.json, compiled in by tools/CMakeLists.txt.
 extern const char rdmx_plan_builtin_models[];
 
 namespace rdmx::cli::plan {
@@ -89,7 +89,7 @@ nlohmann::json models_doc(const std::string& path) {
   nlohmann::json doc = path.empty() ? builtin : read_json_file(path, "model file");
   if (!doc.is_object() || !doc.contains("models") || !doc["models"].is_object()) {
     bad_field({path.empty() ? "built-in models" : path, "the file"}, "models",
-              "must be an object of presets (as rdmx's tools/plan/models.json)");
+              "must be an object of presets (as rdmx's tools/rdmx/plan/data/models.json)");
   }
   return doc;
 }

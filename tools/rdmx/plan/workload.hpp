@@ -79,7 +79,7 @@ struct Workload {
   StepTrace step;
 };
 
-// Presets: tools/plan/models.json, compiled in, or a file of its form.
+// Presets: tools/rdmx/plan/data/models.json, compiled in, or a file of its form.
 const std::string& builtin_models_text();
 Description preset_description(const std::string& name, std::string* source, const std::string& models_file = "");
 std::vector<std::string> preset_names(const std::string& models_file = "");
