@@ -59,7 +59,9 @@ function(rdmx_layer name)
   add_library(rdmx_${name} OBJECT ${sources})
   set_target_properties(rdmx_${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
   target_include_directories(rdmx_${name} PRIVATE ${root} ${PROJECT_SOURCE_DIR}/include ${PROJECT_BINARY_DIR}/include)
-  target_compile_options(rdmx_${name} PRIVATE ${RDMX_WARNINGS} -fno-semantic-interposition)
+  # Hidden unless a public header declares it (include/rdmx/export.hpp).
+  target_compile_options(rdmx_${name} PRIVATE ${RDMX_WARNINGS} -fno-semantic-interposition -fvisibility=hidden
+                                               -fvisibility-inlines-hidden)
   target_link_libraries(rdmx_${name} PRIVATE Threads::Threads nlohmann_json::nlohmann_json)
   target_include_directories(rdmx_${name} SYSTEM PRIVATE ${RDMX_HWLOC_INCLUDE})
   if(RDMX_HAVE_VERBS)

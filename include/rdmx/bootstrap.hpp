@@ -18,6 +18,10 @@
 
 #include "rdmx/verbs.hpp"
 
+#include "rdmx/export.hpp"
+
+RDMX_API_BEGIN
+
 namespace rdmx {
 
 using Bytes = std::vector<std::uint8_t>;
@@ -74,7 +78,7 @@ class TcpStoreServer {
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
   std::uint16_t port() const;
 
-  struct Impl;
+  struct RDMX_INTERNAL Impl;
 
  private:
   std::unique_ptr<Impl> impl_;
@@ -143,3 +147,4 @@ Mesh connect_mesh(Store& store, int rank, int world_size, Device& device, Protec
                   const std::string& tag = "mesh");
 
 }  // namespace rdmx
+RDMX_API_END

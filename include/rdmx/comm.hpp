@@ -54,6 +54,10 @@
 #include "rdmx/bootstrap.hpp"
 #include "rdmx/error.hpp"
 
+#include "rdmx/export.hpp"
+
+RDMX_API_BEGIN
+
 namespace rdmx {
 
 // ---------------------------------------------------------------------------
@@ -100,11 +104,11 @@ const char* to_string(CollOp op) noexcept;  // "all_reduce", ...
 // ---------------------------------------------------------------------------
 // A pending asynchronous operation.
 namespace coll {
-class Executor;
+class RDMX_INTERNAL Executor;
 }
 class Work {
  public:
-  struct State;
+  struct RDMX_INTERNAL State;
   Work() = default;
   explicit Work(std::shared_ptr<State> state) : state_(std::move(state)) {}
 
@@ -308,3 +312,4 @@ class Communicator {
 };
 
 }  // namespace rdmx
+RDMX_API_END

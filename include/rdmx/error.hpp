@@ -10,6 +10,10 @@
 #include <stdexcept>
 #include <string>
 
+#include "rdmx/export.hpp"
+
+RDMX_API_BEGIN
+
 namespace rdmx {
 
 enum class ErrorCode : std::uint8_t {
@@ -54,3 +58,4 @@ class Error : public std::runtime_error {
 };
 
 }  // namespace rdmx
+RDMX_API_END

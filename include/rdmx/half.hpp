@@ -7,6 +7,10 @@
 
 #include <cstdint>
 
+#include "rdmx/export.hpp"
+
+RDMX_API_BEGIN
+
 namespace rdmx {
 
 // IEEE binary16. Bit-exact with F16C's vcvtph2ps / vcvtps2ph (round to
@@ -23,3 +27,4 @@ float bf16_to_float(std::uint16_t h) noexcept;
 std::uint16_t float_to_bf16(float f) noexcept;
 
 }  // namespace rdmx
+RDMX_API_END

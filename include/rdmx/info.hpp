@@ -14,6 +14,10 @@
 
 #include "rdmx/verbs.hpp"
 
+#include "rdmx/export.hpp"
+
+RDMX_API_BEGIN
+
 namespace rdmx {
 
 // ---------------------------------------------------------------------------
@@ -157,3 +161,4 @@ HostTopology discover_topology();
 std::string info_json(int indent = 2);
 
 }  // namespace rdmx
+RDMX_API_END

@@ -12,6 +12,10 @@
 
 #include "rdmx/comm.hpp"
 
+#include "rdmx/export.hpp"
+
+RDMX_API_BEGIN
+
 namespace rdmx::profile {
 
 // Whether RDMX_PROFILE is set in this process.
@@ -42,3 +46,4 @@ void waited(std::uint64_t id);
 void completed(std::uint64_t id);
 
 }  // namespace rdmx::profile
+RDMX_API_END

@@ -25,6 +25,10 @@
 
 #include "rdmx/verbs.hpp"
 
+#include "rdmx/export.hpp"
+
+RDMX_API_BEGIN
+
 namespace rdmx {
 
 // Not thread-safe: one user at a time (a communicator keeps one of its own).
@@ -81,3 +85,4 @@ struct UnmapDetection {
 UnmapDetection unmap_detection();
 
 }  // namespace rdmx
+RDMX_API_END

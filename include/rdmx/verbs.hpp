@@ -38,6 +38,10 @@
 
 #include "rdmx/error.hpp"
 
+#include "rdmx/export.hpp"
+
+RDMX_API_BEGIN
+
 namespace rdmx {
 
 // ---------------------------------------------------------------------------
@@ -427,3 +431,4 @@ std::size_t remove_stale_endpoints();
 std::shared_ptr<Device> open_device(std::string_view provider = "auto");
 
 }  // namespace rdmx
+RDMX_API_END

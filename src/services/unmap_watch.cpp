@@ -28,24 +28,7 @@ namespace rdmx::core {
 // its event, so the thread must outlive every other static destructor.
 class UnmapWatcher {
  public:
-  UnmapWatcher() : pid_(static_cast<int>(::getpid())) {
-    const long page = ::sysconf(_SC_PAGESIZE);
-    page_ = page > 0 ? static_cast<std::uintptr_t>(page) : 4096;
-    {
-      LockGuard lock(mu_);
-      open_fd_locked();
-    }
-    if (fd_ < 0) return;
-    try {
-      std::thread([this] { read_events_forever(); }).detach();
-    } catch (const std::system_error& e) {
-      ::close(fd_);
-      fd_ = -1;
-      how_ = std::string("off: could not start the thread that reads unmap events: ") + e.what();
-      return;
-    }
-    RDMX_INFO("registration cache: %s", how_.c_str());
-  }
+  UnmapWatcher();
 
   int pid() const { return pid_; }
   UnmapWatchSupport support() {
@@ -245,6 +228,25 @@ class UnmapWatcher {
   Mutex mu_;
   UnmapWatch* head_ RDMX_GUARDED_BY(mu_) = nullptr;
 };
+
+UnmapWatcher::UnmapWatcher() : pid_(static_cast<int>(::getpid())) {
+  const long page = ::sysconf(_SC_PAGESIZE);
+  page_ = page > 0 ? static_cast<std::uintptr_t>(page) : 4096;
+  {
+    LockGuard lock(mu_);
+    open_fd_locked();
+  }
+  if (fd_ < 0) return;
+  try {
+    std::thread([this] { read_events_forever(); }).detach();
+  } catch (const std::system_error& e) {
+    ::close(fd_);
+    fd_ = -1;
+    how_ = std::string("off: could not start the thread that reads unmap events: ") + e.what();
+    return;
+  }
+  RDMX_INFO("registration cache: %s", how_.c_str());
+}
 
 namespace {
 Mutex g_create_mu;
