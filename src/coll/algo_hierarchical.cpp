@@ -34,8 +34,12 @@ void all_reduce_hier(OpContext& ctx) {
       const Block sb = block_of(c.count, L, mod(l - step, L));
       const Block rb = block_of(c.count, L, mod(l - step - 1, L));
       const void* src = step == 0 ? at(c.send, sb.off, e) : at(c.recv, sb.off, e);
-      add_send(s, local(l + 1), src, sb.len * e, done, true, true);
-      done = add_recv(s, local(l - 1), at(c.recv, rb.off, e), rb.len * e, at(c.send, rb.off, e));
+      add_send(
+          s, {.peer = local(l + 1), .src = src, .bytes = sb.len * e, .after = done, .stream = true, .in_place = true});
+      done = add_recv(s, {.peer = local(l - 1),
+                          .dst = at(c.recv, rb.off, e),
+                          .bytes = rb.len * e,
+                          .reduce_with = at(c.send, rb.off, e)});
     }
     if (H == 1) s.recvs.back().finalize = true;
   } else if (c.send != c.recv) {
@@ -55,19 +59,29 @@ void all_reduce_hier(OpContext& ctx) {
     for (int step = 0; step < H - 1; ++step) {
       const Block sb = block_of(mine.len, H, mod(h - step, H));
       const Block rb = block_of(mine.len, H, mod(h - step - 1, H));
-      if (step == 0) {
-        add_send(s, across(h + 1), at(base, sb.off, e), sb.len * e, phase1, false, true);
-      } else {
-        add_send(s, across(h + 1), at(base, sb.off, e), sb.len * e, prev, true, true);
-      }
-      prev = add_recv(s, across(h - 1), at(base, rb.off, e), rb.len * e, at(base, rb.off, e), step == 0 ? phase1 : -1);
+      add_send(s, {.peer = across(h + 1),
+                   .src = at(base, sb.off, e),
+                   .bytes = sb.len * e,
+                   .after = step == 0 ? phase1 : prev,
+                   .stream = step > 0,
+                   .in_place = true});
+      prev = add_recv(s, {.peer = across(h - 1),
+                          .dst = at(base, rb.off, e),
+                          .bytes = rb.len * e,
+                          .reduce_with = at(base, rb.off, e),
+                          .after = step == 0 ? phase1 : -1});
     }
     s.recvs.back().finalize = true;
     for (int step = 0; step < H - 1; ++step) {
       const Block sb = block_of(mine.len, H, mod(h + 1 - step, H));
       const Block rb = block_of(mine.len, H, mod(h - step, H));
-      add_send(s, across(h + 1), at(base, sb.off, e), sb.len * e, prev, true, true);
-      prev = add_recv(s, across(h - 1), at(base, rb.off, e), rb.len * e);
+      add_send(s, {.peer = across(h + 1),
+                   .src = at(base, sb.off, e),
+                   .bytes = sb.len * e,
+                   .after = prev,
+                   .stream = true,
+                   .in_place = true});
+      prev = add_recv(s, {.peer = across(h - 1), .dst = at(base, rb.off, e), .bytes = rb.len * e});
     }
     done = prev;
     stream_block = false;
@@ -81,8 +95,13 @@ void all_reduce_hier(OpContext& ctx) {
     for (int step = 0; step < L - 1; ++step) {
       const Block sb = block_of(c.count, L, mod(l + 1 - step, L));
       const Block rb = block_of(c.count, L, mod(l - step, L));
-      add_send(s, local(l + 1), at(c.recv, sb.off, e), sb.len * e, prev, step > 0 || stream_block, true);
-      prev = add_recv(s, local(l - 1), at(c.recv, rb.off, e), rb.len * e);
+      add_send(s, {.peer = local(l + 1),
+                   .src = at(c.recv, sb.off, e),
+                   .bytes = sb.len * e,
+                   .after = prev,
+                   .stream = step > 0 || stream_block,
+                   .in_place = true});
+      prev = add_recv(s, {.peer = local(l - 1), .dst = at(c.recv, rb.off, e), .bytes = rb.len * e});
     }
   }
   ctx.run();
@@ -105,8 +124,13 @@ void all_gather_hier(OpContext& ctx) {
   const int right = layout.rank_at(mod(h + 1, H), l), left = layout.rank_at(mod(h - 1, H), l);
   for (int step = 0; step < H - 1; ++step) {
     const int sh = mod(h - step, H), rh = mod(h - step - 1, H);
-    add_send(s, right, block(sh, l), bytes, complete[static_cast<std::size_t>(sh)], true, true);
-    complete[static_cast<std::size_t>(rh)] = add_recv(s, left, block(rh, l), bytes);
+    add_send(s, {.peer = right,
+                 .src = block(sh, l),
+                 .bytes = bytes,
+                 .after = complete[static_cast<std::size_t>(sh)],
+                 .stream = true,
+                 .in_place = true});
+    complete[static_cast<std::size_t>(rh)] = add_recv(s, {.peer = left, .dst = block(rh, l), .bytes = bytes});
   }
   // Around the host: super-block (l - step) goes on, its blocks each behind
   // the receive that brought it.
@@ -117,10 +141,16 @@ void all_gather_hier(OpContext& ctx) {
   for (int step = 0; step < L - 1; ++step) {
     const int sl = mod(l - step, L), rl = mod(l - step - 1, L);
     for (int host = 0; host < H; ++host) {
-      add_send(s, next, block(host, sl), bytes, got[static_cast<std::size_t>(host * L + sl)], true, true);
+      add_send(s, {.peer = next,
+                   .src = block(host, sl),
+                   .bytes = bytes,
+                   .after = got[static_cast<std::size_t>(host * L + sl)],
+                   .stream = true,
+                   .in_place = true});
     }
     for (int host = 0; host < H; ++host)
-      got[static_cast<std::size_t>(host * L + rl)] = add_recv(s, prev, block(host, rl), bytes);
+      got[static_cast<std::size_t>(host * L + rl)] =
+          add_recv(s, {.peer = prev, .dst = block(host, rl), .bytes = bytes});
   }
   ctx.run();
 }
@@ -145,12 +175,18 @@ void reduce_scatter_hier(OpContext& ctx) {
     const int sl = mod(l - step - 1, L), rl = mod(l - step - 2, L);
     for (int host = 0; host < H; ++host) {
       const void* src = step == 0 ? input(host, sl) : partial(host, sl);
-      add_send(s, next, src, bytes, got[static_cast<std::size_t>(host * L + sl)], true, true);
+      add_send(s, {.peer = next,
+                   .src = src,
+                   .bytes = bytes,
+                   .after = got[static_cast<std::size_t>(host * L + sl)],
+                   .stream = true,
+                   .in_place = true});
     }
     for (int host = 0; host < H; ++host) {
       // With one host the last step's block is this rank's result.
       void* dst = H == 1 && step == L - 2 ? c.recv : partial(host, rl);
-      got[static_cast<std::size_t>(host * L + rl)] = add_recv(s, prev, dst, bytes, input(host, rl));
+      got[static_cast<std::size_t>(host * L + rl)] =
+          add_recv(s, {.peer = prev, .dst = dst, .bytes = bytes, .reduce_with = input(host, rl)});
     }
   }
   if (H > 1) {
@@ -162,9 +198,18 @@ void reduce_scatter_hier(OpContext& ctx) {
     for (int step = 0; step < H - 1; ++step) {
       const int sh = mod(h - step - 1, H), rh = mod(h - step - 2, H);
       const int ready = got[static_cast<std::size_t>(sh * L + l)];
-      add_send(s, right, step == 0 ? host_sum(sh) : partial(sh, l), bytes, step == 0 ? ready : last, step > 0, true);
+      add_send(s, {.peer = right,
+                   .src = step == 0 ? host_sum(sh) : partial(sh, l),
+                   .bytes = bytes,
+                   .after = step == 0 ? ready : last,
+                   .stream = step > 0,
+                   .in_place = true});
       void* dst = step == H - 2 ? c.recv : partial(rh, l);
-      last = add_recv(s, left, dst, bytes, host_sum(rh), got[static_cast<std::size_t>(rh * L + l)]);
+      last = add_recv(s, {.peer = left,
+                          .dst = dst,
+                          .bytes = bytes,
+                          .reduce_with = host_sum(rh),
+                          .after = got[static_cast<std::size_t>(rh * L + l)]});
     }
   }
   s.recvs.back().finalize = true;

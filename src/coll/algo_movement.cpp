@@ -27,9 +27,11 @@ void all_gather_ring(OpContext& ctx) {
   for (int step = 0; step < n - 1; ++step) {
     const auto sb = static_cast<std::size_t>(mod(r - step, n));
     const auto rb = static_cast<std::size_t>(mod(r - step - 1, n));
-    const int si = add_send(ctx.sched, right, out + sb * bytes, bytes, prev, true, true);
+    const int si = add_send(
+        ctx.sched,
+        {.peer = right, .src = out + sb * bytes, .bytes = bytes, .after = prev, .stream = true, .in_place = true});
     if (direct_out) make_direct(ctx.sched, si, announcement, sb * bytes);
-    prev = add_recv(ctx.sched, left, out + rb * bytes, bytes);
+    prev = add_recv(ctx.sched, {.peer = left, .dst = out + rb * bytes, .bytes = bytes});
     ctx.sched.recvs[static_cast<std::size_t>(prev)].direct = direct_in;
   }
   ctx.run();
@@ -46,14 +48,15 @@ void all_gather_rd(OpContext& ctx) {
   auto& s = ctx.sched;
   const int nr = f.new_rank(r);
   if (nr < 0) {
-    add_send(s, r - 1, c.send, bytes, -1, false, true);
-    add_recv(s, r - 1, out, static_cast<std::size_t>(n) * bytes);
+    add_send(s, {.peer = r - 1, .src = c.send, .bytes = bytes, .in_place = true});
+    add_recv(s, {.peer = r - 1, .dst = out, .bytes = static_cast<std::size_t>(n) * bytes});
     ctx.run();
     return;
   }
   ctx.copy(out + static_cast<std::size_t>(r) * bytes, c.send, bytes);
   int last = -1;
-  if (r < 2 * f.extra) last = add_recv(s, r + 1, out + static_cast<std::size_t>(r + 1) * bytes, bytes);
+  if (r < 2 * f.extra)
+    last = add_recv(s, {.peer = r + 1, .dst = out + static_cast<std::size_t>(r + 1) * bytes, .bytes = bytes});
   auto range = [&](int lo, int hi) {  // participants [lo, hi) as (offset, length) in bytes
     const auto a = static_cast<std::size_t>(f.group_lo(lo)), b = static_cast<std::size_t>(f.group_hi(hi - 1));
     return std::pair<std::size_t, std::size_t>{a * bytes, (b - a) * bytes};
@@ -62,10 +65,12 @@ void all_gather_rd(OpContext& ctx) {
     const int partner = f.real_rank(nr ^ mask);
     const int base = nr & ~(mask - 1), partner_base = (nr ^ mask) & ~(mask - 1);
     const auto mine = range(base, base + mask), theirs = range(partner_base, partner_base + mask);
-    add_send(s, partner, out + mine.first, mine.second, last, false, true);
-    last = add_recv(s, partner, out + theirs.first, theirs.second, nullptr, last);
+    add_send(s, {.peer = partner, .src = out + mine.first, .bytes = mine.second, .after = last, .in_place = true});
+    last = add_recv(s, {.peer = partner, .dst = out + theirs.first, .bytes = theirs.second, .after = last});
   }
-  if (r < 2 * f.extra) add_send(s, r + 1, out, static_cast<std::size_t>(n) * bytes, last, false, true);
+  if (r < 2 * f.extra)
+    add_send(
+        s, {.peer = r + 1, .src = out, .bytes = static_cast<std::size_t>(n) * bytes, .after = last, .in_place = true});
   ctx.run();
 }
 
@@ -76,9 +81,11 @@ void all_gather_direct(OpContext& ctx) {
   auto* out = static_cast<char*>(c.recv);
   ctx.copy(out + static_cast<std::size_t>(r) * bytes, c.send, bytes);
   for (int k = 1; k < n; ++k) {
-    add_send(ctx.sched, mod(r + k, n), out + static_cast<std::size_t>(r) * bytes, bytes, -1, false, true);
+    add_send(
+        ctx.sched,
+        {.peer = mod(r + k, n), .src = out + static_cast<std::size_t>(r) * bytes, .bytes = bytes, .in_place = true});
     const int from = mod(r - k, n);
-    add_recv(ctx.sched, from, out + static_cast<std::size_t>(from) * bytes, bytes);
+    add_recv(ctx.sched, {.peer = from, .dst = out + static_cast<std::size_t>(from) * bytes, .bytes = bytes});
   }
   ctx.run();
 }
@@ -109,13 +116,13 @@ void broadcast_direct(OpContext& ctx) {
       const int peer = mod(r + k, n);
       const bool direct = ctx.use_direct(peer, bytes);
       const int announcement = direct ? add_announcement_recv(ctx.sched, peer) : -1;
-      const int si = add_send(ctx.sched, peer, c.recv, bytes, -1, false, true);
+      const int si = add_send(ctx.sched, {.peer = peer, .src = c.recv, .bytes = bytes, .in_place = true});
       if (direct) make_direct(ctx.sched, si, announcement, 0);
     }
   } else {
     const bool direct = ctx.use_direct(c.root, bytes);
     if (direct) add_announce(ctx.sched, c.root, c.recv, bytes);
-    const int got = add_recv(ctx.sched, c.root, c.recv, bytes);
+    const int got = add_recv(ctx.sched, {.peer = c.root, .dst = c.recv, .bytes = bytes});
     ctx.sched.recvs[static_cast<std::size_t>(got)].direct = direct;
   }
   ctx.run();
@@ -130,13 +137,14 @@ void broadcast_along(OpContext& ctx, int parent, const std::vector<int>& childre
   if (parent >= 0) {
     const bool direct = ctx.use_direct(parent, bytes);
     if (direct) add_announce(ctx.sched, parent, c.recv, bytes);
-    got = add_recv(ctx.sched, parent, c.recv, bytes);
+    got = add_recv(ctx.sched, {.peer = parent, .dst = c.recv, .bytes = bytes});
     ctx.sched.recvs[static_cast<std::size_t>(got)].direct = direct;
   }
   for (int child : children) {
     const bool direct = ctx.use_direct(child, bytes);
     const int announcement = direct ? add_announcement_recv(ctx.sched, child) : -1;
-    const int si = add_send(ctx.sched, child, c.recv, bytes, got, true, true);
+    const int si = add_send(
+        ctx.sched, {.peer = child, .src = c.recv, .bytes = bytes, .after = got, .stream = true, .in_place = true});
     if (direct) make_direct(ctx.sched, si, announcement, 0);
   }
   ctx.run();
@@ -167,13 +175,13 @@ void gather(OpContext& ctx) {
   const int r = ctx.rank, n = ctx.n;
   const std::size_t bytes = c.count * ctx.elem;
   if (r != c.root) {
-    add_send(ctx.sched, c.root, c.send, bytes, -1, false, true);
+    add_send(ctx.sched, {.peer = c.root, .src = c.send, .bytes = bytes, .in_place = true});
   } else {
     auto* out = static_cast<char*>(c.recv);
     ctx.copy(out + static_cast<std::size_t>(r) * bytes, c.send, bytes);
     for (int k = 1; k < n; ++k) {
       const int from = mod(r + k, n);
-      add_recv(ctx.sched, from, out + static_cast<std::size_t>(from) * bytes, bytes);
+      add_recv(ctx.sched, {.peer = from, .dst = out + static_cast<std::size_t>(from) * bytes, .bytes = bytes});
     }
   }
   if (n > 1) ctx.run();
@@ -184,12 +192,13 @@ void scatter(OpContext& ctx) {
   const int r = ctx.rank, n = ctx.n;
   const std::size_t bytes = c.count * ctx.elem;
   if (r != c.root) {
-    add_recv(ctx.sched, c.root, c.recv, bytes);
+    add_recv(ctx.sched, {.peer = c.root, .dst = c.recv, .bytes = bytes});
   } else {
     const auto* in = static_cast<const char*>(c.send);
     for (int k = 1; k < n; ++k) {
       const int to = mod(r + k, n);
-      add_send(ctx.sched, to, in + static_cast<std::size_t>(to) * bytes, bytes, -1, false, true);
+      add_send(ctx.sched,
+               {.peer = to, .src = in + static_cast<std::size_t>(to) * bytes, .bytes = bytes, .in_place = true});
     }
   }
   if (n > 1) ctx.run();
@@ -222,8 +231,8 @@ void all_to_all(OpContext& ctx) {
   auto* out = static_cast<char*>(c.recv);
   for (int k = 1; k < n; ++k) {
     const int to = mod(r + k, n), from = mod(r - k, n);
-    add_send(ctx.sched, to, in + send_off(to), send_len(to), -1, false, true);
-    add_recv(ctx.sched, from, out + recv_off(from), recv_len(from));
+    add_send(ctx.sched, {.peer = to, .src = in + send_off(to), .bytes = send_len(to), .in_place = true});
+    add_recv(ctx.sched, {.peer = from, .dst = out + recv_off(from), .bytes = recv_len(from)});
   }
   if (n > 1) ctx.run();
   if (recv_len(r) != send_len(r)) {
@@ -242,15 +251,15 @@ void barrier(OpContext& ctx) {
   if (n == 1) return;
   if (ctx.desc.algo == Algo::Direct) {
     for (int k = 1; k < n; ++k) {
-      add_send(ctx.sched, mod(r + k, n), nullptr, 0);
-      add_recv(ctx.sched, mod(r - k, n), nullptr, 0);
+      add_send(ctx.sched, {.peer = mod(r + k, n), .src = nullptr, .bytes = 0});
+      add_recv(ctx.sched, {.peer = mod(r - k, n), .dst = nullptr, .bytes = 0});
     }
   } else {
     int prev = -1;
     for (int dist = 1; dist < n; dist <<= 1) {
       // Round k's send must follow every earlier round's receive: chain them.
-      add_send(ctx.sched, mod(r + dist, n), nullptr, 0, prev);
-      prev = add_recv(ctx.sched, mod(r - dist, n), nullptr, 0, nullptr, prev);
+      add_send(ctx.sched, {.peer = mod(r + dist, n), .src = nullptr, .bytes = 0, .after = prev});
+      prev = add_recv(ctx.sched, {.peer = mod(r - dist, n), .dst = nullptr, .bytes = 0, .after = prev});
     }
   }
   ctx.run();
@@ -260,23 +269,23 @@ void point_to_point(OpContext& ctx) {
   const auto& c = ctx.call;
   const std::size_t e = ctx.elem;
   if (c.op == CollOp::Send || c.op == CollOp::SendRecv) {
-    add_send(ctx.sched, c.root, c.send, c.count * e, -1, false, true);
+    add_send(ctx.sched, {.peer = c.root, .src = c.send, .bytes = c.count * e, .in_place = true});
   }
-  if (c.op == CollOp::Recv) add_recv(ctx.sched, c.root, c.recv, c.count * e);
-  if (c.op == CollOp::SendRecv) add_recv(ctx.sched, c.source, c.recv, c.recv_count * e);
+  if (c.op == CollOp::Recv) add_recv(ctx.sched, {.peer = c.root, .dst = c.recv, .bytes = c.count * e});
+  if (c.op == CollOp::SendRecv) add_recv(ctx.sched, {.peer = c.source, .dst = c.recv, .bytes = c.recv_count * e});
   ctx.run();
 }
 
 // --- shared -------------------------------------------------------------------
 
-int add_send(Schedule& s, int peer, const void* src, std::size_t bytes, int after, bool stream, bool in_place) {
+int add_send(Schedule& s, const SendStep& step) {
   SendOp op;
-  op.peer = peer;
-  op.src = src;
-  op.bytes = bytes;
-  op.after = after;
-  op.stream = stream;
-  op.in_place = in_place;
+  op.peer = step.peer;
+  op.src = step.src;
+  op.bytes = step.bytes;
+  op.after = step.after;
+  op.stream = step.stream;
+  op.in_place = step.in_place;
   s.sends.push_back(op);
   return static_cast<int>(s.sends.size()) - 1;
 }
@@ -306,14 +315,14 @@ void make_direct(Schedule& s, int send_index, int announcement, std::size_t offs
   op.in_place = true;
 }
 
-int add_recv(Schedule& s, int peer, void* dst, std::size_t bytes, const void* reduce_with, int after, bool stream) {
+int add_recv(Schedule& s, const RecvStep& step) {
   RecvOp op;
-  op.peer = peer;
-  op.dst = dst;
-  op.bytes = bytes;
-  op.reduce_with = reduce_with;
-  op.after = after;
-  op.stream = stream;
+  op.peer = step.peer;
+  op.dst = step.dst;
+  op.bytes = step.bytes;
+  op.reduce_with = step.reduce_with;
+  op.after = step.after;
+  op.stream = step.stream;
   s.recvs.push_back(op);
   return static_cast<int>(s.recvs.size()) - 1;
 }

@@ -45,8 +45,9 @@ void all_reduce_ring(OpContext& ctx) {
     const Block sb = block_of(c.count, n, mod(r - step, n));
     const Block rb = block_of(c.count, n, mod(r - step - 1, n));
     const void* src = step == 0 ? at(c.send, sb.off, e) : at(c.recv, sb.off, e);
-    add_send(s, right, src, sb.len * e, prev, true, true);
-    prev = add_recv(s, left, at(c.recv, rb.off, e), rb.len * e, at(c.send, rb.off, e));
+    add_send(s, {.peer = right, .src = src, .bytes = sb.len * e, .after = prev, .stream = true, .in_place = true});
+    prev = add_recv(
+        s, {.peer = left, .dst = at(c.recv, rb.off, e), .bytes = rb.len * e, .reduce_with = at(c.send, rb.off, e)});
   }
   s.recvs.back().finalize = true;  // this rank's block (r + 1) is complete
   // All-gather: large blocks go straight into the right neighbour's buffer.
@@ -57,9 +58,14 @@ void all_reduce_ring(OpContext& ctx) {
   for (int step = 0; step < n - 1; ++step) {
     const Block sb = block_of(c.count, n, mod(r + 1 - step, n));
     const Block rb = block_of(c.count, n, mod(r - step, n));
-    const int si = add_send(s, right, at(c.recv, sb.off, e), sb.len * e, prev, true, true);
+    const int si = add_send(s, {.peer = right,
+                                .src = at(c.recv, sb.off, e),
+                                .bytes = sb.len * e,
+                                .after = prev,
+                                .stream = true,
+                                .in_place = true});
     if (direct_out) make_direct(s, si, announcement, sb.off * e);
-    prev = add_recv(s, left, at(c.recv, rb.off, e), rb.len * e);
+    prev = add_recv(s, {.peer = left, .dst = at(c.recv, rb.off, e), .bytes = rb.len * e});
     s.recvs[static_cast<std::size_t>(prev)].direct = direct_in;
   }
   ctx.run();
@@ -76,8 +82,8 @@ void all_reduce_rd(OpContext& ctx) {
   auto& s = ctx.sched;
   const int nr = f.new_rank(r);
   if (nr < 0) {  // odd rank of a folded pair: hand over, get the result back
-    add_send(s, r - 1, c.send, bytes, -1, false, true);
-    add_recv(s, r - 1, c.recv, bytes);
+    add_send(s, {.peer = r - 1, .src = c.send, .bytes = bytes, .in_place = true});
+    add_recv(s, {.peer = r - 1, .dst = c.recv, .bytes = bytes});
     ctx.run();
     return;
   }
@@ -86,7 +92,7 @@ void all_reduce_rd(OpContext& ctx) {
   const void* cur = c.send;
   int last_recv = -1, last_send = -1;
   if (r < 2 * f.extra) {
-    last_recv = add_recv(s, r + 1, buf[1], bytes, c.send);
+    last_recv = add_recv(s, {.peer = r + 1, .dst = buf[1], .bytes = bytes, .reduce_with = c.send});
     cur = buf[1];
   }
   int steps = 0;
@@ -96,9 +102,11 @@ void all_reduce_rd(OpContext& ctx) {
   // that reads the same chunk of it has posted (staged) it.
   for (int k = 0; k < steps; ++k) {
     const int partner = f.real_rank(nr ^ (1 << k));
-    const int send_index = add_send(s, partner, cur, bytes, last_recv, true, false);
+    const int send_index =
+        add_send(s, {.peer = partner, .src = cur, .bytes = bytes, .after = last_recv, .stream = true});
     void* dst = k == steps - 1 ? c.recv : buf[k % 2];
-    const int recv_index = add_recv(s, partner, dst, bytes, cur, last_recv, true);
+    const int recv_index = add_recv(
+        s, {.peer = partner, .dst = dst, .bytes = bytes, .reduce_with = cur, .after = last_recv, .stream = true});
     RecvOp& rop = s.recvs[static_cast<std::size_t>(recv_index)];
     if (last_send >= 0) {
       rop.after_send = last_send;
@@ -110,7 +118,8 @@ void all_reduce_rd(OpContext& ctx) {
     cur = dst;
   }
   s.recvs[static_cast<std::size_t>(last_recv)].finalize = true;
-  if (r < 2 * f.extra) add_send(s, r + 1, c.recv, bytes, last_recv, true, true);
+  if (r < 2 * f.extra)
+    add_send(s, {.peer = r + 1, .src = c.recv, .bytes = bytes, .after = last_recv, .stream = true, .in_place = true});
   ctx.run();
 }
 
@@ -124,8 +133,8 @@ void all_reduce_hd(OpContext& ctx) {
   auto& s = ctx.sched;
   const int nr = f.new_rank(r);
   if (nr < 0) {
-    add_send(s, r - 1, c.send, bytes, -1, false, true);
-    add_recv(s, r - 1, c.recv, bytes);
+    add_send(s, {.peer = r - 1, .src = c.send, .bytes = bytes, .in_place = true});
+    add_recv(s, {.peer = r - 1, .dst = c.recv, .bytes = bytes});
     ctx.run();
     return;
   }
@@ -136,7 +145,7 @@ void all_reduce_hd(OpContext& ctx) {
   const void* in = c.send;
   int last = -1;
   if (r < 2 * f.extra) {
-    last = add_recv(s, r + 1, c.recv, bytes, c.send);
+    last = add_recv(s, {.peer = r + 1, .dst = c.recv, .bytes = bytes, .reduce_with = c.send});
     in = c.recv;
   }
   int lo = 0, hi = f.p2;  // the participant blocks this rank still reduces
@@ -146,8 +155,12 @@ void all_reduce_hd(OpContext& ctx) {
     const bool lower = (nr & mask) == 0;
     const Block keep = lower ? range(lo, mid) : range(mid, hi);
     const Block give = lower ? range(mid, hi) : range(lo, mid);
-    add_send(s, partner, at(in, give.off, e), give.len * e, last, false, true);
-    last = add_recv(s, partner, at(c.recv, keep.off, e), keep.len * e, at(in, keep.off, e), last);
+    add_send(s, {.peer = partner, .src = at(in, give.off, e), .bytes = give.len * e, .after = last, .in_place = true});
+    last = add_recv(s, {.peer = partner,
+                        .dst = at(c.recv, keep.off, e),
+                        .bytes = keep.len * e,
+                        .reduce_with = at(in, keep.off, e),
+                        .after = last});
     if (lower)
       hi = mid;
     else
@@ -160,10 +173,11 @@ void all_reduce_hd(OpContext& ctx) {
     const int partner = f.real_rank(nr ^ mask);
     const int base = nr & ~(mask - 1), partner_base = (nr ^ mask) & ~(mask - 1);
     const Block mine = range(base, base + mask), theirs = range(partner_base, partner_base + mask);
-    add_send(s, partner, at(c.recv, mine.off, e), mine.len * e, last, false, true);
-    last = add_recv(s, partner, at(c.recv, theirs.off, e), theirs.len * e, nullptr, last);
+    add_send(s,
+             {.peer = partner, .src = at(c.recv, mine.off, e), .bytes = mine.len * e, .after = last, .in_place = true});
+    last = add_recv(s, {.peer = partner, .dst = at(c.recv, theirs.off, e), .bytes = theirs.len * e, .after = last});
   }
-  if (r < 2 * f.extra) add_send(s, r + 1, c.recv, bytes, last, false, true);
+  if (r < 2 * f.extra) add_send(s, {.peer = r + 1, .src = c.recv, .bytes = bytes, .after = last, .in_place = true});
   ctx.run();
 }
 
@@ -182,8 +196,9 @@ void all_reduce_direct(OpContext& ctx) {
   std::vector<const void*> x(static_cast<std::size_t>(n));
   for (int k = 1; k < n; ++k) {
     const int to = mod(r + k, n), from = mod(r - k, n);
-    add_send(ctx.sched, to, c.send, bytes, -1, false, true);  // nothing writes c.recv before run() ends
-    add_recv(ctx.sched, from, scratch + static_cast<std::size_t>(from) * bytes, bytes);
+    add_send(ctx.sched,
+             {.peer = to, .src = c.send, .bytes = bytes, .in_place = true});  // nothing writes c.recv before run() ends
+    add_recv(ctx.sched, {.peer = from, .dst = scratch + static_cast<std::size_t>(from) * bytes, .bytes = bytes});
     x[static_cast<std::size_t>(from)] = scratch + static_cast<std::size_t>(from) * bytes;
   }
   x[static_cast<std::size_t>(r)] = own_input(ctx, c.send, c.recv, scratch + static_cast<std::size_t>(r) * bytes, bytes);
@@ -213,10 +228,16 @@ void reduce_ring(OpContext& ctx) {
   void* acc = v == 0 ? c.recv : nullptr;
   if (v < n - 1) {
     if (acc == nullptr) acc = ctx.scratch(bytes);
-    got = add_recv(s, next, acc, bytes, c.send);
+    got = add_recv(s, {.peer = next, .dst = acc, .bytes = bytes, .reduce_with = c.send});
     if (v == 0) s.recvs.back().finalize = true;
   }
-  if (v > 0) add_send(s, prev_rank, got < 0 ? c.send : acc, bytes, got, true, true);
+  if (v > 0)
+    add_send(s, {.peer = prev_rank,
+                 .src = got < 0 ? c.send : acc,
+                 .bytes = bytes,
+                 .after = got,
+                 .stream = true,
+                 .in_place = true});
   ctx.run();
 }
 
@@ -225,7 +246,7 @@ void reduce_direct(OpContext& ctx) {
   const int r = ctx.rank, n = ctx.n;
   const std::size_t bytes = c.count * ctx.elem;
   if (r != c.root) {
-    add_send(ctx.sched, c.root, c.send, bytes, -1, false, true);
+    add_send(ctx.sched, {.peer = c.root, .src = c.send, .bytes = bytes, .in_place = true});
     ctx.run();
     return;
   }
@@ -234,7 +255,7 @@ void reduce_direct(OpContext& ctx) {
   for (int j = 0; j < n; ++j) {
     if (j == r) continue;
     x[static_cast<std::size_t>(j)] = scratch + static_cast<std::size_t>(j) * bytes;
-    add_recv(ctx.sched, j, scratch + static_cast<std::size_t>(j) * bytes, bytes);
+    add_recv(ctx.sched, {.peer = j, .dst = scratch + static_cast<std::size_t>(j) * bytes, .bytes = bytes});
   }
   x[static_cast<std::size_t>(r)] = own_input(ctx, c.send, c.recv, scratch + static_cast<std::size_t>(r) * bytes, bytes);
   ctx.run();
@@ -257,9 +278,9 @@ void reduce_scatter_ring(OpContext& ctx) {
     const auto sb = static_cast<std::size_t>(mod(r - step - 1, n));
     const auto rb = static_cast<std::size_t>(mod(r - step - 2, n));
     const void* src = step == 0 ? at(c.send, sb * c.count, e) : scratch + sb * bytes;
-    add_send(s, mod(r + 1, n), src, bytes, prev, true, true);
+    add_send(s, {.peer = mod(r + 1, n), .src = src, .bytes = bytes, .after = prev, .stream = true, .in_place = true});
     void* dst = step == n - 2 ? c.recv : scratch + rb * bytes;
-    prev = add_recv(s, mod(r - 1, n), dst, bytes, at(c.send, rb * c.count, e));
+    prev = add_recv(s, {.peer = mod(r - 1, n), .dst = dst, .bytes = bytes, .reduce_with = at(c.send, rb * c.count, e)});
   }
   s.recvs.back().finalize = true;
   ctx.run();
@@ -275,8 +296,8 @@ void reduce_scatter_hd(OpContext& ctx) {
   auto& s = ctx.sched;
   const int nr = f.new_rank(r);
   if (nr < 0) {
-    add_send(s, r - 1, c.send, static_cast<std::size_t>(n) * bytes, -1, false, true);
-    add_recv(s, r - 1, c.recv, bytes);
+    add_send(s, {.peer = r - 1, .src = c.send, .bytes = static_cast<std::size_t>(n) * bytes, .in_place = true});
+    add_recv(s, {.peer = r - 1, .dst = c.recv, .bytes = bytes});
     ctx.run();
     return;
   }
@@ -288,7 +309,8 @@ void reduce_scatter_hd(OpContext& ctx) {
   const char* in = static_cast<const char*>(c.send);
   int last = -1;
   if (r < 2 * f.extra) {
-    last = add_recv(s, r + 1, acc, static_cast<std::size_t>(n) * bytes, c.send);
+    last =
+        add_recv(s, {.peer = r + 1, .dst = acc, .bytes = static_cast<std::size_t>(n) * bytes, .reduce_with = c.send});
     in = acc;
   }
   int lo = 0, hi = f.p2;
@@ -298,8 +320,12 @@ void reduce_scatter_hd(OpContext& ctx) {
     const bool lower = (nr & mask) == 0;
     const auto keep = lower ? range(lo, mid) : range(mid, hi);
     const auto give = lower ? range(mid, hi) : range(lo, mid);
-    add_send(s, partner, in + give.first, give.second, last, false, true);
-    last = add_recv(s, partner, acc + keep.first, keep.second, in + keep.first, last);
+    add_send(s, {.peer = partner, .src = in + give.first, .bytes = give.second, .after = last, .in_place = true});
+    last = add_recv(s, {.peer = partner,
+                        .dst = acc + keep.first,
+                        .bytes = keep.second,
+                        .reduce_with = in + keep.first,
+                        .after = last});
     if (lower)
       hi = mid;
     else
@@ -307,7 +333,12 @@ void reduce_scatter_hd(OpContext& ctx) {
     in = acc;
   }
   if (last >= 0) s.recvs[static_cast<std::size_t>(last)].finalize = true;
-  if (r < 2 * f.extra) add_send(s, r + 1, acc + static_cast<std::size_t>(r + 1) * bytes, bytes, last, false, true);
+  if (r < 2 * f.extra)
+    add_send(s, {.peer = r + 1,
+                 .src = acc + static_cast<std::size_t>(r + 1) * bytes,
+                 .bytes = bytes,
+                 .after = last,
+                 .in_place = true});
   ctx.run();
   ctx.copy(c.recv, acc + static_cast<std::size_t>(r) * bytes, bytes);
 }
@@ -320,8 +351,10 @@ void reduce_scatter_direct(OpContext& ctx) {
   std::vector<const void*> x(static_cast<std::size_t>(n));
   for (int k = 1; k < n; ++k) {
     const int to = mod(r + k, n), from = mod(r - k, n);
-    add_send(ctx.sched, to, at(c.send, static_cast<std::size_t>(to) * c.count, e), bytes, -1, false, true);
-    add_recv(ctx.sched, from, scratch + static_cast<std::size_t>(from) * bytes, bytes);
+    add_send(
+        ctx.sched,
+        {.peer = to, .src = at(c.send, static_cast<std::size_t>(to) * c.count, e), .bytes = bytes, .in_place = true});
+    add_recv(ctx.sched, {.peer = from, .dst = scratch + static_cast<std::size_t>(from) * bytes, .bytes = bytes});
     x[static_cast<std::size_t>(from)] = scratch + static_cast<std::size_t>(from) * bytes;
   }
   x[static_cast<std::size_t>(r)] = own_input(ctx, at(c.send, static_cast<std::size_t>(r) * c.count, e), c.recv,
@@ -338,10 +371,18 @@ int add_reduce_up(OpContext& ctx, const void* in, void* out, void* scratch, std:
   void* acc = parent < 0 ? out : scratch;
   int prev = -1;
   for (int child : children) {
-    prev = add_recv(s, child, acc, bytes, prev < 0 ? in : acc, prev, true);
+    prev = add_recv(
+        s,
+        {.peer = child, .dst = acc, .bytes = bytes, .reduce_with = prev < 0 ? in : acc, .after = prev, .stream = true});
   }
   if (parent < 0 && prev >= 0) s.recvs[static_cast<std::size_t>(prev)].finalize = true;
-  if (parent >= 0) add_send(s, parent, children.empty() ? in : acc, bytes, prev, true, true);
+  if (parent >= 0)
+    add_send(s, {.peer = parent,
+                 .src = children.empty() ? in : acc,
+                 .bytes = bytes,
+                 .after = prev,
+                 .stream = true,
+                 .in_place = true});
   return prev;
 }
 
@@ -349,9 +390,9 @@ void add_broadcast_down(OpContext& ctx, void* out, std::size_t bytes, int parent
                         int reduced) {
   auto& s = ctx.sched;
   // In the reverse order (a binomial tree's largest subtree first).
-  const int from_parent = parent >= 0 ? add_recv(s, parent, out, bytes, nullptr, -1, false) : reduced;
+  const int from_parent = parent >= 0 ? add_recv(s, {.peer = parent, .dst = out, .bytes = bytes}) : reduced;
   for (auto it = children.rbegin(); it != children.rend(); ++it) {
-    add_send(s, *it, out, bytes, from_parent, true, true);
+    add_send(s, {.peer = *it, .src = out, .bytes = bytes, .after = from_parent, .stream = true, .in_place = true});
   }
 }
 

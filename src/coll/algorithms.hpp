@@ -83,10 +83,28 @@ inline const char* at(const void* p, std::size_t elems, std::size_t elem) {
   return static_cast<const char*>(p) + elems * elem;
 }
 
-int add_send(Schedule& s, int peer, const void* src, std::size_t bytes, int after = -1, bool stream = false,
-             bool in_place = false);
-int add_recv(Schedule& s, int peer, void* dst, std::size_t bytes, const void* reduce_with = nullptr, int after = -1,
-             bool stream = false);
+// One send or receive of a schedule, its fields named where it is added:
+// add_send(s, {.peer = right, .src = p, .bytes = n, .after = prev, .stream = true}).
+// What each field means is said on SendOp and RecvOp (links.hpp).
+struct SendStep {
+  int peer = -1;
+  const void* src = nullptr;
+  std::size_t bytes = 0;
+  int after = -1;
+  bool stream = false;
+  bool in_place = false;
+};
+struct RecvStep {
+  int peer = -1;
+  void* dst = nullptr;
+  std::size_t bytes = 0;
+  const void* reduce_with = nullptr;
+  int after = -1;
+  bool stream = false;
+};
+// Each returns the index of what it added, for later steps' `after`.
+int add_send(Schedule& s, const SendStep& step);
+int add_recv(Schedule& s, const RecvStep& step);
 // Direct transfers: the receiver announces its buffer to the sender; the
 // sender's sends then name that announcement and an offset into the buffer.
 int add_announce(Schedule& s, int peer, void* buffer, std::size_t bytes);
