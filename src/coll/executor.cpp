@@ -2,9 +2,41 @@
 #include "coll/executor.hpp"
 
 #include "rdmx/profile.hpp"
+#include "services/config.hpp"
 #include "services/log.hpp"
 
-namespace rdmx::coll {
+namespace rdmx {
+
+bool Work::test() {
+  if (!state_) throw Error(ErrorCode::InvalidState, "test() on an empty Work handle", {.op = "Work::test"});
+  const auto s = state_->status.load(std::memory_order_acquire);
+  if (s == State::kFailed) std::rethrow_exception(state_->error);
+  return s == State::kDone;
+}
+
+void Work::wait(std::chrono::milliseconds timeout) {
+  if (!state_) throw Error(ErrorCode::InvalidState, "wait() on an empty Work handle", {.op = "Work::wait"});
+  profile::waited(state_->profile_id);
+  // Run it here if nobody has started it: no thread hop for a wait that
+  // follows its call. Not under a bound shorter than the operation's own,
+  // which running it could overstay.
+  if (timeout.count() < 0 || timeout >= state_->timeout) {
+    if (auto executor = state_->executor.lock()) executor->run_until(state_.get());
+  }
+  auto r = core::wait_until([&] { return state_->status.load(std::memory_order_acquire) != State::kPending; },
+                            &state_->word, core::deadline_after(timeout));
+  if (r != core::WaitResult::Ready) {
+    throw Error(ErrorCode::Timeout, state_->what + " is still running after " + std::to_string(timeout.count()) + " ms",
+                {.op = "Work::wait",
+                 .hint = "the operation goes on and is bounded by its own timeout; wait again or "
+                         "abort the communicator"});
+  }
+  test();
+}
+
+void Work::wait() { wait(state_ ? state_->timeout : core::timeout()); }
+
+namespace coll {
 namespace {
 
 // How long a job posted to a sleeping worker is left for a waiter to claim.
@@ -154,4 +186,5 @@ void Executor::stop() {
   if (worker.joinable()) worker.join();
 }
 
-}  // namespace rdmx::coll
+}  // namespace coll
+}  // namespace rdmx
