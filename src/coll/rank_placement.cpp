@@ -18,7 +18,7 @@ namespace {
 // one for the provider's helper and engine threads), a collective's waiter
 // spins this long before it sleeps: waking a sleeper costs more than the
 // core it frees. On the 16-core VM a futex wake of an idle vCPU took tens of
-// microseconds, and a ring pays it at every step (docs/PERFORMANCE.md,
+// microseconds, and a ring pays it at every step (docs/journal/PERFORMANCE-HISTORY.md,
 // "Waiting on 16 cores"). Elsewhere, and whenever RDMX_SPIN_US is set, waits
 // spin RDMX_SPIN_US.
 constexpr std::chrono::microseconds kDedicatedCoreSpin{20000};

@@ -26,7 +26,7 @@ RDMX_SETTING(kStageLimit);
 // A slot's size (256 KiB): over tcp on loopback, 2-rank all_reduce at 1 MiB
 // (512 KiB transfers) took 370-460 us this way against 320-580 with the
 // inbox; smaller transfers pay the announcement's round trip for little
-// (docs/PERFORMANCE.md, "Direct transfers and rounds over tcp").
+// (docs/journal/PERFORMANCE-HISTORY.md, "Direct transfers and rounds over tcp").
 constexpr core::SizeSetting kDirectMin{"RDMX_COLL_DIRECT_MIN", std::size_t{256} << 10,
                                        "collectives: transfers from this size on go straight into the receiver's "
                                        "buffer where the link's device places such WRITEs itself (tcp, verbs; not "

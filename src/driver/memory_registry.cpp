@@ -271,7 +271,7 @@ std::unique_ptr<MemoryRegion> RegistryProtectionDomain::allocate_memory(std::siz
   if (shared->memfd >= 0 && ::ftruncate(shared->memfd, static_cast<off_t>(shared->map_length)) == 0) {
     // Resident from the start, as a pinned verbs registration is: a page
     // first touched inside a peer's copy would fault in the middle of a
-    // transfer (docs/PERFORMANCE.md, "First calls").
+    // transfer (docs/journal/PERFORMANCE-HISTORY.md, "First calls").
     base = ::mmap(nullptr, shared->map_length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, shared->memfd, 0);
   }
   if (base == MAP_FAILED) {

@@ -21,7 +21,7 @@ constexpr DurationSetting kRnrTimeout{
     "how long a SEND waits for the peer to post a receive before it fails with RNR_RETRY_EXC_ERR"};
 RDMX_SETTING(kRnrTimeout);
 // The default is long enough that a progress engine receiving a stream does
-// not fall asleep between messages (docs/PERFORMANCE.md, "Waiting").
+// not fall asleep between messages (docs/journal/PERFORMANCE-HISTORY.md, "Waiting").
 constexpr IntegerSetting kSpinUs{
     "RDMX_SPIN_US",
     200,

@@ -93,7 +93,7 @@ WaitResult wait_until(const std::function<bool()>& ready, const Doorbell* word, 
   // far, from 20 us to 1 ms: a wait overshoots its event by at most about
   // 1/8 of its length. Doubling slices overshot by up to 1 ms, and in a
   // chain of waits (a ring) every rank then slept through its neighbour's
-  // data (docs/PERFORMANCE.md, "Measurements behind the code"). Growing slices also keep two waiters
+  // data (docs/journal/PERFORMANCE-HISTORY.md, "Measurements behind the code"). Growing slices also keep two waiters
   // that wait on each other from falling into step.
   if (word == nullptr) precise_sleeps();
   const Clock::time_point waiting_since = spin_end - spin;

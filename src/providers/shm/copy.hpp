@@ -2,7 +2,7 @@
 // Copies between processes' mapped memory: glibc's memcpy while the data fits
 // the caches, non-temporal stores above RDMX_SHM_NT_THRESHOLD (they skip the
 // read-for-ownership of destination lines that will not be read soon, which
-// nearly doubles a large copy: docs/PERFORMANCE.md, "Measurements behind the code").
+// nearly doubles a large copy: docs/journal/PERFORMANCE-HISTORY.md, "Measurements behind the code").
 #pragma once
 
 #include <cstddef>

@@ -34,11 +34,11 @@ namespace {
 
 // Sockets carry only connections, wake-ups and a peer's exit: polled every
 // 256th pass, their epoll_wait costs a spinning application next to nothing
-// (docs/PERFORMANCE.md, "Measurements behind the code").
+// (docs/journal/PERFORMANCE-HISTORY.md, "Measurements behind the code").
 constexpr std::uint32_t kEpollPassEvery = 256;
 constexpr std::uint32_t kTimerPassEvery = 256;
 // The default is where one cross-memory copy overtakes the rings
-// (docs/PERFORMANCE.md, "Measurements behind the code"); the cap keeps an eager record fitting the ring
+// (docs/journal/PERFORMANCE-HISTORY.md, "Measurements behind the code"); the cap keeps an eager record fitting the ring
 // several times over.
 constexpr core::SizeSetting kEagerLimit{"RDMX_SHM_EAGER_LIMIT", 8 * 1024,
                                         "shm: largest message copied through the rings (at most 64K)", 0, 64 * 1024};

@@ -124,7 +124,7 @@ std::size_t TcpDevice::spin_pass_locked() {
   // Passes made by application threads that spin (a CQ wait, a loop on a
   // memory flag). With few QPs, poll() on their sockets tells which have work
   // without taking a lock the data path needs (a failed recv() takes the
-  // socket lock), which shortens a small ping-pong (docs/PERFORMANCE.md, "Measurements behind the code").
+  // socket lock), which shortens a small ping-pong (docs/journal/PERFORMANCE-HISTORY.md, "Measurements behind the code").
   // Every few passes a full epoll pass also accepts connections, and every
   // so often it runs the timers.
   ++spin_passes_;
@@ -157,7 +157,7 @@ std::size_t TcpDevice::spin_pass_locked() {
 std::size_t TcpDevice::engine_pass_locked(bool) {
   // epoll passes here even while spinning: they batch a stream's arrivals
   // into fewer, larger reads than poll(), which matters for the receiver of
-  // a stream (docs/PERFORMANCE.md, "Measurements behind the code").
+  // a stream (docs/journal/PERFORMANCE-HISTORY.md, "Measurements behind the code").
   return pass_locked(true);
 }
 

@@ -172,8 +172,8 @@ const DriverApi* driver_if_loaded() {
   // Asked at every registration, so it must cost next to nothing where CUDA
   // is absent: dlopen(RTLD_NOLOAD) searches the library path each time,
   // while a walk of the loaded objects that stops at once when none was
-  // added since is one lock and one callback (docs/PERFORMANCE.md, "CUDA
-  // detection"). Once seen, the driver stays (it is never unloaded).
+  // added since is one lock and one callback (docs/journal/PERFORMANCE-HISTORY.md,
+  // "CUDA detection"). Once seen, the driver stays (it is never unloaded).
   static std::atomic<bool> present{false};
   static std::atomic<unsigned long long> known_adds{~0ull};
   if (!present.load(std::memory_order_acquire)) {
