@@ -22,9 +22,18 @@
 // calling anything.
 //
 // Threads: objects may be used from several threads; post_send/post_recv on
-// one QP are serialised internally. Lifetimes: a MemoryRegion must not outlive
-// its ProtectionDomain, nor a QueuePair its CQs; all of them must not outlive
-// their Device (each holds no reference; destroy in reverse order).
+// one QP are serialised internally.
+//
+// Lifetimes: a Device's children are its PDs, CQs and QPs; a PD's its
+// memory regions and QPs; a CQ's the QPs that complete into it. IB refuses
+// to destroy a parent while children live (ibv_dealloc_pd, ibv_destroy_cq
+// and ibv_close_device answer EBUSY); rdmx::destroy() does the same, naming
+// them (InvalidState). A destructor cannot refuse, so every child holds its
+// parent's state: destroying a parent first (a PD or CQ handle, or the last
+// shared_ptr to a Device) is safe, never undefined; the parent's resources
+// are released with its last child, and a PD or CQ destroyed so logs a
+// warning naming the children it left. Destroy in reverse order, or call
+// destroy() to have the order checked.
 #pragma once
 
 #include <chrono>
@@ -231,9 +240,24 @@ class MemoryRegion {
   const Doorbell* write_doorbell_ = nullptr;
 };
 
+// The live children of a device, protection domain or completion queue, by
+// kind: what destroy() refuses for.
+struct LiveChildren {
+  std::size_t protection_domains = 0;
+  std::size_t completion_queues = 0;
+  std::size_t queue_pairs = 0;
+  std::size_t memory_regions = 0;
+  bool empty() const noexcept {
+    return protection_domains == 0 && completion_queues == 0 && queue_pairs == 0 && memory_regions == 0;
+  }
+  std::string to_string() const;  // "2 queue pairs, 1 memory region", or "none"
+};
+
 class ProtectionDomain {
  public:
   virtual ~ProtectionDomain() = default;
+  // Its memory regions and QPs that are still alive.
+  virtual LiveChildren live_children() const = 0;
   // Registers [addr, addr+length). Keys are unguessable and unique while
   // registered. Throws InvalidArgument for a null address with non-zero
   // length, or rights IB would refuse (RemoteWrite/RemoteAtomic without LocalWrite).
@@ -266,6 +290,8 @@ class CompletionQueue {
  public:
   virtual ~CompletionQueue() = default;
   virtual std::size_t depth() const noexcept = 0;
+  // The QPs still alive that complete into it.
+  virtual LiveChildren live_children() const = 0;
   // Non-blocking: takes up to out.size() completions, returns how many.
   virtual std::size_t poll(std::span<WorkCompletion> out) = 0;
   // Blocks until at least one completion or the timeout (default RDMX_TIMEOUT)
@@ -399,6 +425,8 @@ class Device {
   // Why this provider and interface were chosen (for `rdmx info`, INFO logs).
   virtual std::string selection_reason() const = 0;
   virtual DeviceCaps caps() const = 0;
+  // Its PDs, CQs and QPs that are still alive.
+  virtual LiveChildren live_children() const = 0;
 
   virtual std::unique_ptr<ProtectionDomain> alloc_pd() = 0;
   virtual std::unique_ptr<CompletionQueue> create_cq(std::size_t depth) = 0;
@@ -414,6 +442,16 @@ class Device {
   // gets the lowest latency by calling it in its loop. Returns events handled.
   virtual std::size_t progress() = 0;
 };
+
+// Destroys the object and nulls the pointer, as ibv_dealloc_pd,
+// ibv_destroy_cq and ibv_close_device do: while it has live children (a
+// PD's regions or QPs, a CQ's QPs, a device's PDs, CQs or QPs) it throws
+// InvalidState naming them, where IB answers EBUSY, and leaves the pointer
+// as it was. A device's pointer is dropped; the device closes once no
+// other shared_ptr holds it.
+void destroy(std::unique_ptr<ProtectionDomain>& pd);
+void destroy(std::unique_ptr<CompletionQueue>& cq);
+void destroy(std::shared_ptr<Device>& device);
 
 // Names of the providers compiled in, best first.
 std::vector<std::string> available_providers();

@@ -5,7 +5,8 @@
 
 namespace rdmx::core {
 
-CompletionRing::CompletionRing(std::size_t depth, Hooks hooks) : ring_(depth), hooks_(std::move(hooks)) {
+CompletionRing::CompletionRing(std::size_t depth, Hooks hooks, ParentHold device)
+    : ring_(depth), hooks_(std::move(hooks)), device_(std::move(device)) {
   if (depth == 0 || depth > (1u << 24)) {
     throw Error(ErrorCode::InvalidArgument, "completion queue depth must be between 1 and 16M",
                 {.op = "create_cq", .sizes = "depth=" + std::to_string(depth), .hint = "use e.g. 1024"});

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "driver/lifetime.hpp"
 #include "driver/memory_registry.hpp"
 
 namespace rdmx::core {
@@ -47,17 +48,41 @@ namespace rdmx::core {
 class CompletionRing;
 class RegistryProtectionDomain;
 
+// What a QP holds of its parents for as long as it lives: they stay valid
+// under it, and count it among their children (driver/lifetime.hpp).
+struct QpHolds {
+  ParentHold device;
+  ParentHold pd;
+  ParentHold send_cq;
+  ParentHold recv_cq;  // empty when the same CQ serves both
+};
+
 // What create_qp() receives, checked to come from a device over `registry`
-// (throws InvalidArgument naming the mix-up otherwise).
+// (throws InvalidArgument naming the mix-up otherwise), with the holds the
+// QP keeps; `device` is the creating device's hold. A QP made while a
+// QpNumberPin lives (one provider's part of an auto QP) is not counted:
+// the auto QP over it is.
 struct QpParts {
   RegistryProtectionDomain& pd;
   CompletionRing& send_cq;
   CompletionRing& recv_cq;
+  QpHolds holds;
 };
 QpParts check_qp_parts(ProtectionDomain& pd, CompletionQueue& send_cq, CompletionQueue& recv_cq,
-                       const MemoryRegistry& registry);
+                       const MemoryRegistry& registry, ParentHold device);
 
-// A CQ whose waits drive `device` and hand progress to its engine before sleeping.
-std::unique_ptr<CompletionQueue> make_device_cq(std::size_t depth, Device& device, EngineHandoff& handoff);
+// A child's hold on a device whose children are `children`; `self` is the
+// device (null where no shared_ptr owns it). A QP made under a QpNumberPin
+// is not counted, as in check_qp_parts().
+inline ParentHold hold_device(std::shared_ptr<const void> self, Children& children, ChildKind kind) {
+  return ParentHold(std::move(self), children, kind, kind != ChildKind::QueuePair || pinned_qp_number == 0);
+}
+
+// A CQ whose waits drive `device` and hand progress to its engine before
+// sleeping; `hold` keeps the device alive under it.
+std::unique_ptr<CompletionQueue> make_device_cq(std::size_t depth, Device& device, EngineHandoff& handoff,
+                                                ParentHold hold);
+// The user's ProtectionDomain over `domain` (which its regions and QPs hold too).
+std::unique_ptr<ProtectionDomain> make_device_pd(std::shared_ptr<RegistryProtectionDomain> domain);
 
 }  // namespace rdmx::core

@@ -149,10 +149,11 @@ AccessCheck MemoryRegistry::check_locked(bool remote, const void* domain, std::u
 namespace {
 class RegisteredRegion final : public MemoryRegion {
  public:
-  RegisteredRegion(MemoryRegistry& registry, void* addr, std::size_t length, MemoryRegistry::Keys keys, Access access,
-                   const cuda::PointerInfo& memory, std::unique_ptr<RegionBinder::Binding> binding,
+  RegisteredRegion(ParentHold pd, MemoryRegistry& registry, void* addr, std::size_t length, MemoryRegistry::Keys keys,
+                   Access access, const cuda::PointerInfo& memory, std::unique_ptr<RegionBinder::Binding> binding,
                    std::unique_ptr<SharedRegion> shared, SharedRegionState* state)
       : MemoryRegion(addr, length, keys.lkey, keys.rkey, access, memory.type, memory.device),
+        pd_(std::move(pd)),
         registry_(registry),
         binding_(std::move(binding)),
         shared_(std::move(shared)),
@@ -171,6 +172,7 @@ class RegisteredRegion final : public MemoryRegion {
   }
 
  private:
+  ParentHold pd_;  // first: the PD (and its device) outlive the deregistration
   MemoryRegistry& registry_;
   std::unique_ptr<RegionBinder::Binding> binding_;
   std::unique_ptr<SharedRegion> shared_;  // device or remotely reachable host memory shared with same-host peers
@@ -226,10 +228,11 @@ class RegionDoorbell final : public Doorbell {
 // Memory from a memfd, registered; the state page follows the data.
 class AllocatedRegion final : public MemoryRegion {
  public:
-  AllocatedRegion(MemoryRegistry& registry, void* addr, std::size_t length, MemoryRegistry::Keys keys, Access access,
-                  std::unique_ptr<SharedRegion> shared, std::unique_ptr<RegionBinder::Binding> binding,
+  AllocatedRegion(ParentHold pd, MemoryRegistry& registry, void* addr, std::size_t length, MemoryRegistry::Keys keys,
+                  Access access, std::unique_ptr<SharedRegion> shared, std::unique_ptr<RegionBinder::Binding> binding,
                   EngineHandoff* doorbell_handoff)
       : MemoryRegion(addr, length, keys.lkey, keys.rkey, access),
+        pd_(std::move(pd)),
         registry_(registry),
         shared_(std::move(shared)),
         binding_(std::move(binding)) {
@@ -251,6 +254,7 @@ class AllocatedRegion final : public MemoryRegion {
     return reinterpret_cast<SharedRegionState*>(static_cast<char*>(addr()) + shared_->state_offset);
   }
 
+  ParentHold pd_;  // first: the PD (and its device) outlive the deregistration
   MemoryRegistry& registry_;
   std::unique_ptr<SharedRegion> shared_;
   std::unique_ptr<RegionBinder::Binding> binding_;
@@ -292,8 +296,8 @@ std::unique_ptr<MemoryRegion> RegistryProtectionDomain::allocate_memory(std::siz
     throw;
   }
   RDMX_TRACE("allocated %s lkey=0x%x rkey=0x%x access=%s", sizes, keys.lkey, keys.rkey, to_string(access).c_str());
-  return std::make_unique<AllocatedRegion>(registry_, base, length, keys, access, std::move(shared), std::move(binding),
-                                           doorbell_handoff_);
+  return std::make_unique<AllocatedRegion>(region_hold(), registry_, base, length, keys, access, std::move(shared),
+                                           std::move(binding), doorbell_handoff_);
 }
 
 std::unique_ptr<MemoryRegion> RegistryProtectionDomain::register_memory(void* addr, std::size_t length, Access access) {
@@ -347,8 +351,8 @@ std::unique_ptr<MemoryRegion> RegistryProtectionDomain::register_memory(void* ad
   }
   RDMX_TRACE("registered %s lkey=0x%x rkey=0x%x access=%s memory=%s%s", sizes, keys.lkey, keys.rkey,
              to_string(access).c_str(), to_string(memory.type), shared ? " (shared with same-host peers)" : "");
-  return std::make_unique<RegisteredRegion>(registry_, addr, length, keys, access, memory, std::move(binding),
-                                            std::move(shared), state);
+  return std::make_unique<RegisteredRegion>(region_hold(), registry_, addr, length, keys, access, memory,
+                                            std::move(binding), std::move(shared), state);
 }
 
 MemoryRegistry::Keys RegistryProtectionDomain::add_region(void* addr, std::size_t length, Access access,

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "driver/device_lock.hpp"
+#include "driver/lifetime.hpp"
 #include "driver/region_binder.hpp"
 #include "rdmx/verbs.hpp"
 #include "services/cuda/ipc.hpp"
@@ -282,8 +283,11 @@ class CachedKey {
 };
 
 // A protection domain over a registry; shared by providers whose regions are
-// ordinary process memory.
-class RegistryProtectionDomain final : public ProtectionDomain {
+// ordinary process memory. It is the PD's state: the user's ProtectionDomain
+// (DomainHandle), its regions and its QPs hold it (driver/lifetime.hpp), and
+// its address is the domain the registry checks keys against, which no
+// other PD takes while anything of this one lives.
+class RegistryProtectionDomain final : public std::enable_shared_from_this<RegistryProtectionDomain> {
  public:
   // `provider` names the device in errors; `cuda` is its caps().cuda_memory.
   // `share_device_memory`: device regions are made shareable with peers on
@@ -292,17 +296,21 @@ class RegistryProtectionDomain final : public ProtectionDomain {
   // allocated regions then offer a write doorbell, and a thread about to
   // sleep on one hands progress to the device's engine (which may be the
   // one to place the WRITE it waits for).
-  RegistryProtectionDomain(MemoryRegistry& registry, std::string provider, CudaMemorySupport cuda,
+  // `device`: the hold on the device that allocated it.
+  RegistryProtectionDomain(ParentHold device, MemoryRegistry& registry, std::string provider, CudaMemorySupport cuda,
                            bool share_device_memory = false, EngineHandoff* doorbell_handoff = nullptr)
-      : registry_(registry),
+      : device_(std::move(device)),
+        registry_(registry),
         bound_(registry.binder() ? registry.binder()->open_domain() : nullptr),
         provider_(std::move(provider)),
         cuda_(cuda),
         share_device_memory_(share_device_memory),
         doorbell_handoff_(doorbell_handoff) {}
-  std::unique_ptr<MemoryRegion> register_memory(void* addr, std::size_t length, Access access) override;
-  std::unique_ptr<MemoryRegion> allocate_memory(std::size_t length, Access access) override;
+  std::unique_ptr<MemoryRegion> register_memory(void* addr, std::size_t length, Access access);
+  std::unique_ptr<MemoryRegion> allocate_memory(std::size_t length, Access access);
   MemoryRegistry& registry() const { return registry_; }
+  // Its regions and QPs.
+  Children& children() noexcept { return children_; }
   // The hardware's side of this PD when the registry has a binder, else null.
   RegionBinder::Domain* bound() const { return bound_.get(); }
 
@@ -312,12 +320,38 @@ class RegistryProtectionDomain final : public ProtectionDomain {
                                   std::unique_ptr<RegionBinder::Binding>* binding, RegionMemory memory,
                                   std::unique_ptr<UnmapWatch> watch = nullptr);
 
+  // A hold on the region's PD, for the region to keep.
+  ParentHold region_hold() { return ParentHold(shared_from_this(), children_, ChildKind::MemoryRegion); }
+
+  ParentHold device_;  // first: the device outlives everything below
   MemoryRegistry& registry_;
   std::unique_ptr<RegionBinder::Domain> bound_;
   std::string provider_;
   CudaMemorySupport cuda_;
   bool share_device_memory_;
   EngineHandoff* doorbell_handoff_;
+  Children children_;
+};
+
+// What alloc_pd() returns: the user's handle on a domain its regions and QPs hold too.
+class DomainHandle final : public ProtectionDomain {
+ public:
+  explicit DomainHandle(std::shared_ptr<RegistryProtectionDomain> domain) : domain_(std::move(domain)) {}
+  ~DomainHandle() override { warn_destroyed_with_children("protection domain", domain_->children()); }
+  DomainHandle(const DomainHandle&) = delete;
+  DomainHandle& operator=(const DomainHandle&) = delete;
+
+  LiveChildren live_children() const override { return domain_->children().live(); }
+  std::unique_ptr<MemoryRegion> register_memory(void* addr, std::size_t length, Access access) override {
+    return domain_->register_memory(addr, length, access);
+  }
+  std::unique_ptr<MemoryRegion> allocate_memory(std::size_t length, Access access) override {
+    return domain_->allocate_memory(length, access);
+  }
+  const std::shared_ptr<RegistryProtectionDomain>& domain() const noexcept { return domain_; }
+
+ private:
+  std::shared_ptr<RegistryProtectionDomain> domain_;
 };
 
 }  // namespace rdmx::core

@@ -18,9 +18,10 @@ class AutoDevice;
 
 class AutoQp final : public QueuePair {
  public:
-  AutoQp(AutoDevice& device, std::vector<std::unique_ptr<QueuePair>> subs, core::CompletionRing& recv_cq,
+  // `parts`: the PD and CQs it counts among their children (its `subs` hold them too).
+  AutoQp(AutoDevice& device, std::vector<std::unique_ptr<QueuePair>> subs, const core::QpParts& parts,
          std::uint32_t qpn)
-      : device_(device), subs_(std::move(subs)), recv_cq_(recv_cq), qpn_(qpn) {}
+      : holds_(parts.holds), device_(device), subs_(std::move(subs)), recv_cq_(parts.recv_cq), qpn_(qpn) {}
 
   std::uint32_t qp_num() const noexcept override { return qpn_; }
   QpState state() const noexcept override {
@@ -99,6 +100,7 @@ class AutoQp final : public QueuePair {
     recv_cq_.push(wc);
   }
 
+  core::QpHolds holds_;  // first: the device, PD and CQs outlive everything below
   AutoDevice& device_;
   mutable core::Mutex mutex_;
   // One per candidate until connect().
@@ -113,7 +115,7 @@ class AutoQp final : public QueuePair {
   std::vector<PendingRecv> pending_recvs_ RDMX_GUARDED_BY(mutex_);  // posted before the provider was chosen
 };
 
-class AutoDevice final : public Device, public core::EngineHandoff {
+class AutoDevice final : public Device, public core::EngineHandoff, public std::enable_shared_from_this<AutoDevice> {
  public:
   AutoDevice(std::vector<Candidate> candidates, core::DeviceResources resources, std::string why)
       : candidates_(std::move(candidates)), resources_(std::move(resources)) {
@@ -157,24 +159,23 @@ class AutoDevice final : public Device, public core::EngineHandoff {
     bool share = false;
     for (const auto& c : candidates_) share = share || c.device->caps().cuda_memory == CudaMemorySupport::PeerMapping;
     const DeviceCaps all = caps();
-    return std::make_unique<core::RegistryProtectionDomain>(*resources_.registry, provider(), all.cuda_memory, share,
-                                                            all.writes_wake_waiters ? this : nullptr);
+    return core::make_device_pd(std::make_shared<core::RegistryProtectionDomain>(
+        hold(core::ChildKind::ProtectionDomain), *resources_.registry, provider(), all.cuda_memory, share,
+        all.writes_wake_waiters ? this : nullptr));
   }
   std::unique_ptr<CompletionQueue> create_cq(std::size_t depth) override {
-    return core::make_device_cq(depth, *this, *this);
+    return core::make_device_cq(depth, *this, *this, hold(core::ChildKind::CompletionQueue));
   }
+  LiveChildren live_children() const override { return children_.live(); }
   std::unique_ptr<QueuePair> create_qp(ProtectionDomain& pd, CompletionQueue& send_cq, CompletionQueue& recv_cq,
                                        const QpCaps& caps) override {
-    auto* rcq = dynamic_cast<core::CompletionRing*>(&recv_cq);
-    if (rcq == nullptr) {
-      throw Error(ErrorCode::InvalidArgument, "completion queue belongs to another device",
-                  {.op = "create_qp", .hint = "create the PD and CQs from the same Device as the QP"});
-    }
+    // Counted here, once; the candidates' QPs under the pin hold without counting.
+    auto parts = core::check_qp_parts(pd, send_cq, recv_cq, *resources_.registry, hold(core::ChildKind::QueuePair));
     const std::uint32_t qpn = resources_.next_qpn();
     core::QpNumberPin pin(qpn);
     std::vector<std::unique_ptr<QueuePair>> subs;
     for (auto& c : candidates_) subs.push_back(c.device->create_qp(pd, send_cq, recv_cq, caps));
-    return std::make_unique<AutoQp>(*this, std::move(subs), *rcq, qpn);
+    return std::make_unique<AutoQp>(*this, std::move(subs), parts, qpn);
   }
   using Device::create_qp;
   std::size_t progress() override {
@@ -192,10 +193,14 @@ class AutoDevice final : public Device, public core::EngineHandoff {
     }
   }
 
+  // A child's hold on this device (driver/lifetime.hpp).
+  core::ParentHold hold(core::ChildKind kind) { return core::hold_device(weak_from_this().lock(), children_, kind); }
+
   std::vector<Candidate> candidates_;
   core::DeviceResources resources_;
   std::string name_;
   std::string why_;
+  core::Children children_;
 };
 
 DeviceCaps AutoQp::device_caps() const {

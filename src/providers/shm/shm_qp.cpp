@@ -45,8 +45,7 @@ int peer_pid_of(int socket) {
 }  // namespace
 
 ShmQp::ShmQp(ShmDevice& device, const core::QpParts& parts, const QpCaps& caps)
-    : SoftRcQp("shm", device.next_qpn(), kMaxMessage, parts.pd, parts.send_cq, parts.recv_cq,
-               core::grant_qp_caps(caps, device.caps(), "shm"), device),
+    : SoftRcQp("shm", device.next_qpn(), kMaxMessage, parts, core::grant_qp_caps(caps, device.caps(), "shm"), device),
       device_(device),
       eager_(eager_limit()),
       probe_value_(core::kernel_random64() | 1ull << 40) {

@@ -115,18 +115,18 @@ DeviceCaps SoftRcDevice::caps() const {
 
 std::unique_ptr<ProtectionDomain> SoftRcDevice::alloc_pd() {
   const DeviceCaps all = caps();
-  return std::make_unique<RegistryProtectionDomain>(registry(), provider(), all.cuda_memory,
-                                                    all.cuda_memory == CudaMemorySupport::PeerMapping,
-                                                    all.writes_wake_waiters ? this : nullptr);
+  return make_device_pd(std::make_shared<RegistryProtectionDomain>(
+      hold(ChildKind::ProtectionDomain), registry(), provider(), all.cuda_memory,
+      all.cuda_memory == CudaMemorySupport::PeerMapping, all.writes_wake_waiters ? this : nullptr));
 }
 
 std::unique_ptr<CompletionQueue> SoftRcDevice::create_cq(std::size_t depth) {
-  return make_device_cq(depth, *this, *this);
+  return make_device_cq(depth, *this, *this, hold(ChildKind::CompletionQueue));
 }
 
 std::unique_ptr<QueuePair> SoftRcDevice::create_qp(ProtectionDomain& pd, CompletionQueue& send_cq,
                                                    CompletionQueue& recv_cq, const QpCaps& caps) {
-  return make_qp(check_qp_parts(pd, send_cq, recv_cq, registry()), caps);
+  return make_qp(check_qp_parts(pd, send_cq, recv_cq, registry(), hold(ChildKind::QueuePair)), caps);
 }
 
 void SoftRcDevice::add_qp_locked(SoftRcQp* qp) {

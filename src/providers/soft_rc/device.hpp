@@ -38,7 +38,7 @@ namespace rdmx::core {
 
 class SoftRcQp;
 
-class SoftRcDevice : public Device, public EngineHandoff {
+class SoftRcDevice : public Device, public EngineHandoff, public std::enable_shared_from_this<SoftRcDevice> {
  public:
   ~SoftRcDevice() override;
 
@@ -46,6 +46,7 @@ class SoftRcDevice : public Device, public EngineHandoff {
   std::string name() const final { return name_; }
   std::string selection_reason() const final { return why_; }
   DeviceCaps caps() const final;
+  LiveChildren live_children() const final { return children_.live(); }
   std::unique_ptr<ProtectionDomain> alloc_pd() final;
   std::unique_ptr<CompletionQueue> create_cq(std::size_t depth) final;
   std::unique_ptr<QueuePair> create_qp(ProtectionDomain& pd, CompletionQueue& send_cq, CompletionQueue& recv_cq,
@@ -142,6 +143,8 @@ class SoftRcDevice : public Device, public EngineHandoff {
   // sent no HELLO for a second; false when none has been silent that long.
   bool evict_silent_locked() RDMX_REQUIRES(lock_);
   void engine_main();
+  // A child's hold on this device (driver/lifetime.hpp).
+  ParentHold hold(ChildKind kind) { return hold_device(weak_from_this().lock(), children_, kind); }
 
   const char* const provider_;
   const ProviderFigures figures_;
@@ -171,6 +174,7 @@ class SoftRcDevice : public Device, public EngineHandoff {
 
   std::atomic<bool> stopping_{false};
   EngineParking parking_;
+  Children children_;
   std::thread engine_;
 };
 

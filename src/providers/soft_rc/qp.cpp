@@ -11,11 +11,12 @@
 
 namespace rdmx::core {
 
-SoftRcQp::SoftRcQp(const char* provider, std::uint32_t qpn, std::uint64_t max_message, RegistryProtectionDomain& pd,
-                   CompletionRing& send_cq, CompletionRing& recv_cq, const QpCaps& caps, SoftRcDevice& device)
-    : pd_(pd),
-      send_cq_(send_cq),
-      recv_cq_(recv_cq),
+SoftRcQp::SoftRcQp(const char* provider, std::uint32_t qpn, std::uint64_t max_message, const QpParts& parts,
+                   const QpCaps& caps, SoftRcDevice& device)
+    : holds_(parts.holds),
+      pd_(parts.pd),
+      send_cq_(parts.send_cq),
+      recv_cq_(parts.recv_cq),
       caps_(caps),
       qpn_(qpn),
       provider_(provider),

@@ -64,9 +64,10 @@ class RDMX_CAPABILITY("queue pair state") SoftRcQp : public QueuePair {
 
  protected:
   // `caps`: as granted by the device (core::grant_qp_caps); `device`: the
-  // device whose engine drives this QP.
-  SoftRcQp(const char* provider, std::uint32_t qpn, std::uint64_t max_message, RegistryProtectionDomain& pd,
-           CompletionRing& send_cq, CompletionRing& recv_cq, const QpCaps& caps, SoftRcDevice& device);
+  // device whose engine drives this QP; `parts`: its PD and CQs, which it
+  // holds while it lives.
+  SoftRcQp(const char* provider, std::uint32_t qpn, std::uint64_t max_message, const QpParts& parts, const QpCaps& caps,
+           SoftRcDevice& device);
 
   // The lock that guards this QP's state: its own (tcp) or its device's (shm).
   virtual void lock_state() RDMX_ACQUIRE() = 0;
@@ -169,6 +170,7 @@ class RDMX_CAPABILITY("queue pair state") SoftRcQp : public QueuePair {
   // failed (the QP is then in ERROR).
   bool stage_send_locked(SendEntry& entry, const std::array<RegionMemory, kSoftMaxSge>& memory) RDMX_REQUIRES(this);
 
+  QpHolds holds_;  // first: the device, PD and CQs outlive everything below
   RegistryProtectionDomain& pd_;
   CompletionRing& send_cq_;
   CompletionRing& recv_cq_;

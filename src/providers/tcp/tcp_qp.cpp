@@ -31,8 +31,8 @@ constexpr auto kAckRequestAfter = std::chrono::milliseconds(5);
 }  // namespace
 
 TcpQp::TcpQp(TcpDevice& device, const core::QpParts& parts, const QpCaps& caps)
-    : SoftRcQp("tcp", device.next_qpn(), wire::kMaxMessage, parts.pd, parts.send_cq, parts.recv_cq,
-               core::grant_qp_caps(caps, device.caps(), "tcp"), device),
+    : SoftRcQp("tcp", device.next_qpn(), wire::kMaxMessage, parts, core::grant_qp_caps(caps, device.caps(), "tcp"),
+               device),
       device_(device) {
   core::LockGuard engine(device_.lock());
   device_.add_qp_locked(this);

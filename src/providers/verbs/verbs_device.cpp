@@ -378,21 +378,22 @@ VerbsDevice::~VerbsDevice() {
 }
 
 std::unique_ptr<ProtectionDomain> VerbsDevice::alloc_pd() {
-  return std::make_unique<core::RegistryProtectionDomain>(registry(), provider(), caps().cuda_memory);
+  return core::make_device_pd(std::make_shared<core::RegistryProtectionDomain>(
+      hold(core::ChildKind::ProtectionDomain), registry(), provider(), caps().cuda_memory));
 }
 
 std::unique_ptr<CompletionQueue> VerbsDevice::create_cq(std::size_t depth) {
-  return core::make_device_cq(depth, *this, *this);
+  return core::make_device_cq(depth, *this, *this, hold(core::ChildKind::CompletionQueue));
 }
 
 std::unique_ptr<QueuePair> VerbsDevice::create_qp(ProtectionDomain& pd, CompletionQueue& send_cq,
                                                   CompletionQueue& recv_cq, const QpCaps& caps) {
-  auto parts = core::check_qp_parts(pd, send_cq, recv_cq, registry());
+  auto parts = core::check_qp_parts(pd, send_cq, recv_cq, registry(), hold(core::ChildKind::QueuePair));
   if (parts.pd.bound() == nullptr) {
     throw Error(ErrorCode::InvalidArgument, "protection domain was created before the verbs device was opened",
                 {.op = "create_qp", .hint = "open the device first, then allocate the PD from it"});
   }
-  return std::make_unique<VerbsQp>(*this, parts.pd, parts.send_cq, parts.recv_cq, caps);
+  return std::make_unique<VerbsQp>(*this, parts, caps);
 }
 
 void VerbsDevice::add_qp(VerbsQp* qp) {

@@ -55,7 +55,7 @@ std::string errno_text(int err);
 // The opened device context, shared by the device and the regions it registered.
 using ContextHandle = std::shared_ptr<ibv_context>;
 
-class VerbsDevice final : public Device, public core::EngineHandoff {
+class VerbsDevice final : public Device, public core::EngineHandoff, public std::enable_shared_from_this<VerbsDevice> {
  public:
   // `attr`: the device's attributes, as read when the port was chosen.
   VerbsDevice(ContextHandle context, const ibv_device_attr& attr, PortChoice port, std::string why,
@@ -66,6 +66,7 @@ class VerbsDevice final : public Device, public core::EngineHandoff {
   std::string name() const override { return name_; }
   std::string selection_reason() const override { return why_; }
   DeviceCaps caps() const override { return caps_; }
+  LiveChildren live_children() const override { return children_.live(); }
   std::unique_ptr<ProtectionDomain> alloc_pd() override;
   std::unique_ptr<CompletionQueue> create_cq(std::size_t depth) override;
   std::unique_ptr<QueuePair> create_qp(ProtectionDomain& pd, CompletionQueue& send_cq, CompletionQueue& recv_cq,
@@ -91,6 +92,8 @@ class VerbsDevice final : public Device, public core::EngineHandoff {
  private:
   void engine_main();
   void arm_and_drain_all_locked() RDMX_REQUIRES(mutex_);
+  // A child's hold on this device (driver/lifetime.hpp).
+  core::ParentHold hold(core::ChildKind kind) { return core::hold_device(weak_from_this().lock(), children_, kind); }
 
   ContextHandle context_;
   PortChoice port_;
@@ -108,6 +111,7 @@ class VerbsDevice final : public Device, public core::EngineHandoff {
   core::EngineParking parking_;
   std::atomic<bool> stopping_{false};
   std::thread engine_;
+  core::Children children_;
 };
 
 // The hardware side of protection domains and regions (see driver/region_binder.hpp).

@@ -76,12 +76,12 @@ std::uint32_t random_psn() { return static_cast<std::uint32_t>(core::kernel_rand
 
 }  // namespace
 
-VerbsQp::VerbsQp(VerbsDevice& device, core::RegistryProtectionDomain& pd, core::CompletionRing& send_cq,
-                 core::CompletionRing& recv_cq, const QpCaps& wanted)
-    : device_(device),
-      pd_(pd),
-      send_cq_(send_cq),
-      recv_cq_(recv_cq),
+VerbsQp::VerbsQp(VerbsDevice& device, const core::QpParts& parts, const QpCaps& wanted)
+    : holds_(parts.holds),
+      device_(device),
+      pd_(parts.pd),
+      send_cq_(parts.send_cq),
+      recv_cq_(parts.recv_cq),
       caps_(core::grant_qp_caps(wanted, device.caps(), "verbs")),
       qpn_(device.next_qpn()),
       psn_(random_psn()) {
@@ -107,7 +107,7 @@ VerbsQp::VerbsQp(VerbsDevice& device, core::RegistryProtectionDomain& pd, core::
   init.cap.max_send_sge = caps_.max_send_sge;
   init.cap.max_recv_sge = caps_.max_recv_sge;
   init.cap.max_inline_data = device.inline_limit();
-  qp_ = ibv_create_qp(VerbsBinder::pd_of(*pd.bound()), &init);
+  qp_ = ibv_create_qp(VerbsBinder::pd_of(*pd_.bound()), &init);
   if (qp_ == nullptr) {
     const int err = errno;
     ibv_destroy_cq(cq_);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "driver/completion_queue.hpp"
+#include "driver/device_resources.hpp"
 #include "driver/memory_registry.hpp"
 #include "providers/verbs/address.hpp"
 #include "rdmx/verbs.hpp"
@@ -32,8 +33,8 @@ class VerbsDevice;
 
 class VerbsQp final : public QueuePair {
  public:
-  VerbsQp(VerbsDevice& device, core::RegistryProtectionDomain& pd, core::CompletionRing& send_cq,
-          core::CompletionRing& recv_cq, const QpCaps& caps);
+  // `parts`: its PD and CQs, which it holds while it lives.
+  VerbsQp(VerbsDevice& device, const core::QpParts& parts, const QpCaps& caps);
   ~VerbsQp() override;
 
   std::uint32_t qp_num() const noexcept override { return qpn_; }
@@ -96,6 +97,7 @@ class VerbsQp final : public QueuePair {
   void hold_flush(std::uint64_t wr_id, WcOpcode opcode);
   WcStatus normalized(WcStatus status, bool recv, bool bad_lkey, WcOpcode opcode) const;
 
+  core::QpHolds holds_;  // first: the device, PD and CQs outlive everything below
   VerbsDevice& device_;
   core::RegistryProtectionDomain& pd_;
   core::CompletionRing& send_cq_;
