@@ -330,6 +330,13 @@ struct ConnectOptions {
 
 struct DeviceCaps;
 
+// What try_post_send() did.
+enum class PostResult : std::uint8_t {
+  Ok,         // posted
+  QueueFull,  // not posted: the send queue is full (poll the send CQ, then post again)
+};
+const char* to_string(PostResult result) noexcept;  // "OK", "QUEUE_FULL"
+
 class QueuePair {
  public:
   virtual ~QueuePair() = default;
@@ -363,6 +370,10 @@ class QueuePair {
   // problems complete with an error status instead, as in IB.
   virtual void post_send(const SendWr& wr) = 0;
   virtual void post_recv(const RecvWr& wr) = 0;
+  // post_send for a loop that expects the queue to fill: a full send queue
+  // is PostResult::QueueFull, at no more cost than a post, instead of an
+  // exception; every other problem throws as post_send does.
+  virtual PostResult try_post_send(const SendWr& wr) = 0;
   // Posts `wrs` in order, as one list (ibv_post_send with a chained list): a
   // provider over hardware rings the doorbell once for the lot. Same checks
   // and completions as posting each; if one throws, those before it are

@@ -189,12 +189,9 @@ void Links::post(int peer_index, const SendWr& request) {
   SendWr wr = request;
   if (!wr.signaled) wr.wr_id = make_wr_id(kPlain, peer_index);
   for (int attempt = 0;; ++attempt) {
-    try {
-      peer.qp->post_send(wr);
-      return;
-    } catch (const Error& e) {
-      if (e.code() != ErrorCode::QueueFull || attempt > 1000000) throw;
-    }
+    if (peer.qp->try_post_send(wr) == PostResult::Ok) return;
+    // Still full after this long: post_send throws QueueFull with the QP's context.
+    if (attempt > 1000000) return peer.qp->post_send(wr);
     // The send queue is full of unsignaled WRs waiting for a signaled one:
     // reap completions and let the provider move.
     device_->progress();

@@ -102,6 +102,14 @@ const char* to_string(WcOpcode op) noexcept {
   return "UNKNOWN_WC_OPCODE";
 }
 
+const char* to_string(PostResult result) noexcept {
+  switch (result) {
+    case PostResult::Ok: return "OK";
+    case PostResult::QueueFull: return "QUEUE_FULL";
+  }
+  return "UNKNOWN_POST_RESULT";
+}
+
 const char* to_string(QpState state) noexcept {
   switch (state) {
     case QpState::Reset: return "RESET";

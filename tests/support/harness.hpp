@@ -188,7 +188,7 @@ std::string show(const T& value) {
   if constexpr (std::is_same_v<D, bool>) {
     return value ? "true" : "false";
   } else if constexpr (std::is_same_v<D, WcStatus> || std::is_same_v<D, WcOpcode> || std::is_same_v<D, Opcode> ||
-                       std::is_same_v<D, QpState> || std::is_same_v<D, ErrorCode>) {
+                       std::is_same_v<D, QpState> || std::is_same_v<D, ErrorCode> || std::is_same_v<D, PostResult>) {
     return to_string(value);
   } else if constexpr (std::is_integral_v<D>) {
     std::ostringstream out;

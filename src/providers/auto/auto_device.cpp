@@ -79,6 +79,14 @@ class AutoQp final : public QueuePair {
     }
     q->post_send(wr);
   }
+  PostResult try_post_send(const SendWr& wr) override {
+    QueuePair* q = chosen();
+    if (q == nullptr) {
+      post_send(wr);  // throws InvalidState
+      return PostResult::Ok;
+    }
+    return q->try_post_send(wr);
+  }
   void post_send_batch(std::span<const SendWr> wrs) override {
     QueuePair* q = chosen();
     if (q == nullptr) return QueuePair::post_send_batch(wrs);  // throws InvalidState for the first

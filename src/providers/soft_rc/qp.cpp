@@ -86,7 +86,7 @@ void SoftRcQp::begin_connect_locked(std::uint64_t own_nonce, const Peer& peer, c
             initiator_ ? "initiator" : "acceptor", detail.empty() ? "" : (" (" + detail + ")").c_str());
 }
 
-void SoftRcQp::post_send(const SendWr& wr) {
+PostResult SoftRcQp::try_post_send(const SendWr& wr) {
   const std::uint64_t total = validate_send_wr(wr, caps_, max_message_, context_of, this);
   // The error context is built only on failure: posting is a hot path.
   auto reject = [&](ErrorCode code, const std::string& message, std::string sizes, std::string hint)
@@ -102,11 +102,8 @@ void SoftRcQp::post_send(const SendWr& wr) {
     reject(ErrorCode::InvalidState, std::string("post_send needs RTS, the QP is in ") + to_string(s), "",
            "call connect() first");
   }
-  if (sq_.full()) {
-    reject(ErrorCode::QueueFull, "send queue full", "max_send_wr=" + std::to_string(sq_.capacity()),
-           "poll the send CQ; post a signaled WR periodically so completed WRs free their slots");
-  }
-  if (s == QpState::Rts && post_direct_locked(wr, total)) return;
+  if (sq_.full()) return PostResult::QueueFull;
+  if (s == QpState::Rts && post_direct_locked(wr, total)) return PostResult::Ok;
   SendEntry& e = sq_.push();
   e.wr_id = wr.wr_id;
   e.opcode = wr.opcode;
@@ -132,11 +129,11 @@ void SoftRcQp::post_send(const SendWr& wr) {
     push_send_completion_locked(e, WcStatus::WrFlushErr);
     sq_.pop();
     acked_msn_ = next_msn_;
-    return;
+    return PostResult::Ok;
   }
   std::array<RegionMemory, kSoftMaxSge> memory{};
   bool device_memory = false;
-  if (!check_send_sges_locked(e, memory, device_memory)) return;
+  if (!check_send_sges_locked(e, memory, device_memory)) return PostResult::Ok;
   if (device_memory && carries_payload(e.opcode) && copies_device_payloads()) {
     e.device_payload = true;
   } else if (device_memory) {
@@ -145,10 +142,20 @@ void SoftRcQp::post_send(const SendWr& wr) {
       e.awaiting_staging = true;
       ++awaiting_staging_;
     } else if (!stage_send_locked(e, memory)) {
-      return;
+      return PostResult::Ok;
     }
   }
   send_queued_locked(e);
+  return PostResult::Ok;
+}
+
+void SoftRcQp::post_send(const SendWr& wr) {
+  if (try_post_send(wr) == PostResult::Ok) return;
+  StateGuard lock(*this);
+  ErrorContext ctx = context_locked(std::string("post_send ") + to_string(wr.opcode));
+  ctx.sizes = "max_send_wr=" + std::to_string(sq_.capacity());
+  ctx.hint = "poll the send CQ; post a signaled WR periodically so completed WRs free their slots";
+  throw Error(ErrorCode::QueueFull, "send queue full", ctx);
 }
 
 bool SoftRcQp::check_send_sges_locked(const SendEntry& e, std::array<RegionMemory, kSoftMaxSge>& memory,

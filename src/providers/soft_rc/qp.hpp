@@ -46,6 +46,7 @@ class RDMX_CAPABILITY("queue pair state") SoftRcQp : public QueuePair {
   void init() final;
   void set_error(const std::string& reason) final;
   void post_send(const SendWr& wr) final;
+  PostResult try_post_send(const SendWr& wr) final;
   void post_recv(const RecvWr& wr) final;
 
   // ---- the device's calls, device lock held ----

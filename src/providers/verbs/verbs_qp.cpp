@@ -343,6 +343,16 @@ void VerbsQp::post_send(const SendWr& wr) { post_list(std::span(&wr, 1), false);
 
 void VerbsQp::post_send_batch(std::span<const SendWr> wrs) { post_list(wrs, true); }
 
+PostResult VerbsQp::try_post_send(const SendWr& wr) {
+  core::LockGuard lock(send_mutex_);
+  Doorbell db;
+  bool full = false;
+  append(wr, db, &full);
+  if (full) return PostResult::QueueFull;
+  ring(db, wr.opcode);
+  return PostResult::Ok;
+}
+
 void VerbsQp::post_list(std::span<const SendWr> wrs, bool batch) {
   core::LockGuard lock(send_mutex_);
   Doorbell db;
@@ -377,7 +387,7 @@ void VerbsQp::ring(Doorbell& db, Opcode opcode) {
   }
 }
 
-void VerbsQp::append(const SendWr& wr, Doorbell& db) {
+void VerbsQp::append(const SendWr& wr, Doorbell& db, bool* full) {
   const std::uint64_t bytes =
       core::validate_send_wr(wr, caps_, device_.caps().max_msg_size, &VerbsQp::context_of, this);
   const QpState s = state();
@@ -397,6 +407,10 @@ void VerbsQp::append(const SendWr& wr, Doorbell& db) {
   auto free_slots = [&] { return caps_.max_send_wr - (first - send_done_.load(std::memory_order_acquire)); };
   if (free_slots() < pieces) {
     device_.progress();  // completions not yet drained may free slots
+    if (free_slots() < pieces && full != nullptr && pieces <= caps_.max_send_wr) {
+      *full = true;
+      return;
+    }
     if (free_slots() < pieces) {
       ErrorContext c = context(std::string("post_send ") + to_string(wr.opcode));
       c.sizes = "max_send_wr=" + std::to_string(caps_.max_send_wr) +

@@ -48,6 +48,7 @@ class VerbsQp final : public QueuePair {
   void connect(const QpAddress& remote, const ConnectOptions& options) override;
   void set_error(const std::string& reason) override;
   void post_send(const SendWr& wr) override;
+  PostResult try_post_send(const SendWr& wr) override;
   // One doorbell for the whole list (up to 16 hardware WRs per ibv_post_send).
   void post_send_batch(std::span<const SendWr> wrs) override;
   void post_recv(const RecvWr& wr) override;
@@ -80,7 +81,9 @@ class VerbsQp final : public QueuePair {
   struct Doorbell;
   void post_list(std::span<const SendWr> wrs, bool batch);
   // Adds `wr`'s hardware WRs to `db` (ringing it when full); posting lock held.
-  void append(const SendWr& wr, Doorbell& db) RDMX_REQUIRES(send_mutex_);
+  // With `full` given, a full send queue sets it and appends nothing
+  // instead of throwing QueueFull.
+  void append(const SendWr& wr, Doorbell& db, bool* full = nullptr) RDMX_REQUIRES(send_mutex_);
   void ring(Doorbell& db, Opcode opcode) RDMX_REQUIRES(send_mutex_);
   static ErrorContext context_of(const void* qp, const std::string& op);
   ErrorContext context(const std::string& op) const;
