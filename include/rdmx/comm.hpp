@@ -105,7 +105,8 @@ const char* to_string(CollOp op) noexcept;  // "all_reduce", ...
 // A pending asynchronous operation.
 namespace coll {
 class RDMX_INTERNAL Executor;
-}
+class RDMX_INTERNAL CommunicatorCore;
+}  // namespace coll
 class Work {
  public:
   struct RDMX_INTERNAL State;
@@ -273,41 +274,9 @@ class Communicator {
   Work isend_recv(const void* send_buf, std::size_t send_count, int dest, void* recv_buf, std::size_t recv_count,
                   int source, DataType type);
 
-  // One description of any operation above; the methods build it.
-  struct Call {
-    // The common form: an operation, its buffers, count, type, reduction and root.
-    static Call of(CollOp op, const void* send, void* recv, std::size_t count, DataType type,
-                   ReduceOp redop = ReduceOp::Sum, int root = -1);
-
-    CollOp op = CollOp::Barrier;
-    const void* send = nullptr;
-    void* recv = nullptr;
-    std::size_t count = 0;       // elements (send count for Send/SendRecv)
-    std::size_t recv_count = 0;  // SendRecv only
-    DataType type = DataType::Uint8;
-    ReduceOp redop = ReduceOp::Sum;
-    int root = -1;    // root, or the peer for Send/Recv, the destination for SendRecv
-    int source = -1;  // SendRecv only
-    std::vector<std::size_t> send_counts, send_displs, recv_counts, recv_displs;  // AllToAllv
-    // Optional hooks for adapters that stage buffers (the torch backend),
-    // run on the thread that runs the operation. `then` runs once it has
-    // succeeded, before anyone learns so (copy results out of a staging
-    // buffer); what it throws fails the operation. `done` runs last, with
-    // the operation's error or null, before its Work completes, and must not
-    // throw. Both are released before the Work completes.
-    std::function<void()> then;
-    std::function<void(std::exception_ptr)> done;
-  };
-  virtual Work submit(Call call, bool async) = 0;
-  // Runs `fn` on this communicator's executor, in call order with its
-  // operations (as a host function on a CUDA stream): an adapter builds a
-  // compound operation, such as a tagged message, from blocking calls,
-  // which run inline within it. The Work fails with what `fn` throws;
-  // `what` names it in errors. `fn` must not wait for asynchronous calls it
-  // makes (they run after it).
-  virtual Work submit_task(std::function<void()> fn, const char* what, bool async) = 0;
-
- protected:
+ private:
+  // Every communicator is a coll::CommunicatorCore (src/coll/communicator_internal.hpp).
+  friend class coll::CommunicatorCore;
   Communicator() = default;
 };
 

@@ -195,6 +195,11 @@ class Doorbell {
   virtual void block(std::uint32_t seen, std::chrono::steady_clock::time_point deadline) const noexcept = 0;
 };
 
+namespace core {
+class RDMX_INTERNAL RegionBase;  // what providers' regions derive from (src/driver/provider.hpp)
+}
+
+// Made only by ProtectionDomain::register_memory() and allocate_memory().
 class MemoryRegion {
  public:
   virtual ~MemoryRegion() = default;
@@ -217,9 +222,10 @@ class MemoryRegion {
   // caps().writes_wake_waiters; null otherwise. Lives as long as the region.
   const Doorbell* write_doorbell() const noexcept { return write_doorbell_; }
 
- protected:
+ private:
+  friend class core::RegionBase;
   MemoryRegion(void* addr, std::size_t length, std::uint32_t lkey, std::uint32_t rkey, Access access,
-               MemoryType memory_type = MemoryType::Host, int cuda_device = -1)
+               MemoryType memory_type, int cuda_device)
       : addr_(addr),
         length_(length),
         lkey_(lkey),
@@ -227,9 +233,7 @@ class MemoryRegion {
         access_(access),
         memory_type_(memory_type),
         cuda_device_(cuda_device) {}
-  void set_write_doorbell(const Doorbell* doorbell) noexcept { write_doorbell_ = doorbell; }
 
- private:
   void* addr_;
   std::size_t length_;
   std::uint32_t lkey_;

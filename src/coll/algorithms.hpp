@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "coll/communicator_internal.hpp"
 #include "coll/host_layout.hpp"
 #include "coll/links.hpp"
 #include "coll/op_desc.hpp"
@@ -24,7 +25,7 @@ namespace rdmx::coll {
 
 struct OpContext {
   Links& links;
-  const Communicator::Call& call;
+  const Call& call;
   const OpDesc& desc;
   Schedule& sched;
   Combine combine;  // reduce kernel, element size, avg divisor

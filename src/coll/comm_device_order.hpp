@@ -18,7 +18,7 @@ class DeviceOrder {
   // At the call, on the caller's thread: the ticket that orders operation
   // `op`, whose buffers are on GPU `gpu` (-1: host memory), on the stream;
   // an inactive one when nothing is to be ordered. `in_task`: the call is
-  // made by a task the communicator is running (Communicator::submit_task).
+  // made by a task the communicator is running (coll::submit_task).
   StreamTicket enter(CollOp op, int gpu, bool in_task);
 
  private:

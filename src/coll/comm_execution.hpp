@@ -25,7 +25,7 @@ namespace rdmx::coll {
 
 class CommExecution {
  public:
-  using Call = Communicator::Call;
+  using Call = coll::Call;
 
   // `direct_min`: RDMX_COLL_DIRECT_MIN, as coll_settings() read it.
   CommExecution(Links& links, const AlgoSelector& selector, const HostLayout& layout, int rank, int size,

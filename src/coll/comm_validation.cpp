@@ -144,7 +144,7 @@ int CallValidator::operation_gpu(const Call& call, std::size_t send_bytes, std::
   return where.device;
 }
 
-std::size_t reported_bytes(const Communicator::Call& call, int size) {
+std::size_t reported_bytes(const coll::Call& call, int size) {
   const std::size_t e = size_of(call.type), n = static_cast<std::size_t>(size);
   switch (call.op) {
     case CollOp::AllGather:
@@ -156,7 +156,7 @@ std::size_t reported_bytes(const Communicator::Call& call, int size) {
   }
 }
 
-std::pair<std::size_t, std::size_t> call_extents(const Communicator::Call& call, int rank, int size, std::size_t e) {
+std::pair<std::size_t, std::size_t> call_extents(const coll::Call& call, int rank, int size, std::size_t e) {
   const std::size_t n = static_cast<std::size_t>(size);
   const bool root = call.root == rank;
   switch (call.op) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "coll/communicator_internal.hpp"
 #include "rdmx/comm.hpp"
 #include "rdmx/verbs.hpp"
 
@@ -15,7 +16,7 @@ namespace rdmx::coll {
 
 class CallValidator {
  public:
-  using Call = Communicator::Call;
+  using Call = coll::Call;
 
   CallValidator(int rank, int size) : rank_(rank), size_(size) {}
 
@@ -37,8 +38,8 @@ class CallValidator {
 
 // The bytes of the send and receive buffers an operation touches on `rank`
 // of `size` ranks, with elements of `e` bytes.
-std::pair<std::size_t, std::size_t> call_extents(const Communicator::Call& call, int rank, int size, std::size_t e);
+std::pair<std::size_t, std::size_t> call_extents(const coll::Call& call, int rank, int size, std::size_t e);
 // The size nccl-tests reports, which the selection table is indexed by.
-std::size_t reported_bytes(const Communicator::Call& call, int size);
+std::size_t reported_bytes(const coll::Call& call, int size);
 
 }  // namespace rdmx::coll

@@ -9,6 +9,7 @@
 #include "coll/comm_execution.hpp"
 #include "coll/comm_placement.hpp"
 #include "coll/comm_validation.hpp"
+#include "coll/communicator_internal.hpp"
 #include "coll/links.hpp"
 #include "coll/selection.hpp"
 #include "coll/settings.hpp"
@@ -27,7 +28,7 @@ constexpr core::TextSetting kAlgo{
     "(auto: by size, rank count and hosts)"};
 RDMX_SETTING(kAlgo);
 
-class CommImpl final : public Communicator {
+class CommImpl final : public CommunicatorCore {
  public:
   CommImpl(std::shared_ptr<Device> device, std::shared_ptr<Store> store, int rank, int size, const CommOptions& options,
            std::shared_ptr<void> keepalive)

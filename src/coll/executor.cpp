@@ -169,7 +169,7 @@ std::size_t Executor::drop(const std::string& reason) {
                                                "the communicator was aborted before this operation started: " + reason,
                                                {.op = to_string(job.call.op), .rank = rank_}));
     if (job.call.done) job.call.done(error);
-    job.call = Communicator::Call();
+    job.call = Call();
     job.state->finish(error);
   }
   return dropped.size();

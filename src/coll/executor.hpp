@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "coll/communicator_internal.hpp"
 #include "coll/cuda/stream_order.hpp"
 #include "rdmx/comm.hpp"
 #include "services/mutex.hpp"
@@ -45,11 +46,11 @@ namespace coll {
 class Executor {
  public:
   struct Job {
-    Communicator::Call call;
+    Call call;
     int gpu = -1;         // the GPU holding its buffers, or -1
     StreamTicket ticket;  // ordering on the caller's CUDA stream, if any
     std::shared_ptr<Work::State> state;
-    std::function<void()> task;  // Communicator::submit_task's function instead of `call`
+    std::function<void()> task;  // CommunicatorCore::submit_task's function instead of `call`
     // Posted to a sleeping worker: it leaves the job to a waiter until then.
     std::chrono::steady_clock::time_point worker_from{};
   };

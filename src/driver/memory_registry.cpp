@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "driver/device_resources.hpp"
+#include "driver/provider.hpp"
 #include "driver/shared_region.hpp"
 #include "services/cuda/pointer.hpp"
 #include "services/kernel_random.hpp"
@@ -147,12 +148,12 @@ AccessCheck MemoryRegistry::check_locked(bool remote, const void* domain, std::u
 }
 
 namespace {
-class RegisteredRegion final : public MemoryRegion {
+class RegisteredRegion final : public RegionBase {
  public:
   RegisteredRegion(ParentHold pd, MemoryRegistry& registry, void* addr, std::size_t length, MemoryRegistry::Keys keys,
                    Access access, const cuda::PointerInfo& memory, std::unique_ptr<RegionBinder::Binding> binding,
                    std::unique_ptr<SharedRegion> shared, SharedRegionState* state)
-      : MemoryRegion(addr, length, keys.lkey, keys.rkey, access, memory.type, memory.device),
+      : RegionBase(addr, length, keys.lkey, keys.rkey, access, memory.type, memory.device),
         pd_(std::move(pd)),
         registry_(registry),
         binding_(std::move(binding)),
@@ -226,12 +227,12 @@ class RegionDoorbell final : public Doorbell {
 };
 
 // Memory from a memfd, registered; the state page follows the data.
-class AllocatedRegion final : public MemoryRegion {
+class AllocatedRegion final : public RegionBase {
  public:
   AllocatedRegion(ParentHold pd, MemoryRegistry& registry, void* addr, std::size_t length, MemoryRegistry::Keys keys,
                   Access access, std::unique_ptr<SharedRegion> shared, std::unique_ptr<RegionBinder::Binding> binding,
                   EngineHandoff* doorbell_handoff)
-      : MemoryRegion(addr, length, keys.lkey, keys.rkey, access),
+      : RegionBase(addr, length, keys.lkey, keys.rkey, access),
         pd_(std::move(pd)),
         registry_(registry),
         shared_(std::move(shared)),

@@ -16,6 +16,18 @@
 
 namespace rdmx::core {
 
+// What a provider's memory regions derive from: only a provider makes a
+// MemoryRegion (its constructor is private to this class) or gives it a
+// write doorbell.
+class RegionBase : public MemoryRegion {
+ protected:
+  RegionBase(void* addr, std::size_t length, std::uint32_t lkey, std::uint32_t rkey, Access access,
+             MemoryType memory_type = MemoryType::Host, int cuda_device = -1)
+      : MemoryRegion(addr, length, lkey, rkey, access, memory_type, cuda_device) {}
+  // `doorbell` must live as long as the region.
+  void set_write_doorbell(const Doorbell* doorbell) noexcept { MemoryRegion::write_doorbell_ = doorbell; }
+};
+
 // What a provider says of its links before any device opens: the cost
 // model's figures where nothing was measured, and what `rdmx info` shows.
 struct ProviderFigures {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "coll/coll_support.hpp"
+#include "coll/communicator_internal.hpp"
 
 namespace rdmx::test {
 namespace {
@@ -97,7 +98,7 @@ TEST_P(Communicators, CallHooksRunBeforeTheWorkCompletes) {
     auto comm = make_comm(env, "hooks");
     std::vector<std::string> events;
     auto hooked = [&](std::int32_t* value, const char* name) {
-      Communicator::Call call;
+      coll::Call call;
       call.op = CollOp::AllReduce;
       call.send = value;
       call.recv = value;
@@ -110,10 +111,10 @@ TEST_P(Communicators, CallHooksRunBeforeTheWorkCompletes) {
       return call;
     };
     std::int32_t a = 1, b = 10, c = 100;
-    comm->submit(hooked(&a, "inline"), false);  // nothing queued: runs on this thread
+    coll::submit(*comm, hooked(&a, "inline"), false);  // nothing queued: runs on this thread
     CHECK_EQ(events.size(), std::size_t{2});
-    Work wb = comm->submit(hooked(&b, "queued"), true);
-    Work wc = comm->submit(hooked(&c, "behind"), true);
+    Work wb = coll::submit(*comm, hooked(&b, "queued"), true);
+    Work wc = coll::submit(*comm, hooked(&c, "behind"), true);
     wc.wait();
     CHECK(wb.test());
     const std::vector<std::string> want{"inline then 2", "inline done",     "queued then 20",
@@ -122,9 +123,9 @@ TEST_P(Communicators, CallHooksRunBeforeTheWorkCompletes) {
     // A `then` that throws fails the operation; `done` sees that error.
     events.clear();
     std::int32_t d = 1;
-    Communicator::Call failing = hooked(&d, "failing");
+    coll::Call failing = hooked(&d, "failing");
     failing.then = [] { throw Error(ErrorCode::InvalidArgument, "the copy-out refused", {.op = "then"}); };
-    Work wd = comm->submit(std::move(failing), true);
+    Work wd = coll::submit(*comm, std::move(failing), true);
     try {
       wd.wait();
       ADD_FAILURE() << "the failing hook's operation completed";
@@ -143,7 +144,8 @@ TEST_P(Communicators, TasksRunInCallOrderWithTheirCallsInline) {
     const int r = env.rank(), peer = 1 - r;
     std::int32_t a = r + 1, b = 10 * (r + 1), seen_a = 0, got = 0;
     Work wa = comm->iall_reduce(&a, &a, 1, DataType::Int32, ReduceOp::Sum);
-    Work wt = comm->submit_task(
+    Work wt = coll::submit_task(
+        *comm,
         [&] {
           seen_a = a;  // the all_reduce before it has run
           std::int32_t mine = 100 + r;
@@ -163,8 +165,8 @@ TEST_P(Communicators, TasksRunInCallOrderWithTheirCallsInline) {
     CHECK_EQ(seen_a, 3);
     CHECK_EQ(got, 100 + peer);
     CHECK_EQ(b, 30);
-    Work failing =
-        comm->submit_task([] { throw Error(ErrorCode::InvalidArgument, "the task refused"); }, "refusal", true);
+    Work failing = coll::submit_task(
+        *comm, [] { throw Error(ErrorCode::InvalidArgument, "the task refused"); }, "refusal", true);
     try {
       failing.wait();
       ADD_FAILURE() << "the failing task completed";

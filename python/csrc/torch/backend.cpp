@@ -78,8 +78,7 @@ std::vector<std::string> ProcessGroupRdmx::peer_providers() const { return commu
 uint64_t ProcessGroupRdmx::getSequenceNumberForGroup() { return communicator().next_sequence() - 1; }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::issue(c10d::OpType type, std::vector<at::Tensor> outputs,
-                                                       Communicator::Call call, bool async,
-                                                       const at::Tensor& device_of) {
+                                                       coll::Call call, bool async, const at::Tensor& device_of) {
   const bool cuda = device_of.defined() && device_of.is_cuda();
   c10::intrusive_ptr<RdmxWork> work;
   try {
@@ -107,7 +106,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::issue(c10d::OpType type, std::v
 #ifdef RDMX_TORCH_CUDA
     if (cuda) comm.set_cuda_stream(c10::cuda::getCurrentCUDAStream(device_of.device().index()).stream());
 #endif
-    work->attach(comm.submit(std::move(call), async));
+    work->attach(coll::submit(comm, std::move(call), async));
   } catch (...) {
     std::rethrow_exception(torch_error(std::current_exception()));
   }
@@ -144,7 +143,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::issue_task(c10d::OpType type, s
           side, [&] { work->complete(error); }, false);
       if (error) std::rethrow_exception(error);
     };
-    work->attach(communicator().submit_task(std::move(task), what, async));
+    work->attach(coll::submit_task(communicator(), std::move(task), what, async));
   } catch (...) {
     std::rethrow_exception(torch_error(std::current_exception()));
   }

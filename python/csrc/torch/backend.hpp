@@ -4,7 +4,7 @@
 // where torch has CUDA, CUDA tensors ordered on the current stream.
 //
 // A thin adapter: each call checks torch's arguments, describes itself as
-// one Communicator::Call (or, for tagged messages, one task) and hands it
+// one coll::Call (or, for tagged messages, one task) and hands it
 // to the Communicator, whose executor runs it. A blocking call (torch's
 // async_op=False) runs on the caller's thread; an asynchronous one returns
 // an RdmxWork over the Communicator's Work.
@@ -18,6 +18,7 @@
 #include <memory>
 #include <utility>
 
+#include "coll/communicator_internal.hpp"
 #include "rdmx/comm.hpp"
 #include "tensors.hpp"
 #include "work.hpp"
@@ -105,8 +106,8 @@ class ProcessGroupRdmx : public c10d::Backend {
  private:
   // Runs `call` now (blocking) or hands it to the Communicator's executor;
   // the returned Work completes with `outputs` or the error.
-  c10::intrusive_ptr<Work> issue(c10d::OpType type, std::vector<at::Tensor> outputs, Communicator::Call call,
-                                 bool async, const at::Tensor& device_of);
+  c10::intrusive_ptr<Work> issue(c10d::OpType type, std::vector<at::Tensor> outputs, coll::Call call, bool async,
+                                 const at::Tensor& device_of);
   // Runs `fn` as a task on the Communicator's executor; `tensors` are those
   // it reads or writes (their CUDA streams are waited for at its start).
   c10::intrusive_ptr<Work> issue_task(c10d::OpType type, std::vector<at::Tensor> outputs, std::function<void()> fn,

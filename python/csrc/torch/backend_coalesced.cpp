@@ -70,8 +70,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::all_gather_single_coalesced(std
   auto offsets = offsets_of(inputs, total);
   at::Tensor in = flatten(inputs);
   at::Tensor flat = at::empty({total * getSize()}, in.options());
-  auto call = Communicator::Call::of(CollOp::AllGather, in.data_ptr(), flat.data_ptr(), static_cast<std::size_t>(total),
-                                     data_type_of(in.scalar_type(), op));
+  auto call = coll::Call::of(CollOp::AllGather, in.data_ptr(), flat.data_ptr(), static_cast<std::size_t>(total),
+                             data_type_of(in.scalar_type(), op));
   const int ranks = getSize();
   std::vector<at::Tensor> targets = gather_targets(inputs, outputs, ranks);
   call.then = [in, flat, offsets, total, inputs, outputs, targets, ranks] {
@@ -109,8 +109,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::allgather_coalesced(std::vector
   // Rank r's inputs land at r * total, in input order: the outputs in rank-major order.
   at::Tensor in = flatten(inputs);
   at::Tensor flat = at::empty({in.numel() * getSize()}, in.options());
-  auto call = Communicator::Call::of(CollOp::AllGather, in.data_ptr(), flat.data_ptr(),
-                                     static_cast<std::size_t>(in.numel()), data_type_of(in.scalar_type(), op));
+  auto call = coll::Call::of(CollOp::AllGather, in.data_ptr(), flat.data_ptr(), static_cast<std::size_t>(in.numel()),
+                             data_type_of(in.scalar_type(), op));
   call.then = [in, flat, flat_outputs] { unflatten(flat, flat_outputs); };
   return issue(c10d::OpType::ALLGATHER_COALESCED, flat_outputs, std::move(call), opts.asyncOp, in);
 }
@@ -144,8 +144,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::reduce_scatter_single_coalesced
     }
   }
   at::Tensor flat = at::empty({total}, in.options());
-  auto call = Communicator::Call::of(CollOp::ReduceScatter, in.data_ptr(), flat.data_ptr(),
-                                     static_cast<std::size_t>(total), data_type_of(in.scalar_type(), op), redop);
+  auto call = coll::Call::of(CollOp::ReduceScatter, in.data_ptr(), flat.data_ptr(), static_cast<std::size_t>(total),
+                             data_type_of(in.scalar_type(), op), redop);
   call.then = [in, flat, outputs] { unflatten(flat, outputs); };
   return issue(c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, outputs, std::move(call), opts.asyncOp, in);
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The collectives: torch's arguments checked and described as one
-// Communicator::Call over dense buffers; staged results copied out in the
+// coll::Call over dense buffers; staged results copied out in the
 // call's `then` hook.
 #include "backend.hpp"
 #include "tensors.hpp"
@@ -20,8 +20,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::broadcast(std::vector<at::Tenso
   check_root(root, getSize(), op);
   const at::Tensor& t = tensors[0];
   Dense d = dense_inout(t);
-  auto call = Communicator::Call::of(CollOp::Broadcast, d.data(), d.data(), d.count(),
-                                     data_type_of(t.scalar_type(), op), ReduceOp::Sum, root);
+  auto call = coll::Call::of(CollOp::Broadcast, d.data(), d.data(), d.count(), data_type_of(t.scalar_type(), op),
+                             ReduceOp::Sum, root);
   call.then = [d] { d.finish(); };
   return issue(c10d::OpType::BROADCAST, {t}, std::move(call), opts.asyncOp, t);
 }
@@ -33,8 +33,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::allreduce(std::vector<at::Tenso
   const at::Tensor& t = tensors[0];
   const ReduceOp redop = reduce_op_of(opts.reduceOp, t.scalar_type(), op);
   Dense d = dense_inout(t);
-  auto call = Communicator::Call::of(CollOp::AllReduce, d.data(), d.data(), d.count(),
-                                     data_type_of(t.scalar_type(), op), redop);
+  auto call =
+      coll::Call::of(CollOp::AllReduce, d.data(), d.data(), d.count(), data_type_of(t.scalar_type(), op), redop);
   call.then = [d] { d.finish(); };
   return issue(c10d::OpType::ALLREDUCE, {t}, std::move(call), opts.asyncOp, t);
 }
@@ -45,8 +45,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::allreduce_coalesced(std::vector
   check_coalesced(tensors, op, "the tensors");
   const ReduceOp redop = reduce_op_of(opts.reduceOp, tensors[0].scalar_type(), op);
   at::Tensor flat = flatten(tensors);
-  auto call =
-      Communicator::Call::of(CollOp::AllReduce, flat.data_ptr(), flat.data_ptr(),
+  auto call = coll::Call::of(CollOp::AllReduce, flat.data_ptr(), flat.data_ptr(),
                              static_cast<std::size_t>(flat.numel()), data_type_of(flat.scalar_type(), op), redop);
   call.then = [flat, tensors] { unflatten(flat, tensors); };
   return issue(c10d::OpType::ALLREDUCE_COALESCED, tensors, std::move(call), opts.asyncOp, flat);
@@ -61,8 +60,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::reduce(std::vector<at::Tensor>&
   const at::Tensor& t = tensors[0];
   const ReduceOp redop = reduce_op_of(opts.reduceOp, t.scalar_type(), op);
   Dense d = dense_inout(t);
-  auto call = Communicator::Call::of(CollOp::Reduce, d.data(), d.data(), d.count(), data_type_of(t.scalar_type(), op),
-                                     redop, root);
+  auto call =
+      coll::Call::of(CollOp::Reduce, d.data(), d.data(), d.count(), data_type_of(t.scalar_type(), op), redop, root);
   // Held by the hook on every rank: a dense copy of a non-contiguous input
   // is the send buffer until the operation completes.
   call.then = [d, root_here = root == getRank()] {
@@ -81,8 +80,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::allgather(std::vector<std::vect
   check_list(outputs[0], in, static_cast<std::size_t>(getSize()), op, "the output list");
   Dense d = dense_input(in);
   at::Tensor flat = at::empty({signed_count(d.count()) * getSize()}, d.buf.options());
-  auto call = Communicator::Call::of(CollOp::AllGather, d.data(), flat.data_ptr(), d.count(),
-                                     data_type_of(in.scalar_type(), op));
+  auto call =
+      coll::Call::of(CollOp::AllGather, d.data(), flat.data_ptr(), d.count(), data_type_of(in.scalar_type(), op));
   std::vector<at::Tensor> outs = outputs[0];
   call.then = [d, flat, outs] { unflatten(flat, outs); };
   return issue(c10d::OpType::ALLGATHER, outs, std::move(call), opts.asyncOp, in);
@@ -101,8 +100,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::all_gather_single(at::Tensor& o
   }
   Dense din = dense_input(input);
   Dense dout = dense_output(output);
-  auto call = Communicator::Call::of(CollOp::AllGather, din.data(), dout.data(), din.count(),
-                                     data_type_of(input.scalar_type(), op));
+  auto call =
+      coll::Call::of(CollOp::AllGather, din.data(), dout.data(), din.count(), data_type_of(input.scalar_type(), op));
   call.then = [din, dout] { dout.finish(); };
   return issue(c10d::OpType::_ALLGATHER_BASE, {output}, std::move(call), opts.asyncOp, input);
 }
@@ -119,8 +118,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::gather(std::vector<std::vector<
   Dense d = dense_input(in);
   at::Tensor flat;
   if (root == getRank()) flat = at::empty({signed_count(d.count()) * getSize()}, d.buf.options());
-  auto call = Communicator::Call::of(CollOp::Gather, d.data(), flat.defined() ? flat.data_ptr() : nullptr, d.count(),
-                                     data_type_of(in.scalar_type(), op), ReduceOp::Sum, root);
+  auto call = coll::Call::of(CollOp::Gather, d.data(), flat.defined() ? flat.data_ptr() : nullptr, d.count(),
+                             data_type_of(in.scalar_type(), op), ReduceOp::Sum, root);
   call.then = [d, flat, outs] {
     if (flat.defined()) unflatten(flat, outs);
   };
@@ -139,8 +138,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::scatter(std::vector<at::Tensor>
   Dense d = dense_output(out);
   at::Tensor flat;
   if (!ins.empty()) flat = flatten(ins);
-  auto call = Communicator::Call::of(CollOp::Scatter, flat.defined() ? flat.data_ptr() : nullptr, d.data(), d.count(),
-                                     data_type_of(out.scalar_type(), op), ReduceOp::Sum, root);
+  auto call = coll::Call::of(CollOp::Scatter, flat.defined() ? flat.data_ptr() : nullptr, d.data(), d.count(),
+                             data_type_of(out.scalar_type(), op), ReduceOp::Sum, root);
   call.then = [d, flat] { d.finish(); };
   return issue(c10d::OpType::SCATTER, {out}, std::move(call), opts.asyncOp, out);
 }
@@ -156,8 +155,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::reduce_scatter(std::vector<at::
   const ReduceOp redop = reduce_op_of(opts.reduceOp, out.scalar_type(), op);
   at::Tensor flat = flatten(inputs[0]);
   Dense d = dense_output(out);
-  auto call = Communicator::Call::of(CollOp::ReduceScatter, flat.data_ptr(), d.data(), d.count(),
-                                     data_type_of(out.scalar_type(), op), redop);
+  auto call = coll::Call::of(CollOp::ReduceScatter, flat.data_ptr(), d.data(), d.count(),
+                             data_type_of(out.scalar_type(), op), redop);
   call.then = [flat, d] { d.finish(); };
   return issue(c10d::OpType::REDUCE_SCATTER, {out}, std::move(call), opts.asyncOp, out);
 }
@@ -176,8 +175,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::reduce_scatter_single(at::Tenso
   const ReduceOp redop = reduce_op_of(opts.reduceOp, output.scalar_type(), op);
   Dense din = dense_input(input);
   Dense dout = dense_output(output);
-  auto call = Communicator::Call::of(CollOp::ReduceScatter, din.data(), dout.data(), dout.count(),
-                                     data_type_of(output.scalar_type(), op), redop);
+  auto call = coll::Call::of(CollOp::ReduceScatter, din.data(), dout.data(), dout.count(),
+                             data_type_of(output.scalar_type(), op), redop);
   call.then = [din, dout] { dout.finish(); };
   return issue(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, std::move(call), opts.asyncOp, output);
 }
@@ -201,7 +200,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::all_to_all_single(at::Tensor& o
                        std::to_string(getSize()) + "; got " + std::to_string(input.numel()) + " and " +
                        std::to_string(output.numel()));
     }
-    auto call = Communicator::Call::of(CollOp::AllToAll, din.data(), dout.data(), din.count() / n, type);
+    auto call = coll::Call::of(CollOp::AllToAll, din.data(), dout.data(), din.count() / n, type);
     call.then = [din, dout] { dout.finish(); };
     return issue(c10d::OpType::ALLTOALL_BASE, {output}, std::move(call), opts.asyncOp, input);
   }
@@ -236,7 +235,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::all_to_all_single(at::Tensor& o
     }
     return counts;
   };
-  auto call = Communicator::Call::of(CollOp::AllToAllv, din.data(), dout.data(), 0, type);
+  auto call = coll::Call::of(CollOp::AllToAllv, din.data(), dout.data(), 0, type);
   call.send_counts = counts_of(input, input_splits, "input");
   call.recv_counts = counts_of(output, output_splits, "output");
   call.send_displs = displacements(call.send_counts);
@@ -268,8 +267,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::alltoall(std::vector<at::Tensor
   at::Tensor in = flatten(inputs);
   const std::vector<std::size_t> recv_displs = displacements(recv_counts);
   at::Tensor out = at::empty({signed_count(recv_displs.back() + recv_counts.back())}, in.options());
-  auto call =
-      Communicator::Call::of(CollOp::AllToAllv, in.data_ptr(), out.data_ptr(), 0, data_type_of(in.scalar_type(), op));
+  auto call = coll::Call::of(CollOp::AllToAllv, in.data_ptr(), out.data_ptr(), 0, data_type_of(in.scalar_type(), op));
   call.send_displs = displacements(send_counts);
   call.send_counts = std::move(send_counts);
   call.recv_counts = std::move(recv_counts);
@@ -280,7 +278,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::alltoall(std::vector<at::Tensor
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::barrier(const c10d::BarrierOptions& opts) {
-  return issue(c10d::OpType::BARRIER, {}, Communicator::Call::of(CollOp::Barrier, nullptr, nullptr, 0, DataType::Uint8),
+  return issue(c10d::OpType::BARRIER, {}, coll::Call::of(CollOp::Barrier, nullptr, nullptr, 0, DataType::Uint8),
                opts.asyncOp, at::Tensor());
 }
 
