@@ -124,9 +124,8 @@ std::size_t TcpDevice::spin_pass_locked() {
   // Passes made by application threads that spin (a CQ wait, a loop on a
   // memory flag). With few QPs, poll() on their sockets tells which have work
   // without taking a lock the data path needs (a failed recv() takes the
-  // socket lock), which shortens a small ping-pong (docs/journal/PERFORMANCE-HISTORY.md, "Measurements behind the code").
-  // Every few passes a full epoll pass also accepts connections, and every
-  // so often it runs the timers.
+  // socket lock), which shortens a small ping-pong (docs/journal/PERFORMANCE-HISTORY.md, "Measurements behind the
+  // code"). Every few passes a full epoll pass also accepts connections, and every so often it runs the timers.
   ++spin_passes_;
   if (qps_.size() > kDirectPollQps || spin_passes_ % kFullPassEvery == 0) {
     return pass_locked(spin_passes_ % (kFullPassEvery * 8) == 0);
