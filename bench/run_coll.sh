@@ -52,6 +52,8 @@ if [[ $# -ne 1 ]]; then
 fi
 build=$1
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=bench/common.sh
+source "$here/common.sh"
 rdmx_bin=$build/tools/rdmx
 mpi_srcs=("$here"/coll/mpi_coll_perf.c "$here"/coll/mpi_coll_args.c "$here"/coll/mpi_coll_model.c)
 gloo_src=$here/coll/torch_coll_perf.py
@@ -87,8 +89,6 @@ if ! [[ $rounds =~ ^[1-9][0-9]*$ ]]; then
   exit 2
 fi
 
-# shellcheck source=bench/common.sh
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 bench_workdir rdmx-bench-coll
 
 mkdir -p "$(dirname "$json_out")"
