@@ -105,9 +105,8 @@ foreach(provider IN LISTS RDMX_PROVIDER_ORDER)
   string(APPEND text "extern const ProviderDescriptor provider_${provider};\n")
   string(APPEND entries "&provider_${provider}, ")
 endforeach()
-list(LENGTH RDMX_PROVIDER_ORDER count)
-string(APPEND text "\nconst ProviderDescriptor* const* provider_descriptors(std::size_t* count) {\n"
-       "  static const ProviderDescriptor* const list[] = {${entries}};\n  *count = ${count};\n  return list;\n}\n\n"
+string(APPEND text "\nstd::span<const ProviderDescriptor* const> provider_descriptors() {\n"
+       "  static const ProviderDescriptor* const list[] = {${entries}};\n  return list;\n}\n\n"
        "}  // namespace rdmx::core\n")
 file(CONFIGURE OUTPUT ${rdmx_provider_list} CONTENT "${text}")
 target_sources(rdmx_api PRIVATE ${rdmx_provider_list})

@@ -3,7 +3,6 @@
 // every provider built in, and explains the choice. Providers are known only
 // by their descriptors (driver/provider.hpp).
 #include <algorithm>
-#include <span>
 
 #include "driver/provider.hpp"
 #include "providers/auto/auto_device.hpp"
@@ -21,16 +20,10 @@ constexpr core::TextSetting kProvider{
     "where both sides have an RDMA port, else tcp"};
 RDMX_SETTING(kProvider);
 
-std::span<const core::ProviderDescriptor* const> descriptors() {
-  std::size_t count = 0;
-  const core::ProviderDescriptor* const* list = core::provider_descriptors(&count);
-  return {list, count};
-}
-
 // The descriptors of the providers in this library, in auto selection's order.
 std::vector<const core::ProviderDescriptor*> built() {
   std::vector<const core::ProviderDescriptor*> out;
-  for (const core::ProviderDescriptor* d : descriptors()) {
+  for (const core::ProviderDescriptor* d : core::provider_descriptors()) {
     if (d->built) out.push_back(d);
   }
   return out;
@@ -105,7 +98,7 @@ std::shared_ptr<Device> open_device(std::string_view requested) {
   } else {
     why = "requested by the caller";
   }
-  const auto all = descriptors();
+  const auto all = core::provider_descriptors();
   auto it = std::find_if(all.begin(), all.end(), [&](const core::ProviderDescriptor* p) { return name == p->name; });
   if (it == all.end()) {
     throw Error(ErrorCode::NotFound, "unknown provider \"" + name + "\"",

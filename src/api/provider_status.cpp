@@ -46,10 +46,8 @@ ProviderStatus probe_built(const std::string& name) {
 
 std::vector<ProviderStatus> probe_providers() {
   std::vector<ProviderStatus> statuses;
-  std::size_t count = 0;
-  const core::ProviderDescriptor* const* list = core::provider_descriptors(&count);
-  for (std::size_t i = 0; i < count; ++i) {
-    const core::ProviderDescriptor& d = *list[i];
+  for (const core::ProviderDescriptor* p : core::provider_descriptors()) {
+    const core::ProviderDescriptor& d = *p;
     statuses.push_back(d.built ? probe_built(d.name) : ProviderStatus{.name = d.name, .reason = d.not_built()});
   }
   return statuses;
@@ -57,10 +55,8 @@ std::vector<ProviderStatus> probe_providers() {
 
 std::vector<ProviderDeclaration> declared_providers() {
   std::vector<ProviderDeclaration> out;
-  std::size_t count = 0;
-  const core::ProviderDescriptor* const* list = core::provider_descriptors(&count);
-  for (std::size_t i = 0; i < count; ++i) {
-    const core::ProviderDescriptor& d = *list[i];
+  for (const core::ProviderDescriptor* p : core::provider_descriptors()) {
+    const core::ProviderDescriptor& d = *p;
     out.push_back({.name = d.name,
                    .built = d.built,
                    .latency_us = d.figures.latency_us,

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "driver/device_resources.hpp"
@@ -61,6 +62,6 @@ struct ProviderDescriptor {
 // The descriptors built into this library, in auto selection's order (the
 // first that reaches a peer carries its QPs). Defined by the file the build
 // generates from cmake/layers.cmake's provider list.
-const ProviderDescriptor* const* provider_descriptors(std::size_t* count);
+std::span<const ProviderDescriptor* const> provider_descriptors();
 
 }  // namespace rdmx::core

@@ -10,9 +10,8 @@ const ProviderDescriptor provider_tcp = {
     .built = true,
     .not_built = nullptr,
     .optional = false,
-    .open = [](const std::string& why,
-               DeviceResources resources) { return tcp::open_tcp_device(why, std::move(resources)); },
-    .owns = [](const QpAddress& address) { return tcp::is_tcp_address(address); },
+    .open = tcp::open_tcp_device,
+    .owns = tcp::is_tcp_address,
     .reaches =
         [](const Device&, const QpAddress&, std::string* why) {
           *why = "tcp reaches processes on any host";

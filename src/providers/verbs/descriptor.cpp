@@ -11,11 +11,9 @@ const ProviderDescriptor provider_verbs = {
     .not_built = nullptr,
     // No RDMA device is the common case: auto selection goes on without it.
     .optional = true,
-    .open = [](const std::string& why,
-               DeviceResources resources) { return verbs::open_verbs_device(why, std::move(resources)); },
-    .owns = [](const QpAddress& address) { return verbs::is_verbs_address(address); },
-    .reaches = [](const Device& device, const QpAddress& address,
-                  std::string* why) { return verbs::reaches(device, address, why); },
+    .open = verbs::open_verbs_device,
+    .owns = verbs::is_verbs_address,
+    .reaches = verbs::reaches,
     .remove_stale = nullptr,
     // The device reports its port's rate (DeviceCaps::bandwidth_gbps).
     .figures = {.latency_us = 2, .bandwidth_gbps = 12.5, .basis = "declared: a 100 Gb/s HCA port"},
