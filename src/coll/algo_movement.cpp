@@ -5,10 +5,10 @@
 #include <cstring>
 #include <vector>
 
+#include "coll/algo_registry.hpp"
 #include "coll/algorithms.hpp"
 
 namespace rdmx::coll {
-namespace {
 
 // --- all_gather ---------------------------------------------------------------
 
@@ -128,8 +128,6 @@ void broadcast_direct(OpContext& ctx) {
   ctx.run();
 }
 
-}  // namespace
-
 void broadcast_along(OpContext& ctx, int parent, const std::vector<int>& children) {
   const auto& c = ctx.call;
   const std::size_t bytes = c.count * ctx.elem;
@@ -151,23 +149,12 @@ void broadcast_along(OpContext& ctx, int parent, const std::vector<int>& childre
 }
 
 void all_gather(OpContext& ctx) {
-  switch (ctx.desc.algo) {
-    case Algo::Local: return ctx.copy(ctx.call.recv, ctx.call.send, ctx.call.count * ctx.elem);
-    case Algo::Ring: return all_gather_ring(ctx);
-    case Algo::RecursiveDoubling: return all_gather_rd(ctx);
-    case Algo::Hierarchical: return all_gather_hier(ctx);
-    default: return all_gather_direct(ctx);
-  }
+  if (ctx.desc.algo == Algo::Local) return ctx.copy(ctx.call.recv, ctx.call.send, ctx.call.count * ctx.elem);
+  build_of(ctx.desc)(ctx);
 }
 
 void broadcast(OpContext& ctx) {
-  switch (ctx.desc.algo) {
-    case Algo::Local: return;
-    case Algo::Tree: return broadcast_tree(ctx);
-    case Algo::Ring: return broadcast_ring(ctx);
-    case Algo::Hierarchical: return broadcast_hier(ctx);
-    default: return broadcast_direct(ctx);
-  }
+  if (ctx.desc.algo != Algo::Local) build_of(ctx.desc)(ctx);
 }
 
 void gather(OpContext& ctx) {

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <vector>
 
+#include "coll/algo_registry.hpp"
 #include "coll/algorithms.hpp"
 #include "coll/reduce.hpp"
 
@@ -29,6 +30,8 @@ const void* own_input(OpContext& ctx, const void* input, const void* output, voi
   ctx.copy(spare, input, bytes);
   return spare;
 }
+
+}  // namespace
 
 // --- all_reduce ---------------------------------------------------------------
 
@@ -183,7 +186,9 @@ void all_reduce_hd(OpContext& ctx) {
 
 // Binomial tree towards rank 0 (children folded in a fixed order), then back.
 // Up the binomial tree, children folded in a fixed order.
+namespace {
 void reduce_tree_into(OpContext& ctx, const void* in, void* out, int root, bool then_broadcast);
+}  // namespace
 
 void all_reduce_tree(OpContext& ctx) { reduce_tree_into(ctx, ctx.call.send, ctx.call.recv, 0, true); }
 
@@ -208,10 +213,12 @@ void all_reduce_direct(OpContext& ctx) {
 
 // --- reduce (rooted) ---------------------------------------------------------
 
+namespace {
 void reduce_tree_into(OpContext& ctx, const void* in, void* out, int root, bool then_broadcast) {
   const auto [parent, children] = binomial_tree(ctx.rank, ctx.n, root);
   reduce_along(ctx, in, out, parent, children, then_broadcast);
 }
+}  // namespace
 
 void reduce_tree(OpContext& ctx) { reduce_tree_into(ctx, ctx.call.send, ctx.call.recv, ctx.call.root, false); }
 
@@ -363,8 +370,6 @@ void reduce_scatter_direct(OpContext& ctx) {
   reduce_in_rank_order(ctx, c.recv, x, c.count);
 }
 
-}  // namespace
-
 int add_reduce_up(OpContext& ctx, const void* in, void* out, void* scratch, std::size_t bytes, int parent,
                   const std::vector<int>& children) {
   auto& s = ctx.sched;
@@ -407,37 +412,11 @@ void reduce_along(OpContext& ctx, const void* in, void* out, int parent, const s
 
 void all_reduce(OpContext& ctx) {
   const auto& c = ctx.call;
-  switch (ctx.desc.algo) {
-    case Algo::Local: return reduce_in_rank_order(ctx, c.recv, {c.send}, c.count);
-    case Algo::Ring: return all_reduce_ring(ctx);
-    case Algo::RecursiveDoubling: return all_reduce_rd(ctx);
-    case Algo::HalvingDoubling: return all_reduce_hd(ctx);
-    case Algo::Tree: return all_reduce_tree(ctx);
-    case Algo::Hierarchical: return all_reduce_hier(ctx);
-    default: return all_reduce_direct(ctx);
-  }
+  if (ctx.desc.algo == Algo::Local) return reduce_in_rank_order(ctx, c.recv, {c.send}, c.count);
+  build_of(ctx.desc)(ctx);
 }
 
-void reduce(OpContext& ctx) {
-  const auto& c = ctx.call;
-  switch (ctx.desc.algo) {
-    case Algo::Local: return reduce_in_rank_order(ctx, c.recv, {c.send}, c.count);
-    case Algo::Tree: return reduce_tree(ctx);
-    case Algo::Ring: return reduce_ring(ctx);
-    case Algo::Hierarchical: return reduce_hier(ctx);
-    default: return reduce_direct(ctx);
-  }
-}
-
-void reduce_scatter(OpContext& ctx) {
-  const auto& c = ctx.call;
-  switch (ctx.desc.algo) {
-    case Algo::Local: return reduce_in_rank_order(ctx, c.recv, {c.send}, c.count);
-    case Algo::Ring: return reduce_scatter_ring(ctx);
-    case Algo::HalvingDoubling: return reduce_scatter_hd(ctx);
-    case Algo::Hierarchical: return reduce_scatter_hier(ctx);
-    default: return reduce_scatter_direct(ctx);
-  }
-}
+void reduce(OpContext& ctx) { all_reduce(ctx); }
+void reduce_scatter(OpContext& ctx) { all_reduce(ctx); }
 
 }  // namespace rdmx::coll

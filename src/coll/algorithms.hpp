@@ -169,6 +169,26 @@ int add_reduce_up(OpContext& ctx, const void* in, void* out, void* scratch, std:
 void add_broadcast_down(OpContext& ctx, void* out, std::size_t bytes, int parent, const std::vector<int>& children,
                         int reduced);
 
+// The operations' schedule builders, one per algorithm (algo_registry.cpp
+// names them in its rows); each op's entry below runs the row's.
+void all_reduce_ring(OpContext& ctx);
+void all_reduce_rd(OpContext& ctx);
+void all_reduce_hd(OpContext& ctx);
+void all_reduce_tree(OpContext& ctx);
+void all_reduce_direct(OpContext& ctx);
+void reduce_scatter_ring(OpContext& ctx);
+void reduce_scatter_hd(OpContext& ctx);
+void reduce_scatter_direct(OpContext& ctx);
+void reduce_tree(OpContext& ctx);
+void reduce_ring(OpContext& ctx);
+void reduce_direct(OpContext& ctx);
+void all_gather_ring(OpContext& ctx);
+void all_gather_rd(OpContext& ctx);
+void all_gather_direct(OpContext& ctx);
+void broadcast_tree(OpContext& ctx);
+void broadcast_ring(OpContext& ctx);
+void broadcast_direct(OpContext& ctx);
+
 void all_reduce(OpContext& ctx);
 void reduce_scatter(OpContext& ctx);
 void reduce(OpContext& ctx);

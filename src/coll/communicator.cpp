@@ -43,9 +43,17 @@ class CommImpl final : public CommunicatorCore {
         validator_(rank_, size_) {
     selector_.set_layout(placement_.layout().hosts(), placement_.layout().per_host());
     placement_.require_buffers_fit();
-    const LinksConfig config = placement_.links_config_with_waits();
+    LinksConfig config = placement_.links_config_with_waits();
+    config.host_of = placement_.layout().host_of;
     links_ = std::make_unique<Links>(std::move(device), *store_, rank_, size_, options_.tag, config, timeout_);
-    selector_.set_network(links_->network());
+    const LinkFigures& figures = links_->link_figures();
+    selector_.set_links(declared_links(figures.in_host, figures.between_hosts));
+    RDMX_INFO(
+        "communicator '%s': rank %d: the cost model charges links in-host %.3g us/%.3g GB/s, between hosts "
+        "%.3g us/%.3g GB/s, reduction %.3g GB/s (%s by the providers, plus %.3g us of the library's per step)",
+        options_.tag.c_str(), rank_, selector_.links().in_host.latency_us, selector_.links().in_host.bandwidth_gbps,
+        selector_.links().between_hosts.latency_us, selector_.links().between_hosts.bandwidth_gbps,
+        selector_.links().reduce_gbps, selector_.links().basis.c_str(), kStepOverheadUs);
     execution_ =
         std::make_unique<CommExecution>(*links_, selector_, placement_.layout(), rank_, size_, timeout_, direct_min_);
     placement_.log_created();

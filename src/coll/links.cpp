@@ -19,6 +19,14 @@ namespace rdmx::coll {
 using namespace wire;
 
 namespace {
+// The least favourable of two figures of a kind of link (zero: none).
+void worsen(LinkCost& into, const LinkCost& other) {
+  if (other.bandwidth_gbps <= 0) return;
+  into.latency_us = std::max(into.latency_us, other.latency_us);
+  into.bandwidth_gbps =
+      into.bandwidth_gbps > 0 ? std::min(into.bandwidth_gbps, other.bandwidth_gbps) : other.bandwidth_gbps;
+}
+
 // Message flags carry the number xor a per-pair value, so that payload bytes
 // left in a slot cannot pass for a flag: both sides derive it from the
 // receiver's region address and the sender's rank.
@@ -73,15 +81,20 @@ Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, c
     const DeviceCaps caps = peer.qp->device_caps();
     peer.direct_writes = caps.direct_registered_writes;
     network_ = network_ || caps.remote_peers;
+    const bool same_host = config.host_of.empty() || config.host_of[static_cast<std::size_t>(p)] ==
+                                                         config.host_of[static_cast<std::size_t>(rank)];
+    worsen(same_host ? figures_.in_host : figures_.between_hosts, {caps.latency_us, caps.bandwidth_gbps});
   }
 
   // Exchange where each region is, and whether the rank reaches a peer over
   // a network link: "<tag>/region/<rank>" = base:rkey:length:network.
   std::ostringstream mine;
   mine << reinterpret_cast<std::uintptr_t>(base_) << ':' << region_->rkey() << ':' << layout_->total << ':'
-       << (network_ ? 1 : 0);
+       << (network_ ? 1 : 0) << ':' << figures_.in_host.latency_us << ':' << figures_.in_host.bandwidth_gbps << ':'
+       << figures_.between_hosts.latency_us << ':' << figures_.between_hosts.bandwidth_gbps;
   published_keys_.push_back(tag + "/region/" + std::to_string(rank));
   store.set(published_keys_.back(), std::string_view(mine.str()));
+  LinkFigures agreed;
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
     const std::string key = tag + "/region/" + std::to_string(p);
@@ -99,7 +112,10 @@ Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, c
     unsigned long long base = 0, length = 0;
     unsigned rkey = 0;
     int network = 0;
-    if (std::sscanf(text.c_str(), "%llu:%u:%llu:%d", &base, &rkey, &length, &network) != 4 ||
+    LinkFigures theirs;
+    if (std::sscanf(text.c_str(), "%llu:%u:%llu:%d:%lf:%lf:%lf:%lf", &base, &rkey, &length, &network,
+                    &theirs.in_host.latency_us, &theirs.in_host.bandwidth_gbps, &theirs.between_hosts.latency_us,
+                    &theirs.between_hosts.bandwidth_gbps) != 8 ||
         length != layout_->total) {
       throw Error(ErrorCode::Protocol,
                   "communicator create: rank " + std::to_string(p) + " published buffers '" + text +
@@ -114,7 +130,12 @@ Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, c
     peer.rkey = rkey;
     peer.salt = pair_salt(base, rank);
     any_network_ = any_network_ || network != 0;
+    worsen(agreed.in_host, theirs.in_host);
+    worsen(agreed.between_hosts, theirs.between_hosts);
   }
+  worsen(agreed.in_host, figures_.in_host);
+  worsen(agreed.between_hosts, figures_.between_hosts);
+  figures_ = agreed;
   any_network_ = any_network_ || network_;
   salts_from_.resize(static_cast<std::size_t>(size));
   for (int p = 0; p < size; ++p)

@@ -41,6 +41,7 @@
 #include "coll/combine.hpp"
 #include "coll/op_desc.hpp"
 #include "rdmx/bootstrap.hpp"
+#include "rdmx/cost_model.hpp"
 #include "rdmx/registration_cache.hpp"
 #include "rdmx/verbs.hpp"
 #include "services/cuda/memory.hpp"
@@ -101,6 +102,15 @@ struct LinksConfig {
   std::size_t stage_limit = 16 * 1024;  // payloads up to this are copied into staging even when in place is allowed
   bool yield_when_waiting = false;      // more local ranks than cores: give the core away while spinning
   std::chrono::microseconds spin{-1};   // how long a run's waits spin before sleeping (negative: RDMX_SPIN_US)
+  std::vector<int> host_of;             // per rank, its host (empty: one host), for link_figures()
+};
+
+// What the providers carrying a communicator's links declare of them
+// (DeviceCaps::latency_us, bandwidth_gbps), the least favourable over every
+// rank's links of each kind; a kind no link has stays zero.
+struct LinkFigures {
+  LinkCost in_host;
+  LinkCost between_hosts;
 };
 
 struct Layout;
@@ -131,6 +141,8 @@ class Links {
   // that reaches other hosts (DeviceCaps::remote_peers): its rounds then
   // cost a network's latency. The same answer on every rank.
   bool network() const noexcept { return any_network_; }
+  // The same on every rank: exchanged with the region addresses.
+  const LinkFigures& link_figures() const noexcept { return figures_; }
 
   // Runs `schedule` for the operation `desc` until every transfer is done.
   // `reduce` combines (dst, a, b, count) for receives with reduce_with.
@@ -250,8 +262,9 @@ class Links {
   std::uint64_t reads_outstanding_ = 0;                                // READs of peers' progress in flight
   std::vector<std::vector<std::uint32_t>> send_queues_, recv_queues_;  // reused by run()
   std::unique_ptr<RunScratch> run_scratch_;
-  bool ordered_ = false;                   // DeviceCaps::ordered_write_placement: one WRITE per message
-  bool network_ = false;                   // this rank reaches a peer over a network link
+  bool ordered_ = false;  // DeviceCaps::ordered_write_placement: one WRITE per message
+  bool network_ = false;  // this rank reaches a peer over a network link
+  LinkFigures figures_;
   bool any_network_ = false;               // some rank does (network())
   std::vector<std::uint64_t> salts_from_;  // per sender: see pair_salt()
   std::uint64_t salt_from(int sender) const;

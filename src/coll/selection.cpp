@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "coll/selection.hpp"
 
+#include <algorithm>
+#include <cstdio>
 #include <sstream>
 
 #include "rdmx/error.hpp"
@@ -8,59 +10,30 @@
 namespace rdmx::coll {
 namespace {
 
-constexpr std::size_t kHierarchicalMin = 256 * 1024;
-constexpr std::size_t kHalvingDoublingMax = 4 << 20;
-
 constexpr CollOp kOps[] = {CollOp::AllReduce, CollOp::AllGather, CollOp::ReduceScatter, CollOp::Broadcast,
                            CollOp::Reduce,    CollOp::AllToAll,  CollOp::AllToAllv,     CollOp::Gather,
                            CollOp::Scatter,   CollOp::Barrier};
 
-Algo parse_algo(const std::string& name) {
-  for (int a = 0; a < kAlgoCount; ++a) {
-    if (name == to_string(static_cast<Algo>(a))) return static_cast<Algo>(a);
-  }
-  if (name == "recursive_doubling") return Algo::RecursiveDoubling;
-  if (name == "halving_doubling") return Algo::HalvingDoubling;
-  return Algo::None;
-}
-
-std::string names(const std::vector<Algo>& algos) {
+std::string op_names() {
   std::string out;
-  for (Algo a : algos) out += (out.empty() ? "" : ", ") + std::string(to_string(a));
+  for (CollOp op : kOps) out += (out.empty() ? "" : ", ") + std::string(to_string(op));
   return out;
 }
 
-bool supports(CollOp op, Algo algo) {
-  for (Algo a : AlgoSelector::supported(op)) {
-    if (a == algo) return true;
-  }
-  return false;
+std::string link_text(const LinkCost& link) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.3g us/%.3g GB/s", link.latency_us, link.bandwidth_gbps);
+  return text;
 }
 
 }  // namespace
 
-const std::vector<Algo>& AlgoSelector::supported(CollOp op) {
-  static const std::vector<Algo> all_reduce{Algo::Ring,   Algo::RecursiveDoubling, Algo::HalvingDoubling, Algo::Tree,
-                                            Algo::Direct, Algo::Hierarchical};
-  static const std::vector<Algo> all_gather{Algo::Ring, Algo::RecursiveDoubling, Algo::Direct, Algo::Hierarchical};
-  static const std::vector<Algo> reduce_scatter{Algo::Ring, Algo::HalvingDoubling, Algo::Direct, Algo::Hierarchical};
-  static const std::vector<Algo> rooted{Algo::Tree, Algo::Ring, Algo::Direct, Algo::Hierarchical};
-  static const std::vector<Algo> direct{Algo::Direct};
-  static const std::vector<Algo> barrier{Algo::Dissemination, Algo::Direct};
-  static const std::vector<Algo> none{};
-  switch (op) {
-    case CollOp::AllReduce: return all_reduce;
-    case CollOp::AllGather: return all_gather;
-    case CollOp::ReduceScatter: return reduce_scatter;
-    case CollOp::Broadcast:
-    case CollOp::Reduce: return rooted;
-    case CollOp::AllToAll:
-    case CollOp::AllToAllv:
-    case CollOp::Gather:
-    case CollOp::Scatter: return direct;
-    case CollOp::Barrier: return barrier;
-    default: return none;
+std::vector<Algo> AlgoSelector::supported(CollOp op) {
+  std::vector<Algo> out;
+  for (const AlgoRow& row : algo_rows()) {
+    if (row.implements(op)) out.push_back(row.algo);
   }
+  return out;
 }
 
 AlgoSelector::AlgoSelector(const std::string& spec) : spec_(spec) {
@@ -72,24 +45,16 @@ AlgoSelector::AlgoSelector(const std::string& spec) : spec_(spec) {
     if (item.empty()) continue;
     const auto colon = item.find(':');
     const std::string name = colon == std::string::npos ? item : item.substr(colon + 1);
-    const Algo algo = parse_algo(name);
-    if (algo == Algo::None || algo == Algo::Local) {
-      throw Error(ErrorCode::Config, "RDMX_ALGO: unknown algorithm '" + name + "' in '" + spec + "'",
-                  {.op = "algorithm selection",
-                   .hint = "use ring, rd, hd, tree, direct, dissemination or hier, for every operation or per "
-                           "operation as all_reduce:rd,broadcast:tree"});
+    const AlgoRow* row = find_algo(name);
+    if (row == nullptr) {
+      throw Error(
+          ErrorCode::Config, "RDMX_ALGO: unknown algorithm '" + name + "' in '" + spec + "'",
+          {.op = "algorithm selection",
+           .hint = "use " + algo_names() + ", for every operation or per operation as all_reduce:rd,broadcast:tree"});
     }
     if (colon == std::string::npos) {
-      bool any = false;
       for (CollOp op : kOps) {
-        if (supports(op, algo)) {
-          forced_[static_cast<std::size_t>(op)] = algo;
-          any = true;
-        }
-      }
-      if (!any) {
-        throw Error(ErrorCode::Config, "RDMX_ALGO: no operation implements '" + name + "'",
-                    {.op = "algorithm selection"});
+        if (row->implements(op)) forced_[static_cast<std::size_t>(op)] = row->algo;
       }
       continue;
     }
@@ -98,114 +63,101 @@ AlgoSelector::AlgoSelector(const std::string& spec) : spec_(spec) {
     for (CollOp op : kOps) {
       if (op_name != to_string(op)) continue;
       found = true;
-      if (!supports(op, algo)) {
+      if (!row->implements(op)) {
         throw Error(ErrorCode::Config, "RDMX_ALGO: " + op_name + " has no algorithm '" + name + "'",
-                    {.op = "algorithm selection", .hint = op_name + " implements: " + names(supported(op))});
+                    {.op = "algorithm selection", .hint = op_name + " implements: " + algo_names(op)});
       }
-      forced_[static_cast<std::size_t>(op)] = algo;
+      forced_[static_cast<std::size_t>(op)] = row->algo;
     }
     if (!found) {
       throw Error(ErrorCode::Config, "RDMX_ALGO: unknown operation '" + op_name + "' in '" + spec + "'",
-                  {.op = "algorithm selection",
-                   .hint = "operations: all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, "
-                           "all_to_allv, gather, scatter, barrier"});
+                  {.op = "algorithm selection", .hint = "operations: " + op_names()});
     }
   }
+}
+
+void AlgoSelector::forget() {
+  for (auto& last : last_) last.store(0, std::memory_order_relaxed);
+}
+
+void AlgoSelector::set_links(const LinkModel& links) {
+  links_ = links;
+  forget();
 }
 
 void AlgoSelector::set_layout(int hosts, int per_host) {
+  forget();
   hosts_ = hosts;
   per_host_ = per_host;
+  const Placement placement{.ranks = hosts * per_host, .hosts = hosts, .per_host = per_host};
   for (CollOp op : kOps) {
-    if (forced_[static_cast<std::size_t>(op)] == Algo::Hierarchical && per_host == 0) {
-      throw Error(ErrorCode::Config,
-                  std::string("RDMX_ALGO forces hier for ") + to_string(op) + " ('" + spec_ +
-                      "'), but the hosts of this communicator have unequal rank counts",
-                  {.op = "algorithm selection",
-                   .hint = "start as many ranks on every host, or leave hier out of RDMX_ALGO (RDMX_DEBUG=INFO "
-                           "logs the topology)"});
+    const Algo forced = forced_[static_cast<std::size_t>(op)];
+    if (forced == Algo::None) continue;
+    const char* why = find_algo(forced)->refuses(placement, true);
+    if (why == nullptr) continue;
+    throw Error(ErrorCode::Config,
+                std::string("RDMX_ALGO forces ") + to_string(forced) + " for " + to_string(op) + " ('" + spec_ +
+                    "'), but " + why,
+                {.op = "algorithm selection",
+                 .hint = "start as many ranks on every host, or leave " + std::string(to_string(forced)) +
+                         " out of RDMX_ALGO (RDMX_DEBUG=INFO logs the topology)"});
+  }
+}
+
+// What predict_collective() chooses, without building its list: this runs
+// for every call. The last answer per operation is kept, since a loop
+// calls one operation at one size over and over.
+Algo AlgoSelector::modelled(CollOp op, std::size_t bytes, int ranks) const {
+  auto& last = last_[static_cast<std::size_t>(op)];
+  const std::uint64_t seen = last.load(std::memory_order_relaxed);
+  if (seen != 0 && seen >> 8 == bytes) return static_cast<Algo>(seen & 0xff);
+  const int hosts = std::min(hosts_, ranks);
+  const CostTerms terms = cost_terms(cost_query(op, static_cast<double>(bytes), ranks, hosts, per_host_, links_));
+  const Placement placement{.ranks = ranks, .hosts = hosts, .per_host = per_host_};
+  Algo best = Algo::None;
+  double best_seconds = 0;
+  for (const AlgoRow& row : algo_rows()) {
+    if (!row.implements(op) || row.refuses(placement, false) != nullptr) continue;
+    const double seconds = row.cost(op, terms);
+    if (best == Algo::None || seconds < best_seconds * (1 - 1e-9)) {
+      best = row.algo;
+      best_seconds = seconds;
     }
   }
-}
-
-// Recursive doubling sends the whole vector in each of its log2(n) rounds;
-// halving-doubling and the ring send about twice the vector in 2 log2(n) or
-// 2(n-1) rounds. With a round's latency a and a byte's cost b, rd wins below
-// about log2(n) a / (b (log2(n) - 2(n-1)/n)) bytes: always at 2 ranks (the
-// same bytes in half the rounds), below about 4 a/b at 4, 2.4 a/b at 8.
-// a/b is about 15 KB over shm and 60 KB over tcp on loopback (20 us, 3 GB/s;
-// a 1 GbE link is nearer 10 KB, a 100 GbE one 200 KB). Measured here
-// (docs/PERFORMANCE.md, "all_reduce by rounds over tcp"): over tcp, rd at 2
-// ranks takes half the ring's time up to 512 KiB, at 4 ranks 0.5x hd's at
-// 64 KiB; over shm rd is even with the ring at 2 ranks up to 128 KiB and
-// ahead of hd at 4 ranks up to 64 KiB; at 8 and 16 ranks on 16 cores hd is
-// 2x ahead at 64 KiB.
-std::size_t AlgoSelector::recursive_doubling_max(int ranks) const {
-  if (ranks == 2 && network_) return 256 * 1024;
-  if (ranks <= 4) return 64 * 1024;
-  return 16 * 1024;
-}
-
-// The table. Thresholds come from bench/run_coll.sh on the development
-// machine (docs/PERFORMANCE.md): latency-bound sizes take the fewest rounds,
-// bandwidth-bound sizes the ring, whose every rank sends and receives
-// 2(n-1)/n of the data once.
-Algo AlgoSelector::table(CollOp op, std::size_t bytes, int ranks) const {
-  if (ranks == 1) return Algo::Local;
-  // Several hosts of several ranks, bandwidth-bound: cross each host's link
-  // as little as any algorithm can (docs/PERFORMANCE.md, the bed). Small
-  // messages stay flat: on the bed recursive doubling beat the host trees.
-  const auto by_host = [&](std::size_t b) { return hosts_ > 1 && per_host_ > 1 && b >= kHierarchicalMin; };
-  switch (op) {
-    case CollOp::AllReduce:
-      if (bytes <= recursive_doubling_max(ranks)) return Algo::RecursiveDoubling;
-      // Several hosts of several ranks: cross each host's link once, every
-      // local rank carrying a share (docs/COLLECTIVES.md, "Hierarchical").
-      if (by_host(bytes)) return Algo::Hierarchical;
-      // Up to a few MiB, halving-doubling's log2(n) steps beat the ring's
-      // 2(n-1): at 8 ranks and 1 MiB on 16 cores 0.5 ms against 1.2-1.4
-      // (docs/PERFORMANCE.md, "Waiting on 16 cores"), and even or ahead on
-      // 2 cores at 3 and 4 ranks up to 4 MiB.
-      if (bytes <= kHalvingDoublingMax && ranks > 2) return Algo::HalvingDoubling;
-      return Algo::Ring;
-    case CollOp::AllGather:
-      if (bytes <= 16 * 1024) return Algo::RecursiveDoubling;
-      if (by_host(bytes)) return Algo::Hierarchical;
-      return Algo::Ring;
-    case CollOp::ReduceScatter:
-      if (bytes <= 16 * 1024) return Algo::Direct;
-      if (by_host(bytes)) return Algo::Hierarchical;
-      return Algo::Ring;
-    case CollOp::Broadcast:
-    case CollOp::Reduce:
-      // On ranks numbered host by host the flat chain crosses each link
-      // once too (the same time on the bed); by host it does whatever the
-      // numbering.
-      if (by_host(bytes)) return Algo::Hierarchical;
-      if (ranks <= 2) return Algo::Direct;
-      if (bytes <= 256 * 1024) return Algo::Tree;
-      return Algo::Ring;
-    case CollOp::Barrier: return Algo::Dissemination;
-    default: return Algo::Direct;
-  }
+  if (best == Algo::None) best = Algo::Direct;
+  if (bytes < (std::uint64_t{1} << 56)) last.store(std::uint64_t{bytes} << 8 | static_cast<std::uint8_t>(best));
+  return best;
 }
 
 Algo AlgoSelector::choose(CollOp op, std::size_t bytes, int ranks) const {
   if (ranks == 1) return Algo::Local;
   const Algo forced = forced_[static_cast<std::size_t>(op)];
-  return forced != Algo::None ? forced : table(op, bytes, ranks);
+  return forced != Algo::None ? forced : modelled(op, bytes, ranks);
 }
 
 std::string AlgoSelector::explain(CollOp op, std::size_t bytes, int ranks) const {
-  const Algo algo = choose(op, bytes, ranks);
   if (ranks == 1) return "local: a single rank";
+  const Algo algo = choose(op, bytes, ranks);
   if (forced_[static_cast<std::size_t>(op)] != Algo::None) {
     return std::string(to_string(algo)) + ": forced by RDMX_ALGO='" + spec_ + "'";
   }
-  return std::string(to_string(algo)) + ": table choice for " + std::to_string(bytes) + " bytes on " +
-         std::to_string(ranks) + " ranks (" + std::to_string(hosts_) + (hosts_ == 1 ? " host" : " hosts") +
-         (per_host_ > 0 ? " x " + std::to_string(per_host_) : std::string(" of unequal sizes")) +
-         (network_ ? ", network links" : "") + ")";
+  CostPrediction prediction =
+      predict_collective(cost_query(op, static_cast<double>(bytes), ranks, std::min(hosts_, ranks), per_host_, links_));
+  std::stable_sort(prediction.algorithms.begin(), prediction.algorithms.end(),
+                   [](const AlgoCost& a, const AlgoCost& b) { return a.seconds < b.seconds; });
+  std::string list;
+  for (const AlgoCost& a : prediction.algorithms) {
+    list += (list.empty() ? "" : ", ") + a.algo + " " + format_seconds(a.seconds);
+  }
+  std::string out = std::string(to_string(algo)) + ": lowest predicted (" + list + ") for " + std::to_string(bytes) +
+                    " bytes on " + std::to_string(ranks) + " ranks (" + std::to_string(hosts_) +
+                    (hosts_ == 1 ? " host" : " hosts") +
+                    (per_host_ > 0 ? " x " + std::to_string(per_host_) : std::string(" of unequal sizes")) +
+                    "); links: in-host " + link_text(links_.in_host);
+  if (hosts_ > 1) out += ", between hosts " + link_text(links_.between_hosts);
+  char reduce[48];
+  std::snprintf(reduce, sizeof reduce, ", reduction %.3g GB/s", links_.reduce_gbps);
+  return out + reduce + " (" + links_.basis + ")";
 }
 
 }  // namespace rdmx::coll

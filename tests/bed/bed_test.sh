@@ -62,7 +62,7 @@ done
 "$bed" run "$name" 2x2 --time-limit 60 --port "$((port + 2))" -- "$build/tools/rdmx" info --communicator \
   >"$work/run.log" 2>&1 || fail "rdmx info --communicator failed on the bed"
 grep -q "hosts: 2 hosts x 2 ranks" "$work/run.log" || fail "rdmx info --communicator did not show 2 hosts x 2 ranks"
-grep -qE "all_reduce +1 MiB +hier: table choice" "$work/run.log" || fail "rdmx info: 1 MiB all_reduce does not take hier"
+grep -qE "all_reduce +1 MiB +hier: lowest predicted" "$work/run.log" || fail "rdmx info: 1 MiB all_reduce does not take hier"
 grep -qE "devices: .* 1 auto\[[^]]*tcp:rb${name}h0n1/" "$work/run.log" || fail "rdmx info: rank 1 does not use host 0's NIC 1"
 grep -qE "devices: .* 2 auto\[[^]]*tcp:rb${name}h1/" "$work/run.log" || fail "rdmx info: rank 2 does not use host 1's NIC 0"
 echo "bed test: hier forced on 2x2 and 2x4: results right; rdmx info shows the layout"
