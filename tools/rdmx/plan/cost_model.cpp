@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "rdmx/cost_model.hpp"
 #include "rdmx/error.hpp"
 
 namespace rdmx::cli::plan {
@@ -45,49 +46,11 @@ Costs costs_of(const Fabric& f, const Cluster& c) {
 
 double log2_ceil(double v) { return v <= 1 ? 0 : std::ceil(std::log2(v) - 1e-9); }
 
-// Ring all_reduce: 2(p-1) steps, each rank sends 2(p-1)/p of the data and
-// reduces (p-1)/p of it (Patarasuk and Yuan 2009; Thakur et al. 2005).
+// NCCL's model. Its ring all_reduce: 2(p-1) steps, each rank sends
+// 2(p-1)/p of the data and reduces (p-1)/p of it (Patarasuk and Yuan 2009;
+// Thakur et al. 2005).
 double ring_all_reduce(const Costs& k, double n) {
   return 2 * (k.p - 1) * k.a_step + 2 * (k.p - 1) / k.p * n / k.b_path + (k.p - 1) / k.p * n / k.gamma;
-}
-
-// Recursive doubling: lg(p) rounds of the whole vector. Ranks are numbered
-// node by node, so the last lg(nodes) rounds cross nodes, where the node's
-// g ranks send at once through its NICs.
-double rd_all_reduce(const Costs& k, double n) {
-  const double inter = log2_ceil(k.n_nodes), intra = log2_ceil(k.g);
-  double t = intra * (k.a_in + n / k.b_in + n / k.gamma);
-  if (k.n_nodes > 1) t += inter * (k.a_net + k.g * n / k.b_node + n / k.gamma);
-  return t;
-}
-
-// Rabenseifner: recursive halving reduce_scatter, then doubling all_gather.
-// The rounds across nodes come first in the halving: each rank sends
-// (nodes-1)/nodes of the vector across per phase, its node g times that;
-// inside the node it moves (g-1)/g of the 1/nodes it kept.
-double hd_all_reduce(const Costs& k, double n) {
-  const double inter = log2_ceil(k.n_nodes), intra = log2_ceil(k.g);
-  double t = 2 * intra * k.a_in + 2 * (k.g - 1) / k.g * (n / k.n_nodes) / k.b_in;
-  if (k.n_nodes > 1) t += 2 * inter * k.a_net + 2 * k.g * n * (k.n_nodes - 1) / k.n_nodes / k.b_node;
-  return t + (k.p - 1) / k.p * n / k.gamma;
-}
-
-// Across nodes on a shard of `n` bytes per node: rings (one per local rank)
-// or a double binary tree, whichever is faster, as hier picks.
-double across_nodes_all_reduce(const Costs& k, double node_bytes) {
-  if (k.n_nodes <= 1) return 0;
-  const double ring = 2 * (k.n_nodes - 1) * k.a_net + 2 * (k.n_nodes - 1) / k.n_nodes * node_bytes / k.b_node +
-                      (k.n_nodes - 1) / k.n_nodes * node_bytes / k.g / k.gamma;
-  const double tree = 2 * log2_ceil(k.n_nodes) * k.a_net + 2 * node_bytes / k.b_node + node_bytes / k.g / k.gamma;
-  return std::min(ring, tree);
-}
-
-// hier: reduce_scatter inside each node, all_reduce of each rank's share
-// across nodes (a node sends 2(nodes-1)/nodes of the data, the least any
-// algorithm must), all_gather inside the node.
-double hier_all_reduce(const Costs& k, double n) {
-  const double inside = (k.g - 1) * k.a_in + (k.g - 1) / k.g * n / k.b_in;
-  return 2 * inside + (k.g - 1) / k.g * n / k.gamma + across_nodes_all_reduce(k, n);
 }
 
 // NCCL's tree: a chain inside each node and a double binary tree across
@@ -102,12 +65,6 @@ double ring_gather_like(const Costs& k, double n, bool reduces) {
   return (k.p - 1) * k.a_step + (k.p - 1) / k.p * n / k.b_path + (reduces ? (k.p - 1) / k.p * n / k.gamma : 0);
 }
 
-double hier_gather_like(const Costs& k, double n, bool reduces) {
-  const double inside = (k.g - 1) * k.a_in + (k.g - 1) / k.g * n / k.b_in;
-  const double across = (k.n_nodes - 1) * k.a_net + (k.n_nodes - 1) / k.n_nodes * n / k.b_node;
-  return inside + across + (reduces ? (k.p - 1) / k.p * n / k.gamma : 0);
-}
-
 // A pipelined chain (every byte crosses each hop once, the hops overlap)
 // against a binomial tree of whole-vector rounds.
 double rooted(const Costs& k, double n, bool reduces, std::string* algo) {
@@ -115,6 +72,50 @@ double rooted(const Costs& k, double n, bool reduces, std::string* algo) {
   const double tree = log2_ceil(k.p) * (k.a_step + n / k.b_path + (reduces ? n / k.gamma : 0));
   *algo = chain <= tree ? "ring" : "tree";
   return std::min(chain, tree);
+}
+
+std::vector<Estimate> nccl_algorithms(const Fabric& fabric, const Cluster& cluster, Collective op, double bytes) {
+  const Costs k = costs_of(fabric, cluster);
+  switch (op) {
+    case Collective::AllReduce: return {{"ring", ring_all_reduce(k, bytes)}, {"tree", tree_all_reduce(k, bytes)}};
+    case Collective::AllGather:
+    case Collective::ReduceScatter: return {{"ring", ring_gather_like(k, bytes, op == Collective::ReduceScatter)}};
+    case Collective::Broadcast:
+    case Collective::Reduce: {
+      std::string algo;
+      const double t = rooted(k, bytes, op == Collective::Reduce, &algo);
+      return {{algo, t}};
+    }
+  }
+  return {};
+}
+
+CollOp coll_op(Collective op) {
+  switch (op) {
+    case Collective::AllReduce: return CollOp::AllReduce;
+    case Collective::AllGather: return CollOp::AllGather;
+    case Collective::ReduceScatter: return CollOp::ReduceScatter;
+    case Collective::Broadcast: return CollOp::Broadcast;
+    case Collective::Reduce: return CollOp::Reduce;
+  }
+  return CollOp::AllReduce;
+}
+
+// rdmx's own model (include/rdmx/cost_model.hpp), on the fabric's figures:
+// a step's latency as the collective sees it inside a node and between
+// nodes, a node's network bandwidth (its NICs together, shared by its
+// ranks), one rank's bandwidth inside the node, the reduction rate.
+CostPrediction rdmx_prediction(const Fabric& f, const Cluster& c, Collective op, double bytes) {
+  CostQuery q;
+  q.op = coll_op(op);
+  q.bytes = bytes;
+  q.ranks = c.ranks();
+  q.hosts = c.nodes;
+  q.per_host = c.ranks_per_node;
+  q.in_host = {f.intra_latency_us, f.intra_gb_s};
+  q.between_hosts = {f.latency_us, f.node_net_bytes_per_s() / 1e9};
+  q.reduce_gbps = f.reduce_gb_s;
+  return predict_collective(q);
 }
 
 }  // namespace
@@ -166,7 +167,8 @@ bool parse_collective(const std::string& name, Collective* op) {
   return false;
 }
 
-std::vector<Estimate> estimate_algorithms(const Fabric& fabric, const Cluster& cluster, Collective op, double bytes) {
+std::vector<Estimate> estimate_algorithms(const Fabric& fabric, const Cluster& cluster, Collective op, double bytes,
+                                          Library library) {
   if (cluster.nodes < 1 || cluster.ranks_per_node < 1) {
     throw Error(ErrorCode::InvalidArgument,
                 "a cluster needs at least one node of one rank, not " + std::to_string(cluster.nodes) + " x " +
@@ -174,58 +176,21 @@ std::vector<Estimate> estimate_algorithms(const Fabric& fabric, const Cluster& c
                 {.op = "rdmx plan"});
   }
   if (cluster.ranks() == 1) return {{"local", 0}};
-  const Costs k = costs_of(fabric, cluster);
-  const bool layered = cluster.nodes > 1 && cluster.ranks_per_node > 1;
+  if (library != Library::Rdmx) return nccl_algorithms(fabric, cluster, op, bytes);
   std::vector<Estimate> out;
-  switch (op) {
-    case Collective::AllReduce:
-      out.push_back({"ring", ring_all_reduce(k, bytes)});
-      out.push_back({"rd", rd_all_reduce(k, bytes)});
-      if (k.p > 2) out.push_back({"hd", hd_all_reduce(k, bytes)});
-      if (layered) out.push_back({"hier", hier_all_reduce(k, bytes)});
-      out.push_back({"tree", tree_all_reduce(k, bytes)});
-      break;
-    case Collective::AllGather:
-    case Collective::ReduceScatter: {
-      const bool reduces = op == Collective::ReduceScatter;
-      out.push_back({"ring", ring_gather_like(k, bytes, reduces)});
-      if (layered) out.push_back({"hier", hier_gather_like(k, bytes, reduces)});
-      break;
-    }
-    case Collective::Broadcast:
-    case Collective::Reduce: {
-      std::string algo;
-      const double t = rooted(k, bytes, op == Collective::Reduce, &algo);
-      out.push_back({algo, t});
-      break;
-    }
-  }
+  for (const AlgoCost& a : rdmx_prediction(fabric, cluster, op, bytes).algorithms) out.push_back({a.algo, a.seconds});
   return out;
 }
 
 Estimate estimate(const Fabric& fabric, const Cluster& cluster, Collective op, double bytes, Library library) {
-  const auto all = estimate_algorithms(fabric, cluster, op, bytes);
-  const auto named = [&](const char* name) {
-    for (const auto& e : all) {
-      if (e.algo == name) return e;
-    }
-    return all.front();
-  };
-  if (op == Collective::AllReduce && all.size() > 1) {
-    if (library == Library::NcclRing) return named("ring");
-    if (library == Library::Nccl) {
-      const Estimate ring = named("ring"), tree = named("tree");
-      return ring.seconds <= tree.seconds ? ring : tree;
-    }
-    // rdmx's table over a network (src/coll/selection.cpp).
-    const int p = cluster.ranks();
-    const double rd_max = p == 2 ? 256 * 1024 : p <= 4 ? 64 * 1024 : 16 * 1024;
-    if (bytes <= rd_max) return named("rd");
-    if (cluster.nodes > 1 && cluster.ranks_per_node > 1 && bytes >= 256 * 1024) return named("hier");
-    if (bytes <= 4 * 1024 * 1024 && p > 2) return named("hd");
-    return named("ring");
+  const auto all = estimate_algorithms(fabric, cluster, op, bytes, library);
+  if (cluster.ranks() == 1) return all.front();
+  if (library == Library::Rdmx) {
+    const AlgoCost chosen = rdmx_prediction(fabric, cluster, op, bytes).chosen;
+    return {chosen.algo, chosen.seconds};
   }
-  // The other operations: the fastest the model knows, for either library.
+  if (op == Collective::AllReduce && library == Library::NcclRing) return all.front();
+  // NCCL: the faster of its ring and tree, as its tuning model picks.
   return *std::min_element(all.begin(), all.end(),
                            [](const Estimate& a, const Estimate& b) { return a.seconds < b.seconds; });
 }

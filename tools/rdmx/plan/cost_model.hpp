@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
-// The time of one collective on a fabric: alpha-beta-gamma costs (a message,
-// a byte across the network or inside a node, a byte reduced) of the
-// algorithms rdmx and NCCL run, and which of them each library would pick
-// for a size, rank count and node count. docs/ADVISOR.md gives every formula
-// and where it comes from.
+// The time of one collective on a fabric, and which algorithm each library
+// would pick for a size, rank count and node count: rdmx's by the library's
+// own cost model (include/rdmx/cost_model.hpp), NCCL's by its ring and tree
+// (alpha-beta-gamma: a message, a byte across the network or inside a node,
+// a byte reduced). docs/ADVISOR.md gives every formula and where it comes
+// from.
 #pragma once
 
 #include <string>
@@ -37,14 +38,17 @@ struct Estimate {
   double seconds = 0;
 };
 
-// Every algorithm the model knows for `op` at that size, with its time.
-// `bytes` counts as nccl-tests does: the whole buffer of all_reduce,
+// Every algorithm `library` runs for `op` at that size, with its time:
+// rdmx's from the library's own model (include/rdmx/cost_model.hpp, which
+// its communicators choose by), NCCL's (ring and tree) from the formulas
+// here. `bytes` counts as nccl-tests does: the whole buffer of all_reduce,
 // broadcast and reduce, all_gather's output, reduce_scatter's input.
-std::vector<Estimate> estimate_algorithms(const Fabric& fabric, const Cluster& cluster, Collective op, double bytes);
+std::vector<Estimate> estimate_algorithms(const Fabric& fabric, const Cluster& cluster, Collective op, double bytes,
+                                          Library library = Library::Rdmx);
 
-// The algorithm `library` would run and its time: rdmx by its selection
-// table (src/coll/selection.cpp, over a network), NCCL by the fastest of
-// ring and tree (as its tuning model picks).
+// The algorithm `library` would run and its time: rdmx the lowest of its
+// model (as a communicator of that shape chooses), NCCL the faster of ring
+// and tree (as its tuning model picks), NCCL before 2.4 its ring.
 Estimate estimate(const Fabric& fabric, const Cluster& cluster, Collective op, double bytes, Library library);
 
 }  // namespace rdmx::cli::plan
