@@ -205,7 +205,8 @@ double hier_cost(CollOp op, const CostTerms& t) {
       return inside + across + (reduces(op) ? (t.p - 1) / t.p * n / t.gamma : 0);
     }
     default:
-      return (H - 1) * t.a_net + (g - 1) * t.a_in + n / std::min(t.b_host, t.b_in) + (reduces(op) ? n / t.gamma : 0);
+      return (H - 1) * t.a_net + (g - 1) * t.a_in +
+             move_and_reduce(t, n / std::min(t.b_host, t.b_in), reduces(op) ? n / t.gamma : 0);
   }
 }
 

@@ -1,21 +1,15 @@
 // SPDX-License-Identifier: MIT
 #include "coll/op_desc.hpp"
 
+#include "coll/algo_registry.hpp"
+
 namespace rdmx::coll {
 
 const char* to_string(Algo algo) noexcept {
-  switch (algo) {
-    case Algo::None: return "none";
-    case Algo::Ring: return "ring";
-    case Algo::RecursiveDoubling: return "rd";
-    case Algo::HalvingDoubling: return "hd";
-    case Algo::Tree: return "tree";
-    case Algo::Direct: return "direct";
-    case Algo::Dissemination: return "dissemination";
-    case Algo::Local: return "local";
-    case Algo::Hierarchical: return "hier";
-  }
-  return "?";
+  if (algo == Algo::None) return "none";
+  if (algo == Algo::Local) return "local";
+  const AlgoRow* row = find_algo(algo);
+  return row != nullptr ? row->name : "?";
 }
 
 std::string describe(const OpDesc& desc) {

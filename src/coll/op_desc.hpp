@@ -21,8 +21,8 @@ enum class Algo : std::uint8_t {
   Local,
   Hierarchical
 };
-inline constexpr int kAlgoCount = 9;
-const char* to_string(Algo algo) noexcept;  // "ring", "rd", "hd", "tree", "direct", ...
+// "ring", "rd", "hd", ...: the name of the algorithm's registry row (algo_registry.cpp).
+const char* to_string(Algo algo) noexcept;
 
 struct OpDesc {
   std::uint64_t seq = 0;  // collective sequence number; for point to point, the pair's send number

@@ -15,6 +15,7 @@
 #include <functional>
 #include <vector>
 
+#include "coll/algo_registry.hpp"
 #include "coll/coll_support.hpp"
 #include "coll/cuda/kernels.hpp"
 #include "support/cuda_device.hpp"
@@ -86,23 +87,16 @@ std::vector<ReduceOp> ops_for(DataType type) {
 }
 
 std::vector<std::string> algos_for(CollOp op) {
-  std::vector<std::string> out{""};  // the table's choice
-  static const char* names[] = {"ring", "rd", "hd", "tree", "direct", "dissemination", "hier"};
+  std::vector<std::string> out{""};  // the model's choice
+  // Every algorithm of the registry that implements the operation.
   // hier-wide: hier on two hosts with every other rank (2 x n/2, ranks
   // interleaved), where `hier` has hosts of two consecutive ranks.
-  const std::vector<std::string> supported = [&] {
-    std::vector<std::string> s;
-    const char* per_op[][2] = {{"all_reduce", "ring,rd,hd,tree,direct,hier"}, {"all_gather", "ring,rd,direct,hier"},
-                               {"reduce_scatter", "ring,hd,direct,hier"},     {"broadcast", "tree,ring,direct,hier"},
-                               {"reduce", "tree,ring,direct,hier"},           {"barrier", "dissemination,direct"}};
-    for (auto& row : per_op) {
-      if (std::string(row[0]) != rdmx::to_string(op)) continue;
-      for (const char* name : names) {
-        if (std::string(row[1]).find(name) != std::string::npos) s.push_back(name);
-      }
-    }
-    return s;
-  }();
+  std::vector<std::string> supported;
+  for (const coll::AlgoRow& row : coll::algo_rows()) {
+    if (row.implements(op) && op != CollOp::AllToAll && op != CollOp::AllToAllv && op != CollOp::Gather &&
+        op != CollOp::Scatter)
+      supported.push_back(row.name);
+  }
   out.insert(out.end(), supported.begin(), supported.end());
   if (std::find(out.begin(), out.end(), "hier") != out.end()) out.push_back("hier-wide");
   // RDMX_COLL_ALGOS=hier,hier-wide runs only those (`table` for the
