@@ -10,6 +10,7 @@
 #include "coll/comm_placement.hpp"
 #include "coll/comm_validation.hpp"
 #include "coll/communicator_internal.hpp"
+#include "coll/link_probe.hpp"
 #include "coll/links.hpp"
 #include "coll/selection.hpp"
 #include "coll/settings.hpp"
@@ -25,7 +26,7 @@ namespace {
 constexpr core::TextSetting kAlgo{
     "RDMX_ALGO", "auto",
     "force collective algorithms: ring, hier, or per operation all_reduce:rd,broadcast:tree "
-    "(auto: by size, rank count and hosts)"};
+    "(auto: the lowest time the cost model predicts)"};
 RDMX_SETTING(kAlgo);
 
 class CommImpl final : public CommunicatorCore {
@@ -47,13 +48,15 @@ class CommImpl final : public CommunicatorCore {
     config.host_of = placement_.layout().host_of;
     links_ = std::make_unique<Links>(std::move(device), *store_, rank_, size_, options_.tag, config, timeout_);
     const LinkFigures& figures = links_->link_figures();
-    selector_.set_links(declared_links(figures.in_host, figures.between_hosts));
+    LinkModel model = declared_links(figures.in_host, figures.between_hosts);
+    if (placement_.layout().hosts() > 1 && measure_links_enabled())
+      model = measure_links(*links_, *store_, options_.tag, placement_.layout(), rank_, model, timeout_, &probe_key_);
+    selector_.set_links(model);
     RDMX_INFO(
-        "communicator '%s': rank %d: the cost model charges links in-host %.3g us/%.3g GB/s, between hosts "
-        "%.3g us/%.3g GB/s, reduction %.3g GB/s (%s by the providers, plus %.3g us of the library's per step)",
-        options_.tag.c_str(), rank_, selector_.links().in_host.latency_us, selector_.links().in_host.bandwidth_gbps,
-        selector_.links().between_hosts.latency_us, selector_.links().between_hosts.bandwidth_gbps,
-        selector_.links().reduce_gbps, selector_.links().basis.c_str(), kStepOverheadUs);
+        "communicator '%s': rank %d: the cost model charges a step and a byte in-host %.3g us/%.3g GB/s, "
+        "between hosts %.3g us/%.3g GB/s, reduction %.3g GB/s (%s)",
+        options_.tag.c_str(), rank_, model.in_host.latency_us, model.in_host.bandwidth_gbps,
+        model.between_hosts.latency_us, model.between_hosts.bandwidth_gbps, model.reduce_gbps, model.basis.c_str());
     execution_ =
         std::make_unique<CommExecution>(*links_, selector_, placement_.layout(), rank_, size_, timeout_, direct_min_);
     placement_.log_created();
@@ -123,6 +126,7 @@ class CommImpl final : public CommunicatorCore {
     try {
       for (const std::string& key : links_->published_keys()) store_->remove(key);
       store_->remove(placement_.store_key());
+      if (!probe_key_.empty()) store_->remove(probe_key_);
     } catch (const std::exception& e) {
       RDMX_INFO("communicator '%s' teardown on rank %d: its store keys stay: %s", options_.tag.c_str(), rank_,
                 e.what());
@@ -136,6 +140,7 @@ class CommImpl final : public CommunicatorCore {
   CommOptions options_;
   std::chrono::milliseconds timeout_;
   AlgoSelector selector_;
+  std::string probe_key_;  // the link figures this rank published (measure_links)
   // RDMX_COLL_DIRECT_MIN (comm_execution.hpp), read with the other RDMX_COLL_*
   // settings before this rank publishes anything: a malformed one fails the
   // creation before the store holds any of this rank's keys.

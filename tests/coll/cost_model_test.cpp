@@ -8,11 +8,14 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "coll/algo_registry.hpp"
+#include "coll/coll_support.hpp"
 #include "coll/cost_model.hpp"
 #include "coll/selection.hpp"
 #include "rdmx/cost_model.hpp"
@@ -206,6 +209,30 @@ TEST(CostModelSelection, ThePublicModelIsTheOneSelectionUses) {
   EXPECT_EQ(p.algorithms.size(), AlgoSelector::supported(CollOp::AllReduce).size() - 1);
   q.ranks = 0;
   EXPECT_THROW(predict_collective(q), Error);
+}
+
+// Real ranks on two hosts (RDMX_HOSTID) of two: the links between the hosts
+// are measured at creation, the same on every rank; RDMX_COLL_MEASURE_LINKS=0
+// keeps the declared figures.
+TEST(CostModelSelection, LinksBetweenHostsAreMeasuredAtCreationAlikeOnEveryRank) {
+  ASSERT_TRUE(rdmx::test::run_coll_ranks({"tcp", 4}, [](rdmx::test::RankEnv& env) {
+    ::setenv("RDMX_HOSTID", ("probe-host-" + std::to_string(env.rank() / 2)).c_str(), 1);
+    const auto measured = rdmx::test::make_comm(env, "measured");
+    ::setenv("RDMX_COLL_MEASURE_LINKS", "0", 1);
+    const auto declared = rdmx::test::make_comm(env, "declared");
+    ::unsetenv("RDMX_COLL_MEASURE_LINKS");
+    const std::string why = measured->explain_algorithm(CollOp::AllReduce, 1 << 20);
+    CHECK(why.find("between hosts measured") != std::string::npos) << why;
+    CHECK(declared->explain_algorithm(CollOp::AllReduce, 1 << 20).find("(declared)") != std::string::npos);
+    // Every rank explains with the same figures.
+    const std::string figures = why.substr(why.find("links:"));
+    std::vector<char> all(4 * 512, 0), mine(512, 0);
+    std::memcpy(mine.data(), figures.data(), std::min<std::size_t>(figures.size(), 511));
+    measured->all_gather(mine.data(), all.data(), 512, DataType::Uint8);
+    for (int r = 0; r < 4; ++r) {
+      CHECK(std::string(all.data() + r * 512) == figures) << "rank " << r << ": " << all.data() + r * 512;
+    }
+  }));
 }
 
 }  // namespace

@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: MIT
+#include "coll/link_probe.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+
+#include "coll/algorithms.hpp"
+#include "rdmx/error.hpp"
+#include "services/settings.hpp"
+
+namespace rdmx::coll {
+namespace {
+
+constexpr core::FlagSetting kMeasure{
+    "RDMX_COLL_MEASURE_LINKS", true,
+    "collectives: measure the links between hosts of each communicator that spans several, at creation (a few "
+    "small exchanges and two of 256 KiB), for the cost model that chooses algorithms; 0: the figures providers "
+    "declare"};
+RDMX_SETTING(kMeasure);
+
+constexpr std::size_t kLarge = 256 * 1024;
+constexpr int kSmallRounds = 5;
+constexpr int kLargeRounds = 2;
+constexpr std::uint64_t kProbeSeq = std::uint64_t{1} << 62;
+
+using Clock = std::chrono::steady_clock;
+
+// One exchange: `bytes` to `right`, as many from `left`; returns seconds.
+double exchange(Links& links, int right, int left, void* out, void* in, std::size_t bytes, std::uint64_t number,
+                std::chrono::milliseconds timeout) {
+  Schedule s;
+  add_send(s, {.peer = right, .src = out, .bytes = bytes, .in_place = true});
+  add_recv(s, {.peer = left, .dst = in, .bytes = bytes});
+  OpDesc desc;
+  // Each exchange its own number, far above any collective's, so a
+  // neighbour's next exchange that lands early waits for its own run.
+  desc.seq = kProbeSeq + number;
+  desc.op = CollOp::AllGather;
+  desc.type = DataType::Uint8;
+  desc.algo = Algo::Direct;
+  desc.count = bytes;
+  Combine combine;
+  const auto start = Clock::now();
+  links.run(s, desc, combine, timeout);
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// A step's latency (the fastest of a few small exchanges) and bandwidth
+// (256 KiB in the time beyond that step), in the model's units.
+LinkCost probe_pair(Links& links, int right, int left, char* buffer, std::chrono::milliseconds timeout) {
+  double step = std::numeric_limits<double>::max();
+  std::uint64_t n = 0;
+  for (int i = 0; i < kSmallRounds; ++i) {
+    step = std::min(step, exchange(links, right, left, buffer, buffer + kLarge, 8, n++, timeout));
+  }
+  // The first large exchange also touches the pages and the inbox: the faster of two.
+  double large = std::numeric_limits<double>::max();
+  for (int i = 0; i < kLargeRounds; ++i) {
+    large = std::min(large, exchange(links, right, left, buffer, buffer + kLarge, kLarge, n++, timeout));
+  }
+  const double beyond = std::max(large - step, large / 2);
+  return {.latency_us = step * 1e6, .bandwidth_gbps = static_cast<double>(kLarge) / beyond / 1e9};
+}
+
+std::string key_of(const std::string& tag, int rank) { return tag + "/links/" + std::to_string(rank); }
+
+struct Seen {
+  double net_latency = 0, net_bandwidth = 0;
+};
+
+void worsen(LinkCost& into, double latency, double bandwidth) {
+  if (bandwidth <= 0) return;
+  into.latency_us = std::max(into.latency_us, latency);
+  into.bandwidth_gbps = into.bandwidth_gbps > 0 ? std::min(into.bandwidth_gbps, bandwidth) : bandwidth;
+}
+
+}  // namespace
+
+bool measure_links_enabled() { return kMeasure.read(); }
+
+LinkModel measure_links(Links& links, Store& store, const std::string& tag, const HostLayout& layout, int rank,
+                        const LinkModel& declared, std::chrono::milliseconds timeout, std::string* published_key) {
+  auto* buffer = static_cast<char*>(links.scratch(2 * kLarge));
+  std::memset(buffer, 0, 2 * kLarge);
+  Seen mine;
+  std::string published;
+  try {
+    const Links::Driving driving(links);
+    const int host = layout.host(rank);
+    const std::vector<int>& local = layout.ranks[static_cast<std::size_t>(host)];
+    const int hosts = layout.hosts();
+    if (hosts > 1 && local.front() == rank) {
+      published = key_of(tag, rank);
+      *published_key = published;
+      const int right = layout.ranks[static_cast<std::size_t>((host + 1) % hosts)].front();
+      const int left = layout.ranks[static_cast<std::size_t>((host + hosts - 1) % hosts)].front();
+      const LinkCost c = probe_pair(links, right, left, buffer, timeout);
+      mine.net_latency = c.latency_us;
+      mine.net_bandwidth = c.bandwidth_gbps;
+    }
+    // The probing ranks' figures to every rank through the store (the
+    // others may not enter a Links exchange while those still probe), so
+    // all take the same.
+    if (!published.empty()) {
+      char text[64];
+      std::snprintf(text, sizeof text, "%.17g:%.17g", mine.net_latency, mine.net_bandwidth);
+      store.set(published, std::string_view(text));
+    }
+    LinkModel out = declared;
+    LinkCost between;
+    for (int h = 0; h < hosts; ++h) {
+      const std::string text = store.get_string(key_of(tag, layout.ranks[static_cast<std::size_t>(h)].front()));
+      Seen seen;
+      if (std::sscanf(text.c_str(), "%lf:%lf", &seen.net_latency, &seen.net_bandwidth) != 2) {
+        throw Error(ErrorCode::Protocol, "host " + std::to_string(h) + " published link figures '" + text + "'",
+                    {.op = "communicator create", .rank = rank, .hint = "every rank must run the same rdmx version"});
+      }
+      worsen(between, seen.net_latency, seen.net_bandwidth);
+    }
+    out.between_hosts = between;
+    out.basis = "in-host declared, between hosts measured";
+    return out;
+  } catch (const Error& e) {
+    throw Error(e.code(), "communicator create: measuring the links for the cost model: " + e.message(),
+                {.op = "communicator create",
+                 .rank = rank,
+                 .hint = "RDMX_COLL_MEASURE_LINKS=0 uses the figures the providers declare"});
+  }
+}
+
+}  // namespace rdmx::coll
