@@ -129,7 +129,7 @@ class Work {
 // ---------------------------------------------------------------------------
 struct CommOptions {
   std::string provider;                   // empty: RDMX_PROVIDER, else "auto"
-  std::string algo;                       // empty: RDMX_ALGO, else the selection table
+  std::string algo;                       // empty: RDMX_ALGO, else the cost model
   std::chrono::milliseconds timeout{-1};  // negative: RDMX_TIMEOUT
   std::string tag = "comm";               // store key prefix (several communicators per store)
   bool profile = true;                    // record into RDMX_PROFILE's trace (rdmx/profile.hpp) when it is set
