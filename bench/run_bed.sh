@@ -9,7 +9,11 @@
 #     SIZES    default "1M,16M,64M,256M"
 #   BED_OPS: the operations (default all_reduce; any of all_reduce
 #   all_gather reduce_scatter broadcast reduce). BED_FLAT: rdmx's flat
-#   algorithms to compare with (default ring; e.g. "ring rd").
+#   algorithms to compare with (default ring; e.g. "ring rd"); "auto" runs
+#   without RDMX_ALGO, the library's own choice. BED_BASELINE: another
+#   build directory whose own choice runs too, as rdmx-auto-base, after
+#   this build's rdmx-auto (compares two versions' selection in one run).
+#   BED_HIER=0 leaves out the forced hier rows.
 #   Output: one line per row, "<rate> <layout> <op> <who> <size> <out-of-place
 #   us> <in-place us>".
 #   BED_MPI_COLLS="tuned han" adds Open MPI's han (coll_han_priority 100); in
@@ -65,11 +69,22 @@ for rate in $rates; do
       hosts=""
       for ((h = 0; h < H; ++h)); do hosts+="${hosts:+,}rdmxb-$name-h$h:$L"; done
       for op in ${BED_OPS:-all_reduce}; do
-        for algo in hier ${BED_FLAT:-ring}; do
-          show "RDMX_ALGO=$op:$algo bed.sh run $name $layout -- rdmx perf coll $op --sizes $sizes -n 5"
-          RDMX_ALGO=$op:$algo "$bed" run "$name" "$layout" --time-limit 600 -- \
-            "$build/tools/rdmx" perf coll "$op" --sizes "$sizes" -n 5 2>&1 | grep '^\[0\]' |
-            rows "$rate $label $op rdmx-$algo" || echo "$rate $label $op rdmx-$algo failed"
+        algos=(${BED_FLAT:-ring})
+        [[ ${BED_HIER:-1} == 0 ]] || algos=(hier "${algos[@]}")
+        for algo in "${algos[@]}"; do
+          runs=("$build auto")
+          [[ $algo != auto || -z ${BED_BASELINE:-} ]] || runs+=("$(cd "$BED_BASELINE" && pwd) auto-base")
+          for run in "${runs[@]}"; do
+            bin=${run% *}/tools/rdmx
+            who=rdmx-$algo
+            [[ $algo != auto ]] || who=rdmx-${run#* }
+            setting=RDMX_ALGO=$op:$algo
+            [[ $algo != auto ]] || setting=BED_CHOICE=auto  # no RDMX_ALGO: the library's choice
+            show "$setting bed.sh run $name $layout -- $bin perf coll $op --sizes $sizes -n 5"
+            env "$setting" "$bed" run "$name" "$layout" --time-limit 600 -- \
+              "$bin" perf coll "$op" --sizes "$sizes" -n 5 2>&1 | grep '^\[0\]' |
+              rows "$rate $label $op $who" || echo "$rate $label $op $who failed"
+          done
         done
         for coll in ${BED_MPI_COLLS:-tuned}; do
           extra=()

@@ -41,6 +41,11 @@
 # bench/peers/run.sh reads them), RDMX_BENCH_PYTHON (the interpreter that runs
 # Gloo, default bench_python's: the pinned torch of scripts/deps.sh). RDMX_* (e.g. RDMX_SPIN_US), OMPI_MCA_* and
 # GLOO_* variables in the environment reach the programs as usual.
+# RDMX_BENCH_BASELINE (another build directory): the configurations
+# rdmx-shm-base and rdmx-tcp-base run its rdmx the same way, beside this
+# build's, and the tables gain "vs baseline" ratios (baseline time / this
+# build's); e.g. RDMX_BENCH_CONFIGS="rdmx-shm rdmx-shm-base" compares two
+# versions' algorithm choices in one run.
 #
 # Exit status: 0, or 1 when a run failed or returned wrong results (rdmx runs
 # skipped after a failed probe do not count), 2 on a bad invocation.
@@ -55,6 +60,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=bench/common.sh
 source "$here/common.sh"
 rdmx_bin=$build/tools/rdmx
+baseline=${RDMX_BENCH_BASELINE:-}
 mpi_srcs=("$here"/coll/mpi_coll_perf.c "$here"/coll/mpi_coll_args.c "$here"/coll/mpi_coll_model.c)
 gloo_src=$here/coll/torch_coll_perf.py
 py=$(bench_python)
@@ -210,9 +216,10 @@ collect() {
 # run_rdmx NAME PROVIDER NP ARGS...: `rdmx perf coll ARGS --np NP`, which
 # starts the NP local ranks itself (and stops them all when one fails).
 run_rdmx() {
-  local name=$1 provider=$2 np=$3
+  local name=$1 provider=$2 np=$3 bin=$rdmx_bin
   shift 3
-  local cmd=(env RDMX_SOCKET_IFNAME=lo timeout --kill-after=5 "$limit" "$rdmx_bin" perf coll "$@" --np "$np"
+  [[ $name != rdmx-*-base.* ]] || bin=$baseline/tools/rdmx
+  local cmd=(env RDMX_SOCKET_IFNAME=lo timeout --kill-after=5 "$limit" "$bin" perf coll "$@" --np "$np"
              --provider "$provider")
   show "${cmd[@]}"
   run_rc=0
@@ -304,6 +311,17 @@ else
   skip[gloo]="skipped (no torch)"
 fi
 
+for config in "${configs[@]}"; do
+  if [[ $config == rdmx-*-base ]]; then
+    if [[ -z $baseline ]]; then
+      skip[$config]="skipped (no RDMX_BENCH_BASELINE)"
+    elif [[ ! -x $baseline/tools/rdmx ]]; then
+      skip[$config]="skipped ($baseline/tools/rdmx not built)"
+    elif [[ -n ${skip[${config%-base}]:-} ]]; then
+      skip[$config]=${skip[${config%-base}]}
+    fi
+  fi
+done
 for config in "${!skip[@]}"; do
   echo "$config ${skip[$config]}" >>"$skipped_list"
 done
@@ -324,6 +342,8 @@ for ((round = 1; round <= rounds; round++)); do
         case $config in
           rdmx-shm) run_rdmx "$name" shm "$np" "${rdmx_run_args[@]}" ;;
           rdmx-tcp) run_rdmx "$name" tcp "$np" "${rdmx_run_args[@]}" ;;
+          rdmx-shm-base) run_rdmx "$name" shm "$np" "${rdmx_run_args[@]}" ;;
+          rdmx-tcp-base) run_rdmx "$name" tcp "$np" "${rdmx_run_args[@]}" ;;
           mpi-vader) run_mpi "$name" vader "$np" "${args[@]}" ;;
           mpi-tcp) run_mpi "$name" tcp "$np" "${args[@]}" ;;
           gloo) run_gloo "$name" "$np" "${args[@]}" ;;
@@ -336,14 +356,16 @@ done
 echo "run_coll: load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # --- the tables ----------------------------------------------------------------
-"$py" - "$json_out" "$status_file" "$skipped_list" "$rounds" "${nps[*]}" "${ops[*]}" "$quick" <<'EOF'
+"$py" - "$json_out" "$status_file" "$skipped_list" "$rounds" "${nps[*]}" "${ops[*]}" "$quick" "${configs[*]}" <<'EOF'
 import json, sys
-json_path, status_path, skipped_path, rounds, nps, ops, quick = sys.argv[1:]
+json_path, status_path, skipped_path, rounds, nps, ops, quick, asked = sys.argv[1:]
 nps = [int(n) for n in nps.split()]
 ops = ops.split()
-configs = ["rdmx-shm", "mpi-vader", "rdmx-tcp", "mpi-tcp", "gloo"]
+configs = ["rdmx-shm", "rdmx-shm-base", "mpi-vader", "rdmx-tcp", "rdmx-tcp-base", "mpi-tcp", "gloo"]
+configs = [c for c in configs if c in asked.split()]
 labels = {"rdmx-shm": "rdmx shm", "mpi-vader": "mpi vader", "rdmx-tcp": "rdmx tcp", "mpi-tcp": "mpi tcp",
-          "gloo": "gloo"}
+          "gloo": "gloo", "rdmx-shm-base": "rdmx shm baseline", "rdmx-tcp-base": "rdmx tcp baseline"}
+bases = [c for c in configs if c.endswith("-base")]
 shm_peers = ["mpi-vader"]  # peers that move data through shared memory
 
 skipped = {}
@@ -404,7 +426,8 @@ for op in ops:
         head = ["size", "place"]
         for c in configs:
             head += [f"{labels[c]} us", f"{labels[c]} GB/s"]
-        head += ["rdmx shm vs best shm peer", "rdmx tcp vs gloo", "#wrong " + "/".join(labels[c] for c in configs)]
+        head += ["rdmx shm vs best shm peer", "rdmx tcp vs gloo"] + [f"{labels[b[:-5]]} vs baseline" for b in bases]
+        head += ["#wrong " + "/".join(labels[c] for c in configs)]
         print("| " + " | ".join(head) + " |")
         print("|" + "---|" * len(head))
         if not keys:
@@ -428,6 +451,8 @@ for op in ops:
             peer = min((times[p] for p in shm_peers if p in times), default=None)
             cells.append(f"{peer / times['rdmx-shm']:.2f}x" if peer and times.get("rdmx-shm") else "-")
             cells.append(f"{times['gloo'] / times['rdmx-tcp']:.2f}x" if "gloo" in times and times.get("rdmx-tcp") else "-")
+            for b in bases:
+                cells.append(f"{times[b] / times[b[:-5]]:.2f}x" if b in times and times.get(b[:-5]) else "-")
             cells.append("/".join(wrongs))
             print("| " + " | ".join(cells) + " |")
 
