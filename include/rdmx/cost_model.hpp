@@ -39,6 +39,9 @@ struct CostQuery {
   // A host's link to the others, which its ranks share when they cross at once.
   LinkCost between_hosts;
   double reduce_gbps = 5;  // bytes one rank reduces per second, GB/s
+  // What one peer's staging area holds (RDMX_COLL_BUFFSIZE): halving-doubling's
+  // exchanges larger than it stream through it piece by piece.
+  double staging_bytes = 4 << 20;
 };
 
 struct AlgoCost {

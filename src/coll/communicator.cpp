@@ -49,6 +49,7 @@ class CommImpl final : public CommunicatorCore {
     links_ = std::make_unique<Links>(std::move(device), *store_, rank_, size_, options_.tag, config, timeout_);
     const LinkFigures& figures = links_->link_figures();
     LinkModel model = declared_links(figures.in_host, figures.between_hosts);
+    model.staging_bytes = static_cast<double>(coll_settings().buffsize);
     if (placement_.layout().hosts() > 1 && measure_links_enabled())
       model = measure_links(*links_, *store_, options_.tag, placement_.layout(), rank_, model, timeout_, &probe_key_);
     selector_.set_links(model);

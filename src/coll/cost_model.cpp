@@ -12,14 +12,20 @@
 namespace rdmx::coll {
 namespace {
 
-// The recursive algorithms' exchanges across hosts (rd, hd: partners at
-// distances 1, 2, 4, ... hosts) reach this share of a host's link where the
-// ring's neighbour transfers reach all of it (docs/COLLECTIVES.md,
-// "Choosing an algorithm": measured on the bed, cause not found).
-// Between two hosts the exchange is the ring's.
-constexpr double kRecursiveAcrossHostsShare = 0.65;
+// Where the recursive algorithms' pairwise exchanges were measured slower
+// than the ring's neighbour transfers of the same bytes, they reach this
+// share of the link (docs/COLLECTIVES.md, "Choosing an algorithm", gives
+// the runs; the cause is not found): across more than two hosts once their
+// largest exchange is larger than the exchanges that measured the link (up to that size rd and hd ran at their model;
+// between two hosts the exchange is the ring's), rd's doubling all_gather inside a host, and halving-doubling inside a
+// host once its first exchange outgrows a peer's staging area.
+constexpr double kRecursiveShare = 0.65;
+constexpr double kMeasuredExchangeBytes = 256 * 1024;  // link_probe.cpp's large exchange
 
-double recursive_share(const CostTerms& t) { return t.hosts > 2 ? kRecursiveAcrossHostsShare : 1.0; }
+double across_share(const CostTerms& t, double largest_exchange) {
+  return t.hosts > 2 && largest_exchange > kMeasuredExchangeBytes ? kRecursiveShare : 1.0;
+}
+double hd_inside_share(const CostTerms& t) { return t.n / 2 > t.staging ? kRecursiveShare : 1.0; }
 
 double log2_ceil(double v) { return v <= 1 ? 0 : std::ceil(std::log2(v) - 1e-9); }
 double log2_floor(double v) { return v <= 1 ? 0 : std::floor(std::log2(v) + 1e-9); }
@@ -71,7 +77,8 @@ CostQuery cost_query(CollOp op, double bytes, int ranks, int hosts, int per_host
           .per_host = per_host,
           .in_host = links.in_host,
           .between_hosts = links.between_hosts,
-          .reduce_gbps = links.reduce_gbps};
+          .reduce_gbps = links.reduce_gbps,
+          .staging_bytes = links.staging_bytes};
 }
 
 CostTerms cost_terms(const CostQuery& q) {
@@ -89,6 +96,7 @@ CostTerms cost_terms(const CostQuery& q) {
   // host); its hops inside go at the in-host rate.
   t.b_path = t.hosts <= 1 ? t.b_in : t.g <= 1 ? t.b_host : std::min(t.b_host, t.b_in);
   t.gamma = q.reduce_gbps * 1e9;
+  t.staging = q.staging_bytes;
   return t;
 }
 
@@ -112,13 +120,14 @@ double ring_cost(CollOp op, const CostTerms& t) {
 double rd_cost(CollOp op, const CostTerms& t) {
   const Rounds r = rounds(t);
   if (op == CollOp::AllGather) {
-    double s = r.inside * t.a_in + (t.g - 1) / t.g * (t.n / t.hosts) / t.b_in;
-    if (t.hosts > 1) s += r.across * t.a_net + t.g * (t.hosts - 1) / t.hosts * t.n / t.b_host / recursive_share(t);
+    double s = r.inside * t.a_in + (t.g - 1) / t.g * (t.n / t.hosts) / t.b_in / kRecursiveShare;
+    if (t.hosts > 1)
+      s += r.across * t.a_net + t.g * (t.hosts - 1) / t.hosts * t.n / t.b_host / across_share(t, t.n / 2);
     return s + fold(t, t.n / t.p, t.n);
   }
   double s = r.inside * (t.a_in + t.n / t.b_in + t.n / t.gamma);
   if (t.hosts > 1) {
-    const double moved = t.g * t.n / t.b_host / recursive_share(t);
+    const double moved = t.g * t.n / t.b_host / across_share(t, t.n);
     s += r.across * (t.a_net + move_and_reduce(t, moved, t.n / t.gamma));
   }
   return s + fold(t, t.n, t.n);
@@ -132,9 +141,10 @@ double hd_cost(CollOp op, const CostTerms& t) {
   const Rounds r = rounds(t);
   const double phases = op == CollOp::AllReduce ? 2 : 1;
   const double g = t.hosts > 1 ? t.g : std::exp2(r.inside);  // a host's participants, after the fold
-  double s = phases * r.inside * t.a_in + phases * (g - 1) / g * (t.n / t.hosts) / t.b_in;
+  double s = phases * r.inside * t.a_in + phases * (g - 1) / g * (t.n / t.hosts) / t.b_in / hd_inside_share(t);
   if (t.hosts > 1) {
-    s += phases * r.across * t.a_net + phases * t.g * t.n * (t.hosts - 1) / t.hosts / t.b_host / recursive_share(t);
+    s += phases * r.across * t.a_net +
+         phases * t.g * t.n * (t.hosts - 1) / t.hosts / t.b_host / across_share(t, t.n / 2);
   }
   return s + (t.p - 1) / t.p * t.n / t.gamma + fold(t, t.n, op == CollOp::AllReduce ? t.n : t.n / t.p);
 }

@@ -17,6 +17,7 @@ struct LinkModel {
   LinkCost in_host{.latency_us = 9.7, .bandwidth_gbps = 20};
   LinkCost between_hosts{.latency_us = 34.5, .bandwidth_gbps = 1.25};
   double reduce_gbps = 5;
+  double staging_bytes = 4 << 20;  // RDMX_COLL_BUFFSIZE
   std::string basis = "declared";  // where the figures come from, for explain()
 };
 
@@ -31,17 +32,18 @@ LinkModel declared_links(const LinkCost& in_host, const LinkCost& between_hosts)
 
 // One call's shape and the model's terms for it, in seconds and bytes per second.
 struct CostTerms {
-  double n = 0;       // bytes, counted as nccl-tests does
-  double p = 1;       // ranks
-  double hosts = 1;   // H
-  double g = 1;       // ranks per host (the largest host where unequal)
-  double a_in = 0;    // a step between ranks of a host
-  double a_net = 0;   // a step between hosts
-  double a_step = 0;  // a flat algorithm's step: its slowest hop's
-  double b_in = 1;    // one rank to another of its host
-  double b_host = 1;  // a host's link, its ranks together
-  double b_path = 1;  // a flat ring's bandwidth: its slowest kind of hop
-  double gamma = 1;   // bytes a rank reduces per second
+  double n = 0;              // bytes, counted as nccl-tests does
+  double p = 1;              // ranks
+  double hosts = 1;          // H
+  double g = 1;              // ranks per host (the largest host where unequal)
+  double a_in = 0;           // a step between ranks of a host
+  double a_net = 0;          // a step between hosts
+  double a_step = 0;         // a flat algorithm's step: its slowest hop's
+  double b_in = 1;           // one rank to another of its host
+  double b_host = 1;         // a host's link, its ranks together
+  double b_path = 1;         // a flat ring's bandwidth: its slowest kind of hop
+  double gamma = 1;          // bytes a rank reduces per second
+  double staging = 4 << 20;  // one peer's staging area, bytes
 };
 CostTerms cost_terms(const CostQuery& query);
 CostQuery cost_query(CollOp op, double bytes, int ranks, int hosts, int per_host, const LinkModel& links);

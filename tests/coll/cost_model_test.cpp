@@ -89,7 +89,8 @@ std::string why_they_differ(CollOp op, int ranks, std::size_t bytes, Algo table,
     if (!power_of_two(ranks) && is(table, {Algo::RecursiveDoubling, Algo::HalvingDoubling}))
       return "no power of two: rd and hd fold, two more steps moving the whole vector";
     if (table == Algo::Ring && model == Algo::HalvingDoubling && bytes > (4 << 20))
-      return "above 4 MiB: hd moves the ring's bytes in 2 lg p steps, not 2(p-1)";
+      return "4-8 MiB: hd's first exchange still fits a peer's staging area; hd moves the ring's bytes in 2 lg p "
+             "steps, not 2(p-1)";
     if (table == Algo::HalvingDoubling && model == Algo::RecursiveDoubling && bytes <= 64 * 1024)
       return "rd's reach on 5+ ranks: lg p whole-vector steps against 2 lg p halves";
   }

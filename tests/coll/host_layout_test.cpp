@@ -50,14 +50,22 @@ TEST(AlgoSelection, HierarchicalAllReduceOnSeveralHostsOfSeveralRanksFromItsThre
   }
 }
 
-// On one host halving-doubling moves the ring's bytes in fewer steps; at 2
-// ranks the two are one exchange each way, and the ring's row comes first.
+// On one host halving-doubling moves the ring's bytes in fewer steps, until
+// its first exchange outgrows a peer's staging area (RDMX_COLL_BUFFSIZE),
+// beyond which it was measured behind the ring; at 2 ranks the two are one
+// exchange each way, and the ring's row comes first.
 TEST(AlgoSelection, FlatAllReduceByRoundsOnOneHost) {
   AlgoSelector table("");
   table.set_layout(1, 8);
   EXPECT_EQ(table.choose(CollOp::AllReduce, 16 * 1024, 8), Algo::RecursiveDoubling);
   EXPECT_EQ(table.choose(CollOp::AllReduce, 1 << 20, 8), Algo::HalvingDoubling);
   EXPECT_EQ(table.choose(CollOp::AllReduce, 4 << 20, 8), Algo::HalvingDoubling);
+  EXPECT_EQ(table.choose(CollOp::AllReduce, 8 << 20, 8), Algo::HalvingDoubling);
+  EXPECT_EQ(table.choose(CollOp::AllReduce, 16 << 20, 8), Algo::Ring);
+  EXPECT_EQ(table.choose(CollOp::AllReduce, 64 << 20, 8), Algo::Ring);
+  LinkModel larger_staging;
+  larger_staging.staging_bytes = 64 << 20;
+  table.set_links(larger_staging);
   EXPECT_EQ(table.choose(CollOp::AllReduce, 64 << 20, 8), Algo::HalvingDoubling);
   EXPECT_EQ(table.choose(CollOp::AllReduce, 1 << 20, 2), Algo::Ring);
 }
