@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -52,6 +54,93 @@ TEST(PlanCommand, APresetGivesATablePerFabricJsonAndAPage) {
   std::stringstream html;
   html << page.rdbuf();
   EXPECT_NE(html.str().find("<svg"), std::string::npos);
+}
+
+// With a price file the advisor recommends what its own cost-per-sample
+// column says is cheapest, not the fabric with the lowest price: it once
+// chose tcp-100 at $0.381 per 1M samples over a faster roce-100 at $0.373.
+TEST(PlanCommand, WithPricesTheLowestCostPerSampleIsRecommended) {
+  const std::string dir = temp_dir("prices");
+  std::ofstream(dir + "/prices.json") << R"({"currency": "USD", "node_per_hour": 40,
+      "fabric_per_node_per_hour": {"tcp-25": 0.5, "roce-100": 1.5, "ib-ndr": 4}})";
+  const auto r = run_cli({"plan", "--model", "bert-large", "--nodes", "4", "--gpus-per-node", "8", "--fabrics",
+                          "tcp-25,roce-100,ib-ndr", "--target-efficiency", "0.05", "--prices", dir + "/prices.json",
+                          "--json", dir + "/plan.json"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const json plan = read_json(dir + "/plan.json");
+  std::string lowest;
+  double lowest_cost = 0;
+  for (const auto& row : plan["rows"]) {
+    const double c = row["cost_per_million_samples"].get<double>();
+    if (lowest.empty() || c < lowest_cost) {
+      lowest = row["fabric"].get<std::string>();
+      lowest_cost = c;
+    }
+  }
+  // The case is one where the cheapest fabric is not the cheapest per sample.
+  ASSERT_NE(lowest, "tcp-25") << plan["rows"].dump(2);
+  EXPECT_EQ(plan["recommendation"]["fabric"], lowest) << plan["recommendation"].dump();
+  EXPECT_NE(plan["recommendation"]["why"].get<std::string>().find("costs the least per 1M samples"), std::string::npos)
+      << plan["recommendation"].dump();
+  EXPECT_NE(r.out.find("recommended: " + lowest), std::string::npos) << r.out;
+  std::filesystem::remove_all(dir);
+}
+
+// The page lists the fabrics in the order asked (it listed them
+// alphabetically) and prints a step and its compute apart (three significant
+// digits printed 104.3 and 103.9 ms both as "104").
+TEST(PlanCommand, ThePageKeepsTheFabricsInTheOrderAskedAndTellsStepFromCompute) {
+  const std::string dir = temp_dir("page");
+  const auto r = run_cli({"plan", "--model", "resnet-50", "--nodes", "2", "--gpus-per-node", "8", "--fabrics",
+                          "tcp-25,ib-ndr", "--json", dir + "/plan.json", "--html", dir + "/plan.html"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::ifstream page(dir + "/plan.html");
+  std::stringstream read;
+  read << page.rdbuf();
+  const std::string html = read.str();
+  const auto tcp = html.find("<h3>tcp-25</h3>"), ib = html.find("<h3>ib-ndr</h3>");
+  ASSERT_NE(tcp, std::string::npos) << html;
+  ASSERT_NE(ib, std::string::npos) << html;
+  EXPECT_LT(tcp, ib);
+  const auto ms = [](double v) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2f", v);
+    return std::string("<td class=\"num\">") + text + "</td>";
+  };
+  const json plan = read_json(dir + "/plan.json");
+  for (const auto& row : plan["rows"]) {
+    const std::string step = ms(row["step_ms"].get<double>()), compute = ms(row["compute_ms"].get<double>());
+    EXPECT_NE(html.find(step + compute), std::string::npos) << row.dump() << "\n" << html;
+    if (row["step_ms"].get<double>() - row["compute_ms"].get<double>() >= 0.01) {
+      EXPECT_NE(step, compute);
+    }
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// The optimizer's time can be given: it runs after the last all_reduce, so
+// on a fabric where communication is exposed it lengthens the step by
+// about its own time, where spread over the backward it was hidden.
+TEST(PlanCommand, OptimizerTimeRunsAfterTheLastAllReduce) {
+  const std::string dir = temp_dir("optimizer");
+  const auto plan_with = [&dir](const std::string& optimizer_ms) {
+    std::vector<std::string> args{"plan",      "--model", "bert-large", "--nodes",         "2", "--gpus-per-node", "8",
+                                  "--fabrics", "tcp-25",  "--json",     dir + "/plan.json"};
+    if (!optimizer_ms.empty()) args.insert(args.end(), {"--optimizer-ms", optimizer_ms});
+    const auto r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    return read_json(dir + "/plan.json")["rows"][0];
+  };
+  const json without = plan_with(""), with = plan_with("30");
+  EXPECT_DOUBLE_EQ(with["compute_ms"].get<double>(), without["compute_ms"].get<double>());
+  EXPECT_GT(with["step_ms"].get<double>(), without["step_ms"].get<double>() + 20) << without.dump() << with.dump();
+  EXPECT_LT(with["step_ms"].get<double>(), without["step_ms"].get<double>() + 30.5) << without.dump() << with.dump();
+
+  const auto too_long = run_cli({"plan", "--model", "resnet-50", "--nodes", "2", "--optimizer-ms", "100"});
+  EXPECT_EQ(too_long.exit_code, 2) << too_long.out << too_long.err;
+  EXPECT_NE(too_long.err.find("--optimizer-ms 100 is more than the backward pass's"), std::string::npos)
+      << too_long.err;
+  std::filesystem::remove_all(dir);
 }
 
 // docs/ADVISOR.md, "Published cases": Horovod's 512-GPU benchmark on 25

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -240,6 +241,32 @@ TEST(Smoke, PlanCollective) {
   EXPECT_TRUE(has_line(r.out, R"(^# all_reduce on ib-ndr, 2 x 4 ranks)")) << r.out;
   EXPECT_TRUE(has_line(r.out, R"(^ +1048576 +\S+ +[0-9.]+ +[0-9.]+ +[0-9.]+$)")) << r.out;
   EXPECT_TRUE(has_line(r.out, R"(^ +4194304 +\S+ +[0-9.]+ +[0-9.]+ +[0-9.]+$)")) << r.out;
+}
+
+// nccl-tests users sweep to 8-16 GiB: plan models any size up to 1 TiB,
+// where the commands that allocate their buffers stop at 4 GiB.
+TEST(Smoke, PlanCollectiveModelsSizesBeyondFourGibibytes) {
+  const CliResult r =
+      run_cli({"plan", "collective", "--fabric", "ib-ndr", "--nodes", "2", "--gpus-per-node", "8", "--sizes", "8G,16G"},
+              {}, seconds(30));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(has_line(r.out, R"(^ +8589934592 +\S+ +[0-9.]+ +[0-9.]+ +[0-9.]+$)")) << r.out;
+  EXPECT_TRUE(has_line(r.out, R"(^ +17179869184 +\S+ +[0-9.]+ +[0-9.]+ +[0-9.]+$)")) << r.out;
+  const CliResult range = run_cli({"plan", "collective", "--sizes", "4G..16G", "--json"}, {}, seconds(30));
+  ASSERT_EQ(range.exit_code, 0) << range.out << range.err;
+  EXPECT_EQ(std::count(range.out.begin(), range.out.end(), '\n'), 3) << range.out;
+
+  const CliResult beyond = run_cli({"plan", "collective", "--sizes", "2048G"}, {}, seconds(30));
+  EXPECT_EQ(beyond.exit_code, 2) << beyond.out << beyond.err;
+  EXPECT_NE(beyond.err.find("--sizes: 2048G is larger than 1024 GiB"), std::string::npos) << beyond.err;
+  // A count whose shift would wrap to a small size is refused, not run.
+  const CliResult wrapped = run_cli({"plan", "collective", "--sizes", "999999999999G"}, {}, seconds(30));
+  EXPECT_EQ(wrapped.exit_code, 2) << wrapped.out << wrapped.err;
+  EXPECT_NE(wrapped.err.find("is larger than 1024 GiB"), std::string::npos) << wrapped.err;
+  const CliResult buffer = run_cli({"perf", "coll", "all_reduce", "--np", "2", "--sizes", "8G"}, {}, seconds(30));
+  EXPECT_EQ(buffer.exit_code, 2) << buffer.out << buffer.err;
+  EXPECT_NE(buffer.err.find("--sizes: 8G is larger than 4 GiB, the most a buffer here may hold"), std::string::npos)
+      << buffer.err;
 }
 
 // calibrate measures between hosts: under rdmx run, RDMX_HOSTID makes each

@@ -9,7 +9,7 @@
 
 namespace rdmx::cli {
 
-std::size_t parse_size(const std::string& text, const std::string& option) {
+std::size_t parse_size(const std::string& text, const std::string& option, std::size_t max) {
   std::string digits = text;
   unsigned shift = 0;
   if (!digits.empty()) {
@@ -27,9 +27,13 @@ std::size_t parse_size(const std::string& text, const std::string& option) {
   if (digits.empty() || digits.size() > 12 || digits.find_first_not_of("0123456789") != std::string::npos) {
     throw UsageError{option + ": '" + text + "' is not a size (e.g. 8, 64K, 16M, 1G)"};
   }
-  const std::size_t size = std::stoull(digits) << shift;
-  if (size > (std::size_t{1} << 32)) throw UsageError{option + ": " + text + " is larger than 4 GiB"};
-  return size;
+  const std::size_t value = std::stoull(digits);
+  // Compared before the shift, which would wrap "999999999999G" to a small size.
+  if (value > (max >> shift)) {
+    throw UsageError{option + ": " + text + " is larger than " + std::to_string(max >> 30) + " GiB" +
+                     (max == kBufferSizeMax ? ", the most a buffer here may hold" : "")};
+  }
+  return value << shift;
 }
 
 std::vector<std::size_t> powers_of_two(std::size_t low, std::size_t high) {
@@ -38,10 +42,10 @@ std::vector<std::size_t> powers_of_two(std::size_t low, std::size_t high) {
   return sizes;
 }
 
-std::vector<std::size_t> parse_size_list(const std::string& text, const std::string& option) {
+std::vector<std::size_t> parse_size_list(const std::string& text, const std::string& option, std::size_t max) {
   if (const auto dots = text.find(".."); dots != std::string::npos) {
-    const std::size_t low = parse_size(text.substr(0, dots), option);
-    const std::size_t high = parse_size(text.substr(dots + 2), option);
+    const std::size_t low = parse_size(text.substr(0, dots), option, max);
+    const std::size_t high = parse_size(text.substr(dots + 2), option, max);
     if (low == 0 || high < low) throw UsageError{option + ": the range '" + text + "' is empty or starts at 0"};
     return powers_of_two(low, high);
   }
@@ -49,7 +53,7 @@ std::vector<std::size_t> parse_size_list(const std::string& text, const std::str
   std::size_t start = 0;
   while (start <= text.size()) {
     const std::size_t comma = std::min(text.find(',', start), text.size());
-    const std::size_t size = parse_size(text.substr(start, comma - start), option);
+    const std::size_t size = parse_size(text.substr(start, comma - start), option, max);
     if (size == 0) throw UsageError{option + ": sizes start at 1 byte"};
     sizes.push_back(size);
     start = comma + 1;

@@ -37,6 +37,7 @@ struct PlanOptions {
   std::string json_out;
   std::string html_out;
   double compute_ms = -1;
+  double optimizer_ms = -1;
   double batch = -1;
   double parameters = -1;
   double gradient_bytes = -1;
@@ -78,8 +79,9 @@ Workload workload_of(const PlanOptions& o) {
   if (is_file) {
     w = load_captured_profile(o.model);
     if (o.batch > 0) w.samples_per_step = o.batch;
-    if (o.parameters > 0 || o.bucket_mib > 0 || o.first_bucket_mib > 0) {
-      throw UsageError{"--parameters and the bucket sizes describe a job; a captured profile has its own"};
+    if (o.parameters > 0 || o.bucket_mib > 0 || o.first_bucket_mib > 0 || o.optimizer_ms >= 0) {
+      throw UsageError{
+          "--parameters, the bucket sizes and --optimizer-ms describe a job; a captured profile has its own"};
     }
     if (o.compute_ms >= 0) {
       scale_compute(w.step, o.compute_ms / 1e3);
@@ -104,6 +106,17 @@ Workload workload_of(const PlanOptions& o) {
   if (o.compute_ms >= 0) {
     d.compute_seconds = o.compute_ms / 1e3;
     w.source += "; compute per step given: " + format_number(o.compute_ms) + " ms";
+  }
+  if (o.optimizer_ms >= 0) {
+    // It runs after the last gradient is reduced, out of the backward's time.
+    const double backward_ms = d.compute_seconds * 1e3 * (1 - d.forward_share);
+    if (o.optimizer_ms > backward_ms) {
+      throw UsageError{"--optimizer-ms " + format_number(o.optimizer_ms) + " is more than the backward pass's " +
+                       format_number(backward_ms) + " ms of the step's " + format_number(d.compute_seconds * 1e3) +
+                       " ms compute: the optimizer's time is part of --compute-ms"};
+    }
+    d.optimizer_seconds = o.optimizer_ms / 1e3;
+    w.source += "; optimizer " + format_number(o.optimizer_ms) + " ms of the compute, after the last all_reduce";
   }
   if (o.batch > 0) d.samples_per_step = o.batch;
   if (o.gradient_bytes > 0) d.gradient_bytes = o.gradient_bytes;
@@ -201,7 +214,7 @@ void run_collective(const CollectiveOptions& o) {
     std::printf("# %s on %s, %d x %d ranks, as %s runs it\n%12s %8s %12s %10s %10s\n", o.op.c_str(), f.name.c_str(),
                 o.nodes, o.gpus_per_node, to_string(lib), "size", "algo", "time_us", "algbw", "busbw");
   }
-  for (const std::size_t bytes : parse_size_list(o.sizes, "--sizes")) {
+  for (const std::size_t bytes : parse_size_list(o.sizes, "--sizes", kModelledSizeMax)) {
     const Estimate e = estimate(f, cluster, op, static_cast<double>(bytes), lib);
     const double algbw = e.seconds > 0 ? bytes / e.seconds / 1e9 : 0;
     const double p = cluster.ranks();
@@ -273,6 +286,10 @@ void register_plan(CLI::App& root) {
                    "compute per step per GPU, ms (your measurement); with a captured profile, its compute gaps "
                    "scaled to this total (a faster GPU, or the job measured elsewhere)")
       ->check(CLI::Range(0.0, 1e7));
+  plan->add_option("--optimizer-ms", o->optimizer_ms,
+                   "of the compute per step, the optimizer's ms: it runs after the last gradient is reduced, so "
+                   "no communication overlaps it (default 0)")
+      ->check(CLI::Range(0.0, 1e7));
   plan->add_option("--batch", o->batch, "samples per step per GPU")->check(CLI::Range(1e-9, 1e9));
   plan->add_option("--parameters", o->parameters, "parameter count")->check(CLI::Range(1.0, 1e13));
   plan->add_option("--gradient-bytes", o->gradient_bytes, "bytes per gradient element: 4 (fp32) or 2 (fp16, bf16)")
@@ -300,7 +317,8 @@ void register_plan(CLI::App& root) {
   auto c = std::make_shared<CollectiveOptions>();
   CLI::App* coll = plan->add_subcommand("collective", "the model's time for one collective, nccl-tests columns");
   coll->add_option("--op", c->op, "all_reduce, all_gather, reduce_scatter, broadcast or reduce")->capture_default_str();
-  coll->add_option("--sizes", c->sizes, "sizes: a comma list or LO..HI")->capture_default_str();
+  coll->add_option("--sizes", c->sizes, "sizes: a comma list or LO..HI, up to 1024G (modelled, never allocated)")
+      ->capture_default_str();
   coll->add_option("--nodes", c->nodes, "nodes")->check(CLI::Range(1, 1 << 20))->capture_default_str();
   coll->add_option("--gpus-per-node", c->gpus_per_node, "ranks per node")
       ->check(CLI::Range(1, 4096))

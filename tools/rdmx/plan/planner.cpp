@@ -18,14 +18,24 @@ std::string fmt(const char* format, double v) {
   return buf;
 }
 
-// A fabric's cost per node per hour for ranking: the price file's, else the
-// profile's relative cost.
-double rank_cost(const Fabric& f, const std::optional<Prices>& prices) {
-  if (prices) {
-    const auto it = prices->fabric_per_node_per_hour.find(f.name);
-    if (it != prices->fabric_per_node_per_hour.end()) return it->second;
+// What a fabric costs for the work, lower is better. With prices, what a
+// million samples cost on it (the nodes' price and the fabric's, over the
+// throughput it reaches), averaged over the node counts in scope: a dearer
+// fabric that trains faster can cost less per sample. Without prices, the
+// profile's relative cost of the fabric alone; nullopt when a row in scope
+// has no throughput to price.
+std::optional<double> ranking_cost(const Plan& plan, const Fabric& f, int nodes) {
+  if (!plan.request.prices) return f.relative_cost;
+  double sum = 0;
+  int count = 0;
+  for (const PlanRow& row : plan.rows) {
+    if (row.fabric != f.name || (nodes != 0 && row.cluster.nodes != nodes)) continue;
+    if (!row.cost_per_million_samples) return std::nullopt;
+    sum += *row.cost_per_million_samples;
+    ++count;
   }
-  return f.relative_cost;
+  if (count == 0) return std::nullopt;
+  return sum / count;
 }
 
 Recommendation recommend(const Plan& plan, int nodes) {
@@ -39,21 +49,26 @@ Recommendation recommend(const Plan& plan, int nodes) {
       if (row.fabric != f.name || (nodes != 0 && row.cluster.nodes != nodes)) continue;
       if (row.efficiency + 1e-9 < plan.request.target_efficiency) meets = false;
     }
-    if (!meets) continue;
-    const double c = rank_cost(f, plan.request.prices);
-    if (best == nullptr || c < best_cost) {
+    const std::optional<double> c = ranking_cost(plan, f, nodes);
+    if (!meets || !c) continue;
+    if (best == nullptr || *c < best_cost) {
       best = &f;
-      best_cost = c;
+      best_cost = *c;
     }
   }
   const std::string scope = nodes == 0 ? "at every node count asked" : "at " + std::to_string(nodes) + " nodes";
   const std::string target = fmt("%.0f%%", plan.request.target_efficiency * 100);
   if (best == nullptr) {
     r.why = "no fabric reaches " + target + " scaling efficiency " + scope;
+  } else if (plan.request.prices) {
+    r.fabric = best->name;
+    r.why = best->name + " costs the least per 1M samples (" + plan.request.prices->currency + " " +
+            fmt("%.3f", best_cost) + (nodes == 0 ? ", the mean over the node counts" : "") +
+            ", by the price file) of the fabrics that keep " + target + " scaling efficiency " + scope;
   } else {
     r.fabric = best->name;
     r.why = best->name + " is the cheapest fabric that keeps " + target + " scaling efficiency " + scope +
-            (plan.request.prices ? " (by the price file)" : " (by the profiles' relative cost)");
+            " (by the profiles' relative cost of the fabric; give --prices to rank by cost per sample)";
   }
   return r;
 }

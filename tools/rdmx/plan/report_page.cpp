@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "plan/report_page.hpp"
 
+#include <algorithm>
+#include <cstdio>
 #include <map>
 #include <vector>
 
@@ -19,6 +21,27 @@ std::string text(const json& j, const char* key) {
 double num(const json& j, const char* key) { return j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0; }
 
 std::string cell(double v, int digits = 3) { return "<td class=\"num\">" + format_number(v, digits) + "</td>"; }
+
+// Times to the hundredth of a millisecond: a step and its compute differ by
+// the exposed communication, which three significant digits could hide
+// (104.3 and 103.9 both printed "104").
+std::string cell_ms(double ms) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f", ms);
+  return "<td class=\"num\">" + std::string(text) + "</td>";
+}
+
+// The fabrics in the order the plan asked for them (its rows are fabric
+// major), not the JSON object's alphabetical order.
+std::vector<std::string> fabric_order(const json& plan) {
+  std::vector<std::string> order;
+  const auto add = [&order](const std::string& name) {
+    if (std::find(order.begin(), order.end(), name) == order.end()) order.push_back(name);
+  };
+  for (const auto& row : plan["rows"]) add(row.value("fabric", ""));
+  for (const auto& [name, f] : plan["fabrics"].items()) add(name);
+  return order;
+}
 
 std::string plot(const json& plan, const char* key, const std::string& title, const std::string& y_title,
                  const std::string& unit, double scale, bool y_log) {
@@ -71,7 +94,9 @@ std::string render_plan_html(const json& plan) {
   out += "<div class=\"pair\">" + plot(plan, "samples_per_s", "Throughput", "samples/s", "samples/s", 1, true) +
          plot(plan, "efficiency", "Scaling efficiency against one GPU", "efficiency, %", "%", 100, false) + "</div>\n";
   out += "<h2>Per fabric</h2>\n";
-  for (const auto& [name, f] : plan["fabrics"].items()) {
+  for (const std::string& name : fabric_order(plan)) {
+    if (!plan["fabrics"].contains(name)) continue;
+    const json& f = plan["fabrics"][name];
     out += "<h3>" + html_escape(name) + "</h3>\n<p class=\"dim\">" + text(f, "description") + "; latency " +
            format_number(num(f, "latency_us")) + " us, " + format_number(num(f, "nics_per_node")) + " x " +
            format_number(num(f, "nic_gbit")) + " Gbit/s at " + format_number(num(f, "efficiency") * 100) + "%" +
@@ -88,8 +113,8 @@ std::string render_plan_html(const json& plan) {
         colls += (colls.empty() ? "" : "; ") + text(c, "op") + " " + html_escape(format_bytes(num(c, "bytes"))) + ": " +
                  text(c, "algo") + " " + format_number(num(c, "ms"));
       }
-      out += "<tr>" + cell(num(row, "nodes")) + cell(num(row, "step_ms")) + cell(num(row, "compute_ms")) +
-             cell(num(row, "exposed_comm_ms")) + cell(num(row, "samples_per_s"), 4) +
+      out += "<tr>" + cell(num(row, "nodes")) + cell_ms(num(row, "step_ms")) + cell_ms(num(row, "compute_ms")) +
+             cell_ms(num(row, "exposed_comm_ms")) + cell(num(row, "samples_per_s"), 4) +
              cell(num(row, "efficiency") * 100) + (priced ? cell(num(row, "cost_per_hour")) : "") +
              (priced ? cell(num(row, "cost_per_million_samples")) : "") + "<td class=\"dim\">" + colls + "</td></tr>\n";
     }
