@@ -69,6 +69,13 @@ LinkModel declared_links(const LinkCost& in_host, const LinkCost& between_hosts)
   return m;
 }
 
+void take_least_favourable(LinkCost& into, const LinkCost& other) {
+  if (other.bandwidth_gbps <= 0) return;
+  into.latency_us = std::max(into.latency_us, other.latency_us);
+  into.bandwidth_gbps =
+      into.bandwidth_gbps > 0 ? std::min(into.bandwidth_gbps, other.bandwidth_gbps) : other.bandwidth_gbps;
+}
+
 CostQuery cost_query(CollOp op, double bytes, int ranks, int hosts, int per_host, const LinkModel& links) {
   return {.op = op,
           .bytes = bytes,

@@ -29,6 +29,10 @@ inline constexpr double kStepOverheadUs = 9.5;
 // bandwidth_gbps) of the links inside hosts and between them; a kind no
 // link has keeps the default.
 LinkModel declared_links(const LinkCost& in_host, const LinkCost& between_hosts);
+// Folds `other` into `into`, keeping the least favourable of the two: the
+// larger latency, the smaller bandwidth. A figure without bandwidth (zero:
+// no such link) leaves `into` as it is.
+void take_least_favourable(LinkCost& into, const LinkCost& other);
 
 // One call's shape and the model's terms for it, in seconds and bytes per second.
 struct CostTerms {

@@ -70,12 +70,6 @@ struct Seen {
   double net_latency = 0, net_bandwidth = 0;
 };
 
-void worsen(LinkCost& into, double latency, double bandwidth) {
-  if (bandwidth <= 0) return;
-  into.latency_us = std::max(into.latency_us, latency);
-  into.bandwidth_gbps = into.bandwidth_gbps > 0 ? std::min(into.bandwidth_gbps, bandwidth) : bandwidth;
-}
-
 }  // namespace
 
 bool measure_links_enabled() { return kMeasure.read(); }
@@ -117,7 +111,7 @@ LinkModel measure_links(Links& links, Store& store, const std::string& tag, cons
         throw Error(ErrorCode::Protocol, "host " + std::to_string(h) + " published link figures '" + text + "'",
                     {.op = "communicator create", .rank = rank, .hint = "every rank must run the same rdmx version"});
       }
-      worsen(between, seen.net_latency, seen.net_bandwidth);
+      take_least_favourable(between, {seen.net_latency, seen.net_bandwidth});
     }
     out.between_hosts = between;
     out.basis = "in-host declared, between hosts measured";

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "coll/cost_model.hpp"
 #include "coll/cuda/device_ops.hpp"
 #include "coll/links_layout.hpp"
 #include "coll/links_run.hpp"
@@ -19,14 +20,6 @@ namespace rdmx::coll {
 using namespace wire;
 
 namespace {
-// The least favourable of two figures of a kind of link (zero: none).
-void worsen(LinkCost& into, const LinkCost& other) {
-  if (other.bandwidth_gbps <= 0) return;
-  into.latency_us = std::max(into.latency_us, other.latency_us);
-  into.bandwidth_gbps =
-      into.bandwidth_gbps > 0 ? std::min(into.bandwidth_gbps, other.bandwidth_gbps) : other.bandwidth_gbps;
-}
-
 // Message flags carry the number xor a per-pair value, so that payload bytes
 // left in a slot cannot pass for a flag: both sides derive it from the
 // receiver's region address and the sender's rank.
@@ -83,7 +76,8 @@ Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, c
     network_ = network_ || caps.remote_peers;
     const bool same_host = config.host_of.empty() || config.host_of[static_cast<std::size_t>(p)] ==
                                                          config.host_of[static_cast<std::size_t>(rank)];
-    worsen(same_host ? figures_.in_host : figures_.between_hosts, {caps.latency_us, caps.bandwidth_gbps});
+    take_least_favourable(same_host ? figures_.in_host : figures_.between_hosts,
+                          {caps.latency_us, caps.bandwidth_gbps});
   }
 
   // Exchange where each region is, and whether the rank reaches a peer over
@@ -130,11 +124,11 @@ Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, c
     peer.rkey = rkey;
     peer.salt = pair_salt(base, rank);
     any_network_ = any_network_ || network != 0;
-    worsen(agreed.in_host, theirs.in_host);
-    worsen(agreed.between_hosts, theirs.between_hosts);
+    take_least_favourable(agreed.in_host, theirs.in_host);
+    take_least_favourable(agreed.between_hosts, theirs.between_hosts);
   }
-  worsen(agreed.in_host, figures_.in_host);
-  worsen(agreed.between_hosts, figures_.between_hosts);
+  take_least_favourable(agreed.in_host, figures_.in_host);
+  take_least_favourable(agreed.between_hosts, figures_.between_hosts);
   figures_ = agreed;
   any_network_ = any_network_ || network_;
   salts_from_.resize(static_cast<std::size_t>(size));
