@@ -33,21 +33,6 @@ int mappings_of(const char* name) {
 // State pages of a peer's heap regions mapped in this process.
 int heap_pages_mapped() { return mappings_of("rdmx-heap-region"); }
 
-char process_state(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(stat, line);
-  const auto close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() ? line[close + 2] : '?';
-}
-
-// Continues the stopped target however this rank leaves the scope.
-struct Stopped {
-  explicit Stopped(pid_t target) : pid(target) { CHECK_EQ(::kill(pid, SIGSTOP), 0); }
-  ~Stopped() { ::kill(pid, SIGCONT); }
-  pid_t pid;
-};
-
 TEST(ShmProvider, HeapWritesAndReadsNeedNoTargetThread) {
   Options options;
   options.provider = "shm";
@@ -95,9 +80,7 @@ TEST(ShmProvider, HeapWritesAndReadsNeedNoTargetThread) {
         CHECK(eventually([&] { return heap_pages_mapped() == 1; }, std::chrono::seconds(20)))
             << "the target never offered its heap region";
         {
-          Stopped stopped(pid);
-          CHECK(eventually([&] { return process_state(pid) == 'T'; }, std::chrono::seconds(20)))
-              << "the target did not stop";
+          StoppedProcess stopped(pid);
           CHECK_WC(RDMA_SYNC(*qp, *node.send_cq, Opcode::RdmaWrite, src_mr->sge(0, kLen / 2), heap.addr, heap.rkey, 2),
                    "WRITE into a stopped target's heap", .wr_id = 2);
           CHECK_WC(RDMA_SYNC(*qp, *node.send_cq, Opcode::RdmaRead, src_mr->sge(kLen / 2, kLen / 2),
@@ -166,9 +149,7 @@ TEST(ShmProvider, AHeapRegionWrittenBeforeTheAcceptIsReadIsOffered) {
           const auto pid = static_cast<pid_t>(std::stol(await(env, round + "/connected")));
           const int segments = qp_segments_mapped();
           {
-            Stopped stopped(pid);
-            CHECK(eventually([&] { return process_state(pid) == 'T'; }, std::chrono::seconds(20)))
-                << "the target did not stop";
+            StoppedProcess stopped(pid);
             ConnectOptions connect;
             connect.peer_rank = target;
             qp->connect(QpAddress::from_hex(env.store().get_string(round + "/qp/" + them + "->" + me)), connect);

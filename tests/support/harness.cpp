@@ -273,7 +273,26 @@ struct Child {
   int status = 0;
   Clock::time_point ended;
   enum class Killed { No, Hung, AfterFailure } killed = Killed::No;
+  std::string stacks;  // where it sat when it was killed, if gdb could tell
 };
+
+// The threads' stacks of a live process, from gdb when it is installed: a
+// rank killed as hung says where it waited, which a CI log otherwise loses.
+// Bounded by `timeout`; an empty string when gdb is absent or fails.
+std::string stacks_of(pid_t pid) {
+  if (::access("/usr/bin/gdb", X_OK) != 0 || std::getenv("RDMX_TEST_NO_STACKS") != nullptr) return "";
+  const std::string command = "timeout -s KILL 30 /usr/bin/gdb -nx -batch -p " + std::to_string(pid) +
+                              " -ex 'thread apply all bt 25' 2>/dev/null";
+  std::string out;
+  if (FILE* pipe = ::popen(command.c_str(), "r")) {
+    char line[512];
+    while (std::fgets(line, sizeof line, pipe) != nullptr && out.size() < 16384) {
+      if (line[0] == '#' || std::strncmp(line, "Thread ", 7) == 0) out += std::string("      ") + line;
+    }
+    ::pclose(pipe);
+  }
+  return out;
+}
 
 int thread_count() {
   int count = 0;
@@ -534,6 +553,7 @@ void NetNsPair::destroy() noexcept {
           (grace_deadline && *grace_deadline <= deadline) ? Child::Killed::AfterFailure : Child::Killed::Hung;
       for (auto& c : children) {
         if (!c.running) continue;
+        c.stacks = stacks_of(c.pid);
         ::kill(c.pid, SIGKILL);
         ::waitpid(c.pid, &c.status, 0);
         c.running = false;
@@ -589,6 +609,7 @@ void NetNsPair::destroy() noexcept {
     std::string message = read_file(failure_path(dir, r));
     while (!message.empty() && message.back() == '\n') message.pop_back();
     if (!message.empty()) report << "\n    " << message;
+    if (!c.stacks.empty()) report << "\n    where it was (gdb):\n" << c.stacks;
   }
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);

@@ -2,10 +2,12 @@
 #include "support/verbs_util.hpp"
 #include "services/race_annotations.hpp"
 
+#include <signal.h>
 #include <sys/mman.h>
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -34,6 +36,23 @@ char* map_anonymous(std::size_t bytes, void* at) {
   core::release_remote_placements();  // the memory is a peer's to write once the test says so
   return static_cast<char*>(p);
 }
+
+// ---------------------------------------------------------------------------
+
+char process_state(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() ? line[close + 2] : '?';
+}
+
+StoppedProcess::StoppedProcess(pid_t pid) : pid_(pid) {
+  CHECK_EQ(::kill(pid_, SIGSTOP), 0) << "SIGSTOP to pid " << pid_ << ": " << std::strerror(errno);
+  CHECK(eventually([&] { return process_state(pid_) == 'T'; })) << "pid " << pid_ << " did not stop";
+}
+
+StoppedProcess::~StoppedProcess() { ::kill(pid_, SIGCONT); }
 
 // ---------------------------------------------------------------------------
 

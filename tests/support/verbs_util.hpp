@@ -28,6 +28,24 @@ std::chrono::milliseconds default_timeout();
 char* map_anonymous(std::size_t bytes, void* at = nullptr);
 
 // ---------------------------------------------------------------------------
+// Processes.
+// The state letter of /proc/<pid>/stat ('T' stopped, 'S' sleeping, ...); '?' when unreadable.
+char process_state(pid_t pid);
+// `pid` stopped (SIGSTOP) for as long as this lives, then continued
+// (SIGCONT) however the rank leaves the scope; the constructor returns once
+// the process is stopped, else the rank fails.
+class StoppedProcess {
+ public:
+  explicit StoppedProcess(pid_t pid);
+  ~StoppedProcess();
+  StoppedProcess(const StoppedProcess&) = delete;
+  StoppedProcess& operator=(const StoppedProcess&) = delete;
+
+ private:
+  pid_t pid_;
+};
+
+// ---------------------------------------------------------------------------
 // A remote region as exchanged between ranks.
 struct RemoteRegion {
   std::uint64_t addr = 0;

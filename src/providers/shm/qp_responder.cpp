@@ -53,10 +53,11 @@ bool on_device(const core::RegionMemory& memory) { return memory.type != MemoryT
 // A WRITE of `length` bytes into device memory at `target`, its last word
 // last (DeviceCaps::ordered_write_placement): from the ring's payload, or
 // pulled from the initiator (`pid`, `remote`) through a host buffer.
-// Returns the bytes placed (fewer when pulling failed, errno set).
+// Returns the bytes placed: fewer when pulling failed (errno set), or when
+// the initiator's QP failed meanwhile (its last word is then not placed).
 std::uint64_t write_to_device(char* target, std::uint64_t length, const core::RegionMemory& memory,
                               const std::uint8_t* inline_payload, pid_t pid, const iovec* remote, int remote_count,
-                              char* piece) {
+                              char* piece, const std::atomic<std::uint32_t>& producer_closed) {
   const bool hold = core::has_last_word(reinterpret_cast<std::uint64_t>(target), length);
   const std::uint64_t body = hold ? length - 8 : length;
   auto place = [&](std::uint64_t at, std::uint64_t n) {
@@ -81,7 +82,7 @@ std::uint64_t write_to_device(char* target, std::uint64_t length, const core::Re
     if (!pull(at, n)) return at;
     at += n;
   }
-  if (hold && !pull(body, 8)) return body;
+  if (hold && (producer_closed.load(std::memory_order_seq_cst) != 0 || !pull(body, 8))) return body;
   return length;
 }
 
@@ -89,8 +90,8 @@ std::uint64_t write_to_device(char* target, std::uint64_t length, const core::Re
 // (RingControl::busy) for as long as it lives, unless the peer's QP failed.
 class PeerMemoryCopy {
  public:
-  explicit PeerMemoryCopy(RingControl* control) : control_(control) {
-    control_->busy.store(1, std::memory_order_seq_cst);
+  PeerMemoryCopy(RingControl* control, PeerCopy what) : control_(control) {
+    control_->busy.store(what, std::memory_order_seq_cst);
     if (control_->closed.load(std::memory_order_seq_cst) != 0) end();
   }
   PeerMemoryCopy(const PeerMemoryCopy&) = delete;
@@ -153,11 +154,12 @@ ShmQp::Step ShmQp::execute_request_locked(const Record* r, std::uint16_t slots) 
     }
     return Step::Stall;
   }
-  // The peer may fail while this copy runs: it waits for the copy to end
-  // before it flushes the buffers the copy reads or writes.
+  // The peer may fail while this copy runs: it waits for a copy into its
+  // memory to end before it flushes the buffer; of a copy out of it,
+  // deliver_locked places nothing more once it sees the failure.
   std::optional<PeerMemoryCopy> copy;
   if (cross) {
-    copy.emplace(in_control_);
+    copy.emplace(in_control_, type == RecordType::Read ? kCopyIntoProducer : kCopyOutOfProducer);
     if (!copy->allowed()) return drop_request_of_closed_peer_locked();
   }
   Step step = Step::Done;
@@ -167,6 +169,7 @@ ShmQp::Step ShmQp::execute_request_locked(const Record* r, std::uint16_t slots) 
       RecvEntry recv{};
       if (consumes_recv) recv = rq_.front();
       step = deliver_locked(r, consumes_recv ? &recv : nullptr, r->remote_addr, type == RecordType::Send);
+      if (step == Step::Dropped) return Step::Done;
       if (step != Step::Done) return step;
       if (consumes_recv) {
         rq_.pop();
@@ -263,7 +266,8 @@ ShmQp::Step ShmQp::deliver_locked(const Record* r, const RecvEntry* recv, std::u
         } else {
           placed = write_to_device(reinterpret_cast<char*>(target_addr), length, target_memory,
                                    cross ? nullptr : RingConsumer::payload(r), peer_pid_, remote, count,
-                                   cross ? device_piece_.ready(kDevicePiece, target_memory.device) : nullptr);
+                                   cross ? device_piece_.ready(kDevicePiece, target_memory.device) : nullptr,
+                                   in_control_->closed);
           if (placed != length) {
             nak_status = WcStatus::RemOpErr;
             why = "copying " + std::to_string(length) + " bytes from pid " + std::to_string(peer_pid_) +
@@ -301,7 +305,7 @@ ShmQp::Step ShmQp::deliver_locked(const Record* r, const RecvEntry* recv, std::u
           if (hold) last->iov_len -= 8;
           const std::uint64_t body = hold ? length - 8 : length;
           ssize_t n = read_from_process(peer_pid_, local, local_count, remote, count, body);
-          if (hold && n == static_cast<ssize_t>(body)) {
+          if (hold && n == static_cast<ssize_t>(body) && !producer_closed()) {
             iovec tail_iov{tail, 8};
             iovec from_iov[kMaxSge];
             const int from_count = tail_iovecs(remote, count, body, from_iov);
@@ -319,6 +323,12 @@ ShmQp::Step ShmQp::deliver_locked(const Record* r, const RecvEntry* recv, std::u
         }
       }
     }
+  }
+  // The producer failed while its payload was copied and may have changed
+  // it since (RingControl::closed): the copy is neither finished nor completed.
+  if (cross && producer_closed()) {
+    drop_request_of_closed_peer_locked();
+    return Step::Dropped;
   }
   if (nak_status == WcStatus::Success) {
     core::release_remote_placements();

@@ -96,9 +96,14 @@ struct alignas(64) RingControl {
   // requests any more, so none touches the producer's memory. A pair with
   // `busy` (each side stores its word, then reads the other's, both
   // sequentially consistent): the producer flushes its work only after it
-  // saw `busy` clear, and the consumer copies only while it saw `closed` clear.
+  // saw no copy into its memory running, and the consumer starts copies
+  // only while it saw `closed` clear. A copy out of the producer's memory
+  // is not waited for (a stopped consumer would hold the producer's error
+  // for RDMX_TIMEOUT): its buffers may change once flushed, so the consumer
+  // looks at `closed` again after such a copy and delivers nothing of it
+  // (no held-back last word, no completion) when it is set.
   std::atomic<std::uint32_t> closed;
-  // The consumer is copying into or out of the producer's memory (a cross-memory request).
+  // The consumer's cross-memory copy for a request: a PeerCopy.
   std::atomic<std::uint32_t> busy;
   // Rung by the consumer when it clears `busy` after `closed` was set.
   core::WakeWords busy_cleared;
@@ -106,10 +111,17 @@ struct alignas(64) RingControl {
 };
 static_assert(sizeof(RingControl) == 192);
 
+// RingControl::busy: what the consumer's running copy does to the producer's memory.
+enum PeerCopy : std::uint32_t {
+  kNoPeerCopy = 0,
+  kCopyOutOfProducer = 1,  // a SEND's or WRITE's payload
+  kCopyIntoProducer = 2,   // a READ's answer
+};
+
 // The consumer's cross-memory copy is over (RingControl::busy): a producer
 // that failed meanwhile waits for this.
 inline void end_peer_copy(RingControl& control) {
-  control.busy.store(0, std::memory_order_seq_cst);
+  control.busy.store(kNoPeerCopy, std::memory_order_seq_cst);
   if (control.closed.load(std::memory_order_seq_cst) != 0) core::ring(control.busy_cleared);
 }
 

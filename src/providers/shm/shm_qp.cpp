@@ -449,17 +449,20 @@ bool ShmQp::peer_left_in_order_locked(const std::string& reason) const {
 void ShmQp::stop_peer_access_locked() {
   // We copy nothing more of the peer's memory either (a copy of ours that
   // failed ends here, so two QPs failing at once do not wait for each other).
-  if (in_control_ != nullptr && in_control_->busy.load(std::memory_order_relaxed) != 0) end_peer_copy(*in_control_);
+  if (in_control_ != nullptr && in_control_->busy.load(std::memory_order_relaxed) != kNoPeerCopy) {
+    end_peer_copy(*in_control_);
+  }
   if (out_control_ == nullptr || socket_ < 0) return;
   RingControl* control = out_control_;
   control->closed.store(1, std::memory_order_seq_cst);
-  if (control->busy.load(std::memory_order_seq_cst) == 0) return;
-  // The peer is copying into or out of our memory for a request of ours:
-  // the work it serves may be flushed only once that copy is over, or the
-  // peer process is gone.
+  if (control->busy.load(std::memory_order_seq_cst) != kCopyIntoProducer) return;
+  // The peer is copying into our memory (a READ's answer): the buffer it
+  // writes may be handed back to the application only once that copy is
+  // over, or the peer process is gone. A copy out of our memory is not
+  // waited for: the peer delivers nothing of it now (RingControl::closed).
   const int fd = socket_;
   auto copy_over = [control, fd] {
-    if (control->busy.load(std::memory_order_acquire) == 0) return true;
+    if (control->busy.load(std::memory_order_acquire) != kCopyIntoProducer) return true;
     pollfd p{fd, POLLRDHUP, 0};
     return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLRDHUP | POLLERR)) != 0;
   };
@@ -470,8 +473,8 @@ void ShmQp::stop_peer_access_locked() {
                                   ? std::string("waits were aborted")
                                   : "RDMX_TIMEOUT (" + std::to_string(core::timeout().count()) + " ms)";
     RDMX_WARN(
-        "shm qp %u: %s (pid %d) was still copying into or out of this process's memory for a request of this "
-        "QP after %s; its flushed work may still change (a stopped or hung peer process)",
+        "shm qp %u: %s (pid %d) was still copying into this process's memory for a READ of this QP after %s; "
+        "its flushed buffer may still change (a stopped or hung peer process)",
         qpn_, describe_peer().c_str(), peer_pid_, after.c_str());
   }
 }

@@ -84,7 +84,9 @@ class ShmQp final : public core::SoftRcQp {
  private:
   using SendEntry = core::SendEntry;
   using RecvEntry = core::RecvEntry;
-  enum class Step { Done, Stall, Failed };
+  // Dropped: the peer's QP failed during the request's copy, which then
+  // delivers nothing (a Done for the ring, with no completion).
+  enum class Step { Done, Stall, Failed, Dropped };
 
   // The engine's hooks (core::SoftRcQp).
   void lock_state() override RDMX_ACQUIRE();
@@ -151,6 +153,8 @@ class ShmQp final : public core::SoftRcQp {
   // The peer's QP failed (RingControl::closed): its requests are dropped
   // unexecuted, as are those of a peer whose packets stop arriving.
   Step drop_request_of_closed_peer_locked() RDMX_REQUIRES(this);
+  // The peer's QP entered ERROR (RingControl::closed).
+  bool producer_closed() const { return in_control_->closed.load(std::memory_order_seq_cst) != 0; }
   Step deliver_locked(const Record* r, const RecvEntry* recv, std::uint64_t target_addr, bool to_recv)
       RDMX_REQUIRES(this);
   Step answer_read_locked(const Record* r) RDMX_REQUIRES(this);

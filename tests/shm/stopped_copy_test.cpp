@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: MIT
+// A peer stopped while it copies a SEND's payload out of this process (a
+// cross-memory request): the sender's QP fails at once, without waiting for
+// a copy that a stopped process never ends, and the peer, once continued,
+// delivers nothing of a payload that may have changed after the flush.
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "support/harness.hpp"
+#include "support/verbs_util.hpp"
+
+namespace rdmx::test {
+namespace {
+
+constexpr int kReceiver = 0;
+constexpr int kSender = 1;
+constexpr std::size_t kLen = 4 << 20;  // far above the eager limit: the receiver copies it across processes
+
+// Pages of [addr, addr + len) that are not there yet: the first access to
+// one, the peer's cross-memory copy included, waits until this process
+// provides it. That makes "the peer is inside its copy" a state the test
+// can wait for instead of a race it hopes to win.
+class MissingPages {
+ public:
+  MissingPages(char* addr, std::size_t len) : addr_(addr), len_(len) {
+    CHECK_EQ(::madvise(addr_, len_, MADV_DONTNEED), 0) << "madvise: " << std::strerror(errno);
+    fd_ = static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK));
+    CHECK_GE(fd_, 0) << "userfaultfd: " << std::strerror(errno);
+    uffdio_api api{};
+    api.api = UFFD_API;
+    CHECK_EQ(::ioctl(fd_, UFFDIO_API, &api), 0) << "UFFDIO_API: " << std::strerror(errno);
+    uffdio_register reg{};
+    reg.range = {reinterpret_cast<std::uint64_t>(addr_), len_};
+    reg.mode = UFFDIO_REGISTER_MODE_MISSING;
+    CHECK_EQ(::ioctl(fd_, UFFDIO_REGISTER, &reg), 0) << "UFFDIO_REGISTER: " << std::strerror(errno);
+  }
+  ~MissingPages() { ::close(fd_); }
+  MissingPages(const MissingPages&) = delete;
+  MissingPages& operator=(const MissingPages&) = delete;
+
+  // Waits for a first access to a missing page.
+  bool wait_for_access() {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(default_timeout().count())) != 1) return false;
+    uffd_msg message{};
+    return ::read(fd_, &message, sizeof message) == static_cast<ssize_t>(sizeof message) &&
+           message.event == UFFD_EVENT_PAGEFAULT;
+  }
+  // Provides every page, filled with `byte`, and wakes the access waiting.
+  void fill(std::uint8_t byte) {
+    std::vector<char> pages(len_, static_cast<char>(byte));
+    uffdio_copy copy{};
+    copy.dst = reinterpret_cast<std::uint64_t>(addr_);
+    copy.src = reinterpret_cast<std::uint64_t>(pages.data());
+    copy.len = len_;
+    CHECK_EQ(::ioctl(fd_, UFFDIO_COPY, &copy), 0) << "UFFDIO_COPY: " << std::strerror(errno);
+  }
+
+ private:
+  char* addr_;
+  std::size_t len_;
+  int fd_ = -1;
+};
+
+TEST(ShmProvider, APeerStoppedInsideACopyOutOfThisProcessDoesNotHoldItsError) {
+  Options options;
+  options.provider = "shm";
+  ASSERT_TRUE(run_ranks(
+      2, Placement::Local,
+      [](RankEnv& env) {
+        Node node(env);
+        if (env.rank() == kReceiver) {
+          Buffer buf(kLen);
+          set_bytes(buf.data(), 0, kLen);
+          auto mr = node.pd->register_memory(buf.data(), kLen, Access::LocalWrite);
+          auto qp = make_qp(node);
+          const Sge sge = mr->sge(0, kLen);
+          qp->post_recv(RecvWr{.wr_id = 7, .sg_list = {&sge, 1}});
+          connect_qp(env, *qp, kSender, "s");
+          signal(env, "pid", std::to_string(::getpid()));
+          await(env, "continued");  // stopped inside the copy and continued meanwhile
+          // The receive must not complete with a payload its sender may have
+          // changed. A SEND of ours makes the QP say what it has: the receive
+          // comes back flushed, never as a success.
+          qp->post_send(send_wr(8, Opcode::Send, {}));
+          CHECK_WC(WAIT_WC(*node.recv_cq, "the receive of a SEND whose sender failed during the copy"),
+                   "the receive of a SEND whose sender failed during the copy", .wr_id = 7,
+                   .status = WcStatus::WrFlushErr);
+          signal(env, "checked");
+          return;
+        }
+        char* src = map_anonymous(kLen);
+        // Before the registration: rdmx's own watch of the pages (for the
+        // registration cache) then finds them taken and does without.
+        MissingPages missing(src, kLen);
+        auto mr = node.pd->register_memory(src, kLen, Access::LocalWrite);
+        auto qp = connected_qp(env, node, kReceiver, "s");
+        const auto pid = static_cast<pid_t>(std::stol(await(env, "pid")));
+        {
+          const Sge sge = mr->sge(0, kLen);
+          qp->post_send(send_wr(1, Opcode::Send, {&sge, 1}));
+          CHECK(missing.wait_for_access()) << "the receiver never started copying the SEND's payload";
+          StoppedProcess stopped(pid);
+          const auto start = std::chrono::steady_clock::now();
+          qp->set_error("the test fails the sender while the receiver is stopped inside its copy");
+          const auto took = std::chrono::steady_clock::now() - start;
+          CHECK_LT(took, std::chrono::seconds(5))
+              << "set_error waited " << std::chrono::duration<double>(took).count()
+              << " s for a stopped peer's copy out of this process (RDMX_TIMEOUT " << default_timeout().count()
+              << " ms)";
+          CHECK_WC(WAIT_WC(*node.send_cq, "the SEND, flushed"), "the SEND, flushed", .wr_id = 1,
+                   .status = WcStatus::WrFlushErr);
+          missing.fill(0x5a);  // the application writes its buffer again
+        }
+        signal(env, "continued");
+        await(env, "checked");
+      },
+      options));
+}
+
+}  // namespace
+}  // namespace rdmx::test
