@@ -115,10 +115,9 @@ TEST(ShmProvider, APeerStoppedInsideACopyOutOfThisProcessDoesNotHoldItsError) {
           const auto start = std::chrono::steady_clock::now();
           qp->set_error("the test fails the sender while the receiver is stopped inside its copy");
           const auto took = std::chrono::steady_clock::now() - start;
-          CHECK_LT(took, std::chrono::seconds(5))
-              << "set_error waited " << std::chrono::duration<double>(took).count()
-              << " s for a stopped peer's copy out of this process (RDMX_TIMEOUT " << default_timeout().count()
-              << " ms)";
+          CHECK_LT(took, std::chrono::seconds(5)) << "set_error waited " << std::chrono::duration<double>(took).count()
+                                                  << " s for a stopped peer's copy out of this process (RDMX_TIMEOUT "
+                                                  << default_timeout().count() << " ms)";
           CHECK_WC(WAIT_WC(*node.send_cq, "the SEND, flushed"), "the SEND, flushed", .wr_id = 1,
                    .status = WcStatus::WrFlushErr);
           missing.fill(0x5a);  // the application writes its buffer again
