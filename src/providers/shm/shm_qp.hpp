@@ -154,9 +154,7 @@ class ShmQp final : public core::SoftRcQp {
   // unexecuted, as are those of a peer whose packets stop arriving.
   Step drop_request_of_closed_peer_locked() RDMX_REQUIRES(this);
   // The peer's QP entered ERROR (RingControl::closed).
-  bool producer_closed() const RDMX_REQUIRES(this) {
-    return in_control_->closed.load(std::memory_order_seq_cst) != 0;
-  }
+  bool producer_closed() const RDMX_REQUIRES(this) { return in_control_->closed.load(std::memory_order_seq_cst) != 0; }
   Step deliver_locked(const Record* r, const RecvEntry* recv, std::uint64_t target_addr, bool to_recv)
       RDMX_REQUIRES(this);
   Step answer_read_locked(const Record* r) RDMX_REQUIRES(this);
