@@ -42,7 +42,7 @@ for rate in $rates; do
   for layout in $layouts; do
     H=${layout%x*} L=${layout#*x}
     predicted=$out/predicted-$rate-$layout.jsonl
-    "$rdmx" plan collective --fabric-file "$profile" --nodes "$H" --gpus-per-node "$L" --sizes "$sizes" \
+    "$rdmx" plan collective --library rdmx --fabric-file "$profile" --nodes "$H" --gpus-per-node "$L" --sizes "$sizes" \
       --json > "$predicted"
     measured=$out/measured-$rate-$layout.json
     show "bed.sh run $name $layout -- rdmx perf coll all_reduce --sizes $sizes -n $iters -w 1 -c 0 --json"

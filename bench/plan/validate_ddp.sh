@@ -89,7 +89,7 @@ def measured(rate, layout):
 
 def plan(rate, layout, compute_ms=None):
     h, g = layout.split("x")
-    args = [rdmx, "plan", "--model", f"{out}/profile-{layout}.jsonl", "--fabric-file", f"{out}/fabric-{rate}.json",
+    args = [rdmx, "plan", "--library", "rdmx", "--model", f"{out}/profile-{layout}.jsonl", "--fabric-file", f"{out}/fabric-{rate}.json",
             "--fabrics", f"bed-{rate}", "--nodes", h, "--gpus-per-node", g, "--json", f"{out}/predicted-{rate}-{layout}.json"]
     if compute_ms is not None:
         args += ["--compute-ms", f"{compute_ms:.3f}"]

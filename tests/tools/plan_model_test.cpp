@@ -50,13 +50,10 @@ TEST(PlanCostModel, RingAllReduceIsTwoStepsPerRankAndTheBandwidthTerm) {
   const double n = 64e6, p = 4;
   // 4 nodes of one rank: 2(p-1) steps of 10 us, 2(p-1)/p n over 1 GB/s;
   // rdmx reduces (p-1)/p n at 4 GB/s while the network carries the next
-  // chunk, NCCL's model after it.
+  // chunk. NCCL's model is tests/tools/plan_nccl_model_test.cpp's.
   const double moved = 2 * (p - 1) * 10e-6 + 2 * (p - 1) / p * n / 1e9;
   const auto rdmx = estimate_algorithms(f, {4, 1}, Collective::AllReduce, n);
   EXPECT_NEAR(algo_time(rdmx, "ring"), moved, moved * 1e-9);
-  const double nccl = moved + (p - 1) / p * n / 4e9;
-  EXPECT_NEAR(algo_time(estimate_algorithms(f, {4, 1}, Collective::AllReduce, n, Library::Nccl), "ring"), nccl,
-              nccl * 1e-9);
 }
 
 TEST(PlanCostModel, HierarchicalSendsTheLeastAnyAlgorithmMustOutOfEachNode) {
@@ -277,7 +274,7 @@ PlanRequest resnet_request() {
 
 TEST(PlanPlanner, TheCheapestFabricThatKeepsTheTargetIsRecommended) {
   PlanRequest rq = resnet_request();
-  rq.target_efficiency = 0.9;
+  rq.target_efficiency = 0.85;
   const Plan easy = make_plan(rq, load_fabrics(""));
   ASSERT_EQ(easy.rows.size(), 4u);
   for (const auto& row : easy.rows) {
@@ -285,7 +282,8 @@ TEST(PlanPlanner, TheCheapestFabricThatKeepsTheTargetIsRecommended) {
     EXPECT_LE(row.efficiency, 1.0 + 1e-12);
     EXPECT_NEAR(row.samples_per_s, 8.0 * row.cluster.nodes * 256 / row.timing.step_seconds, 1e-6);
   }
-  // tcp-25 keeps 90% at 2 nodes but not at 16; ib-ndr keeps it everywhere.
+  // As NCCL runs the all_reduces, tcp-25 keeps 85% at 2 nodes but not at
+  // 16; ib-ndr keeps it everywhere.
   EXPECT_EQ(easy.per_node_count[0].fabric, "tcp-25");
   EXPECT_EQ(easy.per_node_count[1].fabric, "ib-ndr");
   EXPECT_EQ(easy.overall.fabric, "ib-ndr");

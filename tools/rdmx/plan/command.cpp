@@ -33,7 +33,7 @@ struct PlanOptions {
   std::string fabric_file;
   std::string prices;
   double target = 0.9;
-  std::string library = "rdmx";
+  std::string library = "nccl";
   std::string json_out;
   std::string html_out;
   double compute_ms = -1;
@@ -105,6 +105,7 @@ Workload workload_of(const PlanOptions& o) {
   if (o.parameters > 0) d.parameters = o.parameters;
   if (o.compute_ms >= 0) {
     d.compute_seconds = o.compute_ms / 1e3;
+    d.compute_gpu.clear();  // the user's figure is for the GPUs they plan for
     w.source += "; compute per step given: " + format_number(o.compute_ms) + " ms";
   }
   if (o.optimizer_ms >= 0) {
@@ -124,6 +125,7 @@ Workload workload_of(const PlanOptions& o) {
   if (o.first_bucket_mib > 0) d.first_bucket_bytes = o.first_bucket_mib * (1 << 20);
   w.parameters = d.parameters;
   w.samples_per_step = d.samples_per_step;
+  w.compute_gpu = d.compute_gpu;
   w.step = describe_step(d);
   return w;
 }
@@ -197,7 +199,7 @@ struct CollectiveOptions {
   int gpus_per_node = 1;
   std::string fabric;
   std::string fabric_file;
-  std::string library = "rdmx";
+  std::string library = "nccl";
   bool json = false;
 };
 
@@ -211,8 +213,8 @@ void run_collective(const CollectiveOptions& o) {
   const Cluster cluster{o.nodes, o.gpus_per_node};
   const Library lib = parse_library(o.library);
   if (!o.json) {
-    std::printf("# %s on %s, %d x %d ranks, as %s runs it\n%12s %8s %12s %10s %10s\n", o.op.c_str(), f.name.c_str(),
-                o.nodes, o.gpus_per_node, to_string(lib), "size", "algo", "time_us", "algbw", "busbw");
+    std::printf("# %s on %s, %d x %d ranks, as %s runs it\n%12s %8s %8s %12s %10s %10s\n", o.op.c_str(), f.name.c_str(),
+                o.nodes, o.gpus_per_node, to_string(lib), "size", "algo", "proto", "time_us", "algbw", "busbw");
   }
   for (const std::size_t bytes : parse_size_list(o.sizes, "--sizes", kModelledSizeMax)) {
     const Estimate e = estimate(f, cluster, op, static_cast<double>(bytes), lib);
@@ -228,11 +230,14 @@ void run_collective(const CollectiveOptions& o) {
                                   {"ranks_per_node", o.gpus_per_node},
                                   {"bytes", bytes},
                                   {"algo", e.algo},
+                                  {"protocol", e.protocol},
+                                  {"library", to_string(lib)},
                                   {"time_us", e.seconds * 1e6}}
                        .dump()
                 << "\n";
     } else {
-      std::printf("%12zu %8s %12.1f %10.3f %10.3f\n", bytes, e.algo.c_str(), e.seconds * 1e6, algbw, algbw * factor);
+      std::printf("%12zu %8s %8s %12.1f %10.3f %10.3f\n", bytes, e.algo.c_str(),
+                  e.protocol.empty() ? "-" : e.protocol.c_str(), e.seconds * 1e6, algbw, algbw * factor);
     }
   }
 }
@@ -277,7 +282,8 @@ void register_plan(CLI::App& root) {
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   plan->add_option("--library", o->library,
-                   "whose algorithm choice to model: rdmx, nccl, or nccl-ring (NCCL before 2.4: rings only)")
+                   "whose collectives to model: nccl (what PyTorch runs on GPUs), rdmx, or nccl-ring (NCCL before "
+                   "2.4: rings only)")
       ->check(CLI::IsMember({"rdmx", "nccl", "nccl-ring"}))
       ->capture_default_str();
   plan->add_option("--json", o->json_out, "write the plan as JSON to this file");
@@ -325,8 +331,9 @@ void register_plan(CLI::App& root) {
       ->capture_default_str();
   coll->add_option("--fabric", c->fabric, "fabric name (default: the file's first)");
   coll->add_option("--fabric-file", c->fabric_file, "fabric profiles instead of the built-in ones");
-  coll->add_option("--library", c->library, "rdmx, nccl or nccl-ring")
-      ->check(CLI::IsMember({"rdmx", "nccl", "nccl-ring"}));
+  coll->add_option("--library", c->library, "nccl, rdmx or nccl-ring")
+      ->check(CLI::IsMember({"rdmx", "nccl", "nccl-ring"}))
+      ->capture_default_str();
   coll->add_flag("--json", c->json, "one JSON object per size");
   coll->callback(with_usage("plan collective", [c] { run_collective(*c); }));
 

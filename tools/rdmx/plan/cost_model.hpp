@@ -1,10 +1,9 @@
 // SPDX-License-Identifier: MIT
 // The time of one collective on a fabric, and which algorithm each library
 // would pick for a size, rank count and node count: rdmx's by the library's
-// own cost model (include/rdmx/cost_model.hpp), NCCL's by its ring and tree
-// (alpha-beta-gamma: a message, a byte across the network or inside a node,
-// a byte reduced). docs/ADVISOR.md gives every formula and where it comes
-// from.
+// own cost model (include/rdmx/cost_model.hpp), NCCL's as its tuner costs
+// its algorithms and protocols (nccl_model.hpp). docs/ADVISOR.md gives
+// every formula and where it comes from.
 #pragma once
 
 #include <string>
@@ -34,21 +33,22 @@ struct Cluster {
 };
 
 struct Estimate {
-  std::string algo;  // "ring", "rd", "hd", "hier", "tree"
+  std::string algo;  // "ring", "rd", "hd", "hier", "tree", "pat"
   double seconds = 0;
+  std::string protocol;  // NCCL's: "LL", "LL128", "Simple"; empty for rdmx
 };
 
 // Every algorithm `library` runs for `op` at that size, with its time:
 // rdmx's from the library's own model (include/rdmx/cost_model.hpp, which
-// its communicators choose by), NCCL's (ring and tree) from the formulas
-// here. `bytes` counts as nccl-tests does: the whole buffer of all_reduce,
+// its communicators choose by), NCCL's as its tuner costs them
+// (nccl_model.hpp), each with its fastest protocol. `bytes` counts as nccl-tests does: the whole buffer of all_reduce,
 // broadcast and reduce, all_gather's output, reduce_scatter's input.
 std::vector<Estimate> estimate_algorithms(const Fabric& fabric, const Cluster& cluster, Collective op, double bytes,
                                           Library library = Library::Rdmx);
 
 // The algorithm `library` would run and its time: rdmx the lowest of its
-// model (as a communicator of that shape chooses), NCCL the faster of ring
-// and tree (as its tuning model picks), NCCL before 2.4 its ring.
+// model (as a communicator of that shape chooses), NCCL the fastest
+// algorithm and protocol (as its tuner picks), NCCL before 2.4 its ring.
 Estimate estimate(const Fabric& fabric, const Cluster& cluster, Collective op, double bytes, Library library);
 
 }  // namespace rdmx::cli::plan

@@ -17,6 +17,21 @@ double Fabric::node_net_bytes_per_s() const {
   return per_node;
 }
 
+namespace {
+
+std::string one_of(const nlohmann::json& f, const DocPlace& place, const std::string& field,
+                   const std::vector<std::string>& allowed, const std::string& fallback) {
+  const std::string value = text_field_or(f, place, field, fallback);
+  std::string list;
+  for (const auto& a : allowed) {
+    if (value == a) return value;
+    list += (list.empty() ? "" : ", ") + a;
+  }
+  bad_field(place, field, "must be one of " + list + ", not \"" + value + "\"");
+}
+
+}  // namespace
+
 std::vector<Fabric> parse_fabrics(const nlohmann::json& doc, const std::string& origin) {
   if (!doc.is_object() || !doc.contains("fabrics") || !doc["fabrics"].is_object()) {
     throw Error(ErrorCode::InvalidArgument, origin + ": expected an object with a \"fabrics\" object",
@@ -39,6 +54,10 @@ std::vector<Fabric> parse_fabrics(const nlohmann::json& doc, const std::string& 
     fab.intra_gb_s = number_field(f, place, "intra_gb_s", 1e-3, 1e5);
     fab.reduce_gb_s = number_field(f, place, "reduce_gb_s", 1e-3, 1e6);
     fab.relative_cost = number_field_or(f, place, "relative_cost", 0, 1e9, 0);
+    fab.gpu = text_field_or(f, place, "gpu", fab.gpu);
+    fab.intra_link = one_of(f, place, "intra_link", {"nvlink", "pci"}, fab.intra_link);
+    fab.transport = one_of(f, place, "transport", {"rdma", "socket"}, fab.transport);
+    fab.nccl_channels = static_cast<int>(number_field_or(f, place, "nccl_channels", 0, 64, 0));
     if (f.contains("sources")) {
       if (!f["sources"].is_object()) bad_field(place, "sources", "must be an object of field: source text");
       for (const auto& [field, source] : f["sources"].items()) {
@@ -60,7 +79,9 @@ nlohmann::json fabric_to_json(const Fabric& f) {
                       {"nics_per_node", f.nics_per_node}, {"gpudirect", f.gpudirect},
                       {"staging_gb_s", f.staging_gb_s},   {"intra_latency_us", f.intra_latency_us},
                       {"intra_gb_s", f.intra_gb_s},       {"reduce_gb_s", f.reduce_gb_s},
-                      {"relative_cost", f.relative_cost}};
+                      {"relative_cost", f.relative_cost}, {"gpu", f.gpu},
+                      {"intra_link", f.intra_link},       {"transport", f.transport},
+                      {"nccl_channels", f.nccl_channels}};
   if (!f.sources.empty()) j["sources"] = f.sources;
   return j;
 }

@@ -27,6 +27,16 @@ struct Fabric {
   double intra_latency_us = 2;  // one step between ranks of a node
   double intra_gb_s = 100;      // one rank's bandwidth to another of its node, GB/s
   double reduce_gb_s = 500;     // bytes a rank reduces per second (GB/s)
+  // The GPUs of a node ("H100"): which of NCCL's per-generation tables
+  // apply, and what compute measured on other GPUs must be warned about.
+  std::string gpu = "H100";
+  std::string intra_link = "nvlink";  // "nvlink" or "pci": how the GPUs of a node reach each other
+  // "rdma" (GPUDirect or host RDMA through NCCL's IB/RoCE transport) or
+  // "socket" (NCCL's socket transport: a CPU proxy copies through host
+  // memory and TCP), which reaches a smaller share of the line rate.
+  std::string transport = "rdma";
+  // NCCL's channels between nodes (0: as its search picks them, two per NIC).
+  int nccl_channels = 0;
   // What a node's share of the fabric costs per hour against the others, for
   // ranking fabrics when no price file is given (0: unknown).
   double relative_cost = 0;

@@ -2,6 +2,7 @@
 #include "plan/planner.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -91,7 +92,9 @@ Prices load_prices(const std::string& path) {
   return p;
 }
 
-Plan make_plan(const PlanRequest& request, const std::vector<Fabric>& known) {
+namespace {
+
+Plan plan_for(const PlanRequest& request, const std::vector<Fabric>& known) {
   Plan plan;
   plan.request = request;
   if (request.fabrics.empty() || request.nodes.empty()) {
@@ -120,9 +123,11 @@ Plan make_plan(const PlanRequest& request, const std::vector<Fabric>& known) {
       row.cluster = {nodes, request.gpus_per_node};
       std::set<std::pair<std::string, double>> seen;
       row.timing = replay(step, [&](const StepCollective& c) {
-        Estimate e{"measured", c.measured_seconds};
+        Estimate e{"measured", c.measured_seconds, ""};
         if (c.modelled) e = estimate(f, row.cluster, c.op, c.bytes, request.library);
-        if (seen.insert({c.name, c.bytes}).second) row.collectives.push_back({c.name, c.bytes, e.algo, e.seconds});
+        if (seen.insert({c.name, c.bytes}).second) {
+          row.collectives.push_back({c.name, c.bytes, e.algo, e.protocol, e.seconds});
+        }
         return e.seconds;
       });
       const double gpus = static_cast<double>(row.cluster.ranks());
@@ -141,6 +146,52 @@ Plan make_plan(const PlanRequest& request, const std::vector<Fabric>& known) {
   }
   for (const int nodes : request.nodes) plan.per_node_count.push_back(recommend(plan, nodes));
   plan.overall = recommend(plan, 0);
+  return plan;
+}
+
+std::string same_name(const std::string& s) {
+  std::string out;
+  for (char c : s) out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// Which library was modelled, and what the other one would recommend: the
+// library alone can flip an answer, so the reader is told when it does.
+std::string library_note(const Plan& plan, const std::vector<Fabric>& known) {
+  const Library used = plan.request.library;
+  const bool nccl = used != Library::Rdmx;
+  std::string note = nccl ? "collectives modelled as NCCL runs them (" + std::string(to_string(used)) +
+                                "), the library PyTorch uses on GPUs"
+                          : "collectives modelled as rdmx runs them (--library rdmx); PyTorch on GPUs runs NCCL";
+  PlanRequest other = plan.request;
+  other.library = nccl ? Library::Rdmx : Library::Nccl;
+  const Plan alt = plan_for(other, known);
+  const std::string mine = plan.overall.fabric.empty() ? "none" : plan.overall.fabric;
+  const std::string theirs = alt.overall.fabric.empty() ? "none" : alt.overall.fabric;
+  note += "; with --library " + std::string(to_string(other.library)) + " the recommendation " +
+          (mine == theirs ? "is the same (" + mine + ")" : "would be " + theirs + " instead of " + mine);
+  return note;
+}
+
+}  // namespace
+
+Plan make_plan(const PlanRequest& request, const std::vector<Fabric>& known) {
+  Plan plan = plan_for(request, known);
+  plan.notes.push_back(library_note(plan, known));
+  // Fabrics whose nodes have other GPUs than the compute was measured on,
+  // by their GPU.
+  const std::string& gpu = request.workload.compute_gpu;
+  std::map<std::string, std::string> others;
+  for (const Fabric& f : plan.fabrics) {
+    if (gpu.empty() || same_name(gpu) == same_name(f.gpu)) continue;
+    std::string& names = others[f.gpu];
+    names += (names.empty() ? "" : ", ") + f.name;
+  }
+  for (const auto& [their_gpu, names] : others) {
+    plan.notes.push_back("the step's compute was measured on " + gpu + ", but " + names + " describe " + their_gpu +
+                         " nodes: the compute is taken as given, so those rows hold for " + gpu +
+                         " GPUs on that fabric (give --compute-ms measured on " + their_gpu + ")");
+  }
   return plan;
 }
 
@@ -181,7 +232,8 @@ nlohmann::json plan_to_json(const Plan& plan) {
     if (r.cost_per_million_samples) row["cost_per_million_samples"] = *r.cost_per_million_samples;
     row["collectives"] = nlohmann::json::array();
     for (const auto& c : r.collectives) {
-      row["collectives"].push_back({{"op", c.op}, {"bytes", c.bytes}, {"algo", c.algo}, {"ms", c.seconds * 1e3}});
+      row["collectives"].push_back(
+          {{"op", c.op}, {"bytes", c.bytes}, {"algo", c.algo}, {"protocol", c.protocol}, {"ms", c.seconds * 1e3}});
     }
     j["rows"].push_back(row);
   }
@@ -190,6 +242,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
                           {"fabric", r.fabric.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.fabric)},
                           {"why", r.why}};
   };
+  j["notes"] = plan.notes;
   j["recommendation"] = rec(plan.overall);
   j["per_node_count"] = nlohmann::json::array();
   for (const auto& r : plan.per_node_count) j["per_node_count"].push_back(rec(r));
@@ -230,6 +283,7 @@ std::string plan_text(const Plan& plan) {
   }
   out += "recommended: " + (plan.overall.fabric.empty() ? std::string("none") : plan.overall.fabric) + " (" +
          plan.overall.why + ")\n";
+  for (const auto& note : plan.notes) out += "note: " + note + "\n";
   return out;
 }
 

@@ -30,6 +30,7 @@ struct CollectiveRow {
   std::string op;
   double bytes = 0;
   std::string algo;
+  std::string protocol;  // NCCL's; empty for rdmx or a measured time
   double seconds = 0;
 };
 
@@ -49,7 +50,7 @@ struct PlanRequest {
   std::vector<std::string> fabrics;
   std::vector<int> nodes;
   int gpus_per_node = 8;
-  Library library = Library::Rdmx;
+  Library library = Library::Nccl;
   double target_efficiency = 0.9;
   std::optional<Prices> prices;
 };
@@ -66,6 +67,10 @@ struct Plan {
   std::vector<PlanRow> rows;    // fabric-major, node counts in order
   std::vector<Recommendation> per_node_count;
   Recommendation overall;  // nodes = 0: every node count asked
+  // What the reader must know to trust the answer: which library was
+  // modelled and whether the other would change the recommendation, and
+  // compute measured on GPUs other than those the fabrics describe.
+  std::vector<std::string> notes;
 };
 
 Plan make_plan(const PlanRequest& request, const std::vector<Fabric>& known);

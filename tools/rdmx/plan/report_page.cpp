@@ -90,6 +90,11 @@ std::string render_plan_html(const json& plan) {
            (r["fabric"].is_string() ? html_escape(r["fabric"].get<std::string>()) : std::string("none")) + "</b>. " +
            text(r, "why") + ".</p>\n";
   }
+  if (plan.contains("notes") && !plan["notes"].empty()) {
+    out += "<ul class=\"notes\">";
+    for (const auto& note : plan["notes"]) out += "<li>" + html_escape(note.get<std::string>()) + "</li>";
+    out += "</ul>\n";
+  }
   out += "<h2>Throughput and efficiency</h2>\n";
   out += "<div class=\"pair\">" + plot(plan, "samples_per_s", "Throughput", "samples/s", "samples/s", 1, true) +
          plot(plan, "efficiency", "Scaling efficiency against one GPU", "efficiency, %", "%", 100, false) + "</div>\n";
@@ -100,7 +105,9 @@ std::string render_plan_html(const json& plan) {
     out += "<h3>" + html_escape(name) + "</h3>\n<p class=\"dim\">" + text(f, "description") + "; latency " +
            format_number(num(f, "latency_us")) + " us, " + format_number(num(f, "nics_per_node")) + " x " +
            format_number(num(f, "nic_gbit")) + " Gbit/s at " + format_number(num(f, "efficiency") * 100) + "%" +
-           (f.value("gpudirect", false) ? ", GPUDirect" : ", staged through host memory") + "</p>\n";
+           (f.value("gpudirect", false) ? ", GPUDirect" : ", staged through host memory") +
+           (f.value("transport", "rdma") == "socket" ? ", NCCL's socket transport" : "") + "; " + text(f, "gpu") +
+           " nodes</p>\n";
     out +=
         "<table><tr><th>nodes</th><th>step, ms</th><th>compute, ms</th><th>exposed comm., ms</th>"
         "<th>samples/s</th><th>efficiency</th>";
@@ -111,7 +118,8 @@ std::string render_plan_html(const json& plan) {
       std::string colls;
       for (const auto& c : row["collectives"]) {
         colls += (colls.empty() ? "" : "; ") + text(c, "op") + " " + html_escape(format_bytes(num(c, "bytes"))) + ": " +
-                 text(c, "algo") + " " + format_number(num(c, "ms"));
+                 text(c, "algo") + (c.value("protocol", "").empty() ? "" : "/" + text(c, "protocol")) + " " +
+                 format_number(num(c, "ms"));
       }
       out += "<tr>" + cell(num(row, "nodes")) + cell_ms(num(row, "step_ms")) + cell_ms(num(row, "compute_ms")) +
              cell_ms(num(row, "exposed_comm_ms")) + cell(num(row, "samples_per_s"), 4) +

@@ -63,6 +63,7 @@ struct Description {
   double forward_share = 1.0 / 3;          // of compute: backward costs about twice forward
   double optimizer_seconds = 0;            // after the last wait, inside compute_seconds
   double samples_per_step = 1;             // per GPU (batch size)
+  std::string compute_gpu;                 // the GPU compute_seconds holds for ("A100"); empty: the fabrics'
 };
 
 // DDP's bucketed backward: buckets fill in reverse layer order as gradients
@@ -76,6 +77,7 @@ struct Workload {
   std::string source;  // where its numbers come from
   double parameters = 0;
   double samples_per_step = 1;  // per GPU
+  std::string compute_gpu;      // the GPU its compute was measured on; empty: the fabrics' own
   StepTrace step;
 };
 
