@@ -275,7 +275,34 @@ void register_plan_calibrate(CLI::App& plan) {
       ->check(CLI::Range(0.01, 600.0))
       ->capture_default_str();
   cal->add_option("--np", o->np, "local ranks to start when no launcher started this")->check(CLI::Range(2, 4096));
-  cal->callback([o] {
+  auto l = std::make_shared<CalibrateLogOptions>();
+  cal->add_option(
+      "--from-nccl-tests", l->log,
+      "fit the profile to this nccl-tests output (all_reduce_perf, ...) instead of measuring; no rank runs");
+  cal->add_option("--like", l->like, "with --from-nccl-tests: the profile whose other fields are kept")
+      ->capture_default_str();
+  cal->add_option("--fabric-file", l->fabric_file, "with --like: a profile file instead of the built-in ones");
+  cal->add_option("--op", l->op, "with --from-nccl-tests: the collective, when the log does not say");
+  cal->add_option("--nodes", l->nodes, "with --from-nccl-tests: nodes, when the log lists no ranks")
+      ->check(CLI::Range(1, 1 << 20));
+  cal->add_option("--gpus-per-node", l->gpus_per_node, "with --from-nccl-tests: GPUs per node, likewise")
+      ->check(CLI::Range(1, 4096));
+  cal->add_option("--nics", l->nics, "with --from-nccl-tests: NICs per node of the measured cluster")
+      ->check(CLI::Range(1, 64));
+  cal->add_option("--transport", l->transport, "with --from-nccl-tests: rdma or socket (NCCL's socket transport)")
+      ->check(CLI::IsMember({"rdma", "socket"}));
+  cal->add_option("--gpu", l->gpu, "with --from-nccl-tests: the GPU, when the log prints none");
+  cal->add_option("--library", l->library, "with --from-nccl-tests: the library that ran (nccl, nccl-ring, rdmx)")
+      ->check(CLI::IsMember({"rdmx", "nccl", "nccl-ring"}))
+      ->capture_default_str();
+  cal->callback([o, l] {
+    if (!l->log.empty()) {
+      l->out = o->out;
+      l->name = o->name;
+      l->description = o->description;
+      l->nic_gbit = o->nic_gbit;
+      return calibrate_from_log(*l);
+    }
     const Sizes sizes = parse_sizes(*o);
     if (run_self_as_local_ranks(o->np > 0 ? o->np : 2, "rdmx plan calibrate")) return;
     calibrate(*o, sizes);
