@@ -15,6 +15,7 @@
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
 #include "plan/calibrate.hpp"
+#include "plan/check.hpp"
 #include "plan/planner.hpp"
 #include "plan/report_page.hpp"
 #include "rdmx/error.hpp"
@@ -192,6 +193,37 @@ void list_models(const std::string& models_file) {
   }
 }
 
+// --claim FABRIC=SAMPLES_PER_S, each.
+std::vector<Claim> parse_claims(const std::vector<std::string>& texts) {
+  std::vector<Claim> out;
+  for (const auto& text : texts) {
+    const auto eq = text.find('=');
+    char* end = nullptr;
+    const double v = eq == std::string::npos ? 0 : std::strtod(text.c_str() + eq + 1, &end);
+    if (eq == std::string::npos || eq == 0 || end == text.c_str() + eq + 1 || *end != '\0' || !(v > 0)) {
+      throw UsageError{"--claim '" + text + "': expected FABRIC=SAMPLES_PER_S, e.g. ib-ndr=250000"};
+    }
+    out.push_back({text.substr(0, eq), v});
+  }
+  return out;
+}
+
+void run_check(const PlanOptions& o, const std::vector<std::string>& claim_texts, bool as_json) {
+  const std::vector<Claim> claims = parse_claims(claim_texts);
+  PlanRequest rq;
+  rq.workload = workload_of(o);
+  rq.nodes = parse_counts(o.nodes, "--nodes");
+  if (rq.nodes.size() != 1) throw UsageError{"rdmx plan check takes one node count (--nodes N)"};
+  rq.gpus_per_node = o.gpus_per_node;
+  rq.library = parse_library(o.library);
+  const auto checks = check_claims(rq, load_fabrics(o.fabric_file), claims);
+  if (as_json) {
+    std::cout << checks_to_json(rq, checks).dump(2) << "\n";
+  } else {
+    std::cout << checks_text(rq, checks);
+  }
+}
+
 struct CollectiveOptions {
   std::string op = "all_reduce";
   std::string sizes = "1M..256M";
@@ -338,6 +370,17 @@ void register_plan(CLI::App& root) {
   coll->callback(with_usage("plan collective", [c] { run_collective(*c); }));
 
   register_plan_calibrate(*plan);
+
+  auto claims = std::make_shared<std::vector<std::string>>();
+  auto check_json = std::make_shared<bool>(false);
+  CLI::App* check = plan->add_subcommand(
+      "check",
+      "the advisor backwards: the network bandwidth a claimed (or measured) throughput implies on each fabric, "
+      "and claims above the compute ceiling or beyond the stated links (takes plan's --model, --nodes N, ...)");
+  check->fallthrough();
+  check->add_option("--claim", *claims, "FABRIC=SAMPLES_PER_S, once per fabric")->required();
+  check->add_flag("--json", *check_json, "print the checks as JSON");
+  check->callback(with_usage("plan check", [o, claims, check_json] { run_check(*o, *claims, *check_json); }));
 
   plan->callback(with_usage("plan", [plan, o] {
     if (plan->get_subcommands().empty()) run_plan(*o);
