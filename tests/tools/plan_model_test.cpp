@@ -269,6 +269,7 @@ PlanRequest resnet_request() {
   rq.fabrics = {"ib-ndr", "tcp-25"};
   rq.nodes = {2, 16};
   rq.gpus_per_node = 8;
+  rq.links.mode = Links::AsBuilt;  // the fabrics as profiled, 8x400G against 1x25G
   return rq;
 }
 

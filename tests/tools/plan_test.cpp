@@ -39,8 +39,8 @@ TEST(PlanCommand, APresetGivesATablePerFabricJsonAndAPage) {
   const auto r = run_cli({"plan", "--model", "resnet-50", "--nodes", "2,4", "--gpus-per-node", "8", "--fabrics",
                           "ib-ndr,tcp-25", "--json", dir + "/plan.json", "--html", dir + "/plan.html"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("ib-ndr: InfiniBand NDR"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("tcp-25: TCP over 25 GbE"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ib-ndr (8x400G): InfiniBand NDR"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tcp-25 (8x400G): TCP over 25 GbE"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("recommended: "), std::string::npos) << r.out;
   const json plan = read_json(dir + "/plan.json");
   ASSERT_EQ(plan["rows"].size(), 4u);
@@ -65,7 +65,7 @@ TEST(PlanCommand, WithPricesTheLowestCostPerSampleIsRecommended) {
       "fabric_per_node_per_hour": {"tcp-25": 0.5, "roce-100": 1.5, "ib-ndr": 4}})";
   const auto r = run_cli({"plan", "--model", "bert-large", "--nodes", "4", "--gpus-per-node", "8", "--fabrics",
                           "tcp-25,roce-100,ib-ndr", "--target-efficiency", "0.05", "--prices", dir + "/prices.json",
-                          "--json", dir + "/plan.json"});
+                          "--links", "as-built", "--json", dir + "/plan.json"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   const json plan = read_json(dir + "/plan.json");
   std::string lowest;
@@ -86,6 +86,47 @@ TEST(PlanCommand, WithPricesTheLowestCostPerSampleIsRecommended) {
   std::filesystem::remove_all(dir);
 }
 
+// Fabrics are compared on the same links unless asked otherwise: the
+// built-in tcp-100 has one 100G NIC per node and ib-ndr eight 400G ones,
+// and comparing them as built says more about the NICs than the transport.
+TEST(PlanCommand, FabricsAreComparedOnEqualLinksUnlessAsked) {
+  const std::string dir = temp_dir("links");
+  auto plan = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"plan",      "--model",        "bert-large", "--nodes",         "2",
+                                     "--fabrics", "tcp-100,ib-ndr", "--json",     dir + "/plan.json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_cli(args);
+  };
+  const auto equal = plan({});
+  ASSERT_EQ(equal.exit_code, 0) << equal.out << equal.err;
+  EXPECT_NE(equal.out.find("# links: every fabric on 1 x 100 Gbit/s per node (those of tcp-100"), std::string::npos)
+      << equal.out;
+  EXPECT_NE(equal.out.find("ib-ndr (1x100G): "), std::string::npos) << equal.out;
+  json doc = read_json(dir + "/plan.json");
+  EXPECT_EQ(doc["links"], "equal");
+  EXPECT_EQ(doc["fabrics"]["ib-ndr"]["nics_per_node"], 1);
+  EXPECT_NE(doc["fabrics"]["ib-ndr"]["sources"]["nics_per_node"].get<std::string>().find("--links equal"),
+            std::string::npos);
+  const double ib_equal = doc["rows"][1]["step_ms"].get<double>();
+
+  const auto built = plan({"--links", "as-built"});
+  ASSERT_EQ(built.exit_code, 0) << built.out << built.err;
+  EXPECT_NE(built.out.find("ib-ndr (8x400G): "), std::string::npos) << built.out;
+  EXPECT_NE(built.out.find("tcp-100 (1x100G): "), std::string::npos) << built.out;
+  doc = read_json(dir + "/plan.json");
+  EXPECT_LT(doc["rows"][1]["step_ms"].get<double>(), ib_equal) << "32 times the links make ib-ndr's step shorter";
+
+  const auto given = plan({"--links", "4x200G"});
+  ASSERT_EQ(given.exit_code, 0) << given.out << given.err;
+  EXPECT_NE(given.out.find("tcp-100 (4x200G): "), std::string::npos) << given.out;
+  EXPECT_NE(given.out.find("ib-ndr (4x200G): "), std::string::npos) << given.out;
+
+  const auto bad = plan({"--links", "lots"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--links 'lots': expected equal, as-built or NICSxGBIT"), std::string::npos) << bad.err;
+  std::filesystem::remove_all(dir);
+}
+
 // The page lists the fabrics in the order asked (it listed them
 // alphabetically) and prints a step and its compute apart (three significant
 // digits printed 104.3 and 103.9 ms both as "104").
@@ -98,7 +139,7 @@ TEST(PlanCommand, ThePageKeepsTheFabricsInTheOrderAskedAndTellsStepFromCompute) 
   std::stringstream read;
   read << page.rdbuf();
   const std::string html = read.str();
-  const auto tcp = html.find("<h3>tcp-25</h3>"), ib = html.find("<h3>ib-ndr</h3>");
+  const auto tcp = html.find("<h3>tcp-25 (1x25G)</h3>"), ib = html.find("<h3>ib-ndr (1x25G)</h3>");
   ASSERT_NE(tcp, std::string::npos) << html;
   ASSERT_NE(ib, std::string::npos) << html;
   EXPECT_LT(tcp, ib);

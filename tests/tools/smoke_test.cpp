@@ -197,8 +197,8 @@ TEST(Smoke, Plan) {
   const CliResult r =
       run_cli({"plan", "--model", "bert-large", "--nodes", "2,4", "--fabrics", "ib-ndr,tcp-25"}, {}, seconds(60));
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_NE(r.out.find("ib-ndr: "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("tcp-25: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("ib-ndr (8x400G): "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tcp-25 (8x400G): "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("recommended: "), std::string::npos) << r.out;
 }
 

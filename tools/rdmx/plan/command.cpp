@@ -35,6 +35,7 @@ struct PlanOptions {
   std::string prices;
   double target = 0.9;
   std::string library = "nccl";
+  std::string links = "equal";
   std::string json_out;
   std::string html_out;
   double compute_ms = -1;
@@ -147,6 +148,7 @@ void run_plan(const PlanOptions& o) {
   rq.nodes = parse_counts(o.nodes, "--nodes");
   rq.gpus_per_node = o.gpus_per_node;
   rq.library = parse_library(o.library);
+  rq.links = parse_links(o.links);
   rq.target_efficiency = o.target;
   if (!o.prices.empty()) rq.prices = load_prices(o.prices);
   const Plan p = make_plan(rq, load_fabrics(o.fabric_file));
@@ -317,6 +319,10 @@ void register_plan(CLI::App& root) {
                    "whose collectives to model: nccl (what PyTorch runs on GPUs), rdmx, or nccl-ring (NCCL before "
                    "2.4: rings only)")
       ->check(CLI::IsMember({"rdmx", "nccl", "nccl-ring"}))
+      ->capture_default_str();
+  plan->add_option("--links", o->links,
+                   "the links the fabrics are compared on: equal (the first fabric's NICs for all, so only the "
+                   "transport differs), as-built (each as profiled), or NICSxGBIT (e.g. 8x400)")
       ->capture_default_str();
   plan->add_option("--json", o->json_out, "write the plan as JSON to this file");
   plan->add_option("--html", o->html_out, "write the report page (self-contained HTML) to this file");

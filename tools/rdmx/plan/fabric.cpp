@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "plan/fabric.hpp"
 
+#include <cstdio>
+
 #include "plan/doc_fields.hpp"
 #include "rdmx/error.hpp"
 
@@ -94,6 +96,29 @@ const std::string& builtin_fabrics_text() {
 std::vector<Fabric> load_fabrics(const std::string& path) {
   if (path.empty()) return parse_fabrics(nlohmann::json::parse(builtin_fabrics_text()), "built-in fabrics");
   return parse_fabrics(read_json_file(path, "fabric profile"), path);
+}
+
+std::string fabric_label(const Fabric& f) {
+  char links[64];
+  std::snprintf(links, sizeof links, " (%dx%gG)", f.nics_per_node, f.nic_gbit);
+  return f.name + links;
+}
+
+Fabric on_links(const Fabric& f, int nics, double nic_gbit, const std::string& why) {
+  if (f.nics_per_node == nics && f.nic_gbit == nic_gbit) return f;
+  Fabric out = f;
+  const double capacity = static_cast<double>(nics) * nic_gbit / (f.nics_per_node * f.nic_gbit);
+  out.nics_per_node = nics;
+  out.nic_gbit = nic_gbit;
+  out.relative_cost = f.relative_cost * capacity;
+  char links[96];
+  std::snprintf(links, sizeof links, "%d x %g Gbit/s per node", nics, nic_gbit);
+  out.description = f.description + "; here on " + links + " (" + why + ")";
+  out.sources["nics_per_node"] = std::string(links) + ": " + why;
+  out.sources["nic_gbit"] = out.sources["nics_per_node"];
+  out.sources["relative_cost"] =
+      "the profile's, scaled by the link capacity (" + std::string(links) + " against the profile's): " + why;
+  return out;
 }
 
 const Fabric& find_fabric(const std::vector<Fabric>& fabrics, const std::string& name) {

@@ -59,6 +59,15 @@ nlohmann::json fabric_to_json(const Fabric& fabric);
 std::vector<Fabric> load_fabrics(const std::string& path);
 const std::string& builtin_fabrics_text();
 
+// The fabric's name with its links, as every output shows it:
+// "tcp-100 (1x100G)".
+std::string fabric_label(const Fabric& fabric);
+
+// The fabric on other links: `nics` NICs of `nic_gbit` per node, its
+// transport's efficiency, latency and staging unchanged, its relative cost
+// scaled by the link capacity, and sources saying why (`why`).
+Fabric on_links(const Fabric& fabric, int nics, double nic_gbit, const std::string& why);
+
 // The named fabric, or an error listing those known.
 const Fabric& find_fabric(const std::vector<Fabric>& fabrics, const std::string& name);
 

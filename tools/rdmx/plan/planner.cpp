@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <set>
 
 #include "plan/doc_fields.hpp"
@@ -63,18 +64,47 @@ Recommendation recommend(const Plan& plan, int nodes) {
     r.why = "no fabric reaches " + target + " scaling efficiency " + scope;
   } else if (plan.request.prices) {
     r.fabric = best->name;
-    r.why = best->name + " costs the least per 1M samples (" + plan.request.prices->currency + " " +
+    r.why = fabric_label(*best) + " costs the least per 1M samples (" + plan.request.prices->currency + " " +
             fmt("%.3f", best_cost) + (nodes == 0 ? ", the mean over the node counts" : "") +
             ", by the price file) of the fabrics that keep " + target + " scaling efficiency " + scope;
   } else {
     r.fabric = best->name;
-    r.why = best->name + " is the cheapest fabric that keeps " + target + " scaling efficiency " + scope +
+    r.why = fabric_label(*best) + " is the cheapest fabric that keeps " + target + " scaling efficiency " + scope +
             " (by the profiles' relative cost of the fabric; give --prices to rank by cost per sample)";
   }
   return r;
 }
 
 }  // namespace
+
+Links parse_links(const std::string& text) {
+  Links l;
+  if (text == "equal") return l;
+  if (text == "as-built") {
+    l.mode = Links::AsBuilt;
+    return l;
+  }
+  const auto x = text.find('x');
+  char* end = nullptr;
+  const long nics = x == std::string::npos ? 0 : std::strtol(text.c_str(), &end, 10);
+  const bool nics_ok = x != std::string::npos && end == text.c_str() + x && nics >= 1 && nics <= 64;
+  const double gbit = nics_ok ? std::strtod(text.c_str() + x + 1, &end) : 0;
+  const bool gbit_ok = nics_ok && gbit > 0 && gbit <= 1e5 && (*end == '\0' || (end[0] == 'G' && end[1] == '\0'));
+  if (!gbit_ok) {
+    throw Error(ErrorCode::InvalidArgument, "--links '" + text + "': expected equal, as-built or NICSxGBIT",
+                {.op = "rdmx plan", .hint = "e.g. --links 8x400 (eight 400 Gbit/s NICs per node)"});
+  }
+  l.mode = Links::Given;
+  l.nics = static_cast<int>(nics);
+  l.nic_gbit = gbit;
+  return l;
+}
+
+std::string to_string(const Links& l) {
+  if (l.mode == Links::Equal) return "equal";
+  if (l.mode == Links::AsBuilt) return "as-built";
+  return std::to_string(l.nics) + "x" + fmt("%g", l.nic_gbit) + "G";
+}
 
 Prices load_prices(const std::string& path) {
   const auto doc = read_json_file(path, "price file");
@@ -94,6 +124,21 @@ Prices load_prices(const std::string& path) {
 
 namespace {
 
+// What the rows' links are, for the header.
+std::string links_text(const Plan& plan) {
+  const Links& l = plan.request.links;
+  if (l.mode == Links::AsBuilt) return "each fabric as profiled (--links as-built): NICs differ as well as transport";
+  const Fabric& f = plan.fabrics.front();
+  char text[160];
+  std::snprintf(text, sizeof text, "every fabric on %d x %g Gbit/s per node", f.nics_per_node, f.nic_gbit);
+  return std::string(text) +
+         (l.mode == Links::Equal ? " (those of " + plan.request.fabrics.front() +
+                                       ", the first asked; --links as-built compares them as "
+                                       "profiled)"
+                                 : " (--links " + to_string(l) + ")") +
+         ": only the transport differs";
+}
+
 Plan plan_for(const PlanRequest& request, const std::vector<Fabric>& known) {
   Plan plan;
   plan.request = request;
@@ -107,6 +152,15 @@ Plan plan_for(const PlanRequest& request, const std::vector<Fabric>& known) {
                 {.op = "rdmx plan"});
   }
   for (const auto& name : request.fabrics) plan.fabrics.push_back(find_fabric(known, name));
+  if (request.links.mode != Links::AsBuilt) {
+    const Fabric& first = plan.fabrics.front();
+    const int nics = request.links.mode == Links::Given ? request.links.nics : first.nics_per_node;
+    const double gbit = request.links.mode == Links::Given ? request.links.nic_gbit : first.nic_gbit;
+    const std::string why = request.links.mode == Links::Given
+                                ? "--links " + to_string(request.links)
+                                : "--links equal: those of " + first.name + ", the first asked";
+    for (Fabric& f : plan.fabrics) f = on_links(f, nics, gbit, why);
+  }
   const StepTrace& step = request.workload.step;
   for (const Fabric& f : plan.fabrics) {
     if (request.prices && !request.prices->fabric_per_node_per_hour.count(f.name)) {
@@ -206,6 +260,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
                 {"samples_per_step_per_gpu", rq.workload.samples_per_step},
                 {"collectives_per_step", rq.workload.step.collectives.size()}};
   j["library"] = to_string(rq.library);
+  j["links"] = to_string(rq.links);
   j["gpus_per_node"] = rq.gpus_per_node;
   j["nodes"] = rq.nodes;
   j["target_efficiency"] = rq.target_efficiency;
@@ -255,8 +310,9 @@ std::string plan_text(const Plan& plan) {
   out += "# rdmx plan: " + rq.workload.name + " (" + rq.workload.origin + "; " + rq.workload.source + ")\n";
   out += "# " + std::to_string(rq.gpus_per_node) + " GPUs per node, collectives as " + to_string(rq.library) +
          " runs them, target efficiency " + fmt("%.0f%%", rq.target_efficiency * 100) + "\n";
+  out += "# links: " + links_text(plan) + "\n";
   for (const auto& f : plan.fabrics) {
-    out += "\n" + f.name + ": " + f.description + "\n";
+    out += "\n" + fabric_label(f) + ": " + f.description + "\n";
     char head[256];
     std::snprintf(head, sizeof head, "%7s %11s %11s %11s %14s %10s", "nodes", "step_ms", "compute_ms", "exposed_ms",
                   "samples/s", "efficiency");

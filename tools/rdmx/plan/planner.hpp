@@ -45,6 +45,17 @@ struct PlanRow {
   std::vector<CollectiveRow> collectives;  // the step's distinct collectives, as costed
 };
 
+// Which links the fabrics are compared on. Equal (the default): every
+// fabric on the first one's NICs, so only the transport differs; Given:
+// every fabric on `nics` x `nic_gbit`; AsBuilt: each as its profile says.
+struct Links {
+  enum Mode { Equal, Given, AsBuilt } mode = Equal;
+  int nics = 0;
+  double nic_gbit = 0;
+};
+Links parse_links(const std::string& text);  // "equal", "as-built", "8x400" or "8x400G"
+std::string to_string(const Links& links);
+
 struct PlanRequest {
   Workload workload;
   std::vector<std::string> fabrics;
@@ -53,6 +64,7 @@ struct PlanRequest {
   Library library = Library::Nccl;
   double target_efficiency = 0.9;
   std::optional<Prices> prices;
+  Links links;
 };
 
 struct Recommendation {
@@ -63,7 +75,7 @@ struct Recommendation {
 
 struct Plan {
   PlanRequest request;
-  std::vector<Fabric> fabrics;  // those asked for, in order
+  std::vector<Fabric> fabrics;  // those asked for, in order, on the links compared
   std::vector<PlanRow> rows;    // fabric-major, node counts in order
   std::vector<Recommendation> per_node_count;
   Recommendation overall;  // nodes = 0: every node count asked

@@ -82,7 +82,7 @@ std::string render_plan_html(const json& plan) {
   out += "<h1>rdmx plan: " + text(model, "name") + "</h1>\n";
   out += "<p class=\"meta\">" + text(model, "origin") + ": " + text(model, "source") + "</p>\n";
   out += "<p class=\"meta\">" + format_number(num(plan, "gpus_per_node")) + " GPUs per node; collectives as " +
-         text(plan, "library") + " runs them; target scaling efficiency " +
+         text(plan, "library") + " runs them; links " + text(plan, "links") + "; target scaling efficiency " +
          format_number(num(plan, "target_efficiency") * 100) + "%</p>\n";
   if (plan.contains("recommendation")) {
     const auto& r = plan["recommendation"];
@@ -102,7 +102,8 @@ std::string render_plan_html(const json& plan) {
   for (const std::string& name : fabric_order(plan)) {
     if (!plan["fabrics"].contains(name)) continue;
     const json& f = plan["fabrics"][name];
-    out += "<h3>" + html_escape(name) + "</h3>\n<p class=\"dim\">" + text(f, "description") + "; latency " +
+    out += "<h3>" + html_escape(name) + " (" + format_number(num(f, "nics_per_node")) + "x" +
+           format_number(num(f, "nic_gbit")) + "G)</h3>\n<p class=\"dim\">" + text(f, "description") + "; latency " +
            format_number(num(f, "latency_us")) + " us, " + format_number(num(f, "nics_per_node")) + " x " +
            format_number(num(f, "nic_gbit")) + " Gbit/s at " + format_number(num(f, "efficiency") * 100) + "%" +
            (f.value("gpudirect", false) ? ", GPUDirect" : ", staged through host memory") +
