@@ -270,6 +270,9 @@ PlanRequest resnet_request() {
   rq.nodes = {2, 16};
   rq.gpus_per_node = 8;
   rq.links.mode = Links::AsBuilt;  // the fabrics as profiled, 8x400G against 1x25G
+  // The network alone: no loss besides it (docs/ADVISOR.md).
+  rq.workload.one_node_efficiency = 1;
+  rq.workload.one_node_source = "none: the network alone";
   return rq;
 }
 

@@ -127,6 +127,51 @@ TEST(PlanCommand, FabricsAreComparedOnEqualLinksUnlessAsked) {
   std::filesystem::remove_all(dir);
 }
 
+// One node loses throughput no network explains (docs/ADVISOR.md, "Loss
+// besides the network"): the job's own figure when given, a preset's
+// published one, or a default that the report calls a default.
+TEST(PlanCommand, TheLossBesidesTheNetworkIsGivenPublishedOrADefault) {
+  const std::string dir = temp_dir("loss");
+  auto plan = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"plan", "--nodes", "2", "--fabrics", "ib-ndr", "--json", dir + "/plan.json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const auto r = run_cli(args);
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    return std::make_pair(r.out, read_json(dir + "/plan.json"));
+  };
+  const auto [resnet_text, resnet] = plan({"--model", "resnet-50"});
+  const json& loss = resnet["node_loss"];
+  EXPECT_DOUBLE_EQ(loss["one_node_efficiency"].get<double>(), 0.841);
+  EXPECT_FALSE(loss["default"].get<bool>());
+  EXPECT_NE(loss["source"].get<std::string>().find("16621"), std::string::npos) << loss;
+  const double factor = loss["factor"].get<double>();
+  EXPECT_NEAR(factor, 0.841 / loss["modelled_one_node_efficiency"].get<double>(), 1e-9);
+  EXPECT_LT(factor, 1);
+  const json& row = resnet["rows"][0];
+  EXPECT_NEAR(row["efficiency"].get<double>(), row["network_efficiency"].get<double>() * factor, 1e-12);
+  EXPECT_NE(resnet_text.find("note: loss besides the network: one node keeps 84.1%"), std::string::npos) << resnet_text;
+
+  const auto [bert_text, bert] = plan({"--model", "bert-large"});
+  EXPECT_TRUE(bert["node_loss"]["default"].get<bool>());
+  EXPECT_NE(bert_text.find("a default, not a measurement of this job"), std::string::npos) << bert_text;
+  EXPECT_NE(bert_text.find("give --one-gpu-rate and --one-node-rate"), std::string::npos) << bert_text;
+
+  const auto [given_text, given] = plan({"--model", "bert-large", "--one-gpu-rate", "100", "--one-node-rate", "720"});
+  EXPECT_DOUBLE_EQ(given["node_loss"]["one_node_efficiency"].get<double>(), 0.9);
+  EXPECT_NE(given["node_loss"]["source"].get<std::string>().find("given"), std::string::npos);
+
+  const auto [one_text, one] = plan({"--model", "bert-large", "--gpus-per-node", "1"});
+  EXPECT_DOUBLE_EQ(one["node_loss"]["factor"].get<double>(), 1.0);
+
+  const auto half = run_cli({"plan", "--model", "bert-large", "--one-gpu-rate", "100"});
+  EXPECT_EQ(half.exit_code, 2) << half.err;
+  EXPECT_NE(half.err.find("go together"), std::string::npos) << half.err;
+  const auto superlinear =
+      run_cli({"plan", "--model", "bert-large", "--one-gpu-rate", "100", "--one-node-rate", "900"});
+  EXPECT_EQ(superlinear.exit_code, 2) << superlinear.err;
+  std::filesystem::remove_all(dir);
+}
+
 // The page lists the fabrics in the order asked (it listed them
 // alphabetically) and prints a step and its compute apart (three significant
 // digits printed 104.3 and 103.9 ms both as "104").

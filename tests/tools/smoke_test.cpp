@@ -41,6 +41,7 @@ const std::map<std::string, std::string>& smoke_tests() {
       {"plan models", "PlanModels"},
       {"plan collective", "PlanCollective"},
       {"plan calibrate", "PlanCalibrate"},
+      {"plan check", "PlanCheck"},
   };
   return tests;
 }
@@ -241,6 +242,15 @@ TEST(Smoke, PlanCollective) {
   EXPECT_TRUE(has_line(r.out, R"(^# all_reduce on ib-ndr, 2 x 4 ranks)")) << r.out;
   EXPECT_TRUE(has_line(r.out, R"(^ +1048576 +\S+ +\S+ +[0-9.]+ +[0-9.]+ +[0-9.]+$)")) << r.out;
   EXPECT_TRUE(has_line(r.out, R"(^ +4194304 +\S+ +\S+ +[0-9.]+ +[0-9.]+ +[0-9.]+$)")) << r.out;
+}
+
+TEST(Smoke, PlanCheck) {
+  const CliResult r =
+      run_cli({"plan", "check", "--model", "bert-large", "--nodes", "4", "--claim", "tcp-100=1000"}, {}, seconds(30));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(has_line(r.out, R"(^# rdmx plan check: bert-large on 4 x 8 GPUs)")) << r.out;
+  EXPECT_TRUE(has_line(r.out, R"(^tcp-100 +1000\.0 +[0-9.]+ +[0-9.]+$)")) << r.out;
+  EXPECT_TRUE(has_line(r.out, R"(^  fits: implies [0-9.]+ GB/s per node)")) << r.out;
 }
 
 // nccl-tests users sweep to 8-16 GiB: plan models any size up to 1 TiB,

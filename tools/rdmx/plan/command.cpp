@@ -39,6 +39,8 @@ struct PlanOptions {
   std::string json_out;
   std::string html_out;
   double compute_ms = -1;
+  double one_gpu_rate = -1;
+  double one_node_rate = -1;
   double optimizer_ms = -1;
   double batch = -1;
   double parameters = -1;
@@ -75,6 +77,23 @@ std::vector<int> parse_counts(const std::string& text, const std::string& option
 }
 
 // A preset, a captured profile (a file), or a description from the options.
+// --one-gpu-rate and --one-node-rate: the job's own one-node scaling.
+void apply_node_rates(const PlanOptions& o, Workload& w) {
+  if ((o.one_gpu_rate > 0) != (o.one_node_rate > 0)) {
+    throw UsageError{"--one-gpu-rate and --one-node-rate go together: one node's throughput against one GPU's"};
+  }
+  if (o.one_gpu_rate <= 0) return;
+  const double e = o.one_node_rate / (o.gpus_per_node * o.one_gpu_rate);
+  if (e > 1.05) {
+    throw UsageError{"--one-node-rate " + format_number(o.one_node_rate) + " is more than " +
+                     std::to_string(o.gpus_per_node) + " GPUs at --one-gpu-rate " + format_number(o.one_gpu_rate) +
+                     " (" + format_number(e * 100) + "%): check both are samples/s of the same job"};
+  }
+  w.one_node_efficiency = std::min(1.0, e);
+  w.one_node_source = "given: one node " + format_number(o.one_node_rate) + " samples/s against " +
+                      std::to_string(o.gpus_per_node) + " x " + format_number(o.one_gpu_rate);
+}
+
 Workload workload_of(const PlanOptions& o) {
   Workload w;
   const bool is_file = std::filesystem::exists(o.model);
@@ -89,6 +108,7 @@ Workload workload_of(const PlanOptions& o) {
       scale_compute(w.step, o.compute_ms / 1e3);
       w.source += "; compute scaled to " + format_number(o.compute_ms) + " ms per step";
     }
+    apply_node_rates(o, w);
     return w;
   }
   Description d;
@@ -128,6 +148,10 @@ Workload workload_of(const PlanOptions& o) {
   w.parameters = d.parameters;
   w.samples_per_step = d.samples_per_step;
   w.compute_gpu = d.compute_gpu;
+  w.one_node_efficiency = d.one_node_efficiency;
+  w.one_node_source = d.one_node_source;
+  if (o.compute_ms >= 0) w.one_node_efficiency = 0;  // the preset's figure was for its own compute
+  apply_node_rates(o, w);
   w.step = describe_step(d);
   return w;
 }
@@ -324,6 +348,12 @@ void register_plan(CLI::App& root) {
                    "the links the fabrics are compared on: equal (the first fabric's NICs for all, so only the "
                    "transport differs), as-built (each as profiled), or NICSxGBIT (e.g. 8x400)")
       ->capture_default_str();
+  plan->add_option("--one-gpu-rate", o->one_gpu_rate,
+                   "samples/s of the job on one GPU; with --one-node-rate, the loss inside a node besides the "
+                   "network (default: a published figure, which the report names)")
+      ->check(CLI::PositiveNumber);
+  plan->add_option("--one-node-rate", o->one_node_rate, "samples/s of the job on one node of --gpus-per-node GPUs")
+      ->check(CLI::PositiveNumber);
   plan->add_option("--json", o->json_out, "write the plan as JSON to this file");
   plan->add_option("--html", o->html_out, "write the report page (self-contained HTML) to this file");
   plan->add_option("--compute-ms", o->compute_ms,

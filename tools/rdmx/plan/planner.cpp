@@ -139,6 +139,60 @@ std::string links_text(const Plan& plan) {
          ": only the transport differs";
 }
 
+// A row as the model costs it: the step replayed with each collective's
+// time on `f`, before any loss besides the network.
+PlanRow model_row(const PlanRequest& request, const Fabric& f, int nodes) {
+  PlanRow row;
+  row.fabric = f.name;
+  row.cluster = {nodes, request.gpus_per_node};
+  std::set<std::pair<std::string, double>> seen;
+  row.timing = replay(request.workload.step, [&](const StepCollective& c) {
+    Estimate e{"measured", c.measured_seconds, ""};
+    if (c.modelled) e = estimate(f, row.cluster, c.op, c.bytes, request.library);
+    if (seen.insert({c.name, c.bytes}).second)
+      row.collectives.push_back({c.name, c.bytes, e.algo, e.protocol, e.seconds});
+    return e.seconds;
+  });
+  if (row.timing.step_seconds > 0) {
+    row.samples_per_s = row.cluster.ranks() * request.workload.samples_per_step / row.timing.step_seconds;
+    row.network_efficiency = row.timing.compute_seconds / row.timing.step_seconds;
+  }
+  return row;
+}
+
+// NVIDIA's published one-node scaling of ResNet-50 v1.5 in PyTorch
+// (DeepLearningExamples, pytorch-21.03): 8 GPUs against 8 x one, on DGX
+// A100 (TF32 0.965, mixed precision 0.84), DGX-1 16 GB (0.97, 0.866) and
+// DGX-1 32 GB (0.969, 0.87). Their median is the default.
+constexpr double kDefaultOneNode = 0.92;
+constexpr const char* kDefaultOneNodeSource =
+    "a default, not a measurement of this job: 0.92, the median of NVIDIA's six published one-node scalings of "
+    "ResNet-50 v1.5 in PyTorch (0.84-0.97 on DGX A100 and DGX-1, TF32/FP32 and mixed precision; "
+    "NVIDIA DeepLearningExamples, PyTorch/Classification/ConvNets/resnet50v1.5/README.md)";
+
+NodeLoss node_loss(const PlanRequest& request, const Fabric& first) {
+  NodeLoss loss;
+  const Workload& w = request.workload;
+  if (request.gpus_per_node == 1) {
+    loss.source = "one GPU per node: no loss inside a node";
+    return loss;
+  }
+  loss.modelled = model_row(request, first, 1).network_efficiency;
+  if (w.one_node_efficiency > 0) {
+    loss.measured = w.one_node_efficiency;
+    loss.source = w.one_node_source;
+  } else if (w.origin == "captured") {
+    loss.measured = loss.modelled;
+    loss.source = "a captured profile's step holds its own losses";
+  } else {
+    loss.measured = kDefaultOneNode;
+    loss.source = kDefaultOneNodeSource;
+    loss.is_default = true;
+  }
+  loss.factor = loss.modelled > 0 ? std::min(1.0, loss.measured / loss.modelled) : 1;
+  return loss;
+}
+
 Plan plan_for(const PlanRequest& request, const std::vector<Fabric>& known) {
   Plan plan;
   plan.request = request;
@@ -161,34 +215,22 @@ Plan plan_for(const PlanRequest& request, const std::vector<Fabric>& known) {
                                 : "--links equal: those of " + first.name + ", the first asked";
     for (Fabric& f : plan.fabrics) f = on_links(f, nics, gbit, why);
   }
-  const StepTrace& step = request.workload.step;
+  for (const int nodes : request.nodes) {
+    if (nodes < 1) {
+      throw Error(ErrorCode::InvalidArgument, "--nodes: a node count must be at least 1, not " + std::to_string(nodes),
+                  {.op = "rdmx plan"});
+    }
+  }
+  plan.node_loss = node_loss(request, plan.fabrics.front());
   for (const Fabric& f : plan.fabrics) {
     if (request.prices && !request.prices->fabric_per_node_per_hour.count(f.name)) {
       throw Error(ErrorCode::InvalidArgument, "the price file has no price for fabric '" + f.name + "'",
                   {.op = "rdmx plan", .hint = "add it under fabric_per_node_per_hour"});
     }
     for (const int nodes : request.nodes) {
-      if (nodes < 1) {
-        throw Error(ErrorCode::InvalidArgument,
-                    "--nodes: a node count must be at least 1, not " + std::to_string(nodes), {.op = "rdmx plan"});
-      }
-      PlanRow row;
-      row.fabric = f.name;
-      row.cluster = {nodes, request.gpus_per_node};
-      std::set<std::pair<std::string, double>> seen;
-      row.timing = replay(step, [&](const StepCollective& c) {
-        Estimate e{"measured", c.measured_seconds, ""};
-        if (c.modelled) e = estimate(f, row.cluster, c.op, c.bytes, request.library);
-        if (seen.insert({c.name, c.bytes}).second) {
-          row.collectives.push_back({c.name, c.bytes, e.algo, e.protocol, e.seconds});
-        }
-        return e.seconds;
-      });
-      const double gpus = static_cast<double>(row.cluster.ranks());
-      if (row.timing.step_seconds > 0) {
-        row.samples_per_s = gpus * request.workload.samples_per_step / row.timing.step_seconds;
-        row.efficiency = row.timing.compute_seconds / row.timing.step_seconds;
-      }
+      PlanRow row = model_row(request, f, nodes);
+      row.samples_per_s *= plan.node_loss.factor;
+      row.efficiency = row.network_efficiency * plan.node_loss.factor;
       if (request.prices) {
         const double hourly =
             nodes * (request.prices->node_per_hour + request.prices->fabric_per_node_per_hour.at(f.name));
@@ -232,6 +274,16 @@ std::string library_note(const Plan& plan, const std::vector<Fabric>& known) {
 Plan make_plan(const PlanRequest& request, const std::vector<Fabric>& known) {
   Plan plan = plan_for(request, known);
   plan.notes.push_back(library_note(plan, known));
+  const NodeLoss& loss = plan.node_loss;
+  if (request.gpus_per_node > 1) {
+    std::string note = "loss besides the network: one node keeps " + fmt("%.1f%%", loss.measured * 100) +
+                       " of its GPUs' one-GPU rate (" + loss.source + "); the model charges " +
+                       fmt("%.1f%%", (1 - loss.modelled) * 100) + " of that to communication inside the node, so " +
+                       "every row's throughput is multiplied by " + fmt("%.3f", loss.factor);
+    if (loss.measured > loss.modelled) note += " (the model's own loss is already larger: nothing more is applied)";
+    if (loss.is_default) note += "; give --one-gpu-rate and --one-node-rate measured on your job instead";
+    plan.notes.push_back(note);
+  }
   // Fabrics whose nodes have other GPUs than the compute was measured on,
   // by their GPU.
   const std::string& gpu = request.workload.compute_gpu;
@@ -282,7 +334,8 @@ nlohmann::json plan_to_json(const Plan& plan) {
                           {"comm_ms", r.timing.comm_seconds * 1e3},
                           {"exposed_comm_ms", r.timing.exposed_seconds * 1e3},
                           {"samples_per_s", r.samples_per_s},
-                          {"efficiency", r.efficiency}};
+                          {"efficiency", r.efficiency},
+                          {"network_efficiency", r.network_efficiency}};
     if (r.cost_per_hour) row["cost_per_hour"] = *r.cost_per_hour;
     if (r.cost_per_million_samples) row["cost_per_million_samples"] = *r.cost_per_million_samples;
     row["collectives"] = nlohmann::json::array();
@@ -298,6 +351,11 @@ nlohmann::json plan_to_json(const Plan& plan) {
                           {"why", r.why}};
   };
   j["notes"] = plan.notes;
+  j["node_loss"] = {{"one_node_efficiency", plan.node_loss.measured},
+                    {"modelled_one_node_efficiency", plan.node_loss.modelled},
+                    {"factor", plan.node_loss.factor},
+                    {"source", plan.node_loss.source},
+                    {"default", plan.node_loss.is_default}};
   j["recommendation"] = rec(plan.overall);
   j["per_node_count"] = nlohmann::json::array();
   for (const auto& r : plan.per_node_count) j["per_node_count"].push_back(rec(r));

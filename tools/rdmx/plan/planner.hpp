@@ -43,6 +43,19 @@ struct PlanRow {
   std::optional<double> cost_per_hour;
   std::optional<double> cost_per_million_samples;
   std::vector<CollectiveRow> collectives;  // the step's distinct collectives, as costed
+  double network_efficiency = 0;           // the model's, before the loss besides the network
+};
+
+// The loss besides the network (stragglers, input pipeline, the framework,
+// the GPU's share taken by communication kernels): what one node of the
+// job loses against its GPUs' one-GPU rate beyond what the model charges
+// for communication inside the node, applied to every row.
+struct NodeLoss {
+  double measured = 1;  // one node's efficiency, given or the default
+  double modelled = 1;  // the model's for one node (its communication inside the node)
+  double factor = 1;    // measured / modelled, at most 1: what every row's throughput is multiplied by
+  std::string source;
+  bool is_default = false;
 };
 
 // Which links the fabrics are compared on. Equal (the default): every
@@ -79,6 +92,7 @@ struct Plan {
   std::vector<PlanRow> rows;    // fabric-major, node counts in order
   std::vector<Recommendation> per_node_count;
   Recommendation overall;  // nodes = 0: every node count asked
+  NodeLoss node_loss;
   // What the reader must know to trust the answer: which library was
   // modelled and whether the other would change the recommendation, and
   // compute measured on GPUs other than those the fabrics describe.

@@ -123,6 +123,8 @@ Description preset_description(const std::string& name, std::string* source, con
   d.gradient_bytes = number_field_or(m, place, "gradient_bytes", 1, 8, 4);
   d.compute_seconds = number_field(m, place, "compute_ms", 0, 1e7) / 1e3;
   d.compute_gpu = text_field_or(m, place, "compute_gpu", "");
+  d.one_node_efficiency = number_field_or(m, place, "one_node_efficiency", 0.01, 1, 0);
+  if (d.one_node_efficiency > 0) d.one_node_source = text_field(m, place, "one_node_source");
   d.samples_per_step = number_field(m, place, "batch_per_gpu", 1, 1e7);
   d.bucket_bytes = number_field_or(m, place, "bucket_mib", 1.0 / 1024, 1 << 20, 25) * (1 << 20);
   d.first_bucket_bytes = number_field_or(m, place, "first_bucket_mib", 1.0 / 1024, 1 << 20, 1) * (1 << 20);

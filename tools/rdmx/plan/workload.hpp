@@ -64,6 +64,10 @@ struct Description {
   double optimizer_seconds = 0;            // after the last wait, inside compute_seconds
   double samples_per_step = 1;             // per GPU (batch size)
   std::string compute_gpu;                 // the GPU compute_seconds holds for ("A100"); empty: the fabrics'
+  // One node's throughput against its GPUs' one-GPU rate (0: not known),
+  // and where that figure comes from.
+  double one_node_efficiency = 0;
+  std::string one_node_source;
 };
 
 // DDP's bucketed backward: buckets fill in reverse layer order as gradients
@@ -78,6 +82,10 @@ struct Workload {
   double parameters = 0;
   double samples_per_step = 1;  // per GPU
   std::string compute_gpu;      // the GPU its compute was measured on; empty: the fabrics' own
+  // Measured one-node scaling (throughput of a node against its GPUs at
+  // their one-GPU rate) and its source; 0: none, the planner's default.
+  double one_node_efficiency = 0;
+  std::string one_node_source;
   StepTrace step;
 };
 
