@@ -66,6 +66,39 @@ TEST(PlanCheck, AClaimIsReadBackAsTheBandwidthItImplies) {
   EXPECT_LT(above[0].implied_net_gb_s, 0);
 }
 
+// The answer says its margin and, per fabric, the node bandwidth it
+// hinges on (docs/ADVISOR.md, "The decision"): a fabric given 1% more than
+// that bandwidth keeps the target, 1% less does not.
+TEST(PlanDecision, EachFabricSaysTheBandwidthItsAnswerHingesOn) {
+  PlanRequest rq = resnet_on(2);
+  rq.nodes = {2, 8};
+  rq.fabrics = {"tcp-100", "roce-100", "ib-ndr"};
+  rq.target_efficiency = 0.8;
+  const auto fabrics = load_fabrics("");
+  const Plan plan = make_plan(rq, fabrics);
+  ASSERT_EQ(plan.hinges.size(), 3u);
+  EXPECT_NE(plan.overall.why.find("points above the target"), std::string::npos) << plan.overall.why;
+  for (const Hinge& h : plan.hinges) {
+    EXPECT_EQ(h.nodes, 8);
+    ASSERT_GT(h.needed_gb_s, 0) << hinge_text(plan, h);
+    EXPECT_EQ(h.meets, h.needed_gb_s <= h.profiled_gb_s) << hinge_text(plan, h);
+    // Scale the fabric (as planned, on the links compared) to just above and
+    // just below the bandwidth it hinges on.
+    const Fabric* planned = nullptr;
+    for (const Fabric& f : plan.fabrics) planned = f.name == h.fabric ? &f : planned;
+    ASSERT_NE(planned, nullptr);
+    for (const double scale : {1.01, 0.99}) {
+      Fabric f = *planned;
+      f.gpudirect = true;
+      f.efficiency = h.needed_gb_s * scale * 8 / (f.nics_per_node * f.nic_gbit);
+      const double e = modelled_efficiency(rq, f, 8, plan.node_loss.factor);
+      EXPECT_EQ(e >= rq.target_efficiency, scale > 1) << h.fabric << " at " << scale << " x: " << e;
+    }
+  }
+  const std::string text = plan_text(plan);
+  EXPECT_NE(text.find("hinges on: tcp-100 (1x100G) keeps 80% at 8 nodes"), std::string::npos) << text;
+}
+
 TEST(PlanCheck, TheCommandTakesPlansOptionsAndRefusesABadClaim) {
   const CliResult r = run_cli({"plan", "check", "--model", "resnet-50", "--nodes", "16", "--claim", "ib-ndr=300000",
                                "--claim", "tcp-100=400000"});

@@ -20,12 +20,6 @@ PlanRow row_on(const PlanRequest& rq, const Fabric& f, int nodes) {
 
 double throughput(const PlanRequest& rq, const Fabric& f, int nodes) { return row_on(rq, f, nodes).samples_per_s; }
 
-std::string fmt(const char* format, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, format, v);
-  return buf;
-}
-
 }  // namespace
 
 std::vector<ClaimCheck> check_claims(const PlanRequest& rq, const std::vector<Fabric>& known,
@@ -53,7 +47,7 @@ std::vector<ClaimCheck> check_claims(const PlanRequest& rq, const std::vector<Fa
     c.line_gb_s = f.nics_per_node * f.nic_gbit / 8;
     if (claim.samples_per_s > c.ceiling * (1 + 1e-9)) {
       c.flagged = true;
-      c.verdict = "above the compute ceiling of " + fmt("%.1f", c.ceiling) +
+      c.verdict = "above the compute ceiling of " + format_printf("%.1f", c.ceiling) +
                   " samples/s (every GPU at its one-GPU rate, communication free): not possible on this compute";
       out.push_back(c);
       continue;
@@ -69,7 +63,7 @@ std::vector<ClaimCheck> check_claims(const PlanRequest& rq, const std::vector<Fa
     double lo = 1e-5, hi = 100;
     if (at(hi) < claim.samples_per_s) {
       c.flagged = true;
-      c.verdict = "more than even 100 x the stated links give through the model (" + fmt("%.1f", at(hi)) +
+      c.verdict = "more than even 100 x the stated links give through the model (" + format_printf("%.1f", at(hi)) +
                   " samples/s): the latency or the GPUs inside a node would have to be faster than the profile says";
       out.push_back(c);
       continue;
@@ -85,13 +79,13 @@ std::vector<ClaimCheck> check_claims(const PlanRequest& rq, const std::vector<Fa
     }
     if (c.implied_net_gb_s > c.line_gb_s) {
       c.flagged = true;
-      c.verdict = "implies " + fmt("%.1f", c.implied_net_gb_s) + " GB/s per node, more than the stated links carry (" +
-                  std::to_string(f.nics_per_node) + " x " + fmt("%g", f.nic_gbit) +
-                  " Gbit/s = " + fmt("%.1f", c.line_gb_s) + " GB/s)";
+      c.verdict = "implies " + format_printf("%.1f", c.implied_net_gb_s) +
+                  " GB/s per node, more than the stated links carry (" + std::to_string(f.nics_per_node) + " x " +
+                  format_printf("%g", f.nic_gbit) + " Gbit/s = " + format_printf("%.1f", c.line_gb_s) + " GB/s)";
     } else {
-      c.verdict = "fits: implies " + fmt("%.1f", c.implied_net_gb_s) + " GB/s per node, " +
-                  fmt("%.0f%%", c.implied_net_gb_s / c.line_gb_s * 100) + " of the stated links (the profile assumes " +
-                  fmt("%.0f%%", f.efficiency * 100) + ")";
+      c.verdict = "fits: implies " + format_printf("%.1f", c.implied_net_gb_s) + " GB/s per node, " +
+                  format_printf("%.0f%%", c.implied_net_gb_s / c.line_gb_s * 100) +
+                  " of the stated links (the profile assumes " + format_printf("%.0f%%", f.efficiency * 100) + ")";
     }
     out.push_back(c);
   }

@@ -107,17 +107,17 @@ std::string fabric_label(const Fabric& f) {
 Fabric on_links(const Fabric& f, int nics, double nic_gbit, const std::string& why) {
   if (f.nics_per_node == nics && f.nic_gbit == nic_gbit) return f;
   Fabric out = f;
-  const double capacity = static_cast<double>(nics) * nic_gbit / (f.nics_per_node * f.nic_gbit);
   out.nics_per_node = nics;
   out.nic_gbit = nic_gbit;
-  out.relative_cost = f.relative_cost * capacity;
   char links[96];
   std::snprintf(links, sizeof links, "%d x %g Gbit/s per node", nics, nic_gbit);
   out.description = f.description + "; here on " + links + " (" + why + ")";
   out.sources["nics_per_node"] = std::string(links) + ": " + why;
   out.sources["nic_gbit"] = out.sources["nics_per_node"];
-  out.sources["relative_cost"] =
-      "the profile's, scaled by the link capacity (" + std::string(links) + " against the profile's): " + why;
+  // The built-in relative costs rank transports, not capacities: scaled by
+  // capacity, eight 400G InfiniBand ports would come out cheaper per Gbit/s
+  // than one 100G Ethernet port. Kept, they still order the transports.
+  out.sources["relative_cost"] = "the profile's for its own links, kept: it ranks the transport (" + why + ")";
   return out;
 }
 

@@ -64,8 +64,8 @@ const std::string& builtin_fabrics_text();
 std::string fabric_label(const Fabric& fabric);
 
 // The fabric on other links: `nics` NICs of `nic_gbit` per node, its
-// transport's efficiency, latency and staging unchanged, its relative cost
-// scaled by the link capacity, and sources saying why (`why`).
+// transport's efficiency, latency, staging and relative cost unchanged,
+// and sources saying why (`why`).
 Fabric on_links(const Fabric& fabric, int nics, double nic_gbit, const std::string& why);
 
 // The named fabric, or an error listing those known.

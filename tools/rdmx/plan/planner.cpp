@@ -14,12 +14,6 @@
 namespace rdmx::cli::plan {
 namespace {
 
-std::string fmt(const char* format, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, format, v);
-  return buf;
-}
-
 // What a fabric costs for the work, lower is better. With prices, what a
 // million samples cost on it (the nodes' price and the fabric's, over the
 // throughput it reaches), averaged over the node counts in scope: a dearer
@@ -59,23 +53,44 @@ Recommendation recommend(const Plan& plan, int nodes) {
     }
   }
   const std::string scope = nodes == 0 ? "at every node count asked" : "at " + std::to_string(nodes) + " nodes";
-  const std::string target = fmt("%.0f%%", plan.request.target_efficiency * 100);
+  const std::string target = format_printf("%.0f%%", plan.request.target_efficiency * 100);
+  // The recommended fabric's margin: its lowest efficiency in scope.
+  std::string margin;
+  if (best != nullptr) {
+    const PlanRow* lowest = nullptr;
+    for (const PlanRow& row : plan.rows) {
+      if (row.fabric != best->name || (nodes != 0 && row.cluster.nodes != nodes)) continue;
+      if (lowest == nullptr || row.efficiency < lowest->efficiency) lowest = &row;
+    }
+    if (lowest != nullptr) {
+      margin = "; its lowest is " + format_printf("%.1f%%", lowest->efficiency * 100) + " at " +
+               std::to_string(lowest->cluster.nodes) + " nodes, " +
+               format_printf("%.1f", (lowest->efficiency - plan.request.target_efficiency) * 100) +
+               " points above the target";
+    }
+  }
   if (best == nullptr) {
     r.why = "no fabric reaches " + target + " scaling efficiency " + scope;
   } else if (plan.request.prices) {
     r.fabric = best->name;
     r.why = fabric_label(*best) + " costs the least per 1M samples (" + plan.request.prices->currency + " " +
-            fmt("%.3f", best_cost) + (nodes == 0 ? ", the mean over the node counts" : "") +
-            ", by the price file) of the fabrics that keep " + target + " scaling efficiency " + scope;
+            format_printf("%.3f", best_cost) + (nodes == 0 ? ", the mean over the node counts" : "") +
+            ", by the price file) of the fabrics that keep " + target + " scaling efficiency " + scope + margin;
   } else {
     r.fabric = best->name;
     r.why = fabric_label(*best) + " is the cheapest fabric that keeps " + target + " scaling efficiency " + scope +
-            " (by the profiles' relative cost of the fabric; give --prices to rank by cost per sample)";
+            " (by the profiles' relative cost of the fabric; give --prices to rank by cost per sample)" + margin;
   }
   return r;
 }
 
 }  // namespace
+
+std::string format_printf(const char* format, double value) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, value);
+  return buf;
+}
 
 Links parse_links(const std::string& text) {
   Links l;
@@ -103,7 +118,7 @@ Links parse_links(const std::string& text) {
 std::string to_string(const Links& l) {
   if (l.mode == Links::Equal) return "equal";
   if (l.mode == Links::AsBuilt) return "as-built";
-  return std::to_string(l.nics) + "x" + fmt("%g", l.nic_gbit) + "G";
+  return std::to_string(l.nics) + "x" + format_printf("%g", l.nic_gbit) + "G";
 }
 
 Prices load_prices(const std::string& path) {
@@ -271,15 +286,21 @@ std::string library_note(const Plan& plan, const std::vector<Fabric>& known) {
 
 }  // namespace
 
+double modelled_efficiency(const PlanRequest& request, const Fabric& f, int nodes, double factor) {
+  return model_row(request, f, nodes).network_efficiency * factor;
+}
+
 Plan make_plan(const PlanRequest& request, const std::vector<Fabric>& known) {
   Plan plan = plan_for(request, known);
+  plan.hinges = find_hinges(plan);
   plan.notes.push_back(library_note(plan, known));
   const NodeLoss& loss = plan.node_loss;
   if (request.gpus_per_node > 1) {
-    std::string note = "loss besides the network: one node keeps " + fmt("%.1f%%", loss.measured * 100) +
+    std::string note = "loss besides the network: one node keeps " + format_printf("%.1f%%", loss.measured * 100) +
                        " of its GPUs' one-GPU rate (" + loss.source + "); the model charges " +
-                       fmt("%.1f%%", (1 - loss.modelled) * 100) + " of that to communication inside the node, so " +
-                       "every row's throughput is multiplied by " + fmt("%.3f", loss.factor);
+                       format_printf("%.1f%%", (1 - loss.modelled) * 100) +
+                       " of that to communication inside the node, so " + "every row's throughput is multiplied by " +
+                       format_printf("%.3f", loss.factor);
     if (loss.measured > loss.modelled) note += " (the model's own loss is already larger: nothing more is applied)";
     if (loss.is_default) note += "; give --one-gpu-rate and --one-node-rate measured on your job instead";
     plan.notes.push_back(note);
@@ -351,6 +372,16 @@ nlohmann::json plan_to_json(const Plan& plan) {
                           {"why", r.why}};
   };
   j["notes"] = plan.notes;
+  j["hinges"] = nlohmann::json::array();
+  for (const Hinge& h : plan.hinges) {
+    j["hinges"].push_back(
+        {{"fabric", h.fabric},
+         {"nodes", h.nodes},
+         {"needed_net_gb_s", h.needed_gb_s < 0 ? nlohmann::json(nullptr) : nlohmann::json(h.needed_gb_s)},
+         {"profiled_net_gb_s", h.profiled_gb_s},
+         {"meets", h.meets},
+         {"text", hinge_text(plan, h)}});
+  }
   j["node_loss"] = {{"one_node_efficiency", plan.node_loss.measured},
                     {"modelled_one_node_efficiency", plan.node_loss.modelled},
                     {"factor", plan.node_loss.factor},
@@ -367,7 +398,7 @@ std::string plan_text(const Plan& plan) {
   std::string out;
   out += "# rdmx plan: " + rq.workload.name + " (" + rq.workload.origin + "; " + rq.workload.source + ")\n";
   out += "# " + std::to_string(rq.gpus_per_node) + " GPUs per node, collectives as " + to_string(rq.library) +
-         " runs them, target efficiency " + fmt("%.0f%%", rq.target_efficiency * 100) + "\n";
+         " runs them, target efficiency " + format_printf("%.0f%%", rq.target_efficiency * 100) + "\n";
   out += "# links: " + links_text(plan) + "\n";
   for (const auto& f : plan.fabrics) {
     out += "\n" + fabric_label(f) + ": " + f.description + "\n";
@@ -393,10 +424,11 @@ std::string plan_text(const Plan& plan) {
   }
   out += "\n";
   for (const auto& r : plan.per_node_count) {
-    out += fmt("%3.0f nodes: ", r.nodes) + (r.fabric.empty() ? "none" : r.fabric) + " (" + r.why + ")\n";
+    out += format_printf("%3.0f nodes: ", r.nodes) + (r.fabric.empty() ? "none" : r.fabric) + " (" + r.why + ")\n";
   }
   out += "recommended: " + (plan.overall.fabric.empty() ? std::string("none") : plan.overall.fabric) + " (" +
          plan.overall.why + ")\n";
+  for (const Hinge& h : plan.hinges) out += "hinges on: " + hinge_text(plan, h) + "\n";
   for (const auto& note : plan.notes) out += "note: " + note + "\n";
   return out;
 }

@@ -86,6 +86,17 @@ struct Recommendation {
   std::string why;
 };
 
+// What a fabric's answer hinges on: the node network bandwidth (its NICs
+// together, GB/s) at which it just keeps the target efficiency at the
+// largest node count asked, against what its profile gives.
+struct Hinge {
+  std::string fabric;
+  int nodes = 0;
+  double needed_gb_s = -1;  // < 0: no bandwidth keeps the target (latency or compute binds)
+  double profiled_gb_s = 0;
+  bool meets = false;  // at the profile's bandwidth
+};
+
 struct Plan {
   PlanRequest request;
   std::vector<Fabric> fabrics;  // those asked for, in order, on the links compared
@@ -93,13 +104,23 @@ struct Plan {
   std::vector<Recommendation> per_node_count;
   Recommendation overall;  // nodes = 0: every node count asked
   NodeLoss node_loss;
+  std::vector<Hinge> hinges;  // one per fabric, in order
   // What the reader must know to trust the answer: which library was
   // modelled and whether the other would change the recommendation, and
   // compute measured on GPUs other than those the fabrics describe.
   std::vector<std::string> notes;
 };
 
+// `value` printed by a printf format of one double ("%.1f%%").
+std::string format_printf(const char* format, double value);
+
 Plan make_plan(const PlanRequest& request, const std::vector<Fabric>& known);
+// The scaling efficiency the plan's model gives `f` at `nodes`, its loss
+// besides the network (`factor`) applied.
+double modelled_efficiency(const PlanRequest& request, const Fabric& f, int nodes, double factor);
+// The plan's hinges (hinges.cpp), and one as a sentence.
+std::vector<Hinge> find_hinges(const Plan& plan);
+std::string hinge_text(const Plan& plan, const Hinge& hinge);
 
 nlohmann::json plan_to_json(const Plan& plan);
 std::string plan_text(const Plan& plan);

@@ -90,6 +90,11 @@ std::string render_plan_html(const json& plan) {
            (r["fabric"].is_string() ? html_escape(r["fabric"].get<std::string>()) : std::string("none")) + "</b>. " +
            text(r, "why") + ".</p>\n";
   }
+  if (plan.contains("hinges") && !plan["hinges"].empty()) {
+    out += "<ul class=\"notes\">";
+    for (const auto& h : plan["hinges"]) out += "<li>Hinges on: " + text(h, "text") + "</li>";
+    out += "</ul>\n";
+  }
   if (plan.contains("notes") && !plan["notes"].empty()) {
     out += "<ul class=\"notes\">";
     for (const auto& note : plan["notes"]) out += "<li>" + html_escape(note.get<std::string>()) + "</li>";
