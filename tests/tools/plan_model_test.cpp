@@ -169,6 +169,19 @@ TEST(PlanWorkload, ACapturedProfileReplaysItsMedianStepWithItsOwnGaps) {
   const StepTiming slower = replay(scaled, [](const StepCollective& c) { return c.measured_seconds; });
   EXPECT_NEAR(slower.compute_seconds, 0.015, 1e-9);
   EXPECT_NEAR(slower.step_seconds, 0.0155, 1e-9);
+  // A plan of it names the barrier as kept at its measured time.
+  PlanRequest rq;
+  rq.workload = w;
+  rq.fabrics = {"ib-ndr"};
+  rq.nodes = {2};
+  rq.gpus_per_node = 2;
+  const Plan plan = make_plan(rq, load_fabrics(""));
+  bool named = false;
+  for (const auto& note : plan.notes) {
+    named = named || (note.find("not re-costed for other fabrics") != std::string::npos &&
+                      note.find("barrier (1)") != std::string::npos);
+  }
+  EXPECT_TRUE(named) << plan_text(plan);
 }
 
 TEST(PlanWorkload, AProfileWithoutWaitsCountsThemWhereTheLastCollectiveIsIssued) {

@@ -399,6 +399,17 @@ TEST(PlanCommand, AProfileCapturedFromRealRanksIsPlanned) {
     modelled =
         modelled || (c["op"] == "all_reduce" && c["algo"] != "measured" && !c["protocol"].get<std::string>().empty());
   EXPECT_TRUE(modelled) << doc["rows"][0].dump();
+  // An operation kept at its measured time is named in a note.
+  for (const auto& c : doc["rows"][0]["collectives"]) {
+    if (c["algo"] != "measured") continue;
+    bool named = false;
+    for (const auto& note : doc["notes"]) {
+      const std::string text = note.get<std::string>();
+      named = named || (text.find("not re-costed") != std::string::npos &&
+                        text.find(c["op"].get<std::string>()) != std::string::npos);
+    }
+    EXPECT_TRUE(named) << c["op"] << " keeps its measured time unnamed: " << doc["notes"].dump();
+  }
 }
 
 }  // namespace

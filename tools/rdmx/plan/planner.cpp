@@ -305,6 +305,19 @@ Plan make_plan(const PlanRequest& request, const std::vector<Fabric>& known) {
     if (loss.is_default) note += "; give --one-gpu-rate and --one-node-rate measured on your job instead";
     plan.notes.push_back(note);
   }
+  // Operations of a captured step the model does not cost keep their
+  // measured time on every fabric: the reader is told which.
+  std::map<std::string, int> kept;
+  for (const StepCollective& c : request.workload.step.collectives) {
+    if (!c.modelled) ++kept[c.name];
+  }
+  if (!kept.empty()) {
+    std::string list;
+    for (const auto& [name, count] : kept)
+      list += (list.empty() ? "" : ", ") + name + " (" + std::to_string(count) + ")";
+    plan.notes.push_back("not re-costed for other fabrics, so their measured times stand on every one: " + list +
+                         " per step; the model costs all_reduce, all_gather, reduce_scatter, broadcast and reduce");
+  }
   // Fabrics whose nodes have other GPUs than the compute was measured on,
   // by their GPU.
   const std::string& gpu = request.workload.compute_gpu;
