@@ -355,3 +355,60 @@ TEST(PlanReport, ThePageIsSelfContainedWithBothPlotsAndEveryRow) {
 
 }  // namespace
 }  // namespace rdmx::test
+
+namespace rdmx::test {
+namespace {
+
+using namespace rdmx::cli::plan;
+
+double bytes_of(const StepTrace& s, Collective op) {
+  double sum = 0;
+  for (const auto& c : s.collectives) sum += c.op == op ? c.bytes : 0;
+  return sum;
+}
+
+// ZeRO-1/2/3 (docs/ADVISOR.md, "Sharded data parallelism"): what each moves
+// per step and where it waits, against DDP's one all_reduce of the model.
+TEST(PlanWorkload, ShardedStepsMoveWhatEachStageMoves) {
+  Description d;
+  d.parameters = 100e6;
+  d.gradient_bytes = 2;
+  d.compute_seconds = 0.3;
+  d.optimizer_seconds = 0.01;
+  const double w = 200e6;
+  auto step = [&](Sharding s) {
+    Description x = d;
+    x.sharding = s;
+    return describe_step(x);
+  };
+  const StepTrace ddp = step(Sharding::Ddp), z1 = step(Sharding::Zero1), z2 = step(Sharding::Zero2),
+                  z3 = step(Sharding::Zero3);
+  EXPECT_NEAR(bytes_of(ddp, Collective::AllReduce), w, 1);
+  EXPECT_NEAR(bytes_of(z1, Collective::AllReduce), w, 1);
+  EXPECT_NEAR(bytes_of(z1, Collective::AllGather), w, 1);
+  EXPECT_NEAR(bytes_of(z2, Collective::ReduceScatter), w, 1);
+  EXPECT_NEAR(bytes_of(z2, Collective::AllGather), w, 1);
+  EXPECT_EQ(bytes_of(z2, Collective::AllReduce), 0);
+  EXPECT_NEAR(bytes_of(z3, Collective::AllGather), 2 * w, 1) << "gathered for the forward and again for the backward";
+  EXPECT_NEAR(bytes_of(z3, Collective::ReduceScatter), w, 1);
+  // ZeRO-3 gathers before any forward compute; ZeRO-1/2 gather after the optimizer.
+  EXPECT_EQ(z3.actions.front().kind, StepAction::Issue);
+  EXPECT_EQ(z3.collectives[static_cast<std::size_t>(z3.actions.front().collective)].op, Collective::AllGather);
+  EXPECT_EQ(z2.actions.back().kind, StepAction::Wait);
+  EXPECT_EQ(z2.collectives[static_cast<std::size_t>(z2.actions.back().collective)].op, Collective::AllGather);
+  // Free communication leaves the compute, whatever the stage.
+  for (const StepTrace* s : {&ddp, &z1, &z2, &z3}) {
+    const StepTiming t = replay(*s, [](const StepCollective&) { return 0.0; });
+    EXPECT_NEAR(t.step_seconds, 0.3, 1e-9);
+    EXPECT_NEAR(t.compute_seconds, 0.3, 1e-9);
+  }
+  // With equal per-byte costs, ZeRO-1 exposes more than DDP (its gather
+  // follows the optimizer), and ZeRO-3 issues three times DDP's bytes.
+  auto slow = [](const StepCollective& c) { return c.bytes / 1e9; };
+  EXPECT_GT(replay(z1, slow).step_seconds, replay(ddp, slow).step_seconds);
+  EXPECT_EQ(parse_sharding("fsdp"), Sharding::Zero3);
+  EXPECT_THROW(parse_sharding("zero4"), Error);
+}
+
+}  // namespace
+}  // namespace rdmx::test

@@ -166,6 +166,11 @@ TEST(PlanCommand, TheLossBesidesTheNetworkIsGivenPublishedOrADefault) {
   const auto half = run_cli({"plan", "--model", "bert-large", "--one-gpu-rate", "100"});
   EXPECT_EQ(half.exit_code, 2) << half.err;
   EXPECT_NE(half.err.find("go together"), std::string::npos) << half.err;
+  const auto [fsdp_text, fsdp] = plan({"--model", "bert-large", "--sharding", "fsdp"});
+  EXPECT_NE(fsdp["model"]["source"].get<std::string>().find("sharded as zero3"), std::string::npos) << fsdp["model"];
+  bool gathers = false;
+  for (const auto& c : fsdp["rows"][0]["collectives"]) gathers = gathers || c["op"] == "all_gather";
+  EXPECT_TRUE(gathers) << fsdp["rows"][0].dump();
   const auto superlinear =
       run_cli({"plan", "--model", "bert-large", "--one-gpu-rate", "100", "--one-node-rate", "900"});
   EXPECT_EQ(superlinear.exit_code, 2) << superlinear.err;

@@ -36,6 +36,7 @@ struct PlanOptions {
   double target = 0.9;
   std::string library = "nccl";
   std::string links = "equal";
+  std::string sharding = "ddp";
   std::string json_out;
   std::string html_out;
   double compute_ms = -1;
@@ -100,9 +101,10 @@ Workload workload_of(const PlanOptions& o) {
   if (is_file) {
     w = load_captured_profile(o.model);
     if (o.batch > 0) w.samples_per_step = o.batch;
-    if (o.parameters > 0 || o.bucket_mib > 0 || o.first_bucket_mib > 0 || o.optimizer_ms >= 0) {
+    if (o.parameters > 0 || o.bucket_mib > 0 || o.first_bucket_mib > 0 || o.optimizer_ms >= 0 || o.sharding != "ddp") {
       throw UsageError{
-          "--parameters, the bucket sizes and --optimizer-ms describe a job; a captured profile has its own"};
+          "--parameters, the bucket sizes, --optimizer-ms and --sharding describe a job; a captured profile has its "
+          "own"};
     }
     if (o.compute_ms >= 0) {
       scale_compute(w.step, o.compute_ms / 1e3);
@@ -152,6 +154,8 @@ Workload workload_of(const PlanOptions& o) {
   w.one_node_source = d.one_node_source;
   if (o.compute_ms >= 0) w.one_node_efficiency = 0;  // the preset's figure was for its own compute
   apply_node_rates(o, w);
+  d.sharding = parse_sharding(o.sharding);
+  if (d.sharding != Sharding::Ddp) w.source += std::string("; sharded as ") + to_string(d.sharding);
   w.step = describe_step(d);
   return w;
 }
@@ -347,6 +351,11 @@ void register_plan(CLI::App& root) {
   plan->add_option("--links", o->links,
                    "the links the fabrics are compared on: equal (the first fabric's NICs for all, so only the "
                    "transport differs), as-built (each as profiled), or NICSxGBIT (e.g. 8x400)")
+      ->capture_default_str();
+  plan->add_option("--sharding", o->sharding,
+                   "how data parallelism shares the model: ddp, zero1, zero2, zero3 (fsdp: FSDP's full sharding, "
+                   "units of --bucket-mib)")
+      ->check(CLI::IsMember({"ddp", "zero1", "zero2", "zero3", "fsdp"}))
       ->capture_default_str();
   plan->add_option("--one-gpu-rate", o->one_gpu_rate,
                    "samples/s of the job on one GPU; with --one-node-rate, the loss inside a node besides the "

@@ -52,6 +52,7 @@ void scale_compute(StepTrace& step, double total_seconds) {
 }
 
 StepTrace describe_step(const Description& d) {
+  if (d.sharding != Sharding::Ddp) return describe_sharded_step(d);
   StepTrace s;
   const double total = d.parameters * d.gradient_bytes;
   const double backward = d.compute_seconds * (1 - d.forward_share) - d.optimizer_seconds;

@@ -54,6 +54,16 @@ StepTiming replay(const StepTrace& step, const std::function<double(const StepCo
 void scale_compute(StepTrace& step, double total_seconds);
 
 // A described job (issue 20's form b).
+// How a data-parallel job shares its model state (docs/ADVISOR.md,
+// "Sharded data parallelism"): DDP all_reduces gradients; ZeRO-1 too, then
+// all_gathers the parameters its ranks updated in shards; ZeRO-2
+// reduce_scatters gradients instead; ZeRO-3 (FSDP's full sharding)
+// all_gathers each unit's parameters before its forward and its backward
+// and reduce_scatters its gradients.
+enum class Sharding { Ddp, Zero1, Zero2, Zero3 };
+Sharding parse_sharding(const std::string& name);  // ddp, zero1, zero2, zero3 or fsdp
+const char* to_string(Sharding sharding);
+
 struct Description {
   double parameters = 0;
   double gradient_bytes = 4;               // per parameter: 4 fp32, 2 fp16/bf16
@@ -62,6 +72,7 @@ struct Description {
   double compute_seconds = 0;              // per step per GPU, forward + backward + optimizer
   double forward_share = 1.0 / 3;          // of compute: backward costs about twice forward
   double optimizer_seconds = 0;            // after the last wait, inside compute_seconds
+  Sharding sharding = Sharding::Ddp;       // buckets are FSDP's units under Zero3
   double samples_per_step = 1;             // per GPU (batch size)
   std::string compute_gpu;                 // the GPU compute_seconds holds for ("A100"); empty: the fabrics'
   // One node's throughput against its GPUs' one-GPU rate (0: not known),
@@ -74,6 +85,8 @@ struct Description {
 // appear (taken as even over the backward), each all_reduced when full, and
 // every bucket waited for before the optimizer.
 StepTrace describe_step(const Description& d);
+// ZeRO-1, -2 and -3 (sharded_step.cpp).
+StepTrace describe_sharded_step(const Description& d);
 
 struct Workload {
   std::string name;    // "resnet-50", or the profile's file
