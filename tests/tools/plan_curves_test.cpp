@@ -57,7 +57,6 @@ TEST(PlanCurves, EveryPublishedCurveStillFitsAsRecorded) {
     like.nic_gbit = c["nic_gbit"].get<double>();
     like.transport = c["transport"].get<std::string>();
     like.gpu = c["gpu"].get<std::string>();
-    if (like.transport == "socket") like.gpudirect = false;
     const CurveFit fit = fit_curve(like, layout, op, log.points, Library::Nccl);
     const json& want = c["fitted"];
     const double tolerance = c["tolerance"].get<double>();

@@ -66,7 +66,6 @@ void calibrate_from_log(const CalibrateLogOptions& o) {
   if (o.nics > 0) like.nics_per_node = o.nics;
   if (o.nic_gbit > 0) like.nic_gbit = o.nic_gbit;
   if (!o.transport.empty()) like.transport = o.transport;
-  if (like.transport == "socket") like.gpudirect = false;
   const std::string gpu = !o.gpu.empty() ? o.gpu : gpu_model(log.gpu);
   if (!gpu.empty()) like.gpu = gpu;
   const CurveFit fit = fit_curve(like, layout, op, log.points, library);
