@@ -39,7 +39,8 @@ grep -q '"nic_gbit": 0.5' "$work/bed.json" || fail "the profile does not carry -
 sizes=4M,16M
 for layout in 2x1 2x2; do
   H=${layout%x*} L=${layout#*x}
-  "$rdmx" plan collective --fabric-file "$work/bed.json" --nodes "$H" --gpus-per-node "$L" --sizes "$sizes" \
+  # The bed runs rdmx's collectives, so rdmx's model predicts them (plan's default is NCCL's).
+  "$rdmx" plan collective --library rdmx --fabric-file "$work/bed.json" --nodes "$H" --gpus-per-node "$L" --sizes "$sizes" \
     --json >"$work/predicted-$layout.jsonl" || fail "plan collective failed for $layout"
   "$bed" run "$name" "$layout" --time-limit 240 --port "$((port + H * 10 + L))" -- "$rdmx" perf coll all_reduce \
     --sizes "$sizes" -n 3 -w 1 -c 0 --json >"$work/measured-$layout.log" 2>&1 || fail "perf coll $layout failed"
