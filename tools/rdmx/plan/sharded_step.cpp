@@ -12,21 +12,6 @@
 namespace rdmx::cli::plan {
 namespace {
 
-// The model's bytes in units: the first of first_bucket_bytes, then
-// bucket_bytes each (DDP's buckets; FSDP's wrapped units).
-std::vector<double> units_of(const Description& d) {
-  std::vector<double> out;
-  double left = d.parameters * d.gradient_bytes;
-  double unit = d.first_bucket_bytes;
-  while (left > 0.5) {
-    unit = std::min(unit, left);
-    out.push_back(unit);
-    left -= unit;
-    unit = d.bucket_bytes;
-  }
-  return out;
-}
-
 class StepBuilder {
  public:
   explicit StepBuilder(const Description& d) : type_(d.gradient_bytes == 2 ? "float16" : "float32") {}
@@ -72,7 +57,7 @@ const char* to_string(Sharding sharding) {
 }
 
 StepTrace describe_sharded_step(const Description& d) {
-  const std::vector<double> units = units_of(d);
+  const std::vector<double> units = bucket_sizes(d);
   const double total = d.parameters * d.gradient_bytes;
   const double forward = d.compute_seconds * d.forward_share;
   const double backward = d.compute_seconds * (1 - d.forward_share) - d.optimizer_seconds;

@@ -51,16 +51,26 @@ void scale_compute(StepTrace& step, double total_seconds) {
   }
 }
 
+std::vector<double> bucket_sizes(const Description& d) {
+  std::vector<double> out;
+  double left = d.parameters * d.gradient_bytes;
+  double bucket = d.first_bucket_bytes;
+  while (left > 0.5) {
+    bucket = std::min(bucket, left);
+    out.push_back(bucket);
+    left -= bucket;
+    bucket = d.bucket_bytes;
+  }
+  return out;
+}
+
 StepTrace describe_step(const Description& d) {
   if (d.sharding != Sharding::Ddp) return describe_sharded_step(d);
   StepTrace s;
   const double total = d.parameters * d.gradient_bytes;
   const double backward = d.compute_seconds * (1 - d.forward_share) - d.optimizer_seconds;
   s.actions.push_back({StepAction::Compute, d.compute_seconds * d.forward_share, -1});
-  double left = total;
-  double bucket = std::min(d.first_bucket_bytes, total);
-  while (left > 0.5) {
-    bucket = std::min(bucket, left);
+  for (const double bucket : bucket_sizes(d)) {
     StepCollective c;
     c.bytes = bucket;
     c.type = d.gradient_bytes == 2 ? "float16" : "float32";
@@ -68,8 +78,6 @@ StepTrace describe_step(const Description& d) {
     s.actions.push_back({StepAction::Compute, total > 0 ? std::max(0.0, backward) * bucket / total : 0, -1});
     s.actions.push_back({StepAction::Issue, 0, static_cast<int>(s.collectives.size())});
     s.collectives.push_back(c);
-    left -= bucket;
-    bucket = d.bucket_bytes;
   }
   for (std::size_t i = 0; i < s.collectives.size(); ++i)
     s.actions.push_back({StepAction::Wait, 0, static_cast<int>(i)});

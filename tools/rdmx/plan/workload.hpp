@@ -84,6 +84,9 @@ struct Description {
 // DDP's bucketed backward: buckets fill in reverse layer order as gradients
 // appear (taken as even over the backward), each all_reduced when full, and
 // every bucket waited for before the optimizer.
+// The gradient buckets (FSDP's units when sharded): first_bucket_bytes,
+// then bucket_bytes each, until the model's bytes are covered.
+std::vector<double> bucket_sizes(const Description& d);
 StepTrace describe_step(const Description& d);
 // ZeRO-1, -2 and -3 (sharded_step.cpp).
 StepTrace describe_sharded_step(const Description& d);
