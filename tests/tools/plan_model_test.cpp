@@ -291,7 +291,7 @@ PlanRequest resnet_request() {
 
 TEST(PlanPlanner, TheCheapestFabricThatKeepsTheTargetIsRecommended) {
   PlanRequest rq = resnet_request();
-  rq.target_efficiency = 0.85;
+  rq.target_efficiency = 0.6;
   const Plan easy = make_plan(rq, load_fabrics(""));
   ASSERT_EQ(easy.rows.size(), 4u);
   for (const auto& row : easy.rows) {
@@ -299,8 +299,9 @@ TEST(PlanPlanner, TheCheapestFabricThatKeepsTheTargetIsRecommended) {
     EXPECT_LE(row.efficiency, 1.0 + 1e-12);
     EXPECT_NEAR(row.samples_per_s, 8.0 * row.cluster.nodes * 256 / row.timing.step_seconds, 1e-6);
   }
-  // As NCCL runs the all_reduces, tcp-25 keeps 85% at 2 nodes but not at
-  // 16; ib-ndr keeps it everywhere.
+  // As NCCL runs the all_reduces, tcp-25 (8 GPUs on one NIC: half its
+  // socket rate) keeps 60% at 2 nodes but not at 16; ib-ndr keeps it
+  // everywhere.
   EXPECT_EQ(easy.per_node_count[0].fabric, "tcp-25");
   EXPECT_EQ(easy.per_node_count[1].fabric, "ib-ndr");
   EXPECT_EQ(easy.overall.fabric, "ib-ndr");

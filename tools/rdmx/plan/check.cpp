@@ -77,7 +77,9 @@ std::vector<ClaimCheck> check_claims(const PlanRequest& rq, const std::vector<Fa
         const double mid = std::sqrt(lo * hi);
         (at(mid) < claim.samples_per_s ? lo : hi) = mid;
       }
-      c.implied_net_gb_s = c.line_gb_s * hi;
+      // What the node's GPUs get together: a socket transport keeps only
+      // its share of the links when GPUs share a NIC.
+      c.implied_net_gb_s = c.line_gb_s * hi * f.socket_share(rq.gpus_per_node);
     }
     if (c.implied_net_gb_s > c.line_gb_s) {
       c.flagged = true;
@@ -87,7 +89,8 @@ std::vector<ClaimCheck> check_claims(const PlanRequest& rq, const std::vector<Fa
     } else {
       c.verdict = "fits: implies " + format_printf("%.1f", c.implied_net_gb_s) + " GB/s per node, " +
                   format_printf("%.0f%%", c.implied_net_gb_s / c.line_gb_s * 100) +
-                  " of the stated links (the profile assumes " + format_printf("%.0f%%", f.efficiency * 100) + ")";
+                  " of the stated links (the profile assumes " +
+                  format_printf("%.0f%%", f.efficiency * f.socket_share(rq.gpus_per_node) * 100) + ")";
     }
     out.push_back(c);
   }

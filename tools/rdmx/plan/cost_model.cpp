@@ -34,7 +34,7 @@ CostPrediction rdmx_prediction(const Fabric& f, const Cluster& c, Collective op,
   q.hosts = c.nodes;
   q.per_host = c.ranks_per_node;
   q.in_host = {f.intra_latency_us, f.intra_gb_s};
-  q.between_hosts = {f.latency_us, f.node_net_bytes_per_s() / 1e9};
+  q.between_hosts = {f.latency_us, f.node_net_bytes_per_s(c.ranks_per_node) / 1e9};
   q.reduce_gbps = f.reduce_gb_s;
   return predict_collective(q);
 }

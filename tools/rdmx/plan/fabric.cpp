@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "plan/fabric.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "plan/doc_fields.hpp"
@@ -17,6 +19,22 @@ double Fabric::node_net_bytes_per_s() const {
   // rdmx pipeline the copies, so the slower of the two paths sets the pace.
   if (!gpudirect) per_node = std::min(per_node, staging_gb_s * 1e9);
   return per_node;
+}
+
+// Published NCCL socket runs with eight GPUs behind one NIC reach about
+// half of what the same hosts reach with one GPU per NIC: every GPU's proxy
+// threads and sockets contend for the host's cores and the one link. With
+// four GPUs per NIC the published runs lost nothing measurable to RDMA's
+// advantage beyond the link. docs/ADVISOR.md, "Sockets by GPUs per NIC",
+// cites both.
+constexpr double kSocketShareAtEightPerNic = 0.53;
+
+double Fabric::socket_share(int ranks_per_node) const {
+  const double per_nic = static_cast<double>(ranks_per_node) / std::max(1, nics_per_node);
+  if (transport != "socket" || per_nic <= 4) return 1;
+  if (per_nic >= 8) return kSocketShareAtEightPerNic;
+  // Between the two, in proportion to log2 of the GPUs per NIC.
+  return 1 - (1 - kSocketShareAtEightPerNic) * (std::log2(per_nic) - 2);
 }
 
 namespace {

@@ -42,8 +42,16 @@ struct Fabric {
   double relative_cost = 0;
   std::map<std::string, std::string> sources;  // field -> where the value comes from
 
-  // Bytes per second a node sends to the network, its NICs together.
+  // Bytes per second a node sends to the network, its NICs together, when
+  // one GPU drives each NIC.
   double node_net_bytes_per_s() const;
+  // The share of that a socket transport keeps when `ranks_per_node` GPUs
+  // share the node's NICs (1 for RDMA, or up to four GPUs per NIC).
+  double socket_share(int ranks_per_node) const;
+  // What a node's `ranks_per_node` GPUs get from the network together.
+  double node_net_bytes_per_s(int ranks_per_node) const {
+    return node_net_bytes_per_s() * socket_share(ranks_per_node);
+  }
   // Per-byte cost of one NIC as the model charges it, ns.
   double byte_ns() const { return 8.0 / (nic_gbit * efficiency); }
 };

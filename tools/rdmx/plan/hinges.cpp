@@ -13,12 +13,13 @@
 namespace rdmx::cli::plan {
 namespace {
 
-// `f` with a node network bandwidth of `gb_s`, reached directly (GPUDirect:
-// no staging cap, so the figure is the network's own).
-Fabric with_bandwidth(const Fabric& f, double gb_s) {
+// `f` giving a node's `ranks_per_node` GPUs `gb_s` of network together,
+// reached directly (GPUDirect: no staging cap, so the figure is the
+// network's own).
+Fabric with_bandwidth(const Fabric& f, int ranks_per_node, double gb_s) {
   Fabric t = f;
   t.gpudirect = true;
-  t.efficiency = gb_s * 8 / (f.nics_per_node * f.nic_gbit);
+  t.efficiency = gb_s * 8 / (f.nics_per_node * f.nic_gbit * f.socket_share(ranks_per_node));
   return t;
 }
 
@@ -34,12 +35,12 @@ std::vector<Hinge> find_hinges(const Plan& plan) {
     Hinge h;
     h.fabric = f.name;
     h.nodes = nodes;
-    h.profiled_gb_s = f.node_net_bytes_per_s() / 1e9;
+    h.profiled_gb_s = f.node_net_bytes_per_s(plan.request.gpus_per_node) / 1e9;
     for (const PlanRow& row : plan.rows) {
       if (row.fabric == f.name && row.cluster.nodes == nodes) h.meets = row.efficiency + 1e-9 >= target;
     }
     auto efficiency_at = [&](double gb_s) {
-      return modelled_efficiency(plan.request, with_bandwidth(f, gb_s), nodes, factor);
+      return modelled_efficiency(plan.request, with_bandwidth(f, plan.request.gpus_per_node, gb_s), nodes, factor);
     };
     // From a trickle to 1000 times the profile's: if even that misses the
     // target, bandwidth is not what it hinges on.

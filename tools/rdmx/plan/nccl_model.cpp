@@ -42,6 +42,12 @@ constexpr double kTreeCorrection[kProtos][24] = {
     {1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0},
     {1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0},
     {.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9}};
+// How much faster than a ring's the two-node tree's network carries an
+// all_reduce, by GPU generation: Volta and Ampere's balanced tree as
+// published A100 runs realise it (their median), Hopper's and Blackwell's
+// as NCCL's tuner charges its two-node NVLS tree (docs/ADVISOR.md, "The
+// two-node tree").
+constexpr double kTwoNodeTreeNetGain[4] = {1.3, 1.3, 2.0, 2.0};
 constexpr double kNetOverheadUs = 1.0;  // a network post from an Intel host
 // The fabric's per-step latency beyond what the tuner's network figures
 // already hold: they are InfiniBand's, about rdmx's ib profiles' 4 us.
@@ -83,7 +89,7 @@ Layout layout_of(const Fabric& f, const Cluster& c) {
   l.ranks = c.ranks();
   l.gen = generation_of(f.gpu);
   l.intra_hw = f.intra_link == "pci" ? kPci : kNvlink;
-  l.net_gb_s = f.node_net_bytes_per_s() / 1e9;
+  l.net_gb_s = f.node_net_bytes_per_s(c.ranks_per_node) / 1e9;
   l.intra_gb_s = f.intra_gb_s;
   l.channels = f.nccl_channels > 0 ? f.nccl_channels : std::max(2, 2 * f.nics_per_node);
   l.inter_extra_us = std::max(0.0, f.latency_us - kTunerNetLatencyUs);
@@ -97,8 +103,10 @@ Layout layout_of(const Fabric& f, const Cluster& c) {
 double path_bus_bandwidth(const Layout& l, Algo a) {
   if (l.nodes == 1) return l.intra_gb_s;
   // At two nodes each half of NCCL's double binary tree crosses the
-  // network once each way: half the bytes a ring sends.
-  if (a == kTree && l.nodes == 2) return std::min(2 * l.net_gb_s, l.intra_gb_s);
+  // network once each way: half the bytes a ring sends. Not every
+  // generation realises the 2x that allows (docs/ADVISOR.md, "The two-node
+  // tree").
+  if (a == kTree && l.nodes == 2) return std::min(kTwoNodeTreeNetGain[l.gen] * l.net_gb_s, l.intra_gb_s);
   if (a == kPat) return l.net_gb_s;
   return std::min(l.net_gb_s, l.intra_gb_s);
 }
