@@ -4,6 +4,7 @@
 // recommendation, and writes JSON and an HTML report; `plan fabrics` and
 // `plan models` list what it knows; `plan collective` prints the model's
 // time for one collective; `plan calibrate` measures the fabric it runs on.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -203,10 +204,15 @@ void list_fabrics(const std::string& fabric_file, bool as_json) {
     }
     return;
   }
-  std::printf("%-12s %9s %9s %6s %5s %9s  %s\n", "fabric", "lat_us", "Gbit/s", "NICs", "GDR", "intra_GB/s",
+  const auto fabrics = load_fabrics(fabric_file);
+  // The name column as wide as the longest name, so a file's long names
+  // keep the columns aligned.
+  int width = 12;
+  for (const auto& f : fabrics) width = std::max(width, static_cast<int>(f.name.size()));
+  std::printf("%-*s %9s %9s %6s %5s %9s  %s\n", width, "fabric", "lat_us", "Gbit/s", "NICs", "GDR", "intra_GB/s",
               "description");
-  for (const auto& f : load_fabrics(fabric_file)) {
-    std::printf("%-12s %9.2f %9.1f %6d %5s %9.1f  %s\n", f.name.c_str(), f.latency_us, f.nic_gbit * f.efficiency,
+  for (const auto& f : fabrics) {
+    std::printf("%-*s %9.2f %9.1f %6d %5s %9.1f  %s\n", width, f.name.c_str(), f.latency_us, f.nic_gbit * f.efficiency,
                 f.nics_per_node, f.gpudirect ? "yes" : "no", f.intra_gb_s, f.description.c_str());
   }
   std::printf(
@@ -215,10 +221,13 @@ void list_fabrics(const std::string& fabric_file, bool as_json) {
 }
 
 void list_models(const std::string& models_file) {
-  for (const auto& name : preset_names(models_file)) {
+  const auto names = preset_names(models_file);
+  int width = 14;
+  for (const auto& name : names) width = std::max(width, static_cast<int>(name.size()));
+  for (const auto& name : names) {
     std::string source;
     const Description d = preset_description(name, &source, models_file);
-    std::printf("%-14s %8.1fM parameters, %7.1f ms compute per step, batch %g per GPU\n    %s\n", name.c_str(),
+    std::printf("%-*s %8.1fM parameters, %7.1f ms compute per step, batch %g per GPU\n    %s\n", width, name.c_str(),
                 d.parameters / 1e6, d.compute_seconds * 1e3, d.samples_per_step, source.c_str());
   }
 }
@@ -294,7 +303,9 @@ void run_collective(const CollectiveOptions& o) {
                                   {"algo", e.algo},
                                   {"protocol", e.protocol},
                                   {"library", to_string(lib)},
-                                  {"time_us", e.seconds * 1e6}}
+                                  {"time_us", e.seconds * 1e6},
+                                  {"algbw_gb_s", algbw},
+                                  {"busbw_gb_s", algbw * factor}}
                        .dump()
                 << "\n";
     } else {

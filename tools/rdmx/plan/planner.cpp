@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "plan/planner.hpp"
+#include "plan/validation.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -246,6 +247,15 @@ Plan plan_for(const PlanRequest& request, const std::vector<Fabric>& known) {
       PlanRow row = model_row(request, f, nodes);
       row.samples_per_s *= plan.node_loss.factor;
       row.efficiency = row.network_efficiency * plan.node_loss.factor;
+      const Band band = calibration_band(builtin_validation(), f.transport);
+      Fabric slow = f, fast = f;
+      // The whole path to the network, host staging too where it binds.
+      slow.efficiency *= band.low;
+      slow.staging_gb_s *= band.low;
+      fast.efficiency *= band.high;
+      fast.staging_gb_s *= band.high;
+      row.efficiency_low = modelled_efficiency(request, slow, nodes, plan.node_loss.factor);
+      row.efficiency_high = modelled_efficiency(request, fast, nodes, plan.node_loss.factor);
       if (request.prices) {
         const double hourly =
             nodes * (request.prices->node_per_hour + request.prices->fabric_per_node_per_hour.at(f.name));
@@ -369,7 +379,8 @@ nlohmann::json plan_to_json(const Plan& plan) {
                           {"exposed_comm_ms", r.timing.exposed_seconds * 1e3},
                           {"samples_per_s", r.samples_per_s},
                           {"efficiency", r.efficiency},
-                          {"network_efficiency", r.network_efficiency}};
+                          {"network_efficiency", r.network_efficiency},
+                          {"efficiency_band", {r.efficiency_low, r.efficiency_high}}};
     if (r.cost_per_hour) row["cost_per_hour"] = *r.cost_per_hour;
     if (r.cost_per_million_samples) row["cost_per_million_samples"] = *r.cost_per_million_samples;
     row["collectives"] = nlohmann::json::array();
@@ -403,6 +414,7 @@ nlohmann::json plan_to_json(const Plan& plan) {
   j["recommendation"] = rec(plan.overall);
   j["per_node_count"] = nlohmann::json::array();
   for (const auto& r : plan.per_node_count) j["per_node_count"].push_back(rec(r));
+  j["validated_against"] = validation_to_json(builtin_validation());
   return j;
 }
 
@@ -416,17 +428,19 @@ std::string plan_text(const Plan& plan) {
   for (const auto& f : plan.fabrics) {
     out += "\n" + fabric_label(f) + ": " + f.description + "\n";
     char head[256];
-    std::snprintf(head, sizeof head, "%7s %11s %11s %11s %14s %10s", "nodes", "step_ms", "compute_ms", "exposed_ms",
-                  "samples/s", "efficiency");
+    std::snprintf(head, sizeof head, "%7s %11s %11s %11s %14s %10s %13s", "nodes", "step_ms", "compute_ms",
+                  "exposed_ms", "samples/s", "efficiency", "band");
     out += head;
     if (rq.prices) out += "    " + rq.prices->currency + "/hour  " + rq.prices->currency + "/1M samples";
     out += "\n";
     for (const auto& r : plan.rows) {
       if (r.fabric != f.name) continue;
       char line[256];
-      std::snprintf(line, sizeof line, "%7d %11.2f %11.2f %11.2f %14.1f %9.1f%%", r.cluster.nodes,
+      char band[64];
+      std::snprintf(band, sizeof band, "%.1f-%.1f%%", r.efficiency_low * 100, r.efficiency_high * 100);
+      std::snprintf(line, sizeof line, "%7d %11.2f %11.2f %11.2f %14.1f %9.1f%% %13s", r.cluster.nodes,
                     r.timing.step_seconds * 1e3, r.timing.compute_seconds * 1e3, r.timing.exposed_seconds * 1e3,
-                    r.samples_per_s, r.efficiency * 100);
+                    r.samples_per_s, r.efficiency * 100, band);
       out += line;
       if (r.cost_per_hour) {
         std::snprintf(line, sizeof line, " %14.2f %16.3f", *r.cost_per_hour, r.cost_per_million_samples.value_or(0));
@@ -443,6 +457,12 @@ std::string plan_text(const Plan& plan) {
          plan.overall.why + ")\n";
   for (const Hinge& h : plan.hinges) out += "hinges on: " + hinge_text(plan, h) + "\n";
   for (const auto& note : plan.notes) out += "note: " + note + "\n";
+  out +=
+      "band: the efficiency with the network as much slower and faster as published clusters on its transport "
+      "were against the model (the collectives below that it meets)\n";
+  const auto box = validation_box_lines(builtin_validation());
+  out += "\n" + box.front() + "\n";
+  for (std::size_t i = 1; i < box.size(); ++i) out += "  " + box[i] + "\n";
   return out;
 }
 

@@ -44,6 +44,11 @@ struct PlanRow {
   std::optional<double> cost_per_million_samples;
   std::vector<CollectiveRow> collectives;  // the step's distinct collectives, as costed
   double network_efficiency = 0;           // the model's, before the loss besides the network
+  // The efficiency with the network as much slower and faster as the
+  // published clusters on this transport were against the model
+  // (validation.hpp, calibration_band).
+  double efficiency_low = 0;
+  double efficiency_high = 0;
 };
 
 // The loss besides the network (stragglers, input pipeline, the framework,

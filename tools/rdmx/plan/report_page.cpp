@@ -70,6 +70,54 @@ std::string plot(const json& plan, const char* key, const std::string& title, co
   return svg.empty() ? "<p class=\"note\">Nothing to plot.</p>" : "<div class=\"plot\">" + svg + "</div>";
 }
 
+// The efficiency with its band: the network as much slower and faster as
+// the published clusters on its transport were against the model.
+std::string efficiency_cell(const json& row) {
+  std::string out = "<td class=\"num\">" + format_number(num(row, "efficiency") * 100);
+  if (row.contains("efficiency_band") && row["efficiency_band"].size() == 2) {
+    const auto& band = row["efficiency_band"];
+    out += " <span class=\"dim\">(" + format_number(band[0].get<double>() * 100) + "-" +
+           format_number(band[1].get<double>() * 100) + ")</span>";
+  }
+  return out + "</td>";
+}
+
+// The published measurements of real clusters the model was checked
+// against, with its error on each (docs/ADVISOR.md, "Validation on real
+// clusters").
+std::string validated_against(const json& plan) {
+  if (!plan.contains("validated_against")) return "";
+  const json& v = plan["validated_against"];
+  std::string rows;
+  int within = 0;
+  for (const auto& r : v["rows"]) {
+    const bool collective = r.value("kind", "") == "collective";
+    const auto value = [collective](double x) {
+      return collective ? format_number(x) + " GB/s" : format_number(x * 100) + "%";
+    };
+    within += r.value("within_bound", false) ? 1 : 0;
+    rows += "<tr><td>" + text(r, "label") + "</td><td>" + text(r, "transport") + "</td><td class=\"num\">" +
+            value(num(r, "published")) + "</td><td class=\"num\">" + value(num(r, "modelled")) +
+            "</td><td class=\"num\">" + text(r, "error_text") + "</td><td>" +
+            (r.value("within_bound", false) ? std::string("within") : "outside: " + text(r, "explained")) +
+            "</td><td class=\"dim\">" + text(r, "role") + "</td><td class=\"dim\">" + text(r, "source") +
+            "</td></tr>\n";
+  }
+  std::string out = "<h2>Validated against</h2>\n<p class=\"note\">" + std::to_string(within) + " of " +
+                    std::to_string(v["rows"].size()) +
+                    " published measurements of real clusters within their bound (bus bandwidth within " +
+                    format_number(num(v, "collective_relative_bound") * 100) + "%, scaling efficiency within " +
+                    format_number(num(v, "scaling_points_bound")) +
+                    " points); the others are explained. Each efficiency above carries the band these errors give: "
+                    "the network as much slower and faster as the published clusters on its transport were "
+                    "against the model.</p>\n";
+  out +=
+      "<table><tr><th>case</th><th>transport</th><th>published</th><th>modelled</th><th>error</th><th>bound</th>"
+      "<th>role</th><th>source</th></tr>\n" +
+      rows + "</table>\n";
+  return out;
+}
+
 }  // namespace
 
 std::string render_plan_html(const json& plan) {
@@ -116,7 +164,7 @@ std::string render_plan_html(const json& plan) {
            " nodes</p>\n";
     out +=
         "<table><tr><th>nodes</th><th>step, ms</th><th>compute, ms</th><th>exposed comm., ms</th>"
-        "<th>samples/s</th><th>efficiency</th>";
+        "<th>samples/s</th><th>efficiency (band), %</th>";
     if (priced) out += "<th>cost/hour</th><th>cost/1M samples</th>";
     out += "<th>collectives (algorithm, ms)</th></tr>\n";
     for (const auto& row : plan["rows"]) {
@@ -128,8 +176,8 @@ std::string render_plan_html(const json& plan) {
                  format_number(num(c, "ms"));
       }
       out += "<tr>" + cell(num(row, "nodes")) + cell_ms(num(row, "step_ms")) + cell_ms(num(row, "compute_ms")) +
-             cell_ms(num(row, "exposed_comm_ms")) + cell(num(row, "samples_per_s"), 4) +
-             cell(num(row, "efficiency") * 100) + (priced ? cell(num(row, "cost_per_hour")) : "") +
+             cell_ms(num(row, "exposed_comm_ms")) + cell(num(row, "samples_per_s"), 4) + efficiency_cell(row) +
+             (priced ? cell(num(row, "cost_per_hour")) : "") +
              (priced ? cell(num(row, "cost_per_million_samples")) : "") + "<td class=\"dim\">" + colls + "</td></tr>\n";
     }
     out += "</table>\n";
@@ -142,6 +190,7 @@ std::string render_plan_html(const json& plan) {
       out += "</ul></details>\n";
     }
   }
+  out += validated_against(plan);
   out += "<footer>Written by rdmx plan. The model and its validation: docs/ADVISOR.md.</footer>\n</body>\n</html>\n";
   return out;
 }
