@@ -86,9 +86,7 @@ void calibrate_from_log(const CalibrateLogOptions& o) {
               o.like.c_str());
   std::printf("%14s %14s %14s %10s\n", "size", "busbw", "predicted", "ratio");
   const double p = layout.ranks();
-  const double factor = op == Collective::AllReduce                                      ? 2 * (p - 1) / p
-                        : op == Collective::AllGather || op == Collective::ReduceScatter ? (p - 1) / p
-                                                                                         : 1;
+  const double factor = bus_factor(op, static_cast<int>(p));
   for (std::size_t i = 0; i < log.points.size(); ++i) {
     const auto& pt = log.points[i];
     const double predicted = pt.bytes / fit.predicted_seconds[i] / 1e9 * factor;

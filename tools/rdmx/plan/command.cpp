@@ -50,6 +50,12 @@ struct PlanOptions {
   double bucket_mib = -1;
   double first_bucket_mib = -1;
   std::string models_file;
+  Parallelism parallel;
+  int layers = 0;
+  double hidden = 0;
+  double seq_len = 0;
+  int moe_layers = 0;
+  int top_k = 0;
 };
 
 std::vector<std::string> split_list(const std::string& text) {
@@ -102,10 +108,12 @@ Workload workload_of(const PlanOptions& o) {
   if (is_file) {
     w = load_captured_profile(o.model);
     if (o.batch > 0) w.samples_per_step = o.batch;
-    if (o.parameters > 0 || o.bucket_mib > 0 || o.first_bucket_mib > 0 || o.optimizer_ms >= 0 || o.sharding != "ddp") {
+    const Parallelism& p = o.parallel;
+    if (o.parameters > 0 || o.bucket_mib > 0 || o.first_bucket_mib > 0 || o.optimizer_ms >= 0 || o.sharding != "ddp" ||
+        p.tensor > 1 || p.pipeline > 1 || p.expert > 1 || o.layers > 0) {
       throw UsageError{
-          "--parameters, the bucket sizes, --optimizer-ms and --sharding describe a job; a captured profile has its "
-          "own"};
+          "--parameters, the bucket sizes, --optimizer-ms, --sharding and the model parallelism options describe a "
+          "job; a captured profile has its own (its collectives keep their communicators' sizes)"};
     }
     if (o.compute_ms >= 0) {
       scale_compute(w.step, o.compute_ms / 1e3);
@@ -157,6 +165,18 @@ Workload workload_of(const PlanOptions& o) {
   apply_node_rates(o, w);
   d.sharding = parse_sharding(o.sharding);
   if (d.sharding != Sharding::Ddp) w.source += std::string("; sharded as ") + to_string(d.sharding);
+  if (o.layers > 0) d.layers = o.layers;
+  if (o.hidden > 0) d.hidden = o.hidden;
+  if (o.seq_len > 0) d.seq_len = o.seq_len;
+  if (o.moe_layers > 0) d.moe_layers = o.moe_layers;
+  if (o.top_k > 0) d.top_k = o.top_k;
+  d.parallel = o.parallel;
+  const Parallelism& p = d.parallel;
+  if (p.tensor > 1 || p.pipeline > 1 || p.expert > 1) {
+    w.source += "; tensor x pipeline x expert parallel " + std::to_string(p.tensor) + " x " +
+                std::to_string(p.pipeline) + " x " + std::to_string(p.expert) + ", " + std::to_string(p.micro_batches) +
+                " micro-batches";
+  }
   w.step = describe_step(d);
   return w;
 }
@@ -277,7 +297,8 @@ struct CollectiveOptions {
 void run_collective(const CollectiveOptions& o) {
   Collective op;
   if (!parse_collective(o.op, &op)) {
-    throw UsageError{"--op: '" + o.op + "' is not all_reduce, all_gather, reduce_scatter, broadcast or reduce"};
+    throw UsageError{"--op: '" + o.op +
+                     "' is not all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all or send_recv"};
   }
   const auto fabrics = load_fabrics(o.fabric_file);
   const Fabric& f = find_fabric(fabrics, o.fabric.empty() ? fabrics.front().name : o.fabric);
@@ -291,9 +312,7 @@ void run_collective(const CollectiveOptions& o) {
     const Estimate e = estimate(f, cluster, op, static_cast<double>(bytes), lib);
     const double algbw = e.seconds > 0 ? bytes / e.seconds / 1e9 : 0;
     const double p = cluster.ranks();
-    const double factor = op == Collective::AllReduce                                      ? 2 * (p - 1) / p
-                          : op == Collective::AllGather || op == Collective::ReduceScatter ? (p - 1) / p
-                                                                                           : 1;
+    const double factor = bus_factor(op, static_cast<int>(p));
     if (o.json) {
       std::cout << nlohmann::json{{"op", o.op},
                                   {"fabric", f.name},
@@ -393,6 +412,23 @@ void register_plan(CLI::App& root) {
       ->check(CLI::Range(1.0 / 1024, 1048576.0));
   plan->add_option("--first-bucket-mib", o->first_bucket_mib, "the first bucket's size, MiB (DDP: 1)")
       ->check(CLI::Range(1.0 / 1024, 1048576.0));
+  plan->add_option("--tensor-parallel", o->parallel.tensor,
+                   "GPUs of a tensor-parallel group, inside a node: two all_reduces of activations per layer each way")
+      ->check(CLI::PositiveNumber);
+  plan->add_option("--pipeline-parallel", o->parallel.pipeline,
+                   "pipeline stages (1F1B): sends across stage boundaries and the bubble")
+      ->check(CLI::PositiveNumber);
+  plan->add_option("--micro-batches", o->parallel.micro_batches, "micro-batches per step through the pipeline")
+      ->check(CLI::PositiveNumber);
+  plan->add_option("--expert-parallel", o->parallel.expert,
+                   "GPUs of an expert-parallel group (mixture of experts): two all_to_alls per expert layer each way")
+      ->check(CLI::PositiveNumber);
+  plan->add_option("--layers", o->layers, "transformer layers (with model parallelism)")->check(CLI::PositiveNumber);
+  plan->add_option("--hidden", o->hidden, "hidden size (with model parallelism)")->check(CLI::PositiveNumber);
+  plan->add_option("--seq-len", o->seq_len, "tokens per sample (with model parallelism)")->check(CLI::PositiveNumber);
+  plan->add_option("--moe-layers", o->moe_layers, "layers with experts (default: all, with --expert-parallel)")
+      ->check(CLI::PositiveNumber);
+  plan->add_option("--top-k", o->top_k, "experts each token is sent to (default 2)")->check(CLI::PositiveNumber);
   plan->add_option("--models-file", o->models_file,
                    "presets from this file (tools/rdmx/plan/data/models.json's form) instead of the built-in ones");
 
@@ -410,7 +446,8 @@ void register_plan(CLI::App& root) {
 
   auto c = std::make_shared<CollectiveOptions>();
   CLI::App* coll = plan->add_subcommand("collective", "the model's time for one collective, nccl-tests columns");
-  coll->add_option("--op", c->op, "all_reduce, all_gather, reduce_scatter, broadcast or reduce")->capture_default_str();
+  coll->add_option("--op", c->op, "all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all or send_recv")
+      ->capture_default_str();
   coll->add_option("--sizes", c->sizes, "sizes: a comma list or LO..HI, up to 1024G (modelled, never allocated)")
       ->capture_default_str();
   coll->add_option("--nodes", c->nodes, "nodes")->check(CLI::Range(1, 1 << 20))->capture_default_str();

@@ -18,6 +18,8 @@ CollOp coll_op(Collective op) {
     case Collective::ReduceScatter: return CollOp::ReduceScatter;
     case Collective::Broadcast: return CollOp::Broadcast;
     case Collective::Reduce: return CollOp::Reduce;
+    case Collective::AllToAll: return CollOp::AllToAll;
+    case Collective::SendRecv: return CollOp::SendRecv;
   }
   return CollOp::AllReduce;
 }
@@ -65,6 +67,8 @@ const char* to_string(Collective op) {
     case Collective::ReduceScatter: return "reduce_scatter";
     case Collective::Broadcast: return "broadcast";
     case Collective::Reduce: return "reduce";
+    case Collective::AllToAll: return "all_to_all";
+    case Collective::SendRecv: return "send_recv";
   }
   return "?";
 }
@@ -78,7 +82,12 @@ bool parse_collective(const std::string& name, Collective* op) {
                {"all_gather", "allgather", Collective::AllGather},
                {"reduce_scatter", "reducescatter", Collective::ReduceScatter},
                {"broadcast", "bcast", Collective::Broadcast},
-               {"reduce", "reduce", Collective::Reduce}};
+               {"reduce", "reduce", Collective::Reduce},
+               {"all_to_all", "alltoall", Collective::AllToAll},
+               {"all_to_allv", "alltoallv", Collective::AllToAll},
+               {"send_recv", "sendrecv", Collective::SendRecv},
+               {"send", "send", Collective::SendRecv},
+               {"recv", "recv", Collective::SendRecv}};
   for (const auto& n : names) {
     if (name == n.a || name == n.b) {
       *op = n.op;
@@ -87,6 +96,42 @@ bool parse_collective(const std::string& name, Collective* op) {
   }
   return false;
 }
+
+double bus_factor(Collective op, int ranks) {
+  const double p = ranks;
+  switch (op) {
+    case Collective::AllReduce: return 2 * (p - 1) / p;
+    case Collective::AllGather:
+    case Collective::ReduceScatter:
+    case Collective::AllToAll: return (p - 1) / p;
+    default: return 1;
+  }
+}
+
+namespace {
+
+// Point-to-point traffic, as NCCL runs all_to_all (grouped sends and
+// receives to every peer at once) and a pipeline's send/recv: the bytes
+// through the links that carry them, a node's ranks sharing its network,
+// after one step's latency.
+Estimate point_to_point(const Fabric& f, const Cluster& c, Collective op, double bytes, Library library) {
+  const double g = c.ranks_per_node, p = c.ranks();
+  const double net = f.node_net_bytes_per_s(c.ranks_per_node);
+  const double intra = f.intra_gb_s * 1e9;
+  const bool across = c.nodes > 1;
+  double seconds = (across ? f.latency_us : f.intra_latency_us) * 1e-6;
+  if (op == Collective::SendRecv) {
+    seconds += across ? bytes * g / net : bytes / intra;
+  } else {
+    const double to_each = bytes / p;
+    double moved = (g - 1) * to_each / intra;
+    if (across) moved = std::max(moved, g * (p - g) * to_each / net);
+    seconds += moved;
+  }
+  return {"p2p", seconds, library == Library::Rdmx ? "" : "Simple"};
+}
+
+}  // namespace
 
 std::vector<Estimate> estimate_algorithms(const Fabric& fabric, const Cluster& cluster, Collective op, double bytes,
                                           Library library) {
@@ -97,6 +142,11 @@ std::vector<Estimate> estimate_algorithms(const Fabric& fabric, const Cluster& c
                 {.op = "rdmx plan"});
   }
   if (cluster.ranks() == 1) return {{"local", 0}};
+  // rdmx costs all_to_all by its own algorithms; NCCL has none but
+  // point-to-point, and neither has a collective for send/recv.
+  if (op == Collective::SendRecv || (op == Collective::AllToAll && library != Library::Rdmx)) {
+    return {point_to_point(fabric, cluster, op, bytes, library)};
+  }
   if (library != Library::Rdmx) {
     // Each algorithm with the protocol NCCL would run it with.
     std::vector<Estimate> out;
@@ -117,7 +167,7 @@ std::vector<Estimate> estimate_algorithms(const Fabric& fabric, const Cluster& c
 
 Estimate estimate(const Fabric& fabric, const Cluster& cluster, Collective op, double bytes, Library library) {
   const auto all = estimate_algorithms(fabric, cluster, op, bytes, library);
-  if (cluster.ranks() == 1) return all.front();
+  if (cluster.ranks() == 1 || op == Collective::SendRecv) return all.front();
   if (library == Library::Rdmx) {
     const AlgoCost chosen = rdmx_prediction(fabric, cluster, op, bytes).chosen;
     return {chosen.algo, chosen.seconds};

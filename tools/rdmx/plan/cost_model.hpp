@@ -20,11 +20,18 @@ enum class Library { Rdmx, Nccl, NcclRing };
 const char* to_string(Library library);
 Library parse_library(const std::string& name);
 
-enum class Collective { AllReduce, AllGather, ReduceScatter, Broadcast, Reduce };
+// AllToAll: every rank sends a share of its buffer to every other rank (an
+// MoE layer's dispatch and combine). SendRecv: each rank of a node sends a
+// buffer to a peer, on the next node when there are several (a pipeline's
+// stage boundary), all of the node's ranks at once.
+enum class Collective { AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll, SendRecv };
 const char* to_string(Collective op);
-// "all_reduce", "allreduce" (nccl-tests), and the other four likewise;
+// "all_reduce", "allreduce" (nccl-tests), and the others likewise
+// ("all_to_allv" as all_to_all; "send", "recv", "send_recv" as send_recv);
 // false for operations the model does not cost.
 bool parse_collective(const std::string& name, Collective* op);
+// nccl-tests' bus bandwidth over algorithm bandwidth for `op` on `ranks`.
+double bus_factor(Collective op, int ranks);
 
 struct Cluster {
   int nodes = 1;

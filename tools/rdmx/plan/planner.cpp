@@ -155,6 +155,17 @@ std::string links_text(const Plan& plan) {
          ": only the transport differs";
 }
 
+// `f` as one group sees it while the node's other groups use the network
+// at once: its share of the links, and the socket transport's share as
+// for all the node's GPUs.
+Fabric sharing(const Fabric& f, const GroupPlacement& at, const Cluster& job) {
+  Fabric out = f;
+  const double socket = f.socket_share(job.ranks_per_node) / f.socket_share(at.cluster.ranks_per_node);
+  out.efficiency *= at.net_share * socket;
+  out.staging_gb_s *= at.net_share;
+  return out;
+}
+
 // A row as the model costs it: the step replayed with each collective's
 // time on `f`, before any loss besides the network.
 PlanRow model_row(const PlanRequest& request, const Fabric& f, int nodes) {
@@ -164,7 +175,11 @@ PlanRow model_row(const PlanRequest& request, const Fabric& f, int nodes) {
   std::set<std::pair<std::string, double>> seen;
   row.timing = replay(request.workload.step, [&](const StepCollective& c) {
     Estimate e{"measured", c.measured_seconds, ""};
-    if (c.modelled) e = estimate(f, row.cluster, c.op, c.bytes, request.library);
+    if (c.modelled) {
+      const GroupPlacement at = place_group(c, request.workload.step, row.cluster);
+      e = at.net_share < 1 ? estimate(sharing(f, at, row.cluster), at.cluster, c.op, c.bytes, request.library)
+                           : estimate(f, at.cluster, c.op, c.bytes, request.library);
+    }
     if (seen.insert({c.name, c.bytes}).second)
       row.collectives.push_back({c.name, c.bytes, e.algo, e.protocol, e.seconds});
     return e.seconds;
@@ -193,7 +208,11 @@ NodeLoss node_loss(const PlanRequest& request, const Fabric& first) {
     loss.source = "one GPU per node: no loss inside a node";
     return loss;
   }
-  loss.modelled = model_row(request, first, 1).network_efficiency;
+  // With model parallelism wider than a node there is no one-node job to
+  // compare: the in-node loss is taken whole, none of it charged to the
+  // model's own communication inside the node.
+  const bool one_node_job = parallel_misfit(w.step.parallel, {1, request.gpus_per_node}).empty();
+  loss.modelled = one_node_job ? model_row(request, first, 1).network_efficiency : 1;
   if (w.one_node_efficiency > 0) {
     loss.measured = w.one_node_efficiency;
     loss.source = w.one_node_source;

@@ -24,9 +24,10 @@ StepTiming replay(const StepTrace& step, const std::function<double(const StepCo
         t += a.seconds;
         out.compute_seconds += a.seconds;
         break;
+      case StepAction::Idle: t += a.seconds; break;
       case StepAction::Issue: {
         const auto i = static_cast<std::size_t>(a.collective);
-        const double cost = collective_seconds(step.collectives[i]);
+        const double cost = collective_seconds(step.collectives[i]) * step.collectives[i].repeat;
         out.comm_seconds += cost;
         done[i] = std::max(t, queue_free) + cost;
         queue_free = done[i];
@@ -65,6 +66,8 @@ std::vector<double> bucket_sizes(const Description& d) {
 }
 
 StepTrace describe_step(const Description& d) {
+  const Parallelism& p = d.parallel;
+  if (p.tensor > 1 || p.pipeline > 1 || p.expert > 1) return describe_parallel_step(d);
   if (d.sharding != Sharding::Ddp) return describe_sharded_step(d);
   StepTrace s;
   const double total = d.parameters * d.gradient_bytes;
@@ -137,9 +140,13 @@ Description preset_description(const std::string& name, std::string* source, con
   d.samples_per_step = number_field(m, place, "batch_per_gpu", 1, 1e7);
   d.bucket_bytes = number_field_or(m, place, "bucket_mib", 1.0 / 1024, 1 << 20, 25) * (1 << 20);
   d.first_bucket_bytes = number_field_or(m, place, "first_bucket_mib", 1.0 / 1024, 1 << 20, 1) * (1 << 20);
+  d.layers = static_cast<int>(number_field_or(m, place, "layers", 1, 1e5, 0));
+  d.hidden = number_field_or(m, place, "hidden", 1, 1e7, 0);
+  d.seq_len = number_field_or(m, place, "seq_len", 1, 1e8, 0);
   if (source) {
     *source = text_field(m, place, "parameters_source") + "; compute: " + text_field(m, place, "compute_source");
     if (m.contains("bucket_source")) *source += "; buckets: " + text_field(m, place, "bucket_source");
+    if (m.contains("shape_source")) *source += "; shape: " + text_field(m, place, "shape_source");
   }
   return d;
 }
@@ -169,6 +176,8 @@ CapturedStep parse_step(const nlohmann::json& j, const DocPlace& place) {
     cc.c.name = text_field(cj, at, "op");
     cc.c.modelled = parse_collective(cc.c.name, &cc.c.op);
     cc.c.bytes = number_field(cj, at, "bytes", 0, 1e15);
+    // A subgroup's operation keeps its group's size at every layout.
+    if (cj.contains("ranks") && cj["ranks"].is_number()) cc.c.group_ranks = cj["ranks"].get<int>();
     cc.c.type = text_field_or(cj, at, "type", "");
     cc.issue = number_field(cj, at, "issue_us", -1e12, 1e12) / 1e6;
     cc.done = number_field(cj, at, "done_us", -1e12, 1e12) / 1e6;

@@ -18,10 +18,19 @@ namespace rdmx::cli::plan {
 
 // One action of the caller's timeline, in order.
 struct StepAction {
-  enum Kind { Compute, Issue, Wait } kind = Compute;
-  double seconds = 0;   // Compute: how long
+  // Idle: the GPU waits for no collective and computes nothing (a
+  // pipeline's bubble): step time that is neither compute nor network.
+  enum Kind { Compute, Issue, Wait, Idle } kind = Compute;
+  double seconds = 0;   // Compute, Idle: how long
   int collective = -1;  // Issue, Wait: index into StepTrace::collectives
 };
+
+// Which ranks a collective runs among (docs/ADVISOR.md, "Model
+// parallelism"): all of them, a tensor-parallel group (inside a node), a
+// data-parallel group (the ranks holding the same shard of the model), an
+// expert-parallel group (consecutive data-parallel ranks), or the peers
+// across a pipeline stage boundary.
+enum class Group { World, Tensor, Data, Expert, Pipeline };
 
 struct StepCollective {
   Collective op = Collective::AllReduce;
@@ -30,6 +39,17 @@ struct StepCollective {
   double measured_seconds = -1;  // captured: issue to completion, as measured; -1 described
   bool modelled = true;          // false: an operation the model does not cost (its measured time stands)
   std::string name;              // the operation as captured ("all_reduce", "barrier")
+  Group group = Group::World;
+  int group_ranks = 0;  // captured: its communicator's size when smaller than the job's (0: the job's)
+  int repeat = 1;       // it stands for this many identical calls, each waited before the next
+};
+
+// How a described job splits its model over the ranks (1: not at all).
+struct Parallelism {
+  int tensor = 1;         // ranks of a tensor-parallel group, inside one node
+  int pipeline = 1;       // pipeline stages
+  int expert = 1;         // ranks of an expert-parallel group
+  int micro_batches = 1;  // per step, through the pipeline
 };
 
 struct StepTrace {
@@ -37,6 +57,7 @@ struct StepTrace {
   std::vector<StepAction> actions;
   double measured_seconds = -1;  // captured: the step's measured length
   int captured_ranks = 0;        // captured: the ranks it ran on
+  Parallelism parallel;
 };
 
 // What a step costs when collectives take `collective_seconds` each, issued
@@ -74,7 +95,17 @@ struct Description {
   double optimizer_seconds = 0;            // after the last wait, inside compute_seconds
   Sharding sharding = Sharding::Ddp;       // buckets are FSDP's units under Zero3
   double samples_per_step = 1;             // per GPU (batch size)
-  std::string compute_gpu;                 // the GPU compute_seconds holds for ("A100"); empty: the fabrics'
+  // Model parallelism (parallel_step.cpp): the layers, width and sequence
+  // length give the activations tensor, pipeline and expert parallelism
+  // move.
+  Parallelism parallel;
+  int layers = 0;
+  double hidden = 0;
+  double seq_len = 0;
+  double activation_bytes = 2;  // bf16
+  int moe_layers = 0;           // layers with experts (0 with expert parallelism: every layer)
+  int top_k = 2;                // experts each token goes to
+  std::string compute_gpu;      // the GPU compute_seconds holds for ("A100"); empty: the fabrics'
   // One node's throughput against its GPUs' one-GPU rate (0: not known),
   // and where that figure comes from.
   double one_node_efficiency = 0;
@@ -90,6 +121,21 @@ std::vector<double> bucket_sizes(const Description& d);
 StepTrace describe_step(const Description& d);
 // ZeRO-1, -2 and -3 (sharded_step.cpp).
 StepTrace describe_sharded_step(const Description& d);
+// Tensor, pipeline and expert parallelism, alone or together, with data
+// parallelism (DDP or sharded) over what is left (parallel_step.cpp).
+StepTrace describe_parallel_step(const Description& d);
+
+// Where a collective of `step` runs when the job has `cluster`'s layout:
+// the ranks and nodes of its group, and the share of each node's network
+// it gets while the node's other groups run theirs at once. Throws when
+// the parallelism does not fit the layout, naming both.
+struct GroupPlacement {
+  Cluster cluster;
+  double net_share = 1;
+};
+GroupPlacement place_group(const StepCollective& c, const StepTrace& step, const Cluster& cluster);
+// Why `p` does not fit `cluster`, or empty when it does.
+std::string parallel_misfit(const Parallelism& p, const Cluster& cluster);
 
 struct Workload {
   std::string name;    // "resnet-50", or the profile's file
