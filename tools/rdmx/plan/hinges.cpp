@@ -84,11 +84,19 @@ std::string hinge_text(const Plan& plan, const Hinge& h) {
   const std::string beyond = f != nullptr && h.needed_gb_s > line
                                  ? ", more than its links' line rate of " + format_printf("%.2f GB/s", line)
                                  : "";
+  // What published socket runs reached on such links, for a socket fabric
+  // asked for more than its profile gives.
+  std::string published;
+  if (f != nullptr && f->transport == "socket") {
+    const double per_nic = static_cast<double>(plan.request.gpus_per_node) / std::max(1, f->nics_per_node);
+    published = per_nic >= 8 ? " (published NCCL socket runs with 8 GPUs per NIC reach 0.42-0.70 of the line "
+                               "rate: NVIDIA/nccl#209, #450)"
+                             : " (published NCCL socket runs reach 0.96 of a 32 GbE link with one GPU per node: "
+                               "NVIDIA/nccl#209; none is published with fewer than 8 GPUs per NIC at 100 GbE or "
+                               "more)";
+  }
   return name + " keeps " + target + at + " only if a node's network reaches " + needed + beyond +
-         "; its profile gives " + profiled +
-         (f != nullptr && f->transport == "socket" ? " (NCCL's sockets with 8 GPUs per NIC are published at "
-                                                     "25-50% of line rate: NVIDIA/nccl#209)"
-                                                   : "");
+         "; its profile gives " + profiled + published;
 }
 
 }  // namespace rdmx::cli::plan

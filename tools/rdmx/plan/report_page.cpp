@@ -73,11 +73,16 @@ std::string plot(const json& plan, const char* key, const std::string& title, co
 // The efficiency with its band: the network as much slower and faster as
 // the published clusters on its transport were against the model.
 std::string efficiency_cell(const json& row) {
-  std::string out = "<td class=\"num\">" + format_number(num(row, "efficiency") * 100);
+  const auto percent = [](double v) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f", v * 100);
+    return std::string(text);
+  };
+  std::string out = "<td class=\"num\">" + percent(num(row, "efficiency"));
   if (row.contains("efficiency_band") && row["efficiency_band"].size() == 2) {
     const auto& band = row["efficiency_band"];
-    out += " <span class=\"dim\">(" + format_number(band[0].get<double>() * 100) + "-" +
-           format_number(band[1].get<double>() * 100) + ")</span>";
+    out +=
+        " <span class=\"dim\">(" + percent(band[0].get<double>()) + "-" + percent(band[1].get<double>()) + ")</span>";
   }
   return out + "</td>";
 }
@@ -95,13 +100,17 @@ std::string validated_against(const json& plan) {
     const auto value = [collective](double x) {
       return collective ? format_number(x) + " GB/s" : format_number(x * 100) + "%";
     };
-    within += r.value("within_bound", false) ? 1 : 0;
+    const bool in = r.value("within_bound", false);
+    within += in ? 1 : 0;
+    // "fitted: the socket share ..." or "checked: ...": the first word in
+    // the table, the rest on hover.
+    const std::string role = r.value("role", "");
     rows += "<tr><td>" + text(r, "label") + "</td><td>" + text(r, "transport") + "</td><td class=\"num\">" +
             value(num(r, "published")) + "</td><td class=\"num\">" + value(num(r, "modelled")) +
-            "</td><td class=\"num\">" + text(r, "error_text") + "</td><td>" +
-            (r.value("within_bound", false) ? std::string("within") : "outside: " + text(r, "explained")) +
-            "</td><td class=\"dim\">" + text(r, "role") + "</td><td class=\"dim\">" + text(r, "source") +
-            "</td></tr>\n";
+            "</td><td class=\"num\">" + text(r, "error_text") + "</td><td>" + (in ? "within" : "<b>outside</b>") +
+            "</td><td title=\"" + html_escape(role) + "\">" + html_escape(role.substr(0, role.find(':'))) +
+            "</td><td class=\"dim\">" + text(r, "source") + "</td></tr>\n";
+    if (!in) rows += "<tr><td></td><td colspan=\"7\" class=\"dim\">Explained: " + text(r, "explained") + "</td></tr>\n";
   }
   std::string out = "<h2>Validated against</h2>\n<p class=\"note\">" + std::to_string(within) + " of " +
                     std::to_string(v["rows"].size()) +
@@ -113,7 +122,7 @@ std::string validated_against(const json& plan) {
                     "against the model.</p>\n";
   out +=
       "<table><tr><th>case</th><th>transport</th><th>published</th><th>modelled</th><th>error</th><th>bound</th>"
-      "<th>role</th><th>source</th></tr>\n" +
+      "<th>constant fitted to it?</th><th>source</th></tr>\n" +
       rows + "</table>\n";
   return out;
 }
@@ -148,9 +157,13 @@ std::string render_plan_html(const json& plan) {
     for (const auto& note : plan["notes"]) out += "<li>" + html_escape(note.get<std::string>()) + "</li>";
     out += "</ul>\n";
   }
-  out += "<h2>Throughput and efficiency</h2>\n";
-  out += "<div class=\"pair\">" + plot(plan, "samples_per_s", "Throughput", "samples/s", "samples/s", 1, true) +
-         plot(plan, "efficiency", "Scaling efficiency against one GPU", "efficiency, %", "%", 100, false) + "</div>\n";
+  // Curves over node counts; with one node count the tables below say all.
+  if (plan.contains("nodes") && plan["nodes"].size() > 1) {
+    out += "<h2>Throughput and efficiency</h2>\n";
+    out += "<div class=\"pair\">" + plot(plan, "samples_per_s", "Throughput", "samples/s", "samples/s", 1, true) +
+           plot(plan, "efficiency", "Scaling efficiency against one GPU", "efficiency, %", "%", 100, false) +
+           "</div>\n";
+  }
   out += "<h2>Per fabric</h2>\n";
   for (const std::string& name : fabric_order(plan)) {
     if (!plan["fabrics"].contains(name)) continue;
