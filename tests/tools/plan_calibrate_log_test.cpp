@@ -151,5 +151,45 @@ TEST(PlanCalibrateLog, TheCommandWritesAProfileThatPredictsItsCurve) {
   std::filesystem::remove_all(dir);
 }
 
+// rdmx perf coll --json's document, as the command reads it: the
+// out-of-place rows of the collective asked for, the in-place ones and
+// other collectives left out; the layout comes from the options, since the
+// document names no hosts.
+TEST(PlanCalibrateLog, RdmxPerfCollJsonIsReadAsACurve) {
+  Fabric truth = find_fabric(load_fabrics(""), "ib-hdr");
+  truth.efficiency = 0.6;
+  truth.latency_us = 20;
+  nlohmann::json doc = {{"schema", "rdmx.perf.coll/1"}, {"np", 4}, {"runs", nlohmann::json::array()}};
+  for (const char* name : {"all_gather", "all_reduce"}) {
+    nlohmann::json run = {{"collective", name}, {"np", 4}, {"results", nlohmann::json::array()}};
+    for (double bytes = 1 << 20; bytes <= (1 << 28); bytes *= 4) {
+      const double s = estimate(truth, {2, 2}, Collective::AllReduce, bytes, Library::Rdmx).seconds;
+      const double us = std::string(name) == "all_reduce" ? s * 1e6 : 1.0;
+      run["results"].push_back({{"bytes", bytes}, {"inplace", false}, {"time_us", us}, {"busbw_GBps", 0}});
+      run["results"].push_back({{"bytes", bytes}, {"inplace", true}, {"time_us", us * 3}, {"busbw_GBps", 0}});
+    }
+    doc["runs"].push_back(run);
+  }
+  const NcclTestsLog log = parse_perf_coll_json(doc.dump(), "perf.json", "all_reduce");
+  EXPECT_EQ(log.collective, "all_reduce");
+  EXPECT_EQ(log.ranks, 4);
+  EXPECT_EQ(log.nodes, 0);
+  ASSERT_EQ(log.points.size(), 5u);
+  EXPECT_THROW(parse_perf_coll_json(doc.dump(), "perf.json", ""), Error);  // two collectives: which?
+  EXPECT_THROW(parse_perf_coll_json(R"({"schema":"other"})", "perf.json", ""), Error);
+
+  const std::string dir = ::testing::TempDir() + "rdmx_calibrate_perf_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/perf.json") << doc.dump(1);
+  const CliResult r =
+      run_cli({"plan", "calibrate", "--from-nccl-tests", dir + "/perf.json", "--op", "all_reduce", "--nodes", "2",
+               "--gpus-per-node", "2", "--like", "ib-hdr", "--library", "rdmx", "--out", dir + "/fitted.json"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const auto fitted = load_fabrics(dir + "/fitted.json");
+  ASSERT_EQ(fitted.size(), 1u);
+  EXPECT_NEAR(fitted[0].efficiency, 0.6, 0.03) << r.out;
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace rdmx::test

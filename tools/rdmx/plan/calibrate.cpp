@@ -278,7 +278,8 @@ void register_plan_calibrate(CLI::App& plan) {
   auto l = std::make_shared<CalibrateLogOptions>();
   cal->add_option(
       "--from-nccl-tests", l->log,
-      "fit the profile to this nccl-tests output (all_reduce_perf, ...) instead of measuring; no rank runs");
+      "fit the profile to this nccl-tests output (all_reduce_perf, ...) or rdmx perf coll --json document instead of "
+      "measuring; no rank runs");
   cal->add_option("--like", l->like, "with --from-nccl-tests: the profile whose other fields are kept")
       ->capture_default_str();
   cal->add_option("--fabric-file", l->fabric_file, "with --like: a profile file instead of the built-in ones");

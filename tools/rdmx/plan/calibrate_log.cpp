@@ -41,7 +41,11 @@ std::string gpu_model(const std::string& printed) {
 
 void calibrate_from_log(const CalibrateLogOptions& o) {
   using namespace plan;
-  const NcclTestsLog log = parse_nccl_tests_log(read_text(o.log), o.log);
+  // An nccl-tests log, or rdmx perf coll's JSON (a document, not a log).
+  const std::string text = read_text(o.log);
+  const auto first = text.find_first_not_of(" \t\r\n");
+  const NcclTestsLog log = first != std::string::npos && text[first] == '{' ? parse_perf_coll_json(text, o.log, o.op)
+                                                                            : parse_nccl_tests_log(text, o.log);
   Collective op = Collective::AllReduce;
   const std::string op_name = !o.op.empty() ? o.op : log.collective;
   if (op_name.empty() || !parse_collective(op_name, &op)) {

@@ -9,6 +9,8 @@
 #include <set>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "rdmx/error.hpp"
 
 namespace rdmx::cli::plan {
@@ -143,6 +145,38 @@ double golden_log(double lo, double hi, Cost cost) {
 }
 
 }  // namespace
+
+NcclTestsLog parse_perf_coll_json(const std::string& text, const std::string& origin, const std::string& collective) {
+  const auto refuse = [&origin](const std::string& what) {
+    throw Error(ErrorCode::InvalidArgument, origin + ": " + what,
+                {.op = "plan calibrate", .hint = "give the output of rdmx perf coll --json, or an nccl-tests log"});
+  };
+  const auto doc = nlohmann::json::parse(text, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object() || doc.value("schema", "") != "rdmx.perf.coll/1" ||
+      !doc.contains("runs") || !doc["runs"].is_array()) {
+    refuse("not a document of rdmx perf coll --json (schema rdmx.perf.coll/1)");
+  }
+  std::set<std::string> names;
+  for (const auto& run : doc["runs"]) names.insert(run.value("collective", ""));
+  if (collective.empty() && names.size() != 1) refuse("it holds several collectives: say which with --op");
+  const std::string want = collective.empty() ? *names.begin() : collective;
+  NcclTestsLog log;
+  for (const auto& run : doc["runs"]) {
+    if (run.value("collective", "") != want || !log.points.empty()) continue;
+    log.collective = want;
+    log.ranks = run.value("np", doc.value("np", 0));
+    for (const auto& row : run.value("results", nlohmann::json::array())) {
+      if (row.value("inplace", false)) continue;
+      const double us = row.value("time_us", 0.0);
+      if (us <= 0) continue;
+      log.points.push_back({row.value("bytes", 0.0), us / 1e6, row.value("busbw_GBps", 0.0)});
+    }
+  }
+  if (log.points.empty()) refuse("no out-of-place " + want + " rows in it");
+  std::sort(log.points.begin(), log.points.end(),
+            [](const CurvePoint& a, const CurvePoint& b) { return a.bytes < b.bytes; });
+  return log;
+}
 
 CurveFit fit_curve(const Fabric& like, const Cluster& layout, Collective op, const std::vector<CurvePoint>& points,
                    Library library) {

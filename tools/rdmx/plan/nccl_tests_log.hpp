@@ -34,6 +34,12 @@ struct NcclTestsLog {
 // groups. Throws rdmx::Error naming `origin` when no measurement is found.
 NcclTestsLog parse_nccl_tests_log(const std::string& text, const std::string& origin);
 
+// What `rdmx perf coll --json` printed (docs/schemas/perf_coll.schema.json),
+// as the same curve: the out-of-place rows of the run of `collective` (or
+// of its only collective when empty). It names no hosts: nodes stay 0.
+// Throws rdmx::Error naming `origin` for another document or a missing run.
+NcclTestsLog parse_perf_coll_json(const std::string& text, const std::string& origin, const std::string& collective);
+
 struct CurveFit {
   Fabric fabric;                          // `like` with the fitted fields and their sources
   std::vector<double> predicted_seconds;  // per point
