@@ -124,9 +124,10 @@ def results_in(output):
     return found
 
 
-def assert_all_ok(results):
+def assert_all_ok(results, what=""):
+    """Every rank exited 0 with a result; `what` ("on gloo") says which run failed."""
     bad = [r for r in results if r.returncode != 0 or r.result is None]
-    assert not bad, "\n".join(repr(r) for r in results)
+    assert not bad, (what + ":\n" if what else "") + "\n".join(repr(r) for r in results)
 
 
 def results_without_failures(results):

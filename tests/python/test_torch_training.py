@@ -29,7 +29,7 @@ def on_both(world, scenario, args, timeout_s):
     for backend in ("gloo", "rdmx"):
         results = ranks.run(world, scenario, dict(args, backend=backend), timeout_s=timeout_s,
                             script=ranks.TRAINING)
-        ranks.assert_all_ok(results)
+        ranks.assert_all_ok(results, what=f"on {backend}")
         out[backend] = [r.result for r in results]
     assert_no_error("gloo", out["gloo"])
     return out["gloo"], out["rdmx"]
