@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <string>
 
+#include "plan/step_builder.hpp"
 #include "plan/workload.hpp"
 #include "rdmx/error.hpp"
 
@@ -18,22 +19,17 @@ namespace {
   throw Error(ErrorCode::InvalidArgument, what, {.op = "rdmx plan", .hint = hint});
 }
 
-// A collective every micro-batch waits for at once: nothing overlaps it.
-void exposed(StepTrace& s, Collective op, Group group, double bytes, int repeat, const std::string& type) {
-  if (repeat <= 0 || bytes <= 0) return;
-  StepCollective c;
-  c.op = op;
-  c.bytes = bytes;
-  c.type = type;
-  c.name = std::string(to_string(op)) + (group == Group::Tensor   ? " (tensor)"
-                                         : group == Group::Expert ? " (expert)"
-                                                                  : " (pipeline)");
-  c.group = group;
-  c.repeat = repeat;
-  const int index = static_cast<int>(s.collectives.size());
-  s.collectives.push_back(c);
-  s.actions.push_back({StepAction::Issue, 0, index});
-  s.actions.push_back({StepAction::Wait, 0, index});
+// Stages are laid out across nodes (nodes / stages each), or several to a
+// node when there are more stages than nodes; a data-parallel group is one
+// rank per tensor group in each stage's nodes. Valid once the layout fits.
+struct DataLayout {
+  int nodes = 0;     // nodes a data-parallel group spans
+  int per_node = 0;  // its ranks on each
+};
+DataLayout data_layout(const Parallelism& p, const Cluster& cluster) {
+  const int g = cluster.ranks_per_node, n = cluster.nodes;
+  if (p.pipeline <= n) return {n / p.pipeline, g / p.tensor};
+  return {n, g / (p.tensor * (p.pipeline / n))};
 }
 
 }  // namespace
@@ -62,44 +58,40 @@ StepTrace describe_parallel_step(const Description& d) {
   const int stage_layers = d.layers / p.pipeline;
   const int moe_layers = p.expert > 1 ? std::max(1, (d.moe_layers > 0 ? d.moe_layers : d.layers) / p.pipeline) : 0;
 
-  StepTrace s;
-  s.parallel = p;
+  StepBuilder b(d.activation_bytes == 2 ? "bfloat16" : "float32");
+  // A collective every micro-batch waits for at once: nothing overlaps it.
+  const auto exposed = [&b](Collective op, Group group, const char* what, double bytes, int repeat) {
+    if (repeat > 0 && bytes > 0) b.wait(b.issue(op, bytes, group, repeat, std::string(to_string(op)) + what));
+  };
   // Forward and backward of every micro-batch: two all_reduces per layer
   // each way (Megatron's attention and MLP), two all_to_alls per expert
   // layer each way (dispatch and combine of each token's top_k copies),
   // and on the pipeline's critical path one send per stage boundary and
   // slot each way.
   for (int pass = 0; pass < 2; ++pass) {
-    if (p.tensor > 1)
-      exposed(s, Collective::AllReduce, Group::Tensor, activation, 2 * stage_layers * p.micro_batches, type);
+    if (p.tensor > 1) {
+      exposed(Collective::AllReduce, Group::Tensor, " (tensor)", activation, 2 * stage_layers * p.micro_batches);
+    }
     if (p.expert > 1) {
-      exposed(s, Collective::AllToAll, Group::Expert, activation * d.top_k / p.tensor, 2 * moe_layers * p.micro_batches,
-              type);
+      exposed(Collective::AllToAll, Group::Expert, " (expert)", activation * d.top_k / p.tensor,
+              2 * moe_layers * p.micro_batches);
     }
     if (p.pipeline > 1) {
-      exposed(s, Collective::SendRecv, Group::Pipeline, activation / p.tensor, p.micro_batches + p.pipeline - 2, type);
+      exposed(Collective::SendRecv, Group::Pipeline, " (pipeline)", activation / p.tensor,
+              p.micro_batches + p.pipeline - 2);
     }
   }
   // 1F1B's bubble: (stages - 1) slots of a micro-batch's forward and
   // backward in which a stage waits for work.
-  if (p.pipeline > 1) {
-    s.actions.push_back({StepAction::Idle, d.compute_seconds * (p.pipeline - 1) / p.micro_batches, -1});
-  }
+  if (p.pipeline > 1) b.idle(d.compute_seconds * (p.pipeline - 1) / p.micro_batches);
   // Data parallelism over each rank's share of the parameters, as a job
   // without model parallelism would run it.
   Description rest = d;
   rest.parallel = Parallelism{};
   rest.parameters = d.parameters / (p.tensor * p.pipeline);
-  StepTrace data = describe_step(rest);
-  const int base = static_cast<int>(s.collectives.size());
-  for (StepCollective c : data.collectives) {
-    c.group = Group::Data;
-    s.collectives.push_back(c);
-  }
-  for (StepAction a : data.actions) {
-    if (a.collective >= 0) a.collective += base;
-    s.actions.push_back(a);
-  }
+  b.append(describe_step(rest), Group::Data);
+  StepTrace s = b.take();
+  s.parallel = p;
   return s;
 }
 
@@ -110,8 +102,6 @@ std::string parallel_misfit(const Parallelism& p, const Cluster& cluster) {
     return "--tensor-parallel " + std::to_string(p.tensor) + " does not divide the " + std::to_string(g) +
            " GPUs of a node (" + layout + "); tensor parallelism stays inside a node";
   }
-  // Pipeline stages: across nodes (nodes / stages each), or several to a
-  // node when there are more stages than nodes.
   const bool fits =
       p.pipeline <= n ? n % p.pipeline == 0 : p.pipeline % n == 0 && g % (p.tensor * (p.pipeline / n)) == 0;
   if (!fits) {
@@ -119,8 +109,9 @@ std::string parallel_misfit(const Parallelism& p, const Cluster& cluster) {
            " does not fit " + layout +
            "; stages are laid out over whole nodes (nodes a multiple of the stages) or whole shares of a node";
   }
-  const int data_per_node = p.pipeline <= n ? g / p.tensor : g / (p.tensor * (p.pipeline / n));
-  const int data = (p.pipeline <= n ? n / p.pipeline : n) * data_per_node;
+  const DataLayout data_group = data_layout(p, cluster);
+  const int data_per_node = data_group.per_node;
+  const int data = data_group.nodes * data_per_node;
   if (data % p.expert != 0) {
     return "--expert-parallel " + std::to_string(p.expert) + " does not divide the " + std::to_string(data) +
            " data-parallel ranks of " + layout + "; expert groups are made of data-parallel ranks";
@@ -148,15 +139,14 @@ GroupPlacement place_group(const StepCollective& c, const StepTrace& step, const
     refuse(misfit, "choose parallel sizes that divide the layout (docs/ADVISOR.md, \"Model parallelism\")");
   if (c.group == Group::Tensor) return {{1, p.tensor}, 1};
   if (c.group == Group::Pipeline) return {{n > 1 ? 2 : 1, g}, 1};
-  // A data-parallel group: one rank per tensor group in each stage's nodes,
-  // its node's other groups using the network at the same time.
-  const int data_per_node = p.pipeline <= n ? g / p.tensor : g / (p.tensor * (p.pipeline / n));
-  const int data_nodes = p.pipeline <= n ? n / p.pipeline : n;
-  const double share = static_cast<double>(data_per_node) / g;
-  if (c.group == Group::Data) return {{data_nodes, data_per_node}, share};
+  // Data and expert groups share each node's network with the node's
+  // other groups, which run theirs at the same time.
+  const DataLayout data = data_layout(p, cluster);
+  const double share = static_cast<double>(data.per_node) / g;
+  if (c.group == Group::Data) return {{data.nodes, data.per_node}, share};
   // An expert-parallel group: consecutive data-parallel ranks.
-  if (p.expert <= data_per_node) return {{1, p.expert}, share};
-  return {{p.expert / data_per_node, data_per_node}, share};
+  if (p.expert <= data.per_node) return {{1, p.expert}, share};
+  return {{p.expert / data.per_node, data.per_node}, share};
 }
 
 }  // namespace rdmx::cli::plan

@@ -6,37 +6,11 @@
 #include <algorithm>
 #include <vector>
 
+#include "plan/step_builder.hpp"
 #include "plan/workload.hpp"
 #include "rdmx/error.hpp"
 
 namespace rdmx::cli::plan {
-namespace {
-
-class StepBuilder {
- public:
-  explicit StepBuilder(const Description& d) : type_(d.gradient_bytes == 2 ? "float16" : "float32") {}
-  void compute(double seconds) { s_.actions.push_back({StepAction::Compute, std::max(0.0, seconds), -1}); }
-  int issue(Collective op, double bytes) {
-    StepCollective c;
-    c.op = op;
-    c.bytes = bytes;
-    c.type = type_;
-    c.name = to_string(op);
-    const int index = static_cast<int>(s_.collectives.size());
-    s_.collectives.push_back(c);
-    s_.actions.push_back({StepAction::Issue, 0, index});
-    return index;
-  }
-  void wait(int index) { s_.actions.push_back({StepAction::Wait, 0, index}); }
-  StepTrace take() { return std::move(s_); }
-
- private:
-  std::string type_;
-  StepTrace s_;
-};
-
-}  // namespace
-
 Sharding parse_sharding(const std::string& name) {
   if (name == "ddp") return Sharding::Ddp;
   if (name == "zero1") return Sharding::Zero1;
@@ -62,7 +36,7 @@ StepTrace describe_sharded_step(const Description& d) {
   const double forward = d.compute_seconds * d.forward_share;
   const double backward = d.compute_seconds * (1 - d.forward_share) - d.optimizer_seconds;
   auto share = [&](double unit) { return total > 0 ? unit / total : 0; };
-  StepBuilder b(d);
+  StepBuilder b(StepBuilder::gradient_type(d));
   std::vector<int> pending;
   if (d.sharding == Sharding::Zero3) {
     // Each unit's parameters are gathered before its forward, the next

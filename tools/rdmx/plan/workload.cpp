@@ -7,6 +7,7 @@
 #include <map>
 
 #include "plan/doc_fields.hpp"
+#include "plan/step_builder.hpp"
 #include "rdmx/error.hpp"
 
 // tools/rdmx/plan/data/models.json, compiled in by tools/CMakeLists.txt.
@@ -69,23 +70,18 @@ StepTrace describe_step(const Description& d) {
   const Parallelism& p = d.parallel;
   if (p.tensor > 1 || p.pipeline > 1 || p.expert > 1) return describe_parallel_step(d);
   if (d.sharding != Sharding::Ddp) return describe_sharded_step(d);
-  StepTrace s;
+  StepBuilder b(StepBuilder::gradient_type(d));
   const double total = d.parameters * d.gradient_bytes;
   const double backward = d.compute_seconds * (1 - d.forward_share) - d.optimizer_seconds;
-  s.actions.push_back({StepAction::Compute, d.compute_seconds * d.forward_share, -1});
+  b.compute(d.compute_seconds * d.forward_share);
+  std::vector<int> pending;
   for (const double bucket : bucket_sizes(d)) {
-    StepCollective c;
-    c.bytes = bucket;
-    c.type = d.gradient_bytes == 2 ? "float16" : "float32";
-    c.name = "all_reduce";
-    s.actions.push_back({StepAction::Compute, total > 0 ? std::max(0.0, backward) * bucket / total : 0, -1});
-    s.actions.push_back({StepAction::Issue, 0, static_cast<int>(s.collectives.size())});
-    s.collectives.push_back(c);
+    b.compute(total > 0 ? std::max(0.0, backward) * bucket / total : 0);
+    pending.push_back(b.issue(Collective::AllReduce, bucket));
   }
-  for (std::size_t i = 0; i < s.collectives.size(); ++i)
-    s.actions.push_back({StepAction::Wait, 0, static_cast<int>(i)});
-  s.actions.push_back({StepAction::Compute, d.optimizer_seconds, -1});
-  return s;
+  for (const int i : pending) b.wait(i);
+  b.compute(d.optimizer_seconds);
+  return b.take();
 }
 
 const std::string& builtin_models_text() {
