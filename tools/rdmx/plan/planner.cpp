@@ -1,15 +1,17 @@
 // SPDX-License-Identifier: MIT
 #include "plan/planner.hpp"
-#include "plan/validation.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <set>
 
 #include "plan/doc_fields.hpp"
+#include "plan/validation.hpp"
 #include "rdmx/error.hpp"
 
 namespace rdmx::cli::plan {
@@ -173,12 +175,24 @@ PlanRow model_row(const PlanRequest& request, const Fabric& f, int nodes) {
   row.fabric = f.name;
   row.cluster = {nodes, request.gpus_per_node};
   std::set<std::pair<std::string, double>> seen;
+  // A model-parallel group's placement and the fabric as it sees it are
+  // the same for each of its collectives: found once per row.
+  std::array<std::optional<std::pair<GroupPlacement, Fabric>>, 5> by_group;
+  const auto placed = [&](const StepCollective& c) -> std::pair<GroupPlacement, Fabric> {
+    const GroupPlacement at = place_group(c, request.workload.step, row.cluster);
+    return {at, at.net_share < 1 ? sharing(f, at, row.cluster) : f};
+  };
   row.timing = replay(request.workload.step, [&](const StepCollective& c) {
     Estimate e{"measured", c.measured_seconds, ""};
-    if (c.modelled) {
+    if (c.modelled && c.group == Group::World) {
+      // The job's own collectives, or a captured subgroup's of its size.
       const GroupPlacement at = place_group(c, request.workload.step, row.cluster);
       e = at.net_share < 1 ? estimate(sharing(f, at, row.cluster), at.cluster, c.op, c.bytes, request.library)
                            : estimate(f, at.cluster, c.op, c.bytes, request.library);
+    } else if (c.modelled) {
+      auto& group = by_group[static_cast<std::size_t>(c.group)];
+      if (!group) group = placed(c);
+      e = estimate(group->second, group->first.cluster, c.op, c.bytes, request.library);
     }
     if (seen.insert({c.name, c.bytes}).second)
       row.collectives.push_back({c.name, c.bytes, e.algo, e.protocol, e.seconds});
@@ -262,17 +276,19 @@ Plan plan_for(const PlanRequest& request, const std::vector<Fabric>& known) {
       throw Error(ErrorCode::InvalidArgument, "the price file has no price for fabric '" + f.name + "'",
                   {.op = "rdmx plan", .hint = "add it under fabric_per_node_per_hour"});
     }
+    // The band's two fabrics: the whole path to the network, host staging
+    // too where it binds, as much slower and faster as the published
+    // clusters on this transport were against the model.
+    const Band band = calibration_band(builtin_validation(), f.transport);
+    Fabric slow = f, fast = f;
+    slow.efficiency *= band.low;
+    slow.staging_gb_s *= band.low;
+    fast.efficiency *= band.high;
+    fast.staging_gb_s *= band.high;
     for (const int nodes : request.nodes) {
       PlanRow row = model_row(request, f, nodes);
       row.samples_per_s *= plan.node_loss.factor;
       row.efficiency = row.network_efficiency * plan.node_loss.factor;
-      const Band band = calibration_band(builtin_validation(), f.transport);
-      Fabric slow = f, fast = f;
-      // The whole path to the network, host staging too where it binds.
-      slow.efficiency *= band.low;
-      slow.staging_gb_s *= band.low;
-      fast.efficiency *= band.high;
-      fast.staging_gb_s *= band.high;
       row.efficiency_low = modelled_efficiency(request, slow, nodes, plan.node_loss.factor);
       row.efficiency_high = modelled_efficiency(request, fast, nodes, plan.node_loss.factor);
       if (request.prices) {
