@@ -6,7 +6,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <string>
 
 #include "plan/cost_model.hpp"
@@ -15,6 +14,7 @@
 #include "plan/report_page.hpp"
 #include "plan/workload.hpp"
 #include "rdmx/error.hpp"
+#include "run_cli.hpp"
 
 namespace rdmx::test {
 namespace {
@@ -126,12 +126,6 @@ TEST(PlanWorkload, DdpBucketsOverlapTheBackwardAndTheTailIsExposed) {
   EXPECT_NEAR(slow.exposed_seconds, slow.step_seconds - 0.3, 1e-9);
 }
 
-std::string write_temp(const std::string& name, const std::string& text) {
-  const std::string path = ::testing::TempDir() + name;
-  std::ofstream(path) << text;
-  return path;
-}
-
 TEST(PlanWorkload, ACapturedProfileReplaysItsMedianStepWithItsOwnGaps) {
   // Three steps: a slow first (warm-up), then 10 ms steps in which an
   // all_reduce is issued at 2 ms, waited for at 6 ms and done at 8 ms, and a
@@ -146,7 +140,7 @@ TEST(PlanWorkload, ACapturedProfileReplaysItsMedianStepWithItsOwnGaps) {
         R"(,"duration_us":10000,"collectives":[{"op":"all_reduce","bytes":4194304,"type":"fp32","ranks":4,"issue_us":2000,"wait_us":6000,"done_us":8000},{"op":"barrier","bytes":0,"type":"uint8","ranks":4,"issue_us":9000,"wait_us":9000,"done_us":9500}]})"
         "\n";
   }
-  const Workload w = load_captured_profile(write_temp("plan_profile.jsonl", text));
+  const Workload w = load_captured_profile(write_temp_file("plan_profile.jsonl", text));
   EXPECT_EQ(w.step.captured_ranks, 4);
   EXPECT_DOUBLE_EQ(w.samples_per_step, 32);
   ASSERT_EQ(w.step.collectives.size(), 2u);
@@ -193,7 +187,7 @@ TEST(PlanWorkload, AProfileWithoutWaitsCountsThemWhereTheLastCollectiveIsIssued)
           R"({"op":"all_reduce","bytes":1048576,"ranks":2,"issue_us":1000,"wait_us":null,"done_us":4000},)"
           R"({"op":"all_reduce","bytes":1048576,"ranks":2,"issue_us":5000,"done_us":8000}]})"
           "\n";
-  const Workload w = load_captured_profile(write_temp("plan_profile_nowait.jsonl", text));
+  const Workload w = load_captured_profile(write_temp_file("plan_profile_nowait.jsonl", text));
   const StepTiming t = replay(w.step, [](const StepCollective& c) { return c.measured_seconds; });
   // The caller computes until 5 ms, waits for both (until 8 ms), then computes 4 ms more.
   EXPECT_NEAR(t.compute_seconds, 0.009, 1e-9);
@@ -220,7 +214,7 @@ TEST(PlanWorkload, OnceStepsAreMarkedOnlyMarkedStepsCount) {
             "\n";
   }
   text += R"({"step":10,"duration_us":3000,"marked":true,"partial":true,)" + barrier + "\n";
-  const Workload w = load_captured_profile(write_temp("plan_profile_marked.jsonl", text));
+  const Workload w = load_captured_profile(write_temp_file("plan_profile_marked.jsonl", text));
   ASSERT_EQ(w.step.collectives.size(), 1u);
   EXPECT_EQ(w.step.collectives[0].name, "all_reduce");
   EXPECT_NEAR(w.step.measured_seconds, 0.020, 1e-9);
@@ -230,13 +224,14 @@ TEST(PlanWorkload, OnceStepsAreMarkedOnlyMarkedStepsCount) {
 TEST(PlanWorkload, ABrokenProfileIsRefusedWithItsFileAndLine) {
   try {
     load_captured_profile(
-        write_temp("plan_bad.jsonl", "{\"rdmx_profile\":1,\"ranks\":2}\n{\"step\":0,\"duration_us\":\n"));
+        write_temp_file("plan_bad.jsonl", "{\"rdmx_profile\":1,\"ranks\":2}\n{\"step\":0,\"duration_us\":\n"));
     FAIL() << "a truncated line was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("plan_bad.jsonl: line 2"), std::string::npos) << e.what();
   }
   try {
-    load_captured_profile(write_temp("plan_noheader.jsonl", "{\"step\":0,\"duration_us\":5,\"collectives\":[]}\n"));
+    load_captured_profile(
+        write_temp_file("plan_noheader.jsonl", "{\"step\":0,\"duration_us\":5,\"collectives\":[]}\n"));
     FAIL() << "a profile without its header was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no header"), std::string::npos) << e.what();

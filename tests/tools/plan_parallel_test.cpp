@@ -6,7 +6,6 @@
 // all_to_all and sends re-costed for every fabric.
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <string>
 
 #include "plan/cost_model.hpp"
@@ -176,12 +175,6 @@ TEST(PlanParallel, TheCommandPlansAllThreeTogetherAndTheNetworkMovesOnlyWhatCros
   EXPECT_NE(r.out.find("note: loss besides the network"), std::string::npos) << r.out;
 }
 
-std::string write_temp(const std::string& name, const std::string& text) {
-  const std::string path = ::testing::TempDir() + name;
-  std::ofstream(path) << text;
-  return path;
-}
-
 TEST(PlanParallel, ACapturedProfilesAllToAllAndSendsAreRecostedForEachFabric) {
   // One step on 16 ranks: an all_to_all on the whole job, a send to the
   // next stage, and an all_reduce on an 8-rank subgroup (a tensor group).
@@ -192,7 +185,7 @@ TEST(PlanParallel, ACapturedProfilesAllToAllAndSendsAreRecostedForEachFabric) {
           R"({"op":"send","bytes":16777216,"ranks":16,"issue_us":10000,"wait_us":10000,"done_us":12000},)"
           R"({"op":"all_reduce","bytes":16777216,"ranks":8,"issue_us":20000,"wait_us":20000,"done_us":21000}]})"
           "\n";
-  const Workload w = load_captured_profile(write_temp("plan_profile_parallel.jsonl", text));
+  const Workload w = load_captured_profile(write_temp_file("plan_profile_parallel.jsonl", text));
   ASSERT_EQ(w.step.collectives.size(), 3u);
   for (const auto& c : w.step.collectives) EXPECT_TRUE(c.modelled) << c.name;
   EXPECT_EQ(w.step.collectives[0].op, Collective::AllToAll);

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "run_cli.hpp"
 
+#include <gtest/gtest.h>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -9,6 +11,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <stdexcept>
 
 #include "support/deny_syscall.hpp"
@@ -20,6 +23,12 @@ namespace rdmx::test {
 const char* cli_path() { return RDMX_CLI_PATH; }
 std::string example_path(const std::string& name) { return std::string(RDMX_EXAMPLES_DIR) + "/" + name; }
 std::string source_path(const std::string& relative) { return std::string(RDMX_SOURCE_DIR) + "/" + relative; }
+
+std::string write_temp_file(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
 
 CliResult run_cli(const std::vector<std::string>& args, const std::map<std::string, std::string>& env,
                   std::chrono::seconds limit, long denied_syscall) {

@@ -30,5 +30,7 @@ CliResult run_program(const std::vector<std::string>& argv, const std::map<std::
 const char* cli_path();
 std::string example_path(const std::string& name);
 std::string source_path(const std::string& relative);
+// Writes `text` to the test's temporary directory as `name`; its path.
+std::string write_temp_file(const std::string& name, const std::string& text);
 
 }  // namespace rdmx::test

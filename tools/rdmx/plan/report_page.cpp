@@ -2,10 +2,10 @@
 #include "plan/report_page.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <map>
 #include <vector>
 
+#include "plan/planner.hpp"
 #include "report/report_html.hpp"
 #include "report/svg_plot.hpp"
 
@@ -25,11 +25,7 @@ std::string cell(double v, int digits = 3) { return "<td class=\"num\">" + forma
 // Times to the hundredth of a millisecond: a step and its compute differ by
 // the exposed communication, which three significant digits could hide
 // (104.3 and 103.9 both printed "104").
-std::string cell_ms(double ms) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.2f", ms);
-  return "<td class=\"num\">" + std::string(text) + "</td>";
-}
+std::string cell_ms(double ms) { return "<td class=\"num\">" + format_printf("%.2f", ms) + "</td>"; }
 
 // The fabrics in the order the plan asked for them (its rows are fabric
 // major), not the JSON object's alphabetical order.
@@ -73,11 +69,7 @@ std::string plot(const json& plan, const char* key, const std::string& title, co
 // The efficiency with its band: the network as much slower and faster as
 // the published clusters on its transport were against the model.
 std::string efficiency_cell(const json& row) {
-  const auto percent = [](double v) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.1f", v * 100);
-    return std::string(text);
-  };
+  const auto percent = [](double v) { return format_printf("%.1f", v * 100); };
   std::string out = "<td class=\"num\">" + percent(num(row, "efficiency"));
   if (row.contains("efficiency_band") && row["efficiency_band"].size() == 2) {
     const auto& band = row["efficiency_band"];
