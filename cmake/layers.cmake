@@ -89,10 +89,12 @@ rdmx_layer(shm FOLDERS providers/shm BELOW soft_rc driver services)
 rdmx_layer(verbs FOLDERS providers/verbs BELOW driver topo services STUB stub.cpp BUILT ${RDMX_HAVE_VERBS})
 rdmx_layer(auto FOLDERS providers/auto BELOW driver services)
 rdmx_layer(bootstrap FOLDERS bootstrap BELOW services)
-rdmx_layer(coll FOLDERS coll coll/cuda BELOW services)
+# Who is alive and who failed, agreed without a coordinator (control mesh, heartbeat, agreement).
+rdmx_layer(membership FOLDERS membership BELOW bootstrap services)
+rdmx_layer(coll FOLDERS coll coll/cuda BELOW services membership)
 # The front door reaches providers only through their descriptors: no
 # provider's folder is on its path (auto selection composes them).
-rdmx_layer(api FOLDERS api BELOW services topo driver auto bootstrap coll)
+rdmx_layer(api FOLDERS api BELOW services topo driver auto bootstrap membership coll)
 
 # The providers, in auto selection's order (the first that reaches a peer
 # carries its QPs). Each folder exports rdmx::core::provider_<name>

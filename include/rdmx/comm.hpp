@@ -29,7 +29,14 @@
 // - Every wait is bounded by RDMX_TIMEOUT (or CommOptions::timeout). A rank
 //   that never arrives makes the others fail with a Timeout error naming the
 //   missing ranks and the collective's sequence number. A dead peer gives
-//   PeerFailure. After any error the communicator is unusable: destroy it.
+//   PeerFailure. After any error the communicator is unusable: destroy it,
+//   or shrink() it to go on with the ranks that are left.
+// - Failures are watched for all the time, not only inside calls: each
+//   communicator keeps a control connection to every peer with a heartbeat.
+//   A killed rank is found at once and a stopped or cut-off one after
+//   RDMX_TIMEOUT without a heartbeat; either revokes the communicator on
+//   every survivor (every pending and later operation fails with
+//   PeerFailure, Error::context().failed_ranks naming them).
 // - Floating-point reductions are deterministic: the same inputs, rank count
 //   and algorithm give the same bits on every run, and every rank gets the
 //   same bits. fp16 and bf16 are reduced in fp32 and rounded once per step.
@@ -174,6 +181,18 @@ CommMemory comm_memory(int ranks, int local_ranks);
 // the settings that change them; `op` says who checks ("rdmx run -n 64").
 void require_comm_memory_fits(const CommMemory& memory, const std::string& op, int rank = -1);
 
+class Communicator;
+
+// What Communicator::shrink() gives every survivor.
+struct ShrinkResult {
+  // The survivors, ranked 0, 1, ... in their order in the old communicator.
+  std::unique_ptr<Communicator> communicator;
+  // Ranks of the old communicator: the ones agreed failed, and the old rank
+  // of each new rank (survivors[new rank] == old rank).
+  std::vector<int> failed;
+  std::vector<int> survivors;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -187,6 +206,13 @@ class Communicator {
                                               const CommOptions& options = {});
   // rdmx::from_env() (torchrun, Open MPI, MPICH, Slurm, rdmx run, RDMX_*), then create().
   static std::unique_ptr<Communicator> from_env(const CommOptions& options = {});
+  // A new process joining a running job: a replacement for a rank that
+  // died, or one more. It waits, up to the timeout, for the job's ranks to
+  // call grow() (on a communicator made with the same store and
+  // `options.tag`, or one shrunk or grown from it), and returns its place
+  // in the communicator grow() makes: the ranks after theirs, in the order
+  // the new processes arrived.
+  static std::unique_ptr<Communicator> join(std::shared_ptr<Store> store, const CommOptions& options = {});
 
   virtual int rank() const noexcept = 0;
   virtual int size() const noexcept = 0;
@@ -211,6 +237,26 @@ class Communicator {
   // Error(InvalidState) carrying `reason`, at once, and tells the peers
   // (best effort), whose operations then fail with PeerFailure.
   virtual void abort(const std::string& reason) = 0;
+
+  // After a failure, collective over the survivors: they agree, with no
+  // coordinator, on which ranks failed (the agreement survives more
+  // failures, during it too), and each gets the same new communicator of
+  // the others, renumbered in their old order. This communicator stays
+  // revoked; destroy it after. Called with no failure, it gives a
+  // communicator of everyone. Bounded by the timeout; a rank that cannot go
+  // on gets an Error: PeerFailure when the others counted it failed,
+  // InvalidState when too few ranks are left to be sure this side is not
+  // the smaller of a cut (a group goes on with more than half of its ranks,
+  // or exactly half if it wins the tie in the store). The store must still
+  // be reachable, so keep it apart from the ranks (rdmx_store, a file
+  // store, torchrun's agent) when ranks may die.
+  virtual ShrinkResult shrink() = 0;
+  // Collective: makes room for `count` new processes that call join(), and
+  // returns, here and to them, one communicator of this one's ranks
+  // (keeping their numbers) followed by theirs. The existing ranks restart
+  // nothing. Bounded by the timeout (a new process that does not come: a
+  // Timeout naming it); this communicator stays usable either way.
+  virtual std::unique_ptr<Communicator> grow(int count) = 0;
   // The sequence number the next collective will carry (starts at 1).
   virtual std::uint64_t next_sequence() const noexcept = 0;
   // Orders this rank's later operations on device buffers on the CUDA

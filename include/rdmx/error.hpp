@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "rdmx/export.hpp"
 
@@ -40,6 +41,10 @@ struct ErrorContext {
   std::string peer_addr;  // e.g. "10.0.0.2:41234"
   std::string sizes;      // e.g. "len=4096 region=[0x7f..,+1024)"
   std::string hint;       // what the user can do about it
+  // The ranks known to have failed (dead, stopped or cut off), when the
+  // error is about them; after Communicator::shrink() agreed on them, that
+  // set. peer_rank is set too when there is one.
+  std::vector<int> failed_ranks;
 };
 
 class Error : public std::runtime_error {

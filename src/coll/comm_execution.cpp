@@ -42,11 +42,7 @@ Work CommExecution::run_or_post(Executor::Job job, std::uint64_t profile_id, boo
 
 void CommExecution::execute(const Call& call, int gpu, StreamTicket& ticket) {
   const Links::Driving driving(links_);
-  if (links_.aborted()) {
-    throw Error(ErrorCode::InvalidState,
-                "the communicator is unusable after an earlier error or abort: " + links_.abort_reason(),
-                {.op = to_string(call.op), .rank = rank_, .hint = "destroy it and create a new one"});
-  }
+  if (links_.aborted()) throw links_.aborted_error(to_string(call.op));
   OpDesc desc;
   desc.op = call.op;
   desc.type = call.type;

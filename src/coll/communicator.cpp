@@ -4,9 +4,11 @@
 // calls pass (comm_validation), their order on the caller's CUDA stream
 // (comm_device_order), and how they run (comm_execution, over the Links).
 #include <algorithm>
+#include <cstdio>
 
 #include "coll/comm_device_order.hpp"
 #include "coll/comm_execution.hpp"
+#include "coll/comm_membership.hpp"
 #include "coll/comm_placement.hpp"
 #include "coll/comm_validation.hpp"
 #include "coll/communicator_internal.hpp"
@@ -31,27 +33,39 @@ RDMX_SETTING(kAlgo);
 
 class CommImpl final : public CommunicatorCore {
  public:
+  // Where a communicator comes from, when not made from scratch.
+  struct Lineage {
+    std::unique_ptr<CommMembership> membership;  // a shrunk one's (CommMembership::successor())
+    std::string job_tag;                         // where new processes join (join()); "": options.tag
+  };
+
   CommImpl(std::shared_ptr<Device> device, std::shared_ptr<Store> store, int rank, int size, const CommOptions& options,
-           std::shared_ptr<void> keepalive)
+           std::shared_ptr<void> keepalive, Lineage lineage = {})
       : keepalive_(std::move(keepalive)),
+        job_tag_(lineage.job_tag.empty() ? options.tag : lineage.job_tag),
         store_(std::move(store)),
         rank_(rank),
         size_(size),
         options_(options),
         timeout_(options.timeout.count() >= 0 ? options.timeout : core::timeout()),
         selector_(!options.algo.empty() ? options.algo : kAlgo.read().value_or("")),
-        placement_(*store_, options_.tag, rank_, size_, device->name()),
+        membership_(lineage.membership
+                        ? std::move(lineage.membership)
+                        : std::make_unique<CommMembership>(store_, options_.tag, rank_, size_, timeout_)),
+        build_store_(membership_->watched(store_)),
+        placement_(*build_store_, options_.tag, rank_, size_, device->name()),
         validator_(rank_, size_) {
     selector_.set_layout(placement_.layout().hosts(), placement_.layout().per_host());
     placement_.require_buffers_fit();
     LinksConfig config = placement_.links_config_with_waits();
     config.host_of = placement_.layout().host_of;
-    links_ = std::make_unique<Links>(std::move(device), *store_, rank_, size_, options_.tag, config, timeout_);
+    links_ = std::make_unique<Links>(std::move(device), *build_store_, rank_, size_, options_.tag, config, timeout_);
     const LinkFigures& figures = links_->link_figures();
     LinkModel model = declared_links(figures.in_host, figures.between_hosts);
     model.staging_bytes = static_cast<double>(coll_settings().buffsize);
     if (placement_.layout().hosts() > 1 && measure_links_enabled())
-      model = measure_links(*links_, *store_, options_.tag, placement_.layout(), rank_, model, timeout_, &probe_key_);
+      model =
+          measure_links(*links_, *build_store_, options_.tag, placement_.layout(), rank_, model, timeout_, &probe_key_);
     selector_.set_links(model);
     RDMX_INFO(
         "communicator '%s': rank %d: the cost model charges a step and a byte in-host %.3g us/%.3g GB/s, "
@@ -60,10 +74,13 @@ class CommImpl final : public CommunicatorCore {
         model.between_hosts.latency_us, model.between_hosts.bandwidth_gbps, model.reduce_gbps, model.basis.c_str());
     execution_ =
         std::make_unique<CommExecution>(*links_, selector_, placement_.layout(), rank_, size_, timeout_, direct_min_);
+    membership_->attach(
+        [this](int failed, ErrorCode code, const std::string& why) { links_->revoke(code, why, failed); });
     placement_.log_created();
   }
 
   ~CommImpl() override {
+    membership_->detach();
     execution_->stop();
     if (links_->say_goodbye()) remove_store_keys();
     links_.reset();
@@ -95,6 +112,8 @@ class CommImpl final : public CommunicatorCore {
   }
 
   std::unique_ptr<Communicator> split(int color, int key) override;
+  ShrinkResult shrink() override;
+  std::unique_ptr<Communicator> grow(int count) override;
 
   // A communicator is driven by one thread at a time (as an NCCL
   // communicator): its calls are ordered, which is what matching them needs.
@@ -128,6 +147,7 @@ class CommImpl final : public CommunicatorCore {
       for (const std::string& key : links_->published_keys()) store_->remove(key);
       store_->remove(placement_.store_key());
       if (!probe_key_.empty()) store_->remove(probe_key_);
+      if (const std::string key = membership_->store_key(); !key.empty()) store_->remove(key);
     } catch (const std::exception& e) {
       RDMX_INFO("communicator '%s' teardown on rank %d: its store keys stay: %s", options_.tag.c_str(), rank_,
                 e.what());
@@ -135,6 +155,7 @@ class CommImpl final : public CommunicatorCore {
   }
 
   std::shared_ptr<void> keepalive_;  // the Bootstrap (store server) of from_env()
+  std::string job_tag_;
   std::shared_ptr<Store> store_;
   int rank_;
   int size_;
@@ -146,12 +167,15 @@ class CommImpl final : public CommunicatorCore {
   // settings before this rank publishes anything: a malformed one fails the
   // creation before the store holds any of this rank's keys.
   const std::size_t direct_min_ = coll_settings().direct_min;
+  std::unique_ptr<CommMembership> membership_;
+  std::shared_ptr<Store> build_store_;  // store_, watched for members failing while this is made
   CommPlacement placement_;
   CallValidator validator_;
   DeviceOrder device_order_;
   std::unique_ptr<Links> links_;
   std::unique_ptr<CommExecution> execution_;
   std::uint64_t splits_ = 0;
+  bool shrunk_ = false;
 };
 
 std::shared_ptr<Device> open_for(const CommOptions& options) {
@@ -181,6 +205,99 @@ std::unique_ptr<Communicator> CommImpl::split(int color, int key) {
                                     options, keepalive_);
 }
 
+// Agrees on who failed and builds the survivors' communicator. A survivor
+// that dies while it is being built fails the build at once (the watched
+// store), and the next agreement leaves it out too.
+ShrinkResult CommImpl::shrink() {
+  if (shrunk_) {
+    throw Error(ErrorCode::InvalidState, "shrink: this communicator was shrunk already",
+                {.op = "shrink", .rank = rank_, .hint = "shrink the communicator the first shrink() gave"});
+  }
+  shrunk_ = true;
+  const auto deadline = core::deadline_after(timeout_);
+  std::uint32_t epoch = membership_->epoch() + 1;
+  for (;;) {
+    CommMembership::Next next = membership_->agree(epoch, deadline, rank_);
+    CommOptions options = options_;
+    options.tag = next.tag;
+    try {
+      auto comm =
+          std::make_unique<CommImpl>(links_->device_shared(), store_, next.rank, static_cast<int>(next.members.size()),
+                                     options, keepalive_, Lineage{membership_->successor(next), job_tag_});
+      RDMX_INFO("communicator '%s': rank %d shrank to rank %d of %zu ('%s'); failed: %s", options_.tag.c_str(), rank_,
+                next.rank, next.members.size(), next.tag.c_str(), membership_->failures().c_str());
+      return ShrinkResult{std::move(comm), std::move(next.failed), std::move(next.survivors)};
+    } catch (const Error& e) {
+      if (core::Clock::now() >= deadline || !membership_->member_failed(next.members)) throw;
+      RDMX_INFO("communicator '%s': rank %d: a survivor failed while shrinking (%s); agreeing again",
+                options_.tag.c_str(), rank_, e.what());
+      ++epoch;
+    }
+  }
+}
+
+// New processes find an open grow under "<job tag>/join/<n>": the size of
+// the group they join and how many places it has, taken in turn with add().
+std::string join_key(const std::string& job_tag, std::int64_t generation) {
+  return job_tag + "/join/" + std::to_string(generation);
+}
+
+std::unique_ptr<Communicator> CommImpl::grow(int count) {
+  if (count < 1) {
+    throw Error(ErrorCode::InvalidArgument, "grow: count " + std::to_string(count) + " is not a number of new ranks",
+                {.op = "grow", .rank = rank_, .hint = "grow(1) makes room for one new process"});
+  }
+  std::int64_t generation = 0;
+  if (rank_ == 0) {
+    generation = store_->add(job_tag_ + "/join/generations", 1);
+    store_->set(join_key(job_tag_, generation), std::string_view(std::to_string(size_) + " " + std::to_string(count)));
+  }
+  broadcast(&generation, 1, DataType::Int64, 0);
+  CommOptions options = options_;
+  options.tag = job_tag_ + "/grow" + std::to_string(generation);
+  auto comm = std::make_unique<CommImpl>(links_->device_shared(), store_, rank_, size_ + count, options, keepalive_,
+                                         Lineage{nullptr, job_tag_});
+  RDMX_INFO("communicator '%s': rank %d grew to %d ranks ('%s')", options_.tag.c_str(), rank_, size_ + count,
+            options.tag.c_str());
+  return comm;
+}
+
+std::unique_ptr<Communicator> join_running(std::shared_ptr<Store> store, const CommOptions& options) {
+  const auto timeout = options.timeout.count() >= 0 ? options.timeout : core::timeout();
+  const auto deadline = core::deadline_after(timeout);
+  for (std::int64_t generation = 1;; ++generation) {
+    const std::string key = join_key(options.tag, generation);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - core::Clock::now());
+    Bytes opened;
+    try {
+      opened = store->get(key, std::max(left, std::chrono::milliseconds(1)));
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::Timeout) throw;
+      throw Error(ErrorCode::Timeout,
+                  "join: no communicator under tag '" + options.tag + "' made room for a new rank within " +
+                      std::to_string(timeout.count()) + " ms",
+                  {.op = "join",
+                   .peer_addr = key,
+                   .hint = "the job's ranks call grow(count) with count at least the processes joining; this one "
+                           "must use the same store and CommOptions::tag"});
+    }
+    const std::string text(opened.begin(), opened.end());
+    int size = 0;
+    int count = 0;
+    if (std::sscanf(text.c_str(), "%d %d", &size, &count) != 2 || size < 1 || count < 1) {
+      throw Error(ErrorCode::Protocol, "join: the store holds '" + text + "' under " + key + ", not a grow",
+                  {.op = "join", .hint = "another program uses this tag in the store"});
+    }
+    const std::int64_t claim = store->add(key + "/claims", 1);
+    if (claim > count) continue;  // that grow is full: a later one
+    CommOptions grown = options;
+    grown.tag = options.tag + "/grow" + std::to_string(generation);
+    const int rank = size + static_cast<int>(claim) - 1;
+    return std::make_unique<CommImpl>(open_for(options), std::move(store), rank, size + count, grown, nullptr,
+                                      CommImpl::Lineage{nullptr, options.tag});
+  }
+}
+
 }  // namespace
 }  // namespace coll
 
@@ -200,6 +317,14 @@ std::unique_ptr<Communicator> Communicator::create(std::shared_ptr<Store> store,
                 {.op = "Communicator::create", .rank = rank});
   }
   return std::make_unique<coll::CommImpl>(coll::open_for(options), std::move(store), rank, size, options, nullptr);
+}
+
+std::unique_ptr<Communicator> Communicator::join(std::shared_ptr<Store> store, const CommOptions& options) {
+  if (!store) throw Error(ErrorCode::InvalidArgument, "Communicator::join: the store is null", {.op = "join"});
+  if (options.tag.empty()) {
+    throw Error(ErrorCode::InvalidArgument, "Communicator::join: the tag must not be empty", {.op = "join"});
+  }
+  return coll::join_running(std::move(store), options);
 }
 
 std::unique_ptr<Communicator> Communicator::from_env(const CommOptions& options) {

@@ -391,7 +391,7 @@ void Links::drain(core::Clock::time_point deadline, const std::vector<char>* ski
 }
 
 // ---------------------------------------------------------------------------
-void Links::notify_peers(ErrorCode code, const std::string& text, std::uint64_t seq) {
+void Links::notify_peers(ErrorCode code, const std::string& text, std::uint64_t seq, int failed) {
   Notice& notice = control_->my_notice;
   {
     // A previous notice's WRITE may still be reading it: a peer then gets a
@@ -400,6 +400,7 @@ void Links::notify_peers(ErrorCode code, const std::string& text, std::uint64_t 
     std::memset(&notice, 0, sizeof(notice));
     notice.code = static_cast<std::uint32_t>(code);
     notice.seq = seq;
+    notice.failed = failed >= 0 ? static_cast<std::uint32_t>(failed) + 1 : 0;
     std::memcpy(notice.text, text.data(), std::min(text.size(), sizeof(notice.text) - 1));
     notice.seal = wire::notice_seal(notice);
   }
@@ -416,7 +417,7 @@ void Links::notify_peers(ErrorCode code, const std::string& text, std::uint64_t 
   }
 }
 
-std::string Links::collect_notices(ErrorCode* code, std::uint64_t up_to) const {
+std::string Links::collect_notices(ErrorCode* code, std::uint64_t up_to, std::vector<int>* failed) const {
   std::string out;
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
@@ -435,6 +436,11 @@ std::string Links::collect_notices(ErrorCode* code, std::uint64_t up_to) const {
     if (!out.empty()) out += "; ";
     out += "rank " + std::to_string(p) + " reports: " + text;
     if (code != nullptr) *code = static_cast<ErrorCode>(notice.code);
+    const int named = static_cast<int>(notice.failed) - 1;
+    if (failed != nullptr && named >= 0 && named < size_ &&
+        std::find(failed->begin(), failed->end(), named) == failed->end()) {
+      failed->push_back(named);
+    }
   }
   return out;
 }
@@ -476,9 +482,45 @@ void Links::send_pending_abort_notice() {
   }
 }
 
+void Links::revoke(ErrorCode code, const std::string& reason, int failed) {
+  core::LockGuard lock(abort_mutex_);
+  if (std::find(failed_ranks_.begin(), failed_ranks_.end(), failed) == failed_ranks_.end()) {
+    failed_ranks_.push_back(failed);
+    std::sort(failed_ranks_.begin(), failed_ranks_.end());
+  }
+  if (aborted_.load(std::memory_order_relaxed)) {
+    if (revoke_code_ != ErrorCode::InvalidState) abort_reason_ += "; " + reason;
+    return;
+  }
+  revoke_code_ = code;
+  abort_reason_ = reason;
+  aborted_.store(true, std::memory_order_release);
+}
+
+Error Links::aborted_error(const std::string& op) const {
+  core::LockGuard lock(abort_mutex_);
+  if (revoke_code_ == ErrorCode::InvalidState) {
+    return Error(ErrorCode::InvalidState,
+                 "the communicator is unusable after an earlier error or abort: " + abort_reason_,
+                 {.op = op, .rank = rank_, .hint = "destroy it and create a new one", .failed_ranks = failed_ranks_});
+  }
+  return Error(revoke_code_, op + ": the communicator is revoked: " + abort_reason_,
+               {.op = op,
+                .rank = rank_,
+                .peer_rank = failed_ranks_.size() == 1 ? failed_ranks_[0] : -1,
+                .hint = "shrink() it to go on with the survivors, or destroy it",
+                .failed_ranks = failed_ranks_});
+}
+
 void Links::fail_aborted(const OpDesc& desc) {
-  throw Error(ErrorCode::InvalidState, "the communicator was aborted: " + abort_reason(),
-              {.op = describe(desc), .rank = rank_, .hint = "create a new communicator"});
+  {
+    core::LockGuard lock(abort_mutex_);
+    if (revoke_code_ == ErrorCode::InvalidState) {
+      throw Error(ErrorCode::InvalidState, "the communicator was aborted: " + abort_reason_,
+                  {.op = describe(desc), .rank = rank_, .hint = "create a new communicator"});
+    }
+  }
+  throw aborted_error(describe(desc));
 }
 
 void Links::fail_peer(const OpDesc& desc, int peer, const std::string& why) {
@@ -487,17 +529,21 @@ void Links::fail_peer(const OpDesc& desc, int peer, const std::string& why) {
   // disconnection on the same QP. Report that cause.
   ErrorCode code = ErrorCode::PeerFailure;
   std::string text;
+  std::vector<int> failed;
   const std::string notices = control_->abort_flag.value.load(std::memory_order_acquire) != 0
-                                  ? collect_notices(&code, ~std::uint64_t{0})
+                                  ? collect_notices(&code, ~std::uint64_t{0}, &failed)
                                   : std::string();
   if (!notices.empty()) {
     text = describe(desc) + ": " + notices + " (rank " + std::to_string(peer) + " then disconnected: " + why + ")";
-    notify_peers(code, notices, desc.p2p() ? 0 : desc.seq);
+    notify_peers(code, notices, desc.p2p() ? 0 : desc.seq, failed.empty() ? -1 : failed[0]);
   } else {
     text = describe(desc) + ": rank " + std::to_string(peer) + " failed: " + why;
     notify_peers(ErrorCode::PeerFailure,
                  "rank " + std::to_string(peer) + " failed during " + describe(desc) + ": " + why,
-                 desc.p2p() ? 0 : desc.seq);
+                 desc.p2p() ? 0 : desc.seq, peer);
+  }
+  if (code == ErrorCode::PeerFailure && std::find(failed.begin(), failed.end(), peer) == failed.end()) {
+    failed.push_back(peer);
   }
   mark_aborted(text);
   throw Error(code, text,
@@ -506,7 +552,8 @@ void Links::fail_peer(const OpDesc& desc, int peer, const std::string& why) {
                .peer_rank = peer,
                .hint = code == ErrorCode::Protocol
                            ? "every rank must call the same collectives in the same order with the same arguments"
-                           : "the peer process died, aborted or destroyed its communicator; see its own log"});
+                           : "the peer process died, aborted or destroyed its communicator; see its own log",
+               .failed_ranks = code == ErrorCode::PeerFailure ? failed : std::vector<int>{}});
 }
 
 void Links::fail_mismatch(const OpDesc& mine, int peer, const void* header_ptr, const char* what) {

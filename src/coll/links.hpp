@@ -167,6 +167,13 @@ class Links {
   // thread driving an operation when one is (it alone keeps the peers' WR
   // counts), else here.
   void abort(const std::string& reason);
+  // Makes every current and later run() fail because ranks `failed` of this
+  // communicator failed (its membership found them): with `code` and those
+  // ranks, not the InvalidState of an abort. Sends no notice: every
+  // survivor's membership tells it. Safe from any thread.
+  void revoke(ErrorCode code, const std::string& reason, int failed);
+  // The error an operation `op` of an aborted communicator gives.
+  Error aborted_error(const std::string& op) const;
   // Held by the thread that runs an operation, for its whole length.
   class Driving {
    public:
@@ -229,9 +236,10 @@ class Links {
   [[noreturn]] void report_mismatch(const OpDesc& desc, const std::vector<int>& peers);
   [[noreturn]] void fail_peer(const OpDesc& desc, int peer, const std::string& why);
   [[noreturn]] void fail_aborted(const OpDesc& desc);
-  void notify_peers(ErrorCode code, const std::string& text, std::uint64_t seq);
+  // `failed`: the rank the notice is about, when one failed.
+  void notify_peers(ErrorCode code, const std::string& text, std::uint64_t seq, int failed = -1);
   // Notices from peers about collectives up to `up_to` (0-sequence notices always count); empty when none.
-  std::string collect_notices(ErrorCode* code, std::uint64_t up_to) const;
+  std::string collect_notices(ErrorCode* code, std::uint64_t up_to, std::vector<int>* failed = nullptr) const;
   std::string progress_report(const OpDesc& desc);
 
   // The watch over a waiting run (links_watch.cpp): start_watch() when a run
@@ -273,6 +281,9 @@ class Links {
   std::atomic<bool> aborted_{false};
   mutable core::Mutex abort_mutex_;
   std::string abort_reason_ RDMX_GUARDED_BY(abort_mutex_);
+  // Set when revoke() came first: the failure every later call reports.
+  ErrorCode revoke_code_ RDMX_GUARDED_BY(abort_mutex_) = ErrorCode::InvalidState;
+  std::vector<int> failed_ranks_ RDMX_GUARDED_BY(abort_mutex_);
   void mark_aborted(std::string reason);
   core::Mutex drive_mutex_;
   std::atomic<bool> abort_notice_pending_{false};  // abort() asked; no driver has told the peers yet

@@ -19,7 +19,7 @@ namespace wire {
 
 constexpr std::size_t kHeader = 48;
 constexpr std::size_t kLine = 64;
-constexpr std::size_t kNoticeText = 236;
+constexpr std::size_t kNoticeText = 232;
 constexpr std::uint32_t kSignalEvery = 64;  // one signaled WR in this many, so send queues recycle
 
 // wr_id of every WR: kind in the top byte, peer below. An unsignaled WR
@@ -104,8 +104,9 @@ OpDesc described_call(const Fields& f, std::uint64_t seq) {
 // with their hash: a notice counts once its seal matches what is there
 // (ordered placement makes it land last, as one store).
 struct Notice {
-  std::uint64_t seq;   // the collective it happened in; 0: it applies to every operation
-  std::uint32_t code;  // ErrorCode
+  std::uint64_t seq;     // the collective it happened in; 0: it applies to every operation
+  std::uint32_t code;    // ErrorCode
+  std::uint32_t failed;  // the rank that failed, plus one; 0: none named
   char text[kNoticeText];
   std::uint64_t seal;  // 0: no notice; else notice_seal() of the fields above
 };

@@ -102,8 +102,9 @@ class Links::RunState {
       // Notices about a later collective (a peer ahead of this rank) wait
       // until this rank gets there: this one may still complete.
       ErrorCode code = ErrorCode::PeerFailure;
-      std::string text = l_.collect_notices(&code, desc_.p2p() ? ~std::uint64_t{0} : desc_.seq);
-      if (!text.empty()) fail_notice(code, text);
+      std::vector<int> failed;
+      std::string text = l_.collect_notices(&code, desc_.p2p() ? ~std::uint64_t{0} : desc_.seq, &failed);
+      if (!text.empty()) fail_notice(code, text, failed);
     }
     if (l_.aborted()) l_.fail_aborted(desc_);
     bool moved = false;
@@ -135,13 +136,17 @@ class Links::RunState {
     }
   }
 
-  [[noreturn]] void fail_notice(ErrorCode code, const std::string& text) {
+  [[noreturn]] void fail_notice(ErrorCode code, const std::string& text, const std::vector<int>& failed) {
     // Passed on before this rank goes: a peer that sees it disconnect then
     // reads the cause too, not just "connection closed".
-    l_.notify_peers(code, text, desc_.p2p() ? 0 : desc_.seq);
+    l_.notify_peers(code, text, desc_.p2p() ? 0 : desc_.seq, failed.empty() ? -1 : failed[0]);
     l_.mark_aborted(text);
     throw Error(code, describe(desc_) + ": " + text,
-                {.op = describe(desc_), .rank = l_.rank_, .hint = "see the reporting rank's error for the cause"});
+                {.op = describe(desc_),
+                 .rank = l_.rank_,
+                 .peer_rank = failed.size() == 1 ? failed[0] : -1,
+                 .hint = "see the reporting rank's error for the cause",
+                 .failed_ranks = failed});
   }
 
   // A message of this very operation from a peer this rank expects nothing

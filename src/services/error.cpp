@@ -21,6 +21,11 @@ std::string render(ErrorCode code, const std::string& message, const ErrorContex
   if (c.rank >= 0) add("rank=" + std::to_string(c.rank));
   if (c.peer_rank >= 0) add("peer=" + std::to_string(c.peer_rank));
   if (!c.peer_addr.empty()) add("peer_addr=" + c.peer_addr);
+  if (!c.failed_ranks.empty()) {
+    std::string ranks;
+    for (int r : c.failed_ranks) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+    add("failed=" + ranks);
+  }
   if (!c.sizes.empty()) add(c.sizes);
   out += " [" + where + "]";
   if (!c.hint.empty()) out += " hint: " + c.hint;

@@ -31,6 +31,34 @@ std::string expect_error(ErrorCode code, F&& call, const std::string& what) {
   fail_rank(__FILE__, __LINE__, what + ": no error");
 }
 
+// The ranks the error of `call` names as missing when some rank is
+// stopped: the data path's timeout names them after "Missing: "; the
+// failure detector's revocation, which may come first, in failed_ranks
+// (and as "rank N" in the returned text). Returns that part, or fails.
+template <class F>
+std::string named_missing(F&& call, const std::string& what, std::string* whole = nullptr) {
+  try {
+    call();
+  } catch (const Error& e) {
+    const std::string text = e.what();
+    if (whole != nullptr) *whole = text;
+    if (e.code() == ErrorCode::PeerFailure && !e.context().failed_ranks.empty()) {
+      CHECK(contains(text, "revoked")) << what << ": " << text;
+      std::string named;
+      for (int r : e.context().failed_ranks) named += (named.empty() ? "rank " : ", rank ") + std::to_string(r);
+      return named;
+    }
+    CHECK_EQ(e.code(), ErrorCode::Timeout) << what << ": " << text;
+    const std::size_t missing = text.find("Missing: ");
+    const std::size_t not_missing = text.find("Not missing", missing);
+    CHECK(missing != std::string::npos) << what << ": " << text;
+    return text.substr(missing, not_missing == std::string::npos ? std::string::npos : not_missing - missing);
+  } catch (const std::exception& e) {
+    FAIL_RANK() << what << ": unexpected exception " << e.what();
+  }
+  fail_rank(__FILE__, __LINE__, what + ": no error");
+}
+
 class CollErrors : public ::testing::TestWithParam<std::string> {
  protected:
   static void TearDownTestSuite() { NetNsPair::destroy(); }
@@ -278,16 +306,11 @@ TEST_P(CollErrors, StoppedRankIsNamedAloneAndTheOthersFailSoonAfterTheTimeout) {
           env.kill_self();  // not reached: rank 0 kills it while it is stopped
         }
         const auto start = std::chrono::steady_clock::now();
-        const std::string text = expect_error(
-            ErrorCode::Timeout,
+        std::string text;
+        const std::string named = named_missing(
             [&] { comm->all_reduce(buf.data(), buf.data(), buf.size(), DataType::Float32, ReduceOp::Sum); },
-            "all_reduce with rank 3 stopped");
+            "all_reduce with rank 3 stopped", &text);
         const auto failed = std::chrono::steady_clock::now() - start;
-        const std::size_t missing = text.find("Missing: ");
-        const std::size_t not_missing = text.find("Not missing");
-        CHECK(missing != std::string::npos) << text;
-        const std::string named =
-            text.substr(missing, not_missing == std::string::npos ? std::string::npos : not_missing - missing);
         CHECK(contains(named, "rank 3")) << text;
         for (int r = 0; r < 3; ++r) {
           CHECK(!contains(named, "rank " + std::to_string(r)) && !contains(named, ", " + std::to_string(r)))
@@ -332,22 +355,16 @@ TEST_P(CollErrors, RankBlockedInAnEarlierCollectiveIsNotNamedMissing) {
           env.kill_self();  // not reached: rank 0 kills it while it is stopped
         }
         std::string text;
+        std::string named;
         if (env.rank() == 1) {
-          text = expect_error(
-              ErrorCode::Timeout, [&] { comm->gather(buf.data(), gathered.data(), buf.size(), DataType::Float32, 1); },
-              "gather #2 with rank 3 stopped");
+          named = named_missing([&] { comm->gather(buf.data(), gathered.data(), buf.size(), DataType::Float32, 1); },
+                                "gather #2 with rank 3 stopped", &text);
         } else {
           comm->gather(buf.data(), nullptr, buf.size(), DataType::Float32, 1);  // #2: the part goes out
-          text = expect_error(
-              ErrorCode::Timeout,
+          named = named_missing(
               [&] { comm->all_reduce(buf.data(), buf.data(), buf.size(), DataType::Float32, ReduceOp::Sum); },
-              "all_reduce #3 with rank 3 stopped and rank 1 in gather #2");
+              "all_reduce #3 with rank 3 stopped and rank 1 in gather #2", &text);
         }
-        const std::size_t missing = text.find("Missing: ");
-        const std::size_t not_missing = text.find("Not missing", missing);
-        CHECK(missing != std::string::npos) << text;
-        const std::string named =
-            text.substr(missing, not_missing == std::string::npos ? std::string::npos : not_missing - missing);
         CHECK(contains(named, "rank 3") || contains(named, ", 3")) << text;
         for (int r = 0; r < 3; ++r) {
           CHECK(!contains(named, "rank " + std::to_string(r)) && !contains(named, ", " + std::to_string(r)))

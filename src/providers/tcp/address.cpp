@@ -5,10 +5,11 @@
 
 #include <cstring>
 
-#include "providers/tcp/socket_iface.hpp"
 #include "providers/tcp/tcp_factory.hpp"
+#include "services/socket_iface.hpp"
 
 namespace rdmx::tcp {
+using core::format_address;
 namespace {
 
 constexpr std::uint8_t kAddressMagic = 'T';

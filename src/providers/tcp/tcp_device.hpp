@@ -11,12 +11,15 @@
 #include <unordered_map>
 
 #include "providers/soft_rc/device.hpp"
-#include "providers/tcp/socket_iface.hpp"
 #include "providers/tcp/wire.hpp"
+#include "services/socket_iface.hpp"
 #include "services/thread_annotations.hpp"
 
 namespace rdmx::tcp {
 
+using core::choose_interface;
+using core::format_address;
+using core::SocketInterface;
 using core::Watch;
 using core::watch_tag;
 

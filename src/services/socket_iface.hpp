@@ -12,7 +12,7 @@
 
 #include <string>
 
-namespace rdmx::tcp {
+namespace rdmx::core {
 
 struct SocketInterface {
   std::string name;  // "eth0"
@@ -27,4 +27,4 @@ SocketInterface choose_interface();
 // "10.0.0.1:4242" / "[fd00::1]:4242"
 std::string format_address(const sockaddr* address);
 
-}  // namespace rdmx::tcp
+}  // namespace rdmx::core

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-#include "providers/tcp/socket_iface.hpp"
+#include "services/socket_iface.hpp"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -15,7 +15,7 @@
 #include "services/config.hpp"
 #include "services/settings.hpp"
 
-namespace rdmx::tcp {
+namespace rdmx::core {
 namespace {
 
 constexpr core::TextSetting kSocketIfname{
@@ -199,4 +199,4 @@ SocketInterface choose_interface() {
   return chosen;
 }
 
-}  // namespace rdmx::tcp
+}  // namespace rdmx::core

@@ -1,0 +1,300 @@
+// SPDX-License-Identifier: MIT
+#include "membership/control_mesh.hpp"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "rdmx/error.hpp"
+#include "services/auth.hpp"
+#include "services/log.hpp"
+#include "services/socket_iface.hpp"
+
+namespace rdmx::membership {
+namespace {
+
+constexpr std::uint32_t kFrameMagic = 0x43584452;  // "RDXC"
+constexpr std::uint32_t kHelloMagic = 0x48584452;  // "RDXH"
+constexpr std::uint8_t kHelloVersion = 1;
+constexpr std::size_t kHelloBytes = 24;
+constexpr const char* kPurpose = "rdmx control mesh";
+constexpr std::uint8_t kAccepted = 0xA5;
+
+void put32(std::uint8_t* at, std::uint32_t value) {
+  for (int i = 0; i < 4; ++i) at[i] = static_cast<std::uint8_t>(value >> (8 * i));
+}
+void put64(std::uint8_t* at, std::uint64_t value) {
+  for (int i = 0; i < 8; ++i) at[i] = static_cast<std::uint8_t>(value >> (8 * i));
+}
+std::uint32_t get32(const std::uint8_t* at) {
+  std::uint32_t value = 0;
+  for (int i = 0; i < 4; ++i) value |= std::uint32_t{at[i]} << (8 * i);
+  return value;
+}
+std::uint64_t get64(const std::uint8_t* at) {
+  std::uint64_t value = 0;
+  for (int i = 0; i < 8; ++i) value |= std::uint64_t{at[i]} << (8 * i);
+  return value;
+}
+
+std::uint64_t digest_of(const std::string& text) {
+  std::uint64_t hash = 0xcbf29ce484222325ull;
+  for (unsigned char c : text) {
+    hash ^= c;
+    hash *= 0x100000001b3ull;
+  }
+  return hash;
+}
+
+int remaining_ms(core::Clock::time_point deadline) {
+  if (deadline == core::Clock::time_point::max()) return 1000;
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - core::Clock::now()).count();
+  return left <= 0 ? 0 : static_cast<int>(std::min<long long>(left, 1000));
+}
+
+// Waits for `events` on `fd`; false when the deadline passed.
+bool wait_for(int fd, short events, core::Clock::time_point deadline) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    const int ms = remaining_ms(deadline);
+    const int got = ::poll(&p, 1, ms);
+    if (got > 0) return true;
+    if (got < 0 && errno != EINTR) return true;  // let the call that follows report it
+    if (core::Clock::now() >= deadline) return false;
+  }
+}
+
+// "" when done, otherwise what went wrong.
+std::string send_all(int fd, const std::uint8_t* data, std::size_t length, core::Clock::time_point deadline) {
+  while (length > 0) {
+    const ssize_t sent = ::send(fd, data, length, MSG_NOSIGNAL);
+    if (sent > 0) {
+      data += sent;
+      length -= static_cast<std::size_t>(sent);
+      continue;
+    }
+    if (sent < 0 && errno == EINTR) continue;
+    if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!wait_for(fd, POLLOUT, deadline)) return "timed out sending";
+      continue;
+    }
+    return std::string("send failed: ") + std::strerror(errno);
+  }
+  return "";
+}
+
+std::string recv_all(int fd, std::uint8_t* data, std::size_t length, core::Clock::time_point deadline) {
+  while (length > 0) {
+    const ssize_t got = ::recv(fd, data, length, 0);
+    if (got > 0) {
+      data += got;
+      length -= static_cast<std::size_t>(got);
+      continue;
+    }
+    if (got == 0) return "the connection closed";
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (!wait_for(fd, POLLIN, deadline)) return "timed out receiving";
+      continue;
+    }
+    return std::string("receive failed: ") + std::strerror(errno);
+  }
+  return "";
+}
+
+void tune(int fd) {
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+std::string port_text(const sockaddr_storage& address) {
+  const auto* in4 = reinterpret_cast<const sockaddr_in*>(&address);
+  const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&address);
+  return std::to_string(ntohs(address.ss_family == AF_INET6 ? in6->sin6_port : in4->sin_port));
+}
+
+}  // namespace
+
+ControlMesh::ControlMesh(Store& store, const std::string& tag, int rank, int size, core::Clock::time_point deadline)
+    : rank_(rank), size_(size), tag_digest_(digest_of(tag)), key_(tag + "/ctl/" + std::to_string(rank)) {
+  peers_.resize(static_cast<std::size_t>(size));
+  addresses_.resize(static_cast<std::size_t>(size));
+  core::auth::warn_if_unauthenticated("the control mesh");
+  const core::SocketInterface iface = core::choose_interface();
+  sockaddr_storage bound = iface.address;
+  reinterpret_cast<sockaddr_in*>(&bound)->sin_port = 0;  // the port sits at the same place in sockaddr_in6
+  listener_.reset(::socket(bound.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  socklen_t length = iface.address_len;
+  if (!listener_ || ::bind(listener_.get(), reinterpret_cast<const sockaddr*>(&bound), length) != 0 ||
+      ::listen(listener_.get(), std::max(16, size)) != 0 ||
+      ::getsockname(listener_.get(), reinterpret_cast<sockaddr*>(&bound), &length) != 0) {
+    throw Error(ErrorCode::Config,
+                std::string("control mesh: cannot listen on ") + iface.name + " (" +
+                    core::format_address(reinterpret_cast<const sockaddr*>(&iface.address)) +
+                    "): " + std::strerror(errno),
+                ErrorContext{.op = "control mesh listen", .rank = rank, .hint = "check RDMX_SOCKET_IFNAME"});
+  }
+  const std::string host = bootstrap::to_string(reinterpret_cast<const sockaddr*>(&bound), length);
+  const std::string ip = host.substr(0, host.rfind(':'));
+  store.set(key_, std::string_view(ip + "\n" + port_text(bound)));
+  for (int peer = 0; peer < rank; ++peer) connect_to(store, tag, peer, deadline);
+  accept_from_higher(deadline);
+  listener_.reset();
+}
+
+void ControlMesh::connect_to(Store& store, const std::string& tag, int peer, core::Clock::time_point deadline) {
+  const auto context = [&](const std::string& op, const std::string& where) {
+    return ErrorContext{.op = op,
+                        .rank = rank_,
+                        .peer_rank = peer,
+                        .peer_addr = where,
+                        .hint = "the peer may have died or be unreachable from this host (RDMX_SOCKET_IFNAME)"};
+  };
+  const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - core::Clock::now());
+  const Bytes published = store.get(tag + "/ctl/" + std::to_string(peer), std::max(wait, std::chrono::milliseconds(1)));
+  const std::string text(published.begin(), published.end());
+  const std::size_t cut = text.find('\n');
+  std::string host = cut == std::string::npos ? text : text.substr(0, cut);
+  if (host.size() > 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  const int port = cut == std::string::npos ? 0 : std::atoi(text.c_str() + cut + 1);
+  std::string error;
+  const auto addresses = bootstrap::resolve_tcp(host, static_cast<std::uint16_t>(port), false, error);
+  const std::string where = host + ":" + std::to_string(port);
+  if (addresses.empty()) {
+    throw Error(
+        ErrorCode::Config,
+        "control mesh: rank " + std::to_string(peer) + " published " + where + ", which does not resolve: " + error,
+        context("control mesh connect", where));
+  }
+  bootstrap::UniqueFd fd(::socket(addresses[0].family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  tune(fd.get());
+  if (::connect(fd.get(), addresses[0].get(), addresses[0].length) != 0 && errno != EINPROGRESS) {
+    throw Error(ErrorCode::PeerFailure,
+                "control mesh: cannot connect to rank " + std::to_string(peer) + ": " + std::strerror(errno),
+                context("control mesh connect", where));
+  }
+  std::uint8_t challenge[core::auth::kChallengeBytes];
+  std::string problem = recv_all(fd.get(), challenge, sizeof(challenge), deadline);
+  if (problem.empty()) {
+    std::uint8_t hello[kHelloBytes + core::auth::kProofBytes] = {};
+    put32(hello, kHelloMagic);
+    hello[4] = kHelloVersion;
+    put32(hello + 8, static_cast<std::uint32_t>(rank_));
+    put32(hello + 12, static_cast<std::uint32_t>(peer));
+    put64(hello + 16, tag_digest_);
+    core::auth::Challenge theirs;
+    std::memcpy(theirs.data(), challenge, theirs.size());
+    const auto proof = core::auth::prove(kPurpose, theirs, std::span<const std::uint8_t>(hello, kHelloBytes));
+    std::memcpy(hello + kHelloBytes, proof.data(), proof.size());
+    problem = send_all(fd.get(), hello, sizeof(hello), deadline);
+  }
+  std::uint8_t answer = 0;
+  if (problem.empty()) problem = recv_all(fd.get(), &answer, 1, deadline);
+  if (problem.empty() && answer != kAccepted) problem = "it refused this rank";
+  if (!problem.empty()) {
+    throw Error(problem.find("timed out") != std::string::npos ? ErrorCode::Timeout : ErrorCode::PeerFailure,
+                "control mesh: rank " + std::to_string(peer) + " at " + where +
+                    " did not take this rank's connection (" + problem + ")",
+                context("control mesh handshake", where));
+  }
+  addresses_[static_cast<std::size_t>(peer)] = where;
+  peers_[static_cast<std::size_t>(peer)] = std::move(fd);
+}
+
+void ControlMesh::accept_from_higher(core::Clock::time_point deadline) {
+  int missing = size_ - 1 - rank_;
+  while (missing > 0) {
+    if (!wait_for(listener_.get(), POLLIN, deadline)) {
+      std::string ranks;
+      for (int peer = rank_ + 1; peer < size_; ++peer) {
+        if (!peers_[static_cast<std::size_t>(peer)]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(peer);
+      }
+      throw Error(
+          ErrorCode::Timeout, "control mesh: ranks " + ranks + " never connected to rank " + std::to_string(rank_),
+          ErrorContext{.op = "control mesh accept",
+                       .rank = rank_,
+                       .hint = "those ranks did not create the communicator in time, or cannot reach this host"});
+    }
+    bootstrap::UniqueFd fd(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    if (!fd) continue;
+    tune(fd.get());
+    const std::string source = bootstrap::peer_address_of(fd.get());
+    const core::auth::Challenge challenge = core::auth::new_challenge();
+    // A connection that cannot finish its handshake soon is dropped, not
+    // waited for: it must not hold up the ranks that do.
+    const auto handshake = std::min(deadline, core::Clock::now() + std::chrono::seconds(5));
+    std::string problem = send_all(fd.get(), challenge.data(), challenge.size(), handshake);
+    std::uint8_t hello[kHelloBytes + core::auth::kProofBytes];
+    if (problem.empty()) problem = recv_all(fd.get(), hello, sizeof(hello), handshake);
+    int from = -1;
+    if (problem.empty()) {
+      from = static_cast<int>(get32(hello + 8));
+      core::auth::Proof proof;
+      std::memcpy(proof.data(), hello + kHelloBytes, proof.size());
+      if (get32(hello) != kHelloMagic || hello[4] != kHelloVersion) {
+        problem = "not an rdmx control-mesh hello";
+      } else if (!core::auth::verify(kPurpose, challenge, std::span<const std::uint8_t>(hello, kHelloBytes), proof)) {
+        problem = "wrong proof of the job secret (RDMX_AUTH_KEY)";
+      } else if (get64(hello + 16) != tag_digest_ || static_cast<int>(get32(hello + 12)) != rank_) {
+        problem = "a hello for another communicator or rank";
+      } else if (from <= rank_ || from >= size_ || peers_[static_cast<std::size_t>(from)]) {
+        problem = "rank " + std::to_string(from) + " is not one this rank waits for";
+      }
+    }
+    if (!problem.empty()) {
+      core::auth::log_refusal("control mesh of rank " + std::to_string(rank_), source, problem);
+      continue;
+    }
+    const std::uint8_t accepted = kAccepted;
+    if (!send_all(fd.get(), &accepted, 1, handshake).empty()) continue;
+    addresses_[static_cast<std::size_t>(from)] = source;
+    peers_[static_cast<std::size_t>(from)] = std::move(fd);
+    --missing;
+  }
+}
+
+std::vector<std::uint8_t> encode_frame(FrameKind kind, std::uint32_t round, std::span<const std::uint8_t> payload) {
+  std::vector<std::uint8_t> out(kFrameHeadBytes + payload.size());
+  put32(out.data(), kFrameMagic ^ static_cast<std::uint32_t>(kind) << 24);
+  put32(out.data() + 4, round);
+  put32(out.data() + 8, static_cast<std::uint32_t>(payload.size()));
+  std::memcpy(out.data() + kFrameHeadBytes, payload.data(), payload.size());
+  return out;
+}
+
+FrameReader::Status FrameReader::next(Frame& out, std::string& why) {
+  const std::size_t have = buffer_.size() - start_;
+  if (have < kFrameHeadBytes) return Status::NeedMore;
+  const std::uint8_t* head = buffer_.data() + start_;
+  const std::uint32_t word = get32(head);
+  const auto kind = static_cast<std::uint8_t>((word ^ kFrameMagic) >> 24);
+  const std::uint32_t length = get32(head + 8);
+  if ((word & 0x00ffffffu) != (kFrameMagic & 0x00ffffffu) || kind < 1 || kind > 4) {
+    why = "a frame that is not an rdmx control frame";
+    return Status::Malformed;
+  }
+  if (length > max_payload_) {
+    why = "a frame of " + std::to_string(length) + " bytes (at most " + std::to_string(max_payload_) + ")";
+    return Status::Malformed;
+  }
+  if (have < kFrameHeadBytes + length) return Status::NeedMore;
+  out.kind = static_cast<FrameKind>(kind);
+  out.round = get32(head + 4);
+  out.payload.assign(head + kFrameHeadBytes, head + kFrameHeadBytes + length);
+  start_ += kFrameHeadBytes + length;
+  if (start_ == buffer_.size()) {
+    buffer_.clear();
+    start_ = 0;
+  } else if (start_ > 4096) {
+    buffer_.erase(buffer_.begin(), buffer_.begin() + static_cast<std::ptrdiff_t>(start_));
+    start_ = 0;
+  }
+  return Status::Ready;
+}
+
+}  // namespace rdmx::membership
