@@ -108,8 +108,9 @@ test: format-check build check-build
 CHECK_BUILD ?= build-check
 # Any ASan or UBSan report stops the process and fails its test.
 ASAN_ENV = ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-CHECK_AREAS ?= rdmx_conformance_tests rdmx_bootstrap_tests rdmx_core_tests rdmx_tcp_tests rdmx_shm_tests
-CHECK_LABELS ?= ^(conformance|bootstrap|core|tcp|shm|thread_safety)$$
+CHECK_AREAS ?= rdmx_conformance_tests rdmx_bootstrap_tests rdmx_core_tests rdmx_tcp_tests rdmx_shm_tests \
+    rdmx_membership_tests
+CHECK_LABELS ?= ^(conformance|bootstrap|core|tcp|shm|membership|thread_safety)$$
 # DescriptorLimit: UBSan reads a vtable only after proving it readable
 # through a pipe, so in a process out of descriptors it reports a valid
 # object as having an "invalid vptr"; the main build runs those cases.
@@ -136,11 +137,12 @@ test-check: check-build
 # tests under AddressSanitizer+UndefinedBehaviorSanitizer, or ThreadSanitizer
 # (docs/TESTING.md). Any report fails its test. SAN_TESTS picks the cases
 # (a ctest -R expression); the default is all three areas.
-SAN_AREAS ?= rdmx_conformance_tests rdmx_coll_tests rdmx_bootstrap_tests rdmx_core_tests rdmx_tcp_tests rdmx_shm_tests
+SAN_AREAS ?= rdmx_conformance_tests rdmx_coll_tests rdmx_bootstrap_tests rdmx_core_tests rdmx_tcp_tests rdmx_shm_tests \
+    rdmx_membership_tests
 SAN_TESTS ?= .
 # Only the built areas' cases (a test area's label is its folder): the rest
 # of the tree's tests (tools, the guest, the bed, install) need the main build.
-SAN_LABELS ?= ^(conformance|coll|bootstrap|core|tcp|shm)$$
+SAN_LABELS ?= ^(conformance|coll|bootstrap|core|tcp|shm|membership)$$
 SAN_EXCLUDE ?= OfTheLargestMessage
 SAN_JOBS ?= 2
 SAN_CMAKE = -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRDMX_BUILD_PYTHON=OFF -DRDMX_BUILD_BENCH=OFF

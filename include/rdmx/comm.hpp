@@ -251,12 +251,19 @@ class Communicator {
   // be reachable, so keep it apart from the ranks (rdmx_store, a file
   // store, torchrun's agent) when ranks may die.
   virtual ShrinkResult shrink() = 0;
+  // The first half of shrink(): agrees with the other survivors on which
+  // ranks failed and returns them (ranks of this communicator), making
+  // nothing; a shrink() after it builds from the same decision (torch's
+  // shrink_group takes the list first). Throws as shrink() does.
+  virtual std::vector<int> agree_failures() = 0;
   // Collective: makes room for `count` new processes that call join(), and
   // returns, here and to them, one communicator of this one's ranks
   // (keeping their numbers) followed by theirs. The existing ranks restart
-  // nothing. Bounded by the timeout (a new process that does not come: a
-  // Timeout naming it); this communicator stays usable either way.
-  virtual std::unique_ptr<Communicator> grow(int count) = 0;
+  // nothing. The new processes find the job in `store` (null: the store
+  // this communicator was made with) under the first communicator's tag.
+  // Bounded by the timeout (a new process that does not come: a Timeout
+  // naming it); this communicator stays usable either way.
+  virtual std::unique_ptr<Communicator> grow(int count, std::shared_ptr<Store> store = nullptr) = 0;
   // The sequence number the next collective will carry (starts at 1).
   virtual std::uint64_t next_sequence() const noexcept = 0;
   // Orders this rank's later operations on device buffers on the CUDA

@@ -28,6 +28,9 @@ import os as _os
 import re as _re
 import zlib as _zlib
 
+from datetime import timedelta as _timedelta
+
+import torch as _torch_mod
 import torch.distributed as _dist
 
 from rdmx import _core, _torch
@@ -99,6 +102,45 @@ def _register():
     _dist.Backend.register_backend(BACKEND_NAME, _create, devices=devices)
 
 
+def _backend_of(group):
+    pg = group if group is not None else _dist.distributed_c10d._get_default_group()
+    backend = pg._get_backend(_torch_mod.device("cpu"))
+    if not isinstance(backend, ProcessGroupRdmx):
+        raise TypeError(f"the group's CPU backend is {type(backend).__name__}, not rdmx")
+    return backend
+
+
+def agree_failures(group=None):
+    """The ranks of ``group`` (default: the world) that every survivor agrees have failed.
+
+    Call it on every survivor after an operation raised DistBackendError for a dead or stopped rank; pass
+    the list to ``torch.distributed.shrink_group``. The agreement needs no coordinator and is bounded by
+    the group's timeout; a rank that the others counted failed, or that is on the smaller side of a cut,
+    gets a DistBackendError saying so instead.
+    """
+    return list(_backend_of(group).agree_failures())
+
+
+def grow(count, store, group=None):
+    """Collective over ``group`` (default: the world): make room for ``count`` new processes that call
+    ``join(store)``. Returns ``(rank, world_size, store)`` for the ``init_process_group`` that follows
+    ``destroy_process_group()``; that init takes the grown group rdmx has connected already.
+
+    ``store`` is one the new processes reach too (a ``TCPStore`` client of the job's store)."""
+    rank, size, prefix = _backend_of(group).grow(int(count), store)
+    return rank, size, _dist.PrefixStore(prefix, store)
+
+
+def join(store, timeout=None):
+    """In a new process: wait (``timeout``, default RDMX_TIMEOUT) for the running job to ``grow`` and take a
+    place in it. Returns ``(rank, world_size, store)`` for
+    ``init_process_group("rdmx", store=..., rank=..., world_size=...)``."""
+    # A negative timeout is RDMX_TIMEOUT's.
+    wait = timeout if timeout is not None else _timedelta(milliseconds=-1)
+    rank, size, prefix = _torch.join_group(store, "rdmx", wait)
+    return rank, size, _dist.PrefixStore(prefix, store)
+
+
 def profile_step():
     """End the training step in the RDMX_PROFILE trace (call after optimizer.step(), on every rank).
 
@@ -115,4 +157,5 @@ def profile_describe(samples_per_step, parameters=0):
 _os.environ.update(launcher_env())
 _register()
 
-__all__ = ["ProcessGroupRdmx", "BACKEND_NAME", "launcher_env", "profile_step", "profile_describe"]
+__all__ = ["ProcessGroupRdmx", "BACKEND_NAME", "launcher_env", "profile_step", "profile_describe", "agree_failures",
+           "grow", "join"]

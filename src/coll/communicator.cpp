@@ -113,7 +113,8 @@ class CommImpl final : public CommunicatorCore {
 
   std::unique_ptr<Communicator> split(int color, int key) override;
   ShrinkResult shrink() override;
-  std::unique_ptr<Communicator> grow(int count) override;
+  std::vector<int> agree_failures() override;
+  std::unique_ptr<Communicator> grow(int count, std::shared_ptr<Store> store) override;
 
   // A communicator is driven by one thread at a time (as an NCCL
   // communicator): its calls are ordered, which is what matching them needs.
@@ -242,21 +243,26 @@ std::string join_key(const std::string& job_tag, std::int64_t generation) {
   return job_tag + "/join/" + std::to_string(generation);
 }
 
-std::unique_ptr<Communicator> CommImpl::grow(int count) {
+std::vector<int> CommImpl::agree_failures() {
+  return membership_->agree(membership_->epoch() + 1, core::deadline_after(timeout_), rank_).failed;
+}
+
+std::unique_ptr<Communicator> CommImpl::grow(int count, std::shared_ptr<Store> store) {
+  if (!store) store = store_;
   if (count < 1) {
     throw Error(ErrorCode::InvalidArgument, "grow: count " + std::to_string(count) + " is not a number of new ranks",
                 {.op = "grow", .rank = rank_, .hint = "grow(1) makes room for one new process"});
   }
   std::int64_t generation = 0;
   if (rank_ == 0) {
-    generation = store_->add(job_tag_ + "/join/generations", 1);
-    store_->set(join_key(job_tag_, generation), std::string_view(std::to_string(size_) + " " + std::to_string(count)));
+    generation = store->add(job_tag_ + "/join/generations", 1);
+    store->set(join_key(job_tag_, generation), std::string_view(std::to_string(size_) + " " + std::to_string(count)));
   }
   broadcast(&generation, 1, DataType::Int64, 0);
   CommOptions options = options_;
   options.tag = job_tag_ + "/grow" + std::to_string(generation);
-  auto comm = std::make_unique<CommImpl>(links_->device_shared(), store_, rank_, size_ + count, options, keepalive_,
-                                         Lineage{nullptr, job_tag_});
+  auto comm = std::make_unique<CommImpl>(links_->device_shared(), std::move(store), rank_, size_ + count, options,
+                                         keepalive_, Lineage{nullptr, job_tag_});
   RDMX_INFO("communicator '%s': rank %d grew to %d ranks ('%s')", options_.tag.c_str(), rank_, size_ + count,
             options.tag.c_str());
   return comm;

@@ -89,6 +89,9 @@ TEST_P(CollShrink, AKilledRankIsShrunkAwayAndTheNextCollectiveIsRight) {
                        const auto start = Clock::now();
                        if (env.rank() == 2) env.kill_self();
                        expect_failure_naming(*comm, 2, n);
+                       // The agreement alone (what torch's shrink_group is given), then the
+                       // shrink that builds from the same decision.
+                       CHECK_EQ(list(comm->agree_failures()), std::string("{2}"));
                        ShrinkResult shrunk = comm->shrink();
                        CHECK_EQ(list(shrunk.failed), std::string("{2}"));
                        CHECK_EQ(list(shrunk.survivors), std::string("{0,1,3}"));

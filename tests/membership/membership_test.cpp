@@ -204,7 +204,7 @@ TEST(MembershipTest, HalfTheGroupGoesOnOnlyWhenTheStoreBreaksTheTie) {
 // Rank 0 alone in one network namespace, ranks 1-3 in the other: taking
 // the link down cuts the group 1 against 3. The three go on; rank 0, which
 // cannot tell a cut from three deaths, refuses.
-TEST(MembershipTest, ACutLinkLeavesTheMajorityGoingOnAndTheMinorityRefusing) {
+TEST(MembershipTest, NetNsCutLinkLeavesTheMajorityGoingOnAndTheMinorityRefusing) {
   ASSERT_TRUE(test::run_ranks(4, Placement::NetNsIPv4,
                               [](RankEnv& env) {
                                 const auto timeout = 1500ms;

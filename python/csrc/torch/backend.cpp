@@ -21,6 +21,8 @@ namespace {
 
 std::unique_ptr<Communicator> connect(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                       std::chrono::milliseconds timeout) {
+  // After grow() or join_group(): the group they made, connected already.
+  if (auto kept = take_pending_group(rank, size)) return kept;
   CommOptions options;
   options.timeout = timeout;
   options.tag = "rdmx";

@@ -16,6 +16,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <tuple>
 #include <utility>
 
 #include "coll/communicator_internal.hpp"
@@ -24,6 +25,15 @@
 #include "work.hpp"
 
 namespace rdmx::torch_backend {
+
+// A new process's place in a running job (join_group()), or an existing
+// rank's grown communicator (ProcessGroupRdmx::grow()), kept until the
+// process makes its next rdmx group: init_process_group then takes it
+// instead of connecting anew. Returns (rank, size, tag).
+std::tuple<int, int, std::string> join_group(const c10::intrusive_ptr<c10d::Store>& store, const std::string& tag,
+                                             std::chrono::milliseconds timeout);
+// The kept communicator when it is `rank` of `size`, else null.
+std::unique_ptr<Communicator> take_pending_group(int rank, int size);
 
 class ProcessGroupRdmx : public c10d::Backend {
  public:
@@ -94,6 +104,19 @@ class ProcessGroupRdmx : public c10d::Backend {
   bool supportsSplitting() const override { return true; }
   c10::intrusive_ptr<c10d::Backend> split(const c10::intrusive_ptr<c10d::Store>& store, const std::vector<int>& ranks,
                                           const c10::intrusive_ptr<Options>& opts) override;
+  // Going on after a rank dies (backend_recovery.cpp). torch's
+  // shrink_group: the survivors' group; `ranks_to_exclude` must be what the
+  // survivors agreed (agree_failures() gives it).
+  bool supportsShrinking() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranks_to_exclude, int shrink_flags,
+                                           const c10::intrusive_ptr<Options>& opts) override;
+  std::vector<int> agree_failures();
+  // Collective: makes room for `count` new processes (join_group()) in
+  // `store`, and keeps the grown communicator for the next group this
+  // process makes with its rank and size (take_pending_group()). Returns
+  // (rank, size, tag) of it.
+  std::tuple<int, int, std::string> grow(int count, const c10::intrusive_ptr<c10d::Store>& store);
+
   // Fails pending and later operations at once and tells the peers
   // (destroy_process_group after an error, torch's abort path).
   void abort() override;

@@ -34,7 +34,15 @@ PYBIND11_MODULE(_torch, m) {
            "Joins the group: rendezvous through `store` (torch's) and connect every pair within `timeout`")
       .def_property_readonly("peer_providers", &ProcessGroupRdmx::peer_providers,
                              "How each peer is reached ('shm', 'tcp', ...; '' for this rank)")
-      .def_property_readonly("timeout", &ProcessGroupRdmx::timeout);
+      .def_property_readonly("timeout", &ProcessGroupRdmx::timeout)
+      .def("agree_failures", &ProcessGroupRdmx::agree_failures,
+           "The ranks of this group the survivors agree have failed (the list shrink_group needs)")
+      .def("grow", &ProcessGroupRdmx::grow, py::arg("count"), py::arg("store"),
+           "Collective: room for `count` new processes (join_group) in `store`; returns (rank, size, prefix) of the "
+           "grown group, which the next init_process_group with that rank and size takes");
+  m.def("join_group", &rdmx::torch_backend::join_group, py::arg("store"), py::arg("tag"), py::arg("timeout"),
+        "A new process's place in a running job that grows: (rank, size, prefix), taken by the next "
+        "init_process_group with that rank and size");
   m.def("profile_step", &rdmx::profile::step,
         "End the current training step in RDMX_PROFILE's trace (after the optimizer, on every rank)");
   m.def("profile_describe", &rdmx::profile::describe, py::arg("samples_per_step"), py::arg("parameters") = 0.0,
