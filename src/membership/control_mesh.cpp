@@ -263,7 +263,7 @@ std::vector<std::uint8_t> encode_frame(FrameKind kind, std::uint32_t round, std:
   put32(out.data(), kFrameMagic ^ static_cast<std::uint32_t>(kind) << 24);
   put32(out.data() + 4, round);
   put32(out.data() + 8, static_cast<std::uint32_t>(payload.size()));
-  std::memcpy(out.data() + kFrameHeadBytes, payload.data(), payload.size());
+  if (!payload.empty()) std::memcpy(out.data() + kFrameHeadBytes, payload.data(), payload.size());
   return out;
 }
 
