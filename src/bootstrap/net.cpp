@@ -4,7 +4,10 @@
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
+#include <poll.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "bootstrap/store_common.hpp"
@@ -123,6 +126,66 @@ bool is_local_host(const std::string& host) {
   }
   if (interfaces != nullptr) ::freeifaddrs(interfaces);
   return local;
+}
+
+namespace {
+using Clock = core::Clock;
+using std::chrono::milliseconds;
+// Slices of a blocking poll(), so abort_waits() is noticed.
+constexpr milliseconds kPollSlice{100};
+}  // namespace
+
+int poll_once(int fd, short events, Clock::time_point deadline) {
+  auto left = deadline - Clock::now();
+  if (left <= Clock::duration::zero()) return 0;
+  auto slice = std::min<Clock::duration>(left, kPollSlice);
+  auto ms = std::chrono::duration_cast<milliseconds>(slice + std::chrono::microseconds(999)).count();
+  pollfd pfd{.fd = fd, .events = events, .revents = 0};
+  int ready = ::poll(&pfd, 1, static_cast<int>(ms));
+  if (ready < 0 && errno == EINTR) return -2;  // retry
+  return ready;
+}
+
+IoResult send_all(int fd, const char* data, std::size_t size, Clock::time_point deadline) {
+  while (size > 0) {
+    ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      data += n;
+      size -= static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (core::waits_aborted()) return {IoFailure::Aborted};
+      int ready = poll_once(fd, POLLOUT, deadline);
+      if (ready == 0 && Clock::now() >= deadline) return {IoFailure::Timeout};
+      continue;
+    }
+    return {IoFailure::Closed, n < 0 ? errno : 0};
+  }
+  return {};
+}
+
+IoResult recv_all(int fd, char* data, std::size_t size, Clock::time_point deadline, bool& started) {
+  while (size > 0) {
+    ssize_t n = ::recv(fd, data, size, MSG_DONTWAIT);
+    if (n > 0) {
+      started = true;
+      data += n;
+      size -= static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n == 0) return {IoFailure::Closed, 0};
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      if (core::waits_aborted()) return {IoFailure::Aborted};
+      int ready = poll_once(fd, POLLIN, deadline);
+      if (ready == 0 && Clock::now() >= deadline) return {IoFailure::Timeout};
+      continue;
+    }
+    return {IoFailure::Closed, errno};
+  }
+  return {};
 }
 
 }  // namespace rdmx::bootstrap

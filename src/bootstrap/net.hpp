@@ -1,15 +1,19 @@
 // SPDX-License-Identifier: MIT
-// Small socket helpers for the TCP store and launcher detection.
+// Small socket helpers for the TCP store, the control mesh and launcher
+// detection.
 #pragma once
 
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "services/wait.hpp"
 
 namespace rdmx::bootstrap {
 
@@ -62,5 +66,23 @@ std::string peer_address_of(int fd);
 bool is_local_host(const std::string& host);
 // True for 127.0.0.0/8 and ::1 (and IPv4-mapped loopback).
 bool is_loopback(const sockaddr* address);
+
+// Blocking I/O on a non-blocking socket, bounded by a deadline: every wait
+// is a poll() of at most 100 ms, so abort_waits() is noticed.
+// What went wrong on the socket, for the caller to turn into an Error.
+enum class IoFailure { None, Timeout, Closed, Aborted };
+
+struct IoResult {
+  IoFailure failure = IoFailure::None;
+  int error = 0;  // errno for Closed, when there was one
+};
+
+// One poll() for `events`, a slice of what is left until `deadline`: the
+// count poll() returns (0 once the deadline passed; -2 when interrupted).
+int poll_once(int fd, short events, core::Clock::time_point deadline);
+IoResult send_all(int fd, const char* data, std::size_t size, core::Clock::time_point deadline);
+// Reads exactly `size` bytes, or fails. `started` tells whether any byte
+// was read, since then the stream cannot be resumed after a failure.
+IoResult recv_all(int fd, char* data, std::size_t size, core::Clock::time_point deadline, bool& started);
 
 }  // namespace rdmx::bootstrap

@@ -34,75 +34,9 @@ using std::chrono::milliseconds;
 // How long a client waits for the server's own Timeout answer after its
 // deadline, to learn which keys were still missing.
 constexpr milliseconds kTimeoutAnswerGrace{300};
-// Slices of a blocking poll(), so abort_waits() is noticed.
-constexpr milliseconds kPollSlice{100};
-
 const char* kServerGoneHint =
     "the process serving the store (rank 0 via from_env(), or rdmx_store) exited or crashed; "
     "check its log, it is usually the first failure";
-
-int poll_once(int fd, short events, Clock::time_point deadline) {
-  auto left = deadline - Clock::now();
-  if (left <= Clock::duration::zero()) return 0;
-  auto slice = std::min<Clock::duration>(left, kPollSlice);
-  auto ms = std::chrono::duration_cast<milliseconds>(slice + std::chrono::microseconds(999)).count();
-  pollfd pfd{.fd = fd, .events = events, .revents = 0};
-  int ready = ::poll(&pfd, 1, static_cast<int>(ms));
-  if (ready < 0 && errno == EINTR) return -2;  // retry
-  return ready;
-}
-
-// What went wrong on the socket, for the caller to turn into an Error.
-enum class IoFailure { None, Timeout, Closed, Aborted };
-
-struct IoResult {
-  IoFailure failure = IoFailure::None;
-  int error = 0;  // errno for Closed, when there was one
-};
-
-IoResult send_all(int fd, const char* data, std::size_t size, Clock::time_point deadline) {
-  while (size > 0) {
-    ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) {
-      data += n;
-      size -= static_cast<std::size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (core::waits_aborted()) return {IoFailure::Aborted};
-      int ready = poll_once(fd, POLLOUT, deadline);
-      if (ready == 0 && Clock::now() >= deadline) return {IoFailure::Timeout};
-      continue;
-    }
-    return {IoFailure::Closed, n < 0 ? errno : 0};
-  }
-  return {};
-}
-
-// Reads exactly `size` bytes, or fails. `started` tells whether any byte
-// was read, since then the stream cannot be resumed after a failure.
-IoResult recv_all(int fd, char* data, std::size_t size, Clock::time_point deadline, bool& started) {
-  while (size > 0) {
-    ssize_t n = ::recv(fd, data, size, MSG_DONTWAIT);
-    if (n > 0) {
-      started = true;
-      data += n;
-      size -= static_cast<std::size_t>(n);
-      continue;
-    }
-    if (n == 0) return {IoFailure::Closed, 0};
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (core::waits_aborted()) return {IoFailure::Aborted};
-      int ready = poll_once(fd, POLLIN, deadline);
-      if (ready == 0 && Clock::now() >= deadline) return {IoFailure::Timeout};
-      continue;
-    }
-    return {IoFailure::Closed, errno};
-  }
-  return {};
-}
 
 struct Response {
   Status status = Status::Ok;

@@ -50,60 +50,36 @@ std::uint64_t digest_of(const std::string& text) {
   return hash;
 }
 
-int remaining_ms(core::Clock::time_point deadline) {
-  if (deadline == core::Clock::time_point::max()) return 1000;
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - core::Clock::now()).count();
-  return left <= 0 ? 0 : static_cast<int>(std::min<long long>(left, 1000));
-}
-
-// Waits for `events` on `fd`; false when the deadline passed.
-bool wait_for(int fd, short events, core::Clock::time_point deadline) {
+// Waits for `fd` to be readable; false when the deadline passed or waits
+// were aborted.
+bool wait_readable(int fd, core::Clock::time_point deadline) {
   for (;;) {
-    pollfd p{fd, events, 0};
-    const int ms = remaining_ms(deadline);
-    const int got = ::poll(&p, 1, ms);
-    if (got > 0) return true;
-    if (got < 0 && errno != EINTR) return true;  // let the call that follows report it
-    if (core::Clock::now() >= deadline) return false;
+    if (core::waits_aborted()) return false;
+    const int ready = bootstrap::poll_once(fd, POLLIN, deadline);
+    if (ready > 0 || ready == -1) return true;  // an error: the call that follows reports it
+    if (ready == 0 && core::Clock::now() >= deadline) return false;
   }
 }
 
-// "" when done, otherwise what went wrong.
-std::string send_all(int fd, const std::uint8_t* data, std::size_t length, core::Clock::time_point deadline) {
-  while (length > 0) {
-    const ssize_t sent = ::send(fd, data, length, MSG_NOSIGNAL);
-    if (sent > 0) {
-      data += sent;
-      length -= static_cast<std::size_t>(sent);
-      continue;
-    }
-    if (sent < 0 && errno == EINTR) continue;
-    if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (!wait_for(fd, POLLOUT, deadline)) return "timed out sending";
-      continue;
-    }
-    return std::string("send failed: ") + std::strerror(errno);
+// "" when `result` is success, otherwise what went wrong, for messages.
+std::string problem_of(const bootstrap::IoResult& result) {
+  switch (result.failure) {
+    case bootstrap::IoFailure::None: return "";
+    case bootstrap::IoFailure::Timeout: return "timed out";
+    case bootstrap::IoFailure::Aborted: return "waits were aborted";
+    case bootstrap::IoFailure::Closed: break;
   }
-  return "";
+  return result.error != 0 ? std::string("the connection failed: ") + std::strerror(result.error)
+                           : "the connection closed";
 }
 
-std::string recv_all(int fd, std::uint8_t* data, std::size_t length, core::Clock::time_point deadline) {
-  while (length > 0) {
-    const ssize_t got = ::recv(fd, data, length, 0);
-    if (got > 0) {
-      data += got;
-      length -= static_cast<std::size_t>(got);
-      continue;
-    }
-    if (got == 0) return "the connection closed";
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      if (!wait_for(fd, POLLIN, deadline)) return "timed out receiving";
-      continue;
-    }
-    return std::string("receive failed: ") + std::strerror(errno);
-  }
-  return "";
+std::string send_bytes(int fd, const std::uint8_t* data, std::size_t length, core::Clock::time_point deadline) {
+  return problem_of(bootstrap::send_all(fd, reinterpret_cast<const char*>(data), length, deadline));
+}
+
+std::string recv_bytes(int fd, std::uint8_t* data, std::size_t length, core::Clock::time_point deadline) {
+  bool started = false;
+  return problem_of(bootstrap::recv_all(fd, reinterpret_cast<char*>(data), length, deadline, started));
 }
 
 void tune(int fd) {
@@ -123,7 +99,6 @@ std::string port_text(const sockaddr_storage& address) {
 ControlMesh::ControlMesh(Store& store, const std::string& tag, int rank, int size, core::Clock::time_point deadline)
     : rank_(rank), size_(size), tag_digest_(digest_of(tag)), key_(tag + "/ctl/" + std::to_string(rank)) {
   peers_.resize(static_cast<std::size_t>(size));
-  addresses_.resize(static_cast<std::size_t>(size));
   core::auth::warn_if_unauthenticated("the control mesh");
   const core::SocketInterface iface = core::choose_interface();
   sockaddr_storage bound = iface.address;
@@ -179,7 +154,7 @@ void ControlMesh::connect_to(Store& store, const std::string& tag, int peer, cor
                 context("control mesh connect", where));
   }
   std::uint8_t challenge[core::auth::kChallengeBytes];
-  std::string problem = recv_all(fd.get(), challenge, sizeof(challenge), deadline);
+  std::string problem = recv_bytes(fd.get(), challenge, sizeof(challenge), deadline);
   if (problem.empty()) {
     std::uint8_t hello[kHelloBytes + core::auth::kProofBytes] = {};
     put32(hello, kHelloMagic);
@@ -191,10 +166,10 @@ void ControlMesh::connect_to(Store& store, const std::string& tag, int peer, cor
     std::memcpy(theirs.data(), challenge, theirs.size());
     const auto proof = core::auth::prove(kPurpose, theirs, std::span<const std::uint8_t>(hello, kHelloBytes));
     std::memcpy(hello + kHelloBytes, proof.data(), proof.size());
-    problem = send_all(fd.get(), hello, sizeof(hello), deadline);
+    problem = send_bytes(fd.get(), hello, sizeof(hello), deadline);
   }
   std::uint8_t answer = 0;
-  if (problem.empty()) problem = recv_all(fd.get(), &answer, 1, deadline);
+  if (problem.empty()) problem = recv_bytes(fd.get(), &answer, 1, deadline);
   if (problem.empty() && answer != kAccepted) problem = "it refused this rank";
   if (!problem.empty()) {
     throw Error(problem.find("timed out") != std::string::npos ? ErrorCode::Timeout : ErrorCode::PeerFailure,
@@ -202,14 +177,13 @@ void ControlMesh::connect_to(Store& store, const std::string& tag, int peer, cor
                     " did not take this rank's connection (" + problem + ")",
                 context("control mesh handshake", where));
   }
-  addresses_[static_cast<std::size_t>(peer)] = where;
   peers_[static_cast<std::size_t>(peer)] = std::move(fd);
 }
 
 void ControlMesh::accept_from_higher(core::Clock::time_point deadline) {
   int missing = size_ - 1 - rank_;
   while (missing > 0) {
-    if (!wait_for(listener_.get(), POLLIN, deadline)) {
+    if (!wait_readable(listener_.get(), deadline)) {
       std::string ranks;
       for (int peer = rank_ + 1; peer < size_; ++peer) {
         if (!peers_[static_cast<std::size_t>(peer)]) ranks += (ranks.empty() ? "" : ", ") + std::to_string(peer);
@@ -228,9 +202,9 @@ void ControlMesh::accept_from_higher(core::Clock::time_point deadline) {
     // A connection that cannot finish its handshake soon is dropped, not
     // waited for: it must not hold up the ranks that do.
     const auto handshake = std::min(deadline, core::Clock::now() + std::chrono::seconds(5));
-    std::string problem = send_all(fd.get(), challenge.data(), challenge.size(), handshake);
+    std::string problem = send_bytes(fd.get(), challenge.data(), challenge.size(), handshake);
     std::uint8_t hello[kHelloBytes + core::auth::kProofBytes];
-    if (problem.empty()) problem = recv_all(fd.get(), hello, sizeof(hello), handshake);
+    if (problem.empty()) problem = recv_bytes(fd.get(), hello, sizeof(hello), handshake);
     int from = -1;
     if (problem.empty()) {
       from = static_cast<int>(get32(hello + 8));
@@ -251,8 +225,7 @@ void ControlMesh::accept_from_higher(core::Clock::time_point deadline) {
       continue;
     }
     const std::uint8_t accepted = kAccepted;
-    if (!send_all(fd.get(), &accepted, 1, handshake).empty()) continue;
-    addresses_[static_cast<std::size_t>(from)] = source;
+    if (!send_bytes(fd.get(), &accepted, 1, handshake).empty()) continue;
     peers_[static_cast<std::size_t>(from)] = std::move(fd);
     --missing;
   }

@@ -39,8 +39,6 @@ class ControlMesh {
   int size() const noexcept { return size_; }
   // The connection to `peer` (non-blocking), or -1 once closed.
   int fd(int peer) const noexcept { return peers_[static_cast<std::size_t>(peer)].get(); }
-  // "10.0.0.2:41234": where `peer` is, for messages.
-  const std::string& address(int peer) const noexcept { return addresses_[static_cast<std::size_t>(peer)]; }
   void close(int peer) noexcept { peers_[static_cast<std::size_t>(peer)].reset(); }
   // The store key this rank published.
   const std::string& store_key() const noexcept { return key_; }
@@ -55,7 +53,6 @@ class ControlMesh {
   std::string key_;
   bootstrap::UniqueFd listener_;
   std::vector<bootstrap::UniqueFd> peers_;
-  std::vector<std::string> addresses_;
 };
 
 // ---- frames ----------------------------------------------------------------
