@@ -109,22 +109,19 @@ CommMembership::~CommMembership() {
   shared_->unsubscribe(subscription_);
 }
 
-void CommMembership::on_loss(int peer, bool timed_out, const std::string& why) {
+void CommMembership::on_loss(int peer, bool, const std::string& why) {
+  // Dead or silent alike: the peer died or stopped answering (PeerFailure).
   const int rank = rank_of_[static_cast<std::size_t>(peer)];
   if (rank < 0) return;
   core::LockGuard lock(mutex_);
-  // PeerFailure either way: the peer died or stopped answering (a Timeout
-  // is a wait of this rank's that ran out).
-  (void)timed_out;
-  losses_.push_back({rank, ErrorCode::PeerFailure, why});
-  if (revoke_) revoke_(rank, losses_.back().code, "rank " + std::to_string(rank) + " failed: " + why);
+  losses_.push_back({rank, why});
+  if (revoke_) revoke_(rank, "rank " + std::to_string(rank) + " failed: " + why);
 }
 
 void CommMembership::attach(Revoke revoke) {
   core::LockGuard lock(mutex_);
   revoke_ = std::move(revoke);
-  for (const Loss& loss : losses_)
-    revoke_(loss.rank, loss.code, "rank " + std::to_string(loss.rank) + " failed: " + loss.why);
+  for (const Loss& loss : losses_) revoke_(loss.rank, "rank " + std::to_string(loss.rank) + " failed: " + loss.why);
 }
 
 void CommMembership::detach() {

@@ -35,10 +35,10 @@ class CommMembership {
   CommMembership(const CommMembership&) = delete;
   CommMembership& operator=(const CommMembership&) = delete;
 
-  // Calls `revoke(rank, code, why)` for every member that failed so far and,
-  // on the detector's thread, for each that fails later. detach() stops it
+  // Calls `revoke(rank, why)` for every member that failed so far and, on
+  // the detector's thread, for each that fails later. detach() stops it
   // (and waits for a call in progress).
-  using Revoke = std::function<void(int rank, ErrorCode code, const std::string& why)>;
+  using Revoke = std::function<void(int rank, const std::string& why)>;
   void attach(Revoke revoke);
   void detach();
 
@@ -83,7 +83,6 @@ class CommMembership {
   mutable core::Mutex mutex_;
   struct Loss {
     int rank;
-    ErrorCode code;
     std::string why;
   };
   std::vector<Loss> losses_ RDMX_GUARDED_BY(mutex_);

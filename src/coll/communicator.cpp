@@ -74,8 +74,7 @@ class CommImpl final : public CommunicatorCore {
         model.between_hosts.latency_us, model.between_hosts.bandwidth_gbps, model.reduce_gbps, model.basis.c_str());
     execution_ =
         std::make_unique<CommExecution>(*links_, selector_, placement_.layout(), rank_, size_, timeout_, direct_min_);
-    membership_->attach(
-        [this](int failed, ErrorCode code, const std::string& why) { links_->revoke(code, why, failed); });
+    membership_->attach([this](int failed, const std::string& why) { links_->revoke(why, failed); });
     placement_.log_created();
   }
 

@@ -482,29 +482,29 @@ void Links::send_pending_abort_notice() {
   }
 }
 
-void Links::revoke(ErrorCode code, const std::string& reason, int failed) {
+void Links::revoke(const std::string& reason, int failed) {
   core::LockGuard lock(abort_mutex_);
   if (std::find(failed_ranks_.begin(), failed_ranks_.end(), failed) == failed_ranks_.end()) {
     failed_ranks_.push_back(failed);
     std::sort(failed_ranks_.begin(), failed_ranks_.end());
   }
   if (aborted_.load(std::memory_order_relaxed)) {
-    if (revoke_code_ != ErrorCode::InvalidState) abort_reason_ += "; " + reason;
+    if (revoked_) abort_reason_ += "; " + reason;
     return;
   }
-  revoke_code_ = code;
+  revoked_ = true;
   abort_reason_ = reason;
   aborted_.store(true, std::memory_order_release);
 }
 
 Error Links::aborted_error(const std::string& op) const {
   core::LockGuard lock(abort_mutex_);
-  if (revoke_code_ == ErrorCode::InvalidState) {
+  if (!revoked_) {
     return Error(ErrorCode::InvalidState,
                  "the communicator is unusable after an earlier error or abort: " + abort_reason_,
                  {.op = op, .rank = rank_, .hint = "destroy it and create a new one", .failed_ranks = failed_ranks_});
   }
-  return Error(revoke_code_, op + ": the communicator is revoked: " + abort_reason_,
+  return Error(ErrorCode::PeerFailure, op + ": the communicator is revoked: " + abort_reason_,
                {.op = op,
                 .rank = rank_,
                 .peer_rank = failed_ranks_.size() == 1 ? failed_ranks_[0] : -1,
@@ -515,7 +515,7 @@ Error Links::aborted_error(const std::string& op) const {
 void Links::fail_aborted(const OpDesc& desc) {
   {
     core::LockGuard lock(abort_mutex_);
-    if (revoke_code_ == ErrorCode::InvalidState) {
+    if (!revoked_) {
       throw Error(ErrorCode::InvalidState, "the communicator was aborted: " + abort_reason_,
                   {.op = describe(desc), .rank = rank_, .hint = "create a new communicator"});
     }

@@ -167,11 +167,11 @@ class Links {
   // thread driving an operation when one is (it alone keeps the peers' WR
   // counts), else here.
   void abort(const std::string& reason);
-  // Makes every current and later run() fail because ranks `failed` of this
-  // communicator failed (its membership found them): with `code` and those
-  // ranks, not the InvalidState of an abort. Sends no notice: every
-  // survivor's membership tells it. Safe from any thread.
-  void revoke(ErrorCode code, const std::string& reason, int failed);
+  // Makes every current and later run() fail because rank `failed` of this
+  // communicator failed (its membership found it): with PeerFailure naming
+  // the failed ranks, not the InvalidState of an abort. Sends no notice:
+  // every survivor's membership tells it. Safe from any thread.
+  void revoke(const std::string& reason, int failed);
   // The error an operation `op` of an aborted communicator gives.
   Error aborted_error(const std::string& op) const;
   // Held by the thread that runs an operation, for its whole length.
@@ -281,8 +281,8 @@ class Links {
   std::atomic<bool> aborted_{false};
   mutable core::Mutex abort_mutex_;
   std::string abort_reason_ RDMX_GUARDED_BY(abort_mutex_);
-  // Set when revoke() came first: the failure every later call reports.
-  ErrorCode revoke_code_ RDMX_GUARDED_BY(abort_mutex_) = ErrorCode::InvalidState;
+  // Set when revoke() came first: every later call reports the failure.
+  bool revoked_ RDMX_GUARDED_BY(abort_mutex_) = false;
   std::vector<int> failed_ranks_ RDMX_GUARDED_BY(abort_mutex_);
   void mark_aborted(std::string reason);
   core::Mutex drive_mutex_;

@@ -23,10 +23,7 @@ Agreement::Agreement(int rank, int size, const RankSet& already_failed)
 }
 
 void Agreement::suspect(int peer) {
-  if (peer == rank_ || peer < 0 || peer >= size_ || decided_ || excluded()) return;
-  RankSet one(size_);
-  one.insert(peer);
-  learn(one, rank_);
+  if (!lose_locally(peer)) return;
   if (!active_) {
     start();
     return;
@@ -35,11 +32,13 @@ void Agreement::suspect(int peer) {
 }
 
 void Agreement::depart(int peer) {
-  if (peer == rank_ || peer < 0 || peer >= size_ || decided_ || excluded()) return;
-  RankSet one(size_);
-  one.insert(peer);
-  learn(one, rank_);
-  advance();
+  if (lose_locally(peer)) advance();
+}
+
+bool Agreement::lose_locally(int peer) {
+  if (peer == rank_ || peer < 0 || peer >= size_ || decided_ || excluded()) return false;
+  if (suspects_.insert(peer)) reporter_[peer] = rank_;
+  return true;
 }
 
 void Agreement::start() {

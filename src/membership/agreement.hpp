@@ -81,6 +81,9 @@ class Agreement {
 
  private:
   void learn(const RankSet& set, int from);
+  // This rank's own detector lost `peer`; false when that changes nothing
+  // the agreement may still act on.
+  bool lose_locally(int peer);
   void begin_round();
   void advance();
   void adopt(const RankSet& set);

@@ -22,16 +22,6 @@ std::string seconds_text(std::chrono::milliseconds ms) {
   return text;
 }
 
-std::string hex_of(const std::vector<std::uint8_t>& bytes) {
-  static const char digits[] = "0123456789abcdef";
-  std::string out;
-  for (std::uint8_t b : bytes) {
-    out += digits[b >> 4];
-    out += digits[b & 15];
-  }
-  return out;
-}
-
 }  // namespace
 
 const char* to_string(Verdict::Outcome outcome) noexcept {
@@ -132,25 +122,6 @@ void Membership::wake() noexcept {
   [[maybe_unused]] ssize_t written = ::write(wake_fd_.get(), &one, sizeof(one));
 }
 
-void Membership::suspect(int peer, const std::string& why) {
-  if (peer < 0 || peer >= size_ || peer == rank_) return;
-  {
-    core::LockGuard lock(mutex_);
-    reported_.emplace_back(peer, why);
-  }
-  wake();
-}
-
-std::vector<int> Membership::suspects() const {
-  core::LockGuard lock(mutex_);
-  return agreement_.suspects().members();
-}
-
-std::string Membership::reason(int peer) const {
-  core::LockGuard lock(mutex_);
-  return peer >= 0 && peer < size_ ? reasons_[static_cast<std::size_t>(peer)] : "";
-}
-
 void Membership::run() {
   auto next_beat = core::Clock::now();
   epoll_event events[64];
@@ -171,7 +142,6 @@ void Membership::run() {
         if ((events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) != 0) handle_readable(p);
         if ((events[i].events & EPOLLOUT) != 0 && peers_[static_cast<std::size_t>(p)].open) flush(p);
       }
-      for (auto& [p, why] : std::exchange(reported_, {})) lose(p, false, why);
       if (start_asked_ >= epoch_ && !agreement_.excluded()) {
         if (!agreement_.decided()) {
           agreement_.start();
@@ -477,11 +447,10 @@ Verdict Membership::settle_quorum(Verdict verdict, const RankSet& before, std::u
       return verdict;
     case Quorum::Tie: break;
   }
-  const std::string mine = hex_of(verdict.failed.encode());
+  // The decision's own bitmap: equal bytes are an equal decision.
+  const Bytes mine = verdict.failed.encode();
   try {
-    const Bytes stored =
-        store_->compare_set(tag_ + "/tie/" + std::to_string(epoch), {}, Bytes(mine.begin(), mine.end()));
-    if (std::string(stored.begin(), stored.end()) == mine) return verdict;
+    if (store_->compare_set(tag_ + "/tie/" + std::to_string(epoch), {}, mine) == mine) return verdict;
     verdict.outcome = Verdict::Outcome::TieLost;
     verdict.why = count +
                   " remain, exactly half, and the other half wrote its decision to the store first, so "

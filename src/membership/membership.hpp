@@ -77,7 +77,6 @@ class Membership {
 
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
-  std::chrono::milliseconds heartbeat() const noexcept { return heartbeat_; }
   const std::string& store_key() const noexcept { return mesh_.store_key(); }
 
   // Adds a handler, called as the one given at creation is; it hears at once
@@ -86,16 +85,11 @@ class Membership {
   int subscribe(FailureHandler handler);
   void unsubscribe(int id);
 
-  // The data path saw `peer` fail: suspect it as the detector would.
-  void suspect(int peer, const std::string& why);
   // The verdict of agreement number `epoch` (1 for the first), starting it
   // when nothing has; blocks until it is decided and the quorum is known, at
   // most until `deadline` (then throws Error(Timeout) naming the ranks still
   // awaited).
   Verdict agree(std::uint32_t epoch, core::Clock::time_point deadline);
-  // Everything suspected so far, with why, for messages.
-  std::vector<int> suspects() const;
-  std::string reason(int peer) const;
 
  private:
   struct Peer;
@@ -132,8 +126,7 @@ class Membership {
   std::vector<RankSet> decisions_ RDMX_GUARDED_BY(mutex_);  // of agreements 1, 2, ...
   std::vector<Peer> peers_ RDMX_GUARDED_BY(mutex_);
   std::vector<std::string> reasons_ RDMX_GUARDED_BY(mutex_);
-  std::vector<std::pair<int, std::string>> reported_ RDMX_GUARDED_BY(mutex_);  // from the data path
-  std::uint32_t start_asked_ RDMX_GUARDED_BY(mutex_) = 0;                      // the agreement an application waits for
+  std::uint32_t start_asked_ RDMX_GUARDED_BY(mutex_) = 0;  // the agreement an application waits for
   // The losses one pass of the thread found, told to the handlers after it lets go of mutex_.
   std::vector<std::tuple<int, bool, std::string>> found_ RDMX_GUARDED_BY(mutex_);
   // Held while handlers run, so unsubscribe() returns only when none does.

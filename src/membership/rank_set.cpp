@@ -73,15 +73,4 @@ std::optional<RankSet> RankSet::decode(int size, std::span<const std::uint8_t> b
   return set;
 }
 
-std::uint64_t RankSet::digest() const noexcept {
-  std::uint64_t hash = 0xcbf29ce484222325ull ^ static_cast<std::uint64_t>(size_);
-  for (std::uint64_t word : words_) {
-    for (int b = 0; b < 8; ++b) {
-      hash ^= (word >> (8 * b)) & 0xff;
-      hash *= 0x100000001b3ull;
-    }
-  }
-  return hash;
-}
-
 }  // namespace rdmx::membership

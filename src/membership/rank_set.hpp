@@ -40,8 +40,6 @@ class RankSet {
   // nullopt when `bytes` is not a bitmap of `size` ranks (wrong length, or
   // bits set past the last rank).
   static std::optional<RankSet> decode(int size, std::span<const std::uint8_t> bytes);
-  // A short stable digest, to tell apart what different decisions build.
-  std::uint64_t digest() const noexcept;
 
  private:
   int size_ = 0;
