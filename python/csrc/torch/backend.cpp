@@ -3,12 +3,12 @@
 // handed to the Communicator.
 #include "backend.hpp"
 
-#include <Python.h>
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
 
 #include "cuda_side.hpp"
+#include "gil.hpp"
 #include "store_adapter.hpp"
 #include "tensors.hpp"
 
@@ -27,24 +27,6 @@ std::unique_ptr<Communicator> connect(const c10::intrusive_ptr<c10d::Store>& sto
   options.timeout = timeout;
   options.tag = "rdmx";
   return Communicator::create(std::make_shared<TorchStore>(store), rank, size, options);
-}
-
-// Runs `fn` without the interpreter lock when this thread holds it: what it
-// waits for may run Python (a future's callbacks on another thread).
-template <class Fn>
-void without_gil(Fn&& fn) {
-  if (Py_IsInitialized() && PyGILState_Check()) {
-    PyThreadState* saved = PyEval_SaveThread();
-    try {
-      fn();
-    } catch (...) {
-      PyEval_RestoreThread(saved);
-      throw;
-    }
-    PyEval_RestoreThread(saved);
-  } else {
-    fn();
-  }
 }
 
 }  // namespace

@@ -2,36 +2,18 @@
 // Going on after a rank dies, and growing back: torch's shrink_group over
 // rdmx's shrink(), and grow/join kept for the next init_process_group
 // (docs/TORCH.md, "Keeping training when a rank dies").
-#include <Python.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <algorithm>
 #include <mutex>
 
 #include "backend.hpp"
+#include "gil.hpp"
 #include "store_adapter.hpp"
 #include "work.hpp"
 
 namespace rdmx::torch_backend {
 namespace {
-
-// Runs `fn` without the interpreter lock when this thread holds it: the
-// agreement and the connections wait on other processes.
-template <class Fn>
-auto released(Fn&& fn) {
-  if (Py_IsInitialized() && PyGILState_Check()) {
-    PyThreadState* saved = PyEval_SaveThread();
-    try {
-      auto out = fn();
-      PyEval_RestoreThread(saved);
-      return out;
-    } catch (...) {
-      PyEval_RestoreThread(saved);
-      throw;
-    }
-  }
-  return fn();
-}
 
 std::string list(const std::vector<int>& ranks) {
   std::string out;
@@ -61,7 +43,7 @@ std::tuple<int, int, std::string> keep(std::unique_ptr<Communicator> comm, Store
 
 std::vector<int> ProcessGroupRdmx::agree_failures() {
   try {
-    return released([&] { return communicator().agree_failures(); });
+    return without_gil([&] { return communicator().agree_failures(); });
   } catch (...) {
     std::rethrow_exception(torch_error(std::current_exception()));
   }
@@ -71,7 +53,7 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupRdmx::shrink(const std::vector<int
                                                            const c10::intrusive_ptr<Options>&) {
   ShrinkResult result;
   try {
-    result = released([&] { return communicator().shrink(); });
+    result = without_gil([&] { return communicator().shrink(); });
   } catch (...) {
     std::rethrow_exception(torch_error(std::current_exception()));
   }
@@ -93,7 +75,7 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroupRdmx::shrink(const std::vector<int
 std::tuple<int, int, std::string> ProcessGroupRdmx::grow(int count, const c10::intrusive_ptr<c10d::Store>& store) {
   try {
     auto shared = std::make_shared<TorchStore>(store);
-    return released([&] { return keep(communicator().grow(count, shared), *shared); });
+    return without_gil([&] { return keep(communicator().grow(count, shared), *shared); });
   } catch (...) {
     std::rethrow_exception(torch_error(std::current_exception()));
   }
@@ -106,7 +88,7 @@ std::tuple<int, int, std::string> join_group(const c10::intrusive_ptr<c10d::Stor
     options.tag = tag;
     options.timeout = timeout;
     auto shared = std::make_shared<TorchStore>(store);
-    return released([&] { return keep(Communicator::join(shared, options), *shared); });
+    return without_gil([&] { return keep(Communicator::join(shared, options), *shared); });
   } catch (...) {
     std::rethrow_exception(torch_error(std::current_exception()));
   }
