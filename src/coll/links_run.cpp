@@ -557,6 +557,8 @@ void Links::run_schedule(Schedule& schedule, const OpDesc& desc, const Combine& 
   for (int p = 0; p < size_; ++p) waiting = waiting || credit_wait_[static_cast<std::size_t>(p)] != 0;
   if (waiting) {
     auto credited = [&] {
+      // Revoked meanwhile: the peers that would confirm may be gone.
+      if (aborted()) fail_aborted(desc);
       for (int p = 0; p < size_; ++p) {
         const std::uint64_t need = credit_wait_[static_cast<std::size_t>(p)];
         if (need == 0) continue;

@@ -177,6 +177,11 @@ void Links::report_mismatch(const OpDesc& desc, const std::vector<int>& peers) {
 bool Links::unresponsive(int p, core::Clock::time_point now) const {
   const Peer& peer = peers_[static_cast<std::size_t>(p)];
   if (!peer.failure.empty()) return true;
+  {
+    // Counted failed by the membership (the revocation): dead or silent.
+    core::LockGuard lock(abort_mutex_);
+    if (std::find(failed_ranks_.begin(), failed_ranks_.end(), p) != failed_ranks_.end()) return true;
+  }
   const bool silent = peer.reading && now - std::max(peer.answered, watch_started_) > kStill;
   const bool still = peer.seen_valid && peer.seen.left < peer.seen.entered && now - peer.beat_moved > kStill;
   return silent || still;
