@@ -183,10 +183,14 @@ fuzz: fuzz-build
 # Fault campaigns (scripts/chaos.py, docs/TESTING.md): CHAOS_RUNS runs of
 # each scenario (a rank killed, a rank stopped, the store server killed, a
 # bed host cut off), every survivor's error checked and the job's leftovers
-# looked for. The soak: 8 ranks of random collectives checked bit-exactly
+# looked for; then the recovery scenarios (recover-*): the survivors shrink,
+# go on and grow back. The soak: 8 ranks of random collectives checked bit-exactly
 # for SOAK_MINUTES, resident memory and descriptors sampled each minute.
 CHAOS_RUNS ?= 100
-CHAOS_SCENARIOS ?= kill:shm,kill:tcp,stop:shm,stop:tcp,store:bed,partition:bed
+CHAOS_SCENARIOS ?= kill:shm,kill:tcp,stop:shm,stop:tcp,store:bed,partition:bed,$(CHAOS_RECOVERY)
+CHAOS_RECOVERY = recover-kill:shm,recover-kill:tcp,recover-kill:bed,recover-kill2:shm,recover-kill2:tcp
+CHAOS_RECOVERY := $(CHAOS_RECOVERY),recover-kill2:bed,recover-agree:shm,recover-agree:tcp,recover-agree:bed
+CHAOS_RECOVERY := $(CHAOS_RECOVERY),recover-stop:shm,recover-stop:tcp,recover-stop:bed,recover-cut:bed
 SOAK_MINUTES ?= 60
 chaos: build
 	@echo "== chaos: $(CHAOS_RUNS) runs of $(CHAOS_SCENARIOS) (table below; JSON in $(BUILD)/chaos.json)"

@@ -15,6 +15,21 @@ checks what every survivor reports and what the job leaves behind:
   store      the job's store server (a standalone rdmx_store) is killed while
              the ranks bootstrap: a clear error or a finished job, never a hang
 
+The recover-* scenarios go on after the fault (the worker's --recover): the
+survivors shrink(), run a correct collective within RDMX_TIMEOUT + 1 s of the
+fault, agree on the same failed ranks and communicator, and grow back by as
+many new processes (--join), which then compute with them. The store is a
+file store apart from the ranks, as shrink() asks.
+
+  recover-kill   SIGKILL of a random rank
+  recover-kill2  SIGKILL of two random ranks at once
+  recover-agree  SIGKILL of a rank, then of another while the survivors agree
+  recover-stop   SIGSTOP of a random rank; once the others went on it is
+                 continued, and must find itself left out and say so
+  recover-cut    one host of two on the bed cut off, exactly half the ranks:
+                 the side that wins the tie in the store goes on, the other
+                 refuses (no split brain); no grow
+
 After every run: no process of the job left, no socket file of it in the shm
 directory, no new file in /dev/shm, no new listening port, no mapping of an
 rdmx segment in any other process.
@@ -41,7 +56,10 @@ import threading
 import time
 
 SLACK_S = 1.0  # the issue's bound: RDMX_TIMEOUT + 1 s
-SCENARIOS = ["kill:shm", "kill:tcp", "stop:shm", "stop:tcp", "store:bed", "partition:bed"]
+SCENARIOS = ["kill:shm", "kill:tcp", "stop:shm", "stop:tcp", "store:bed", "partition:bed",
+             "recover-kill:shm", "recover-kill:tcp", "recover-kill:bed", "recover-kill2:shm", "recover-kill2:tcp",
+             "recover-kill2:bed", "recover-agree:shm", "recover-agree:tcp", "recover-agree:bed", "recover-stop:shm",
+             "recover-stop:tcp", "recover-stop:bed", "recover-cut:bed"]
 
 
 def free_port():
@@ -159,8 +177,12 @@ class Rank:
 
     @property
     def pid(self):
-        ready = self.event("ready")
+        ready = self.event("ready") or self.event("started")
         return ready["pid"] if ready else None
+
+    def last(self, kind):
+        self.poll_events()
+        return next((e for e in reversed(self.events) if e.get("event") == kind), None)
 
     @property
     def returncode(self):
@@ -192,37 +214,53 @@ class Job:
     def __init__(self, args, n, provider, worker_args, bed=None, per_host=None, store=None, key=None, tmp=None):
         self.timeout_s = args.timeout
         self.worker = args.worker
+        self.args, self.provider, self.bed, self.tmp = args, provider, bed, tmp
         self.ranks = [Rank(r, tmp) for r in range(n)]
+        self.joiners = []
         per_host = per_host or (n // bed.hosts if bed else n)
         hosts = (n + per_host - 1) // per_host
-        key = key or secrets.token_hex(24)
-        store = store or f"{bed.ip(0) if bed else '127.0.0.1'}:{free_port()}"
+        self.key = key or secrets.token_hex(24)
+        self.store = store or f"{bed.ip(0) if bed else '127.0.0.1'}:{free_port()}"
         self.launchers = []
         for h in range(hosts):
-            lines = ["set -u"]
-            if bed:
-                shm = shm_dir()
-                lines += [f"hostname bed-{bed.name}-h{h}", f"mkdir -p {shm}",
-                          f"mount -t tmpfs -o mode=0700 rdmx-chaos-{bed.name}-h{h} {shm} || exit 2"]
-            for r in range(h * per_host, min(n, (h + 1) * per_host)):
-                env = {"RDMX_RANK": r, "RDMX_WORLD_SIZE": n, "RDMX_LOCAL_RANK": r - h * per_host,
-                       "RDMX_LOCAL_WORLD_SIZE": min(n, (h + 1) * per_host) - h * per_host, "RDMX_STORE": store,
-                       "RDMX_PROVIDER": provider, "RDMX_TIMEOUT": f"{args.timeout}s", "RDMX_AUTH_KEY": key,
-                       "RDMX_SOCKET_IFNAME": bed.ifname(h) if bed else "lo",
-                       "RDMX_DEBUG": os.environ.get("RDMX_DEBUG", "WARN")}
-                rank = self.ranks[r]
-                cmd = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in env.items())
-                cmd += " " + " ".join(shlex.quote(x) for x in [args.worker] + worker_args)
-                lines.append(f"({cmd} > {rank.out} 2> {rank.err}; echo $? > {rank.rc}) &")
-            lines.append("wait")
-            argv = ["bash", "-c", "\n".join(lines)]
-            if bed:
-                argv = ["ip", "netns", "exec", bed.ns(h), "unshare", "--uts"] + argv
-            self.launchers.append(subprocess.Popen(argv, start_new_session=True, stdout=subprocess.DEVNULL,
-                                                   stderr=open(os.path.join(tmp, f"host{h}.err"), "w")))
+            ranks = range(h * per_host, min(n, (h + 1) * per_host))
+            self._launch(h, f"h{h}", [(self.ranks[r], {"RDMX_RANK": r, "RDMX_WORLD_SIZE": n,
+                                                      "RDMX_LOCAL_RANK": r - h * per_host,
+                                                      "RDMX_LOCAL_WORLD_SIZE": len(ranks)}) for r in ranks],
+                         worker_args)
+
+    def _launch(self, host, name, ranks, worker_args):
+        """Starts `ranks` ((Rank, its own variables) pairs) as one host of the job: on the bed, in host `host`'s
+        namespace under the hostname bed-<bed>-<name> with a shm directory of its own."""
+        lines = ["set -u"]
+        if self.bed:
+            shm = shm_dir()
+            lines += [f"hostname bed-{self.bed.name}-{name}", f"mkdir -p {shm}",
+                      f"mount -t tmpfs -o mode=0700 rdmx-chaos-{self.bed.name}-{name} {shm} || exit 2"]
+        for rank, own in ranks:
+            env = dict(own, RDMX_STORE=self.store, RDMX_PROVIDER=self.provider, RDMX_TIMEOUT=f"{self.args.timeout}s",
+                       RDMX_AUTH_KEY=self.key, RDMX_SOCKET_IFNAME=self.bed.ifname(host) if self.bed else "lo",
+                       RDMX_DEBUG=os.environ.get("RDMX_DEBUG", "WARN"))
+            cmd = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in env.items())
+            cmd += " " + " ".join(shlex.quote(x) for x in [self.worker] + worker_args)
+            lines.append(f"({cmd} > {rank.out} 2> {rank.err}; echo $? > {rank.rc}) &")
+        lines.append("wait")
+        argv = ["bash", "-c", "\n".join(lines)]
+        if self.bed:
+            argv = ["ip", "netns", "exec", self.bed.ns(host), "unshare", "--uts"] + argv
+        self.launchers.append(subprocess.Popen(argv, start_new_session=True, stdout=subprocess.DEVNULL,
+                                               stderr=open(os.path.join(self.tmp, f"{name}.err"), "w")))
+
+    def add_joiners(self, count, worker_args):
+        """Starts `count` new processes that join the running job (rdmx_chaos_worker --join); on the bed each is a
+        host of its own in host 0's namespace."""
+        for _ in range(count):
+            joiner = Rank(len(self.ranks) + len(self.joiners), self.tmp)
+            self.joiners.append(joiner)
+            self._launch(0, f"j{joiner.rank}", [(joiner, {})], ["--join"] + worker_args)
 
     def pids(self):
-        return {r.pid for r in self.ranks if r.pid} | {p.pid for p in self.launchers}
+        return {r.pid for r in self.ranks + self.joiners if r.pid} | {p.pid for p in self.launchers}
 
     def wait_ready(self, bound_s):
         deadline = time.monotonic() + bound_s
@@ -234,14 +272,21 @@ class Job:
             time.sleep(0.01)
         return False
 
+    def wait_for(self, ranks, deadline):
+        """Waits until `ranks` exit or the monotonic `deadline`; returns the ones still running."""
+        while time.monotonic() < deadline and any(r.returncode is None for r in ranks):
+            time.sleep(0.02)
+        return [r.rank for r in ranks if r.returncode is None]
+
     def wait_exit(self, ranks, bound_s):
         """Waits for `ranks` to exit; kills every rank still running after `bound_s`. Returns the hung ones."""
         deadline = time.monotonic() + bound_s
         while time.monotonic() < deadline and any(r.returncode is None for r in ranks):
             time.sleep(0.02)
         hung = [r.rank for r in ranks if r.returncode is None]
-        killed = [r for r in self.ranks if r.returncode is None]
+        killed = [r for r in self.ranks + self.joiners if r.returncode is None]
         for r in killed:
+            r.signal(signal.SIGCONT)
             r.signal(signal.SIGKILL)
         for p in self.launchers:
             try:
@@ -249,7 +294,7 @@ class Job:
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
-        for r in self.ranks:
+        for r in self.ranks + self.joiners:
             r.poll_events()
         if killed:
             # What rdmx run does after killing ranks: what they could not close goes.
@@ -325,8 +370,150 @@ def check_leaks(job, extra_pids, before_ports, before_shm, before_maps):
     return leaks
 
 
+def judge_recovery(job, dead, t_fault_ns, timeout_s, grown):
+    """Outcome of a run that recovers: every rank left ends with the same communicator, of everyone but `dead` (and
+    the processes that joined, when `grown`), after a correct collective within RDMX_TIMEOUT + 1 s of the last fault.
+    Returns ('ok', (slowest recovery, slowest grow)) or (problem, detail)."""
+    survivors = [r for r in job.ranks if r.rank not in dead]
+    want_size = len(job.ranks) - len(dead) + (len(job.joiners) if grown else 0)
+    members, worst_recovery, worst_grow = None, 0.0, 0.0
+    for r in survivors + (job.joiners if grown else []):
+        if r.event("wrong_result"):
+            return "wrong_result", json.dumps(r.event("wrong_result"))
+        done = r.event("done")
+        if done is None:
+            said = r.event("refused") or r.event("error")
+            return "not_recovered", f"rank {r.rank}: exit {r.returncode}: {json.dumps(said)}\n{r.stderr_tail()}"
+        if done["size"] != want_size:
+            return "wrong_size", f"rank {r.rank} ended with {done['size']} ranks, not {want_size}"
+        if r.rank >= len(job.ranks):
+            continue
+        if sorted(done["failed"]) != sorted(dead):
+            return "disagree", f"rank {r.rank} counts {done['failed']} failed, not {sorted(dead)}"
+        shrunk = r.last("shrunk")
+        if members is None:
+            members = shrunk["members"]
+        elif shrunk["members"] != members:
+            return "disagree", f"rank {r.rank}'s communicator is {shrunk['members']}, another's {members}"
+        recovered = r.last("recovered")
+        seconds = (recovered["mono_ns"] - t_fault_ns) / 1e9
+        if seconds > timeout_s + SLACK_S:
+            return "late", f"rank {r.rank} recovered {seconds:.2f} s after the fault"
+        worst_recovery = max(worst_recovery, seconds)
+        if grown:
+            growing, grew = r.last("growing"), r.last("grown")
+            worst_grow = max(worst_grow, (grew["mono_ns"] - growing["mono_ns"]) / 1e9)
+    return "ok", (worst_recovery, worst_grow)
+
+
+def judge_refused(ranks, timeout_s):
+    """The ranks of the side that may not go on: each says so (refused, or an error naming its peers), none goes
+    on."""
+    for r in ranks:
+        if r.event("done") or r.event("recovered"):
+            return "split_brain", f"rank {r.rank} went on: {json.dumps(r.last('shrunk'))}"
+        if r.event("wrong_result"):
+            return "wrong_result", json.dumps(r.event("wrong_result"))
+        if not (r.event("refused") or r.event("error")):
+            return "silent", f"rank {r.rank}: exit {r.returncode}\n{r.stderr_tail()}"
+    return "ok", None
+
+
+def run_recovery(args, kind, provider, rng, bed, tmp):
+    """One run of a recover-* scenario: the ranks shrink() after the fault and go on, then (except after a cut)
+    grow back by as many new processes."""
+    before_ports, before_shm, before_maps = listening_ports(), dev_shm(), rdmx_mappings()
+    on_bed = provider == "bed"
+    n = rng.choice([4, 6, 8]) if kind != "recover-cut" else bed.hosts * rng.choice([2, 3, 4])
+    seed = rng.randrange(1 << 30)
+    grow = kind != "recover-cut"
+    common = ["--seed", str(seed), "--max-bytes", str(args.max_bytes), "--recover", "--after", "20"]
+    # A standalone store, as shrink() asks: a file store survives any rank, and both sides of a cut reach it.
+    store_dir = os.path.join(tmp, "store")
+    os.mkdir(store_dir)
+    job = Job(args, n, "auto" if on_bed else provider, ["--seconds", "120"] + common + (["--grow"] if grow else []),
+              bed=bed if on_bed else None, store=f"file:{store_dir}", tmp=tmp)
+    if not job.wait_ready(args.timeout + 20):
+        job.wait_exit([], 0)
+        return "no_start", "\n".join(r.stderr_tail() for r in job.ranks), [], n
+    time.sleep(rng.uniform(0.05, 0.8))  # a random moment of the random collectives
+    bound = args.timeout + SLACK_S + 10
+
+    if kind == "recover-cut":
+        per_host = n // bed.hosts
+        host = rng.randrange(1, bed.hosts)
+        cut = set(range(host * per_host, (host + 1) * per_host))
+        t_fault = time.monotonic_ns()
+        bed.link(host, False)
+        hung = job.wait_exit(job.ranks, bound)
+        bed.link(host, True)
+        if hung:
+            outcome, detail = "hang", f"ranks {hung} did not exit"
+        else:
+            # Exactly half on each side: the side that wins the tie in the store goes on, the other refuses.
+            went_on = [side for side in (cut, set(range(n)) - cut)
+                       if any(job.ranks[r].event("done") for r in side)]
+            if len(went_on) != 1:
+                outcome, detail = "split_brain" if went_on else "nobody_went_on", \
+                    "; ".join(f"rank {r.rank}: {json.dumps(r.last('refused') or r.last('error'))}" for r in job.ranks)
+            else:
+                lost = set(range(n)) - went_on[0]
+                outcome, detail = judge_recovery(job, lost, t_fault, args.timeout, False)
+                if outcome == "ok":
+                    refused, why = judge_refused([job.ranks[r] for r in lost], args.timeout)
+                    if refused != "ok":
+                        outcome, detail = refused, why
+        leaks = check_leaks(job, [], before_ports, before_shm, before_maps)
+        return outcome, detail, leaks, n
+
+    victims = rng.sample(range(n), 2 if kind == "recover-kill2" else 1)
+    t_fault = time.monotonic_ns()
+    for v in victims:
+        job.ranks[v].signal(signal.SIGSTOP if kind == "recover-stop" else signal.SIGKILL)
+    if kind == "recover-agree":
+        # A second rank dies while the survivors agree on the first.
+        deadline = time.monotonic() + args.timeout + SLACK_S
+        while time.monotonic() < deadline and not any(r.event("agreeing") for r in job.ranks if r.rank != victims[0]):
+            time.sleep(0.001)
+        time.sleep(rng.uniform(0.0, 0.02))
+        second = rng.choice([r for r in range(n) if r != victims[0]])
+        t_fault = time.monotonic_ns()
+        job.ranks[second].signal(signal.SIGKILL)
+        victims.append(second)
+    survivors = [r for r in job.ranks if r.rank not in victims]
+    # As many new processes as ranks were lost, once the survivors make room for them.
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline and any(r.returncode is None for r in survivors):
+        growing = max((e["count"] for r in survivors for e in r.events if e.get("event") == "growing"), default=0)
+        if growing > len(job.joiners):
+            job.add_joiners(growing - len(job.joiners), common)
+        time.sleep(0.002)
+        for r in survivors:
+            r.poll_events()
+    hung = job.wait_for(survivors + job.joiners, deadline)
+    if hung:
+        outcome, detail = "hang", f"ranks {hung} did not exit"
+    else:
+        outcome, detail = judge_recovery(job, set(victims), t_fault, args.timeout, True)
+    if kind == "recover-stop" and outcome == "ok":
+        # The stopped rank, let go after the others went on without it, finds itself left out.
+        stopped = job.ranks[victims[0]]
+        stopped.signal(signal.SIGCONT)
+        if job.wait_for([stopped], time.monotonic() + args.timeout + SLACK_S + 5):
+            outcome, detail = "hang", f"the stopped rank {stopped.rank} did not exit once continued"
+        else:
+            outcome, why = judge_refused([stopped], args.timeout)
+            if outcome != "ok":
+                detail = why
+    job.wait_exit([], 0)
+    leaks = check_leaks(job, [], before_ports, before_shm, before_maps)
+    return outcome, detail, leaks, n
+
+
 def run_once(args, scenario, rng, bed, tmp):
     kind, provider = scenario.split(":")
+    if kind.startswith("recover-"):
+        return run_recovery(args, kind, provider, rng, bed, tmp)
     before_ports, before_shm, before_maps = listening_ports(), dev_shm(), rdmx_mappings()
     extra_pids = []
     store_proc = None
@@ -428,10 +615,10 @@ def campaign(args):
     results = {}
     bed = None
     scenarios = args.scenarios.split(",")
-    if any(s.startswith(("partition", "store")) for s in scenarios):
+    if any(s.endswith(":bed") for s in scenarios):
         if os.geteuid() != 0:
-            print("chaos: skipping partition:bed and store:bed (the bed's network namespaces need root)")
-            scenarios = [s for s in scenarios if not s.startswith(("partition", "store"))]
+            print("chaos: skipping the :bed scenarios (the bed's network namespaces need root)")
+            scenarios = [s for s in scenarios if not s.endswith(":bed")]
         else:
             bed = Bed(args.root, "chaos", 2)
             bed.up()
@@ -453,12 +640,13 @@ def campaign(args):
                 if outcome == "ok":
                     row["longest_since_fault_s"] = max(row["longest_since_fault_s"], detail[0])
                     row["longest_since_needed_s"] = max(row["longest_since_needed_s"], detail[1])
+                    row["times_s"] = row.get("times_s", []) + [detail]
                 else:
                     row["problems"].append(f"run {i}: {outcome}: {detail}")
                 row["leaks"] += [f"run {i}: {leak}" for leak in leaks]
                 if args.verbose:
                     print(f"{scenario} run {i}: {n} ranks, {outcome}, "
-                          f"{detail if outcome != 'ok' else f'{detail[0]:.2f} s ({detail[1]:.2f} s once needed)'}"
+                          f"{detail if outcome != 'ok' else f'{detail[0]:.2f} s, {detail[1]:.2f} s'}"
                           f"{', leaks: ' + '; '.join(leaks) if leaks else ''}", flush=True)
             row["ranks"] = sorted(row["ranks"])
             results[scenario] = row
@@ -466,13 +654,27 @@ def campaign(args):
     finally:
         if bed:
             bed.down()
-    print(f"\n| scenario | ranks | runs | outcomes | longest to error, from the fault (s) | "
-          f"from when needed (s) | leaks |  (RDMX_TIMEOUT {args.timeout} s)")
-    print("|---|---|---|---|---|---|---|")
-    for scenario, row in results.items():
+    failing = {k: v for k, v in results.items() if not k.startswith("recover-")}
+    recovering = {k: v for k, v in results.items() if k.startswith("recover-")}
+    if failing:
+        print(f"\n| scenario | ranks | runs | outcomes | longest to error, from the fault (s) | "
+              f"from when needed (s) | leaks |  (RDMX_TIMEOUT {args.timeout} s)")
+        print("|---|---|---|---|---|---|---|")
+    for scenario, row in failing.items():
         outcomes = ", ".join(f"{k} {v}" for k, v in sorted(row["outcomes"].items()))
         print(f"| {scenario} | {','.join(map(str, row['ranks']))} | {row['runs']} | {outcomes} | "
               f"{row['longest_since_fault_s']:.2f} | {row['longest_since_needed_s']:.2f} | {len(row['leaks'])} |")
+    if recovering:
+        print(f"\n| scenario | ranks | runs | outcomes | recovery: fault to a correct collective on the shrunk "
+              f"communicator, median / slowest (s) | grow back, slowest (s) | leaks |  (RDMX_TIMEOUT {args.timeout} s)")
+        print("|---|---|---|---|---|---|---|")
+    for scenario, row in recovering.items():
+        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(row["outcomes"].items()))
+        times = sorted(t[0] for t in row.get("times_s", []))
+        median = f"{times[len(times) // 2]:.2f}" if times else "-"
+        grow = "-" if scenario.startswith("recover-cut") else f"{row['longest_since_needed_s']:.2f}"
+        print(f"| {scenario} | {','.join(map(str, row['ranks']))} | {row['runs']} | {outcomes} | "
+              f"{median} / {row['longest_since_fault_s']:.2f} | {grow} | {len(row['leaks'])} |")
     for scenario, row in results.items():
         for p in row["problems"][:5] + row["leaks"][:5]:
             print(f"{scenario}: {p}")
