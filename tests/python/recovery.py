@@ -6,7 +6,9 @@ following docs/TORCH.md's recipe with torch's own calls:
 rdmx.torch.agree_failures(), torch.distributed.shrink_group(), and, to grow,
 rdmx.torch.grow()/join() then destroy_process_group() and init_process_group().
 Ranks 0..world-1 train; rank `world` (the spare) waits until the job needs
-it. Rank 0 serves torch's TCPStore, so the victim is never rank 0.
+it. Rank 0 serves torch's TCPStore, so the victim is never rank 0. The victim
+is killed, or stopped (fault "stop") and continued by rank 0 once the others
+are done: it must then find that it was left out.
 """
 # SPDX-License-Identifier: MIT
 import hashlib
@@ -99,13 +101,22 @@ def ddp_recovery(args):
             if rank == victim and step == kill_step:
                 x, y = data[0]
                 nn.functional.cross_entropy(ddp(x), y)  # in the middle of the step
+                store.set("victim-pid", str(os.getpid()))
                 store.set("killed-at", repr(time.time()))
-                os.kill(os.getpid(), signal.SIGKILL)
+                # Killed, or stopped until the others are done (rank 0 continues it).
+                os.kill(os.getpid(), signal.SIGSTOP if args["fault"] == "stop" else signal.SIGKILL)
             losses.append(train_step(ddp, opt, data, step))
         except Exception as e:  # noqa: BLE001  (DistBackendError names the dead rank)
             caught = time.time()
             result["events"].append({"step": step, "error": str(e).splitlines()[0][:300]})
-            failed = rdmx.torch.agree_failures()
+            try:
+                failed = rdmx.torch.agree_failures()
+            except Exception as refused:  # noqa: BLE001  (a stopped rank the others went on without)
+                if rank != victim:
+                    raise
+                result["refused"] = str(refused).splitlines()[0][:300]
+                emit(result)
+                return
             dist.shrink_group(failed)
             model.load_state_dict(snapshot)
             ddp = nn.parallel.DistributedDataParallel(model)
@@ -134,6 +145,8 @@ def ddp_recovery(args):
     result["digests"] = digests_agree(model)
     result["world_at_end"] = dist.get_world_size()
     dist.destroy_process_group()
+    if rank == 0 and args["fault"] == "stop":
+        os.kill(int(store.get("victim-pid")), signal.SIGCONT)
     emit(result)
 
 

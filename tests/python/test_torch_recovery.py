@@ -1,7 +1,8 @@
 """Keeping training when a rank dies, through torch's own calls on the "rdmx" backend
 (recovery.py): a DDP loop loses a rank in the middle of a step, goes on with the
 survivors without restarting them, grows back with a new process, and every rank
-ends with the same parameters, bit for bit.
+ends with the same parameters, bit for bit. On shm (auto, one host) and tcp, with the
+rank killed, or stopped (found at the timeout, and refused once it resumes).
 
 Run from CTest (TorchRecovery.*), or by hand:
     PYTHONPATH=build/python OMP_NUM_THREADS=1 PYTHON -m pytest tests/python/test_torch_recovery.py
@@ -9,6 +10,7 @@ Run from CTest (TorchRecovery.*), or by hand:
 # SPDX-License-Identifier: MIT
 import os
 
+import pytest
 import ranks
 
 RECOVERY = os.path.join(ranks.HERE, "recovery.py")
@@ -16,14 +18,21 @@ RECOVERY = os.path.join(ranks.HERE, "recovery.py")
 TIMEOUT_S = 5
 
 
-def test_ddp_loses_a_rank_mid_step_goes_on_and_grows_back():
+@pytest.mark.parametrize("provider,fault", [("auto", "kill"), ("tcp", "kill"), ("auto", "stop"), ("tcp", "stop")])
+def test_ddp_loses_a_rank_mid_step_goes_on_and_grows_back(provider, fault):
     world, victim, kill_step, steps = 4, 2, 3, 9
     results = ranks.run(world + 1, "ddp_recovery",
-                        {"world": world, "victim": victim, "kill_step": kill_step, "steps": steps},
-                        timeout_s=180, extra_env={"RECOVERY_TIMEOUT_S": str(TIMEOUT_S)}, script=RECOVERY)
+                        {"world": world, "victim": victim, "kill_step": kill_step, "steps": steps, "fault": fault},
+                        timeout_s=180, extra_env={"RECOVERY_TIMEOUT_S": str(TIMEOUT_S), "RDMX_PROVIDER": provider},
+                        script=RECOVERY)
     by_rank = {r.rank: r for r in results}
     victim_result = by_rank.pop(victim)
-    assert victim_result.returncode == -9, f"the victim should have been killed:\n{victim_result!r}"
+    if fault == "kill":
+        assert victim_result.returncode == -9, f"the victim should have been killed:\n{victim_result!r}"
+    else:
+        # Continued after the others went on: it must say it was left out, not go on.
+        assert victim_result.returncode == 0 and "refused" in (victim_result.result or {}), repr(victim_result)
+        assert "losses" not in victim_result.result, victim_result.result
     for r in by_rank.values():
         assert r.returncode == 0 and r.result is not None, "\n".join(repr(x) for x in results)
         assert "error" not in r.result, f"rank {r.rank}:\n{r.result['error']}"
@@ -43,4 +52,4 @@ def test_ddp_loses_a_rank_mid_step_goes_on_and_grows_back():
     digests = {d for r in every for d in r["digests"]}
     assert len(digests) == 1, f"the ranks' parameters differ at the end: {[r['digests'] for r in every]}"
     assert survivors[0]["losses"][-1] < survivors[0]["losses"][0], survivors[0]["losses"]
-    print("fault to next step (s):", [round(s["fault_to_next_step_s"], 3) for s in survivors])
+    print(f"{provider} {fault}: fault to next step (s):", [round(s["fault_to_next_step_s"], 3) for s in survivors])
