@@ -12,6 +12,7 @@ are done: it must then find that it was left out.
 """
 # SPDX-License-Identifier: MIT
 import hashlib
+import importlib
 import json
 import os
 import signal
@@ -70,6 +71,11 @@ def ddp_recovery(args):
     result = {"rank": rank, "events": []}
     if rank == world:
         # The spare: a new process started once the job lost a rank.
+        # Ready before it is needed, as a replacement would be: the first DDP
+        # construction imports torch._dynamo (about 900 modules, 3-9 s on two
+        # busy cores), which would hold up the others in the grown group's
+        # first collective past its timeout.
+        importlib.import_module("torch._dynamo")
         store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=60))
         store.wait(["need-replacement"], timedelta(seconds=60))
         new_rank, size, group_store = rdmx.torch.join(store)
