@@ -495,9 +495,14 @@ def dead_rank(args):
     """The last rank exits without a word; the others must raise, not hang or crash."""
     init_rdmx(args)
     rank, n = dist.get_rank(), dist.get_world_size()
+    store = dist.distributed_c10d._get_default_store()
     dist.all_reduce(torch.ones(4))
     if rank == n - 1:
+        # Its all_reduce may end before the others' have had its confirmation:
+        # dying then would fail the first call, which the test does not check.
+        store.wait([f"first/{r}" for r in range(n - 1)], timedelta(seconds=120))
         os._exit(3)
+    store.set(f"first/{rank}", "1")
 
     def three_calls():
         for _ in range(3):
