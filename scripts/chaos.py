@@ -373,10 +373,10 @@ def check_leaks(job, extra_pids, before_ports, before_shm, before_maps):
 def judge_recovery(job, dead, t_fault_ns, timeout_s, grown):
     """Outcome of a run that recovers: every rank left ends with the same communicator, of everyone but `dead` (and
     the processes that joined, when `grown`), after a correct collective within RDMX_TIMEOUT + 1 s of the last fault.
-    Returns ('ok', (slowest recovery, slowest grow)) or (problem, detail)."""
+    Returns ('ok', (slowest recovery, slowest grow, connections kept, connections there were)) or (problem, detail)."""
     survivors = [r for r in job.ranks if r.rank not in dead]
     want_size = len(job.ranks) - len(dead) + (len(job.joiners) if grown else 0)
-    members, worst_recovery, worst_grow = None, 0.0, 0.0
+    members, worst_recovery, worst_grow, kept, possible = None, 0.0, 0.0, 0, 0
     for r in survivors + (job.joiners if grown else []):
         if r.event("wrong_result"):
             return "wrong_result", json.dumps(r.event("wrong_result"))
@@ -395,6 +395,8 @@ def judge_recovery(job, dead, t_fault_ns, timeout_s, grown):
             members = shrunk["members"]
         elif shrunk["members"] != members:
             return "disagree", f"rank {r.rank}'s communicator is {shrunk['members']}, another's {members}"
+        kept += shrunk["kept"]
+        possible += len(shrunk["members"]) - 1
         recovered = r.last("recovered")
         seconds = (recovered["mono_ns"] - t_fault_ns) / 1e9
         if seconds > timeout_s + SLACK_S:
@@ -403,7 +405,7 @@ def judge_recovery(job, dead, t_fault_ns, timeout_s, grown):
         if grown:
             growing, grew = r.last("growing"), r.last("grown")
             worst_grow = max(worst_grow, (grew["mono_ns"] - growing["mono_ns"]) / 1e9)
-    return "ok", (worst_recovery, worst_grow)
+    return "ok", (worst_recovery, worst_grow, kept, possible)
 
 
 def judge_refused(ranks, timeout_s):
@@ -610,6 +612,30 @@ def run_once(args, scenario, rng, bed, tmp):
     return outcome, detail, leaks, n
 
 
+def kept_text(detail):
+    return f", kept {detail[2]} of {detail[3]} connections"
+
+
+def median_recovery(row):
+    times = sorted(t[0] for t in row.get("times_s", []))
+    return f"{times[len(times) // 2]:.2f}" if times else "-"
+
+
+def print_table(rows, timeout_s, columns):
+    """A Markdown table of campaign rows: scenario, ranks, runs, outcomes, then `columns` ((title, cell(name, row))
+    pairs), then leaks."""
+    if not rows:
+        return
+    titles = ["scenario", "ranks", "runs", "outcomes"] + [title for title, _ in columns] + ["leaks"]
+    print(f"\n| {' | '.join(titles)} |  (RDMX_TIMEOUT {timeout_s} s)")
+    print("|" + "---|" * len(titles))
+    for scenario, row in rows.items():
+        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(row["outcomes"].items()))
+        cells = [scenario, ",".join(map(str, row["ranks"])), str(row["runs"]), outcomes]
+        cells += [cell(scenario, row) for _, cell in columns] + [str(len(row["leaks"]))]
+        print(f"| {' | '.join(cells)} |")
+
+
 def campaign(args):
     rng = random.Random(args.seed)
     results = {}
@@ -625,8 +651,13 @@ def campaign(args):
     failed = False
     try:
         for scenario in scenarios:
-            row = {"runs": 0, "outcomes": {}, "longest_since_fault_s": 0.0, "longest_since_needed_s": 0.0,
-                   "leaks": [], "problems": [], "ranks": set()}
+            recovering = scenario.startswith("recover-")
+            # A recovery run's second figure is its grow back; a failure run's, the delay once needed.
+            second = "slowest_grow_s" if recovering else "longest_since_needed_s"
+            row = {"runs": 0, "outcomes": {}, "longest_since_fault_s": 0.0, second: 0.0, "leaks": [], "problems": [],
+                   "ranks": set()}
+            if recovering:
+                row.update(kept=0, connections=0)
             for i in range(args.runs):
                 tmp = tempfile.mkdtemp(prefix="rdmx-chaos-")
                 outcome, detail, leaks, n = run_once(args, scenario, rng, bed, tmp)
@@ -639,16 +670,18 @@ def campaign(args):
                 row["outcomes"][outcome] = row["outcomes"].get(outcome, 0) + 1
                 if outcome == "ok":
                     row["longest_since_fault_s"] = max(row["longest_since_fault_s"], detail[0])
-                    # A recovery run's second figure is its grow back; a failure run's, the delay once needed.
-                    second = "slowest_grow_s" if scenario.startswith("recover-") else "longest_since_needed_s"
-                    row[second] = max(row.get(second, 0.0), detail[1])
-                    row["times_s"] = row.get("times_s", []) + [detail]
+                    row[second] = max(row[second], detail[1])
+                    row["times_s"] = row.get("times_s", []) + [detail[:2]]
+                    if recovering:
+                        row["kept"] += detail[2]
+                        row["connections"] += detail[3]
                 else:
                     row["problems"].append(f"run {i}: {outcome}: {detail}")
                 row["leaks"] += [f"run {i}: {leak}" for leak in leaks]
                 if args.verbose:
                     print(f"{scenario} run {i}: {n} ranks, {outcome}, "
                           f"{detail if outcome != 'ok' else f'{detail[0]:.2f} s, {detail[1]:.2f} s'}"
+                          f"{kept_text(detail) if outcome == 'ok' and recovering else ''}"
                           f"{', leaks: ' + '; '.join(leaks) if leaks else ''}", flush=True)
             row["ranks"] = sorted(row["ranks"])
             results[scenario] = row
@@ -656,27 +689,15 @@ def campaign(args):
     finally:
         if bed:
             bed.down()
-    failing = {k: v for k, v in results.items() if not k.startswith("recover-")}
-    recovering = {k: v for k, v in results.items() if k.startswith("recover-")}
-    if failing:
-        print(f"\n| scenario | ranks | runs | outcomes | longest to error, from the fault (s) | "
-              f"from when needed (s) | leaks |  (RDMX_TIMEOUT {args.timeout} s)")
-        print("|---|---|---|---|---|---|---|")
-    for scenario, row in failing.items():
-        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(row["outcomes"].items()))
-        print(f"| {scenario} | {','.join(map(str, row['ranks']))} | {row['runs']} | {outcomes} | "
-              f"{row['longest_since_fault_s']:.2f} | {row['longest_since_needed_s']:.2f} | {len(row['leaks'])} |")
-    if recovering:
-        print(f"\n| scenario | ranks | runs | outcomes | recovery: fault to a correct collective on the shrunk "
-              f"communicator, median / slowest (s) | grow back, slowest (s) | leaks |  (RDMX_TIMEOUT {args.timeout} s)")
-        print("|---|---|---|---|---|---|---|")
-    for scenario, row in recovering.items():
-        outcomes = ", ".join(f"{k} {v}" for k, v in sorted(row["outcomes"].items()))
-        times = sorted(t[0] for t in row.get("times_s", []))
-        median = f"{times[len(times) // 2]:.2f}" if times else "-"
-        grow = "-" if scenario.startswith("recover-cut") else f"{row.get('slowest_grow_s', 0.0):.2f}"
-        print(f"| {scenario} | {','.join(map(str, row['ranks']))} | {row['runs']} | {outcomes} | "
-              f"{median} / {row['longest_since_fault_s']:.2f} | {grow} | {len(row['leaks'])} |")
+    print_table({k: v for k, v in results.items() if not k.startswith("recover-")}, args.timeout, [
+        ("longest to error, from the fault (s)", lambda k, row: f"{row['longest_since_fault_s']:.2f}"),
+        ("from when needed (s)", lambda k, row: f"{row['longest_since_needed_s']:.2f}")])
+    print_table({k: v for k, v in results.items() if k.startswith("recover-")}, args.timeout, [
+        ("recovery: fault to a correct collective on the shrunk communicator, median / slowest (s)",
+         lambda k, row: f"{median_recovery(row)} / {row['longest_since_fault_s']:.2f}"),
+        ("grow back, slowest (s)",
+         lambda k, row: "-" if k.startswith("recover-cut") else f"{row['slowest_grow_s']:.2f}"),
+        ("connections kept by shrink()", lambda k, row: f"{row['kept']} of {row['connections']}")])
     for scenario, row in results.items():
         for p in row["problems"][:5] + row["leaks"][:5]:
             print(f"{scenario}: {p}")

@@ -145,6 +145,13 @@ struct Mesh {
 Mesh connect_mesh(Store& store, int rank, int world_size, Device& device, ProtectionDomain& pd,
                   CompletionQueue& send_cq, CompletionQueue& recv_cq, const QpCaps& caps = {},
                   const std::string& tag = "mesh");
+// The same for some pairs only: qps[peer] for each rank in `peers`, which
+// must name this rank among its own `peers` (a pair both sides connect);
+// the other entries stay null. For replacing the broken connections of a
+// set of ranks and keeping the rest.
+Mesh connect_mesh(Store& store, int rank, int world_size, const std::vector<int>& peers, Device& device,
+                  ProtectionDomain& pd, CompletionQueue& send_cq, CompletionQueue& recv_cq, const QpCaps& caps = {},
+                  const std::string& tag = "mesh");
 
 }  // namespace rdmx
 RDMX_API_END

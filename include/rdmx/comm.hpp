@@ -191,6 +191,11 @@ struct ShrinkResult {
   // of each new rank (survivors[new rank] == old rank).
   std::vector<int> failed;
   std::vector<int> survivors;
+  // How many of this rank's connections to the other survivors were kept
+  // from the old communicator; the rest (those a failed operation left
+  // with work in flight) were made anew. None when nothing failed: the old
+  // communicator then stays usable and keeps its own.
+  int kept_connections = 0;
 };
 
 class Communicator {
@@ -241,8 +246,9 @@ class Communicator {
   // After a failure, collective over the survivors: they agree, with no
   // coordinator, on which ranks failed (the agreement survives more
   // failures, during it too), and each gets the same new communicator of
-  // the others, renumbered in their old order. This communicator stays
-  // revoked; destroy it after. Called with no failure, it gives a
+  // the others, renumbered in their old order, over the connections among
+  // them that still work (the others are made anew). This communicator
+  // stays revoked; destroy it after. Called with no failure, it gives a
   // communicator of everyone. Bounded by the timeout; a rank that cannot go
   // on gets an Error: PeerFailure when the others counted it failed,
   // InvalidState when too few ranks are left to be sure this side is not

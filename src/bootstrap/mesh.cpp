@@ -22,6 +22,16 @@ std::string mesh_key(const std::string& tag, int source, int destination) {
 
 Mesh connect_mesh(Store& store, int rank, int world_size, Device& device, ProtectionDomain& pd,
                   CompletionQueue& send_cq, CompletionQueue& recv_cq, const QpCaps& caps, const std::string& tag) {
+  std::vector<int> everyone;
+  for (int peer = 0; peer < world_size; ++peer) {
+    if (peer != rank) everyone.push_back(peer);
+  }
+  return connect_mesh(store, rank, world_size, everyone, device, pd, send_cq, recv_cq, caps, tag);
+}
+
+Mesh connect_mesh(Store& store, int rank, int world_size, const std::vector<int>& peers, Device& device,
+                  ProtectionDomain& pd, CompletionQueue& send_cq, CompletionQueue& recv_cq, const QpCaps& caps,
+                  const std::string& tag) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     throw Error(ErrorCode::InvalidArgument,
                 "connect_mesh: rank " + std::to_string(rank) + " is not in a world of " + std::to_string(world_size),
@@ -33,13 +43,20 @@ Mesh connect_mesh(Store& store, int rank, int world_size, Device& device, Protec
     throw Error(ErrorCode::InvalidArgument, "connect_mesh: the tag must not be empty",
                 ErrorContext{.op = "connect_mesh", .rank = rank});
   }
+  for (int peer : peers) {
+    if (peer < 0 || peer >= world_size || peer == rank) {
+      throw Error(ErrorCode::InvalidArgument,
+                  "connect_mesh: rank " + std::to_string(rank) + " cannot connect to peer " + std::to_string(peer) +
+                      " in a world of " + std::to_string(world_size),
+                  ErrorContext{.op = "connect_mesh", .rank = rank, .hint = "peers are other ranks of the world"});
+    }
+  }
   Mesh mesh;
   mesh.qps.resize(static_cast<std::size_t>(world_size));
 
   // 1. One QP per peer, each published before waiting on anyone, so ranks
   //    arriving in any order make progress.
-  for (int peer = 0; peer < world_size; ++peer) {
-    if (peer == rank) continue;
+  for (int peer : peers) {
     auto& qp = mesh.qps[static_cast<std::size_t>(peer)];
     try {
       qp = device.create_qp(pd, send_cq, recv_cq, caps);
@@ -59,15 +76,13 @@ Mesh connect_mesh(Store& store, int rank, int world_size, Device& device, Protec
   // 2. Wait for every peer at once: on timeout the error lists exactly the
   //    ranks that never published.
   std::vector<std::string> peer_keys;
-  for (int peer = 0; peer < world_size; ++peer) {
-    if (peer != rank) peer_keys.push_back(mesh_key(tag, peer, rank));
-  }
+  for (int peer : peers) peer_keys.push_back(mesh_key(tag, peer, rank));
   try {
-    store.wait(peer_keys);
+    if (!peer_keys.empty()) store.wait(peer_keys);
   } catch (const Error& e) {
     throw Error(e.code(),
                 "connect_mesh: rank " + std::to_string(rank) + " did not get the addresses of all " +
-                    std::to_string(world_size - 1) + " peers: " + e.message(),
+                    std::to_string(peers.size()) + " peers: " + e.message(),
                 ErrorContext{.op = "connect_mesh",
                              .rank = rank,
                              .peer_addr = e.context().peer_addr,
@@ -78,8 +93,7 @@ Mesh connect_mesh(Store& store, int rank, int world_size, Device& device, Protec
   }
 
   // 3. Connect each QP to its peer's.
-  for (int peer = 0; peer < world_size; ++peer) {
-    if (peer == rank) continue;
+  for (int peer : peers) {
     std::string key = mesh_key(tag, peer, rank);
     try {
       QpAddress remote = QpAddress::from_hex(store.get_string(key));
@@ -99,7 +113,7 @@ Mesh connect_mesh(Store& store, int rank, int world_size, Device& device, Protec
                                            : e.context().hint});
     }
   }
-  RDMX_INFO("connect_mesh '%s': rank %d connected to %d peers", tag.c_str(), rank, world_size - 1);
+  RDMX_INFO("connect_mesh '%s': rank %d connected to %zu peers", tag.c_str(), rank, peers.size());
   return mesh;
 }
 

@@ -37,6 +37,7 @@ class CommImpl final : public CommunicatorCore {
   struct Lineage {
     std::unique_ptr<CommMembership> membership;  // a shrunk one's (CommMembership::successor())
     std::string job_tag;                         // where new processes join (join()); "": options.tag
+    Links::Handover* links;                      // a shrunk one's: the connections it may keep (or null)
   };
 
   CommImpl(std::shared_ptr<Device> device, std::shared_ptr<Store> store, int rank, int size, const CommOptions& options,
@@ -59,7 +60,8 @@ class CommImpl final : public CommunicatorCore {
     placement_.require_buffers_fit();
     LinksConfig config = placement_.links_config_with_waits();
     config.host_of = placement_.layout().host_of;
-    links_ = std::make_unique<Links>(std::move(device), *build_store_, rank_, size_, options_.tag, config, timeout_);
+    links_ = std::make_unique<Links>(std::move(device), *build_store_, rank_, size_, options_.tag, config, timeout_,
+                                     lineage.links);
     const LinkFigures& figures = links_->link_figures();
     LinkModel model = declared_links(figures.in_host, figures.between_hosts);
     model.staging_bytes = static_cast<double>(coll_settings().buffsize);
@@ -75,6 +77,7 @@ class CommImpl final : public CommunicatorCore {
     execution_ =
         std::make_unique<CommExecution>(*links_, selector_, placement_.layout(), rank_, size_, timeout_, direct_min_);
     membership_->attach([this](int failed, const std::string& why) { links_->revoke(why, failed); });
+    links_->kept();
     placement_.log_created();
   }
 
@@ -216,17 +219,24 @@ ShrinkResult CommImpl::shrink() {
   shrunk_ = true;
   const auto deadline = core::deadline_after(timeout_);
   std::uint32_t epoch = membership_->epoch() + 1;
+  // After a failure this communicator is revoked, and the survivors keep
+  // the connections among them that still work, through every attempt.
+  // With no failure, this one stays usable and keeps its own.
+  std::unique_ptr<Links::Handover> handover;
   for (;;) {
     CommMembership::Next next = membership_->agree(epoch, deadline, rank_);
     CommOptions options = options_;
     options.tag = next.tag;
+    if (!next.failed.empty() && !handover) handover = links_->hand_over(next.survivors, deadline);
+    if (handover) handover->survivors = next.survivors;
     try {
-      auto comm =
-          std::make_unique<CommImpl>(links_->device_shared(), store_, next.rank, static_cast<int>(next.members.size()),
-                                     options, keepalive_, Lineage{membership_->successor(next), job_tag_});
+      auto comm = std::make_unique<CommImpl>(links_->device_shared(), store_, next.rank,
+                                             static_cast<int>(next.members.size()), options, keepalive_,
+                                             Lineage{membership_->successor(next), job_tag_, handover.get()});
       RDMX_INFO("communicator '%s': rank %d shrank to rank %d of %zu ('%s'); failed: %s", options_.tag.c_str(), rank_,
                 next.rank, next.members.size(), next.tag.c_str(), membership_->failures().c_str());
-      return ShrinkResult{std::move(comm), std::move(next.failed), std::move(next.survivors)};
+      const int kept_connections = comm->links_->kept_connections();
+      return ShrinkResult{std::move(comm), std::move(next.failed), std::move(next.survivors), kept_connections};
     } catch (const Error& e) {
       if (core::Clock::now() >= deadline || !membership_->member_failed(next.members)) throw;
       RDMX_INFO("communicator '%s': rank %d: a survivor failed while shrinking (%s); agreeing again",

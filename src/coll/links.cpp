@@ -5,9 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
-#include <sstream>
 
-#include "coll/cost_model.hpp"
 #include "coll/cuda/device_ops.hpp"
 #include "coll/links_layout.hpp"
 #include "coll/links_run.hpp"
@@ -19,24 +17,11 @@
 namespace rdmx::coll {
 using namespace wire;
 
-namespace {
-// Message flags carry the number xor a per-pair value, so that payload bytes
-// left in a slot cannot pass for a flag: both sides derive it from the
-// receiver's region address and the sender's rank.
-std::uint64_t pair_salt(std::uint64_t receiver_base, int sender) {
-  std::uint64_t x = receiver_base ^ (static_cast<std::uint64_t>(sender) + 1) * 0x9e3779b97f4a7c15ULL;
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  return x | 1;
-}
-}  // namespace
-
 std::uint64_t Links::salt_from(int sender) const { return salts_from_[static_cast<std::size_t>(sender)]; }
 
 // ---------------------------------------------------------------------------
 Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, const std::string& tag,
-             const LinksConfig& config, std::chrono::milliseconds timeout)
+             const LinksConfig& config, std::chrono::milliseconds timeout, Handover* from)
     : device_(std::move(device)), rank_(rank), size_(size), config_(config), timeout_(timeout) {
   if (config_.chunk < kLine || config_.chunk % kLine != 0 || config_.slots < 2) {
     throw Error(ErrorCode::Config,
@@ -48,13 +33,20 @@ Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, c
                          "64) and at least 2 slots"});
   }
   layout_ = std::make_unique<Layout>(static_cast<std::size_t>(size), config_);
-  pd_ = device_->alloc_pd();
+  if (from) {
+    pd_ = from->pd;
+    send_cq_ = from->send_cq;
+    recv_cq_ = from->recv_cq;
+    generation_ = from->generation++;
+  } else {
+    pd_ = device_->alloc_pd();
+    // Completions: signaled WRITEs (one in kSignalEvery, guards of in-place
+    // sends) and diagnostic READs. The receive CQ only exists because a QP needs one.
+    const std::size_t cq_depth = std::max<std::size_t>(1024, static_cast<std::size_t>(size) * 256);
+    send_cq_ = device_->create_cq(cq_depth);
+    recv_cq_ = device_->create_cq(16);
+  }
   user_mrs_ = std::make_unique<RegistrationCache>(*pd_, device_->caps());
-  // Completions: signaled WRITEs (one in kSignalEvery, guards of in-place
-  // sends) and diagnostic READs. The receive CQ only exists because a QP needs one.
-  const std::size_t cq_depth = std::max<std::size_t>(1024, static_cast<std::size_t>(size) * 256);
-  send_cq_ = device_->create_cq(cq_depth);
-  recv_cq_ = device_->create_cq(16);
   const Access access = Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead;
   region_ = pd_->allocate_memory(layout_->total, access);
   base_ = static_cast<char*>(region_->addr());
@@ -65,78 +57,14 @@ Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, c
   run_scratch_ = std::make_unique<RunScratch>();
   p2p_recv_seq_.assign(static_cast<std::size_t>(size), 0);
 
-  Mesh mesh = connect_mesh(store, rank, size, *device_, *pd_, *send_cq_, *recv_cq_, QpCaps{}, tag + "/qp");
-  published_keys_ = std::move(mesh.keys);
-  for (int p = 0; p < size; ++p) {
-    Peer& peer = peers_[static_cast<std::size_t>(p)];
-    peer.qp = std::move(mesh.qps[static_cast<std::size_t>(p)]);
-    if (!peer.qp) continue;
-    const DeviceCaps caps = peer.qp->device_caps();
-    peer.direct_writes = caps.direct_registered_writes;
-    network_ = network_ || caps.remote_peers;
-    const bool same_host = config.host_of.empty() || config.host_of[static_cast<std::size_t>(p)] ==
-                                                         config.host_of[static_cast<std::size_t>(rank)];
-    take_least_favourable(same_host ? figures_.in_host : figures_.between_hosts,
-                          {caps.latency_us, caps.bandwidth_gbps});
+  Mesh mesh = connect_peers(store, tag, from);
+  lent_from_ = from;
+  try {
+    exchange_regions(store, tag, mesh);
+  } catch (...) {
+    give_back();
+    throw;
   }
-
-  // Exchange where each region is, and whether the rank reaches a peer over
-  // a network link: "<tag>/region/<rank>" = base:rkey:length:network.
-  std::ostringstream mine;
-  mine << reinterpret_cast<std::uintptr_t>(base_) << ':' << region_->rkey() << ':' << layout_->total << ':'
-       << (network_ ? 1 : 0) << ':' << figures_.in_host.latency_us << ':' << figures_.in_host.bandwidth_gbps << ':'
-       << figures_.between_hosts.latency_us << ':' << figures_.between_hosts.bandwidth_gbps;
-  published_keys_.push_back(tag + "/region/" + std::to_string(rank));
-  store.set(published_keys_.back(), std::string_view(mine.str()));
-  LinkFigures agreed;
-  for (int p = 0; p < size; ++p) {
-    if (p == rank) continue;
-    const std::string key = tag + "/region/" + std::to_string(p);
-    std::string text;
-    try {
-      text = store.get_string(key);
-    } catch (const Error& e) {
-      throw Error(e.code(),
-                  "communicator create: no buffer address from rank " + std::to_string(p) + ": " + e.message(),
-                  {.op = "communicator create",
-                   .rank = rank,
-                   .peer_rank = p,
-                   .hint = "that rank did not reach communicator creation (crashed, hung, or another tag/store)"});
-    }
-    unsigned long long base = 0, length = 0;
-    unsigned rkey = 0;
-    int network = 0;
-    LinkFigures theirs;
-    if (std::sscanf(text.c_str(), "%llu:%u:%llu:%d:%lf:%lf:%lf:%lf", &base, &rkey, &length, &network,
-                    &theirs.in_host.latency_us, &theirs.in_host.bandwidth_gbps, &theirs.between_hosts.latency_us,
-                    &theirs.between_hosts.bandwidth_gbps) != 8 ||
-        length != layout_->total) {
-      throw Error(ErrorCode::Protocol,
-                  "communicator create: rank " + std::to_string(p) + " published buffers '" + text +
-                      "' that do not match this rank's layout (" + std::to_string(layout_->total) + " bytes)",
-                  {.op = "communicator create",
-                   .rank = rank,
-                   .peer_rank = p,
-                   .hint = "every rank must use the same RDMX_COLL_BUFFSIZE and RDMX_COLL_SLOTS and rdmx version"});
-    }
-    Peer& peer = peers_[static_cast<std::size_t>(p)];
-    peer.remote_base = base;
-    peer.rkey = rkey;
-    peer.salt = pair_salt(base, rank);
-    any_network_ = any_network_ || network != 0;
-    take_least_favourable(agreed.in_host, theirs.in_host);
-    take_least_favourable(agreed.between_hosts, theirs.between_hosts);
-  }
-  take_least_favourable(agreed.in_host, figures_.in_host);
-  take_least_favourable(agreed.between_hosts, figures_.between_hosts);
-  figures_ = agreed;
-  any_network_ = any_network_ || network_;
-  salts_from_.resize(static_cast<std::size_t>(size));
-  for (int p = 0; p < size; ++p)
-    salts_from_[static_cast<std::size_t>(p)] = pair_salt(reinterpret_cast<std::uintptr_t>(base_), p);
-  ordered_ = device_->caps().ordered_write_placement;
-  RDMX_INFO("communicator %s: rank %d of %d, %zu x %zu B buffers per peer, %zu bytes registered", tag.c_str(), rank,
-            size, static_cast<std::size_t>(config_.slots), config_.chunk, layout_->total);
 }
 
 // Teardown says goodbye: every rank tells its peers it is leaving, lets its
@@ -187,6 +115,7 @@ bool Links::say_goodbye() noexcept {
 }
 
 Links::~Links() {
+  give_back();
   say_goodbye();
   for (auto& peer : peers_) peer.qp.reset();
 }
@@ -202,7 +131,8 @@ std::string Links::peer_provider(int peer) const {
 void Links::post(int peer_index, const SendWr& request) {
   Peer& peer = peers_[static_cast<std::size_t>(peer_index)];
   SendWr wr = request;
-  if (!wr.signaled) wr.wr_id = make_wr_id(kPlain, peer_index);
+  if (!wr.signaled) wr.wr_id = make_wr_id(kPlain, peer_index, generation_);
+  peer.posted = true;
   for (int attempt = 0;; ++attempt) {
     if (peer.qp->try_post_send(wr) == PostResult::Ok) return;
     // Still full after this long: post_send throws QueueFull with the QP's context.
@@ -223,6 +153,7 @@ void Links::poll_send_cq() {
     const std::size_t n = send_cq_->poll(wcs);
     for (std::size_t i = 0; i < n; ++i) {
       const WorkCompletion& wc = wcs[i];
+      if (wr_generation(wc.wr_id) != generation_) continue;  // the predecessor's (Handover)
       const WrKind kind = wr_kind(wc.wr_id);
       const int p = wr_peer(wc.wr_id);
       if (kind == kRecycle && outstanding_signaled_ > 0) {
@@ -328,7 +259,7 @@ void Links::write_to_peer(int p, const void* local, std::uint32_t length, std::s
   wr.signaled = ++peer.unsignaled >= kSignalEvery || signal;
   if (wr.signaled) {
     peer.unsignaled = 0;
-    wr.wr_id = make_wr_id(kRecycle, p);
+    wr.wr_id = make_wr_id(kRecycle, p, generation_);
     ++outstanding_signaled_;
     ++peer.signaled_out;
   }
@@ -360,7 +291,7 @@ void Links::drain(core::Clock::time_point deadline, const std::vector<char>* ski
     wr.opcode = Opcode::RdmaWrite;
     wr.remote_addr = peer.remote_base;
     wr.rkey = peer.rkey;
-    wr.wr_id = make_wr_id(kRecycle, p);
+    wr.wr_id = make_wr_id(kRecycle, p, generation_);
     peer.unsignaled = 0;
     ++outstanding_signaled_;
     ++peer.signaled_out;
@@ -484,12 +415,13 @@ void Links::send_pending_abort_notice() {
 
 void Links::revoke(const std::string& reason, int failed) {
   core::LockGuard lock(abort_mutex_);
-  if (std::find(failed_ranks_.begin(), failed_ranks_.end(), failed) == failed_ranks_.end()) {
+  const bool known = std::find(failed_ranks_.begin(), failed_ranks_.end(), failed) != failed_ranks_.end();
+  if (!known) {
     failed_ranks_.push_back(failed);
     std::sort(failed_ranks_.begin(), failed_ranks_.end());
   }
   if (aborted_.load(std::memory_order_relaxed)) {
-    if (revoked_) abort_reason_ += "; " + reason;
+    if (revoked_ && !known) abort_reason_ += "; " + reason;
     return;
   }
   revoked_ = true;

@@ -117,10 +117,30 @@ struct Layout;
 
 class Links {
  public:
+  // What a revoked communicator's Links give the shrunk one's (hand_over()):
+  // the protection domain and CQs its QPs were made with, and the QPs to
+  // the survivors that still work, by rank there (null: none to keep).
+  // Links made from it take what they use; if their communicator is not
+  // made after all (a survivor died meanwhile), the QPs they did not use
+  // come back for the next attempt.
+  struct Handover {
+    std::shared_ptr<ProtectionDomain> pd;
+    std::shared_ptr<CompletionQueue> send_cq;
+    std::shared_ptr<CompletionQueue> recv_cq;
+    std::vector<std::unique_ptr<QueuePair>> qps;
+    std::vector<int> survivors;    // of the attempt: survivors[new rank] = rank there
+    std::uint16_t generation = 0;  // the next Links' (see make_wr_id), one per attempt
+  };
+
   // Collective over the ranks: allocates and registers the region, connects
   // the mesh and exchanges region addresses through `store` under `tag`.
+  // With `from`, a pair whose two ranks both kept their QP reuses it; the
+  // other pairs are connected anew. Until kept() is called, these Links
+  // give `from` back the QPs they did not use when they go.
   Links(std::shared_ptr<Device> device, Store& store, int rank, int size, const std::string& tag,
-        const LinksConfig& config, std::chrono::milliseconds timeout);
+        const LinksConfig& config, std::chrono::milliseconds timeout, Handover* from = nullptr);
+  // Their communicator is made: the QPs taken from a Handover stay.
+  void kept() noexcept { lent_from_ = nullptr; }
   // Says goodbye first, if say_goodbye() was not called.
   ~Links();
   Links(const Links&) = delete;
@@ -210,6 +230,16 @@ class Links {
   // then read this rank's store keys (published_keys()) while connecting,
   // and none reads them again. The communicator is unusable afterwards.
   bool say_goodbye() noexcept;
+
+  // After a revocation, gives the shrunk communicator (survivors[new rank]
+  // = rank here) the connections to survivors that still work: first lets
+  // this rank's WRITEs and READs to them land (by `deadline`), so that
+  // none reaches a region freed later; a pair with work still in flight is
+  // not kept. Closes every other QP. These Links send nothing afterwards
+  // (no goodbye); their region stays registered until they are destroyed.
+  std::unique_ptr<Handover> hand_over(const std::vector<int>& survivors, core::Clock::time_point deadline);
+  // How many of this rank's connections came from a Handover.
+  int kept_connections() const noexcept { return kept_connections_; }
   // The keys this rank wrote into the store while connecting.
   const std::vector<std::string>& published_keys() const noexcept { return published_keys_; }
 
@@ -223,6 +253,8 @@ class Links {
 
   void run_schedule(Schedule& schedule, const OpDesc& desc, const Combine& combine, std::chrono::milliseconds timeout);
   void settle() noexcept;
+  // The second half of construction: publishes this rank's region, reads the peers'.
+  void exchange_regions(Store& store, const std::string& tag, Mesh& mesh);
   void post(int peer, const SendWr& wr);
   // `signal`: this WRITE's completion is wanted (drain() then covers it).
   void write_to_peer(int p, const void* local, std::uint32_t length, std::size_t remote_offset, bool signal = false);
@@ -257,9 +289,20 @@ class Links {
   int rank_;
   int size_;
   LinksConfig config_;
-  std::unique_ptr<ProtectionDomain> pd_;
-  std::unique_ptr<CompletionQueue> send_cq_;
-  std::unique_ptr<CompletionQueue> recv_cq_;
+  // Shared with the Links a hand_over() gives them to: each region is
+  // deregistered, and each QP destroyed, before these go.
+  std::shared_ptr<ProtectionDomain> pd_;
+  std::shared_ptr<CompletionQueue> send_cq_;
+  std::shared_ptr<CompletionQueue> recv_cq_;
+  std::uint16_t generation_ = 0;  // see make_wr_id
+  int kept_connections_ = 0;
+  bool handed_over_ = false;
+  Handover* lent_from_ = nullptr;  // see kept()
+  std::vector<int> lent_peers_;    // the peers whose QP came from it
+  // Connects the peers (links_connect.cpp): reusing what `from` kept.
+  Mesh connect_peers(Store& store, const std::string& tag, Handover* from);
+  // Gives lent_from_ back the QPs nothing was posted on (links_connect.cpp).
+  void give_back() noexcept;
   std::unique_ptr<Layout> layout_;
   std::unique_ptr<MemoryRegion> region_;
   char* base_ = nullptr;

@@ -22,14 +22,18 @@ constexpr std::size_t kLine = 64;
 constexpr std::size_t kNoticeText = 232;
 constexpr std::uint32_t kSignalEvery = 64;  // one signaled WR in this many, so send queues recycle
 
-// wr_id of every WR: kind in the top byte, peer below. An unsignaled WR
-// (kPlain) completes only in error, and its error must name its own peer.
+// wr_id of every WR: kind in the top byte, then the Links' generation, then
+// the peer. An unsignaled WR (kPlain) completes only in error, and its error
+// must name its own peer. A shrunk communicator's Links share the CQ of the
+// one they came from (Links::Handover), whose peers were numbered otherwise:
+// the generation tells its leftover completions apart.
 enum WrKind : std::uint64_t { kRecycle = 1, kPlain = 2, kDiag = 3 };  // kDiag: a READ of a peer's Progress
-inline std::uint64_t make_wr_id(WrKind kind, int peer) {
-  return (std::uint64_t{kind} << 56) | static_cast<std::uint32_t>(peer);
+inline std::uint64_t make_wr_id(WrKind kind, int peer, std::uint16_t generation) {
+  return (std::uint64_t{kind} << 56) | (std::uint64_t{generation} << 32) | static_cast<std::uint32_t>(peer);
 }
 inline WrKind wr_kind(std::uint64_t id) { return static_cast<WrKind>(id >> 56); }
 inline int wr_peer(std::uint64_t id) { return static_cast<int>(id & 0xffffffffu); }
+inline std::uint16_t wr_generation(std::uint64_t id) { return static_cast<std::uint16_t>(id >> 32); }
 
 struct WireHeader {
   std::uint64_t msg;  // message number on this directed pair, from 1
@@ -198,6 +202,7 @@ struct Links::Peer {
   std::uint64_t signaled_out = 0;  // signaled WRITEs to it not completed yet
   std::uint64_t salt = 0;          // flags of messages to this peer are their number ^ salt
   std::string failure;             // why a WR towards this peer failed
+  bool posted = false;             // a WR was posted to it (a Handover's QP is then not given back)
   bool direct_writes = false;      // its device places WRITEs into registered memory itself
   // The watch over stalled runs (links_watch.cpp).
   bool reading = false;                  // a READ of its Progress is in flight

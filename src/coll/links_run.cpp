@@ -367,7 +367,7 @@ class Links::RunState {
       wr.signaled = ++peer.unsignaled >= kSignalEvery;
       if (wr.signaled) {
         peer.unsignaled = 0;
-        wr.wr_id = make_wr_id(kRecycle, p);
+        wr.wr_id = make_wr_id(kRecycle, p, l_.generation_);
         ++l_.outstanding_signaled_;
         ++peer.signaled_out;
       }

@@ -122,7 +122,7 @@ void Links::read_progress() {
     wr.sg_list = {&sge, 1};
     wr.remote_addr = peer.remote_base + offsetof(Control, progress);
     wr.rkey = peer.rkey;
-    wr.wr_id = make_wr_id(kDiag, p);
+    wr.wr_id = make_wr_id(kDiag, p, generation_);
     try {
       post(p, wr);
       peer.reading = true;

@@ -34,7 +34,13 @@ std::vector<std::string> keys_for(const std::string& prefix, int world_size, int
   return keys;
 }
 
-int run_rank(const std::string& store_dir, int rank, int world_size) {
+// `ring`: each rank connects to its two neighbours only (connect_mesh with
+// a list of peers); otherwise to everyone.
+bool connects(int a, int b, int world_size, bool ring) {
+  return a != b && (!ring || (a + 1) % world_size == b || (b + 1) % world_size == a);
+}
+
+int run_rank(const std::string& store_dir, int rank, int world_size, bool ring) {
   std::shared_ptr<Store> store = open_file_store(store_dir);
   auto device = open_device("tcp");
   auto pd = device->alloc_pd();
@@ -49,12 +55,18 @@ int run_rank(const std::string& store_dir, int rank, int world_size) {
              std::string_view(std::to_string(reinterpret_cast<std::uintptr_t>(inbox.data())) + ":" +
                               std::to_string(inbox_mr->rkey())));
 
-  Mesh mesh = connect_mesh(*store, rank, world_size, *device, *pd, *cq, *cq);
-  CHILD_REQUIRE(mesh.qps.size() == static_cast<std::size_t>(world_size));
-  CHILD_REQUIRE(mesh.qps[static_cast<std::size_t>(rank)] == nullptr);
-
+  std::vector<int> peers;
   for (int peer = 0; peer < world_size; ++peer) {
-    if (peer == rank) continue;
+    if (connects(rank, peer, world_size, ring)) peers.push_back(peer);
+  }
+  Mesh mesh = ring ? connect_mesh(*store, rank, world_size, peers, *device, *pd, *cq, *cq)
+                   : connect_mesh(*store, rank, world_size, *device, *pd, *cq, *cq);
+  CHILD_REQUIRE(mesh.qps.size() == static_cast<std::size_t>(world_size));
+  for (int peer = 0; peer < world_size; ++peer) {
+    CHILD_REQUIRE((mesh.qps[static_cast<std::size_t>(peer)] != nullptr) == connects(rank, peer, world_size, ring));
+  }
+
+  for (int peer : peers) {
     std::string remote = store->get_string("inbox/" + std::to_string(peer));
     auto colon = remote.find(':');
     std::uint64_t remote_addr = std::stoull(remote.substr(0, colon));
@@ -73,7 +85,7 @@ int run_rank(const std::string& store_dir, int rank, int world_size) {
   // A successful RDMA WRITE completion means the data is placed at the target.
   int completed = 0;
   std::array<WorkCompletion, 16> completions;
-  while (completed < world_size - 1) {
+  while (completed < static_cast<int>(peers.size())) {
     std::size_t n = cq->wait(completions, 20s);
     for (std::size_t i = 0; i < n; ++i) {
       if (completions[i].status != WcStatus::Success) {
@@ -91,8 +103,9 @@ int run_rank(const std::string& store_dir, int rank, int world_size) {
   core::acquire_remote_placements();  // the store said every peer's WRITE landed (tells TSan)
   for (int writer = 0; writer < world_size; ++writer) {
     if (writer == rank) continue;
+    const bool wrote = connects(writer, rank, world_size, ring);
     for (std::size_t i = 0; i < kChunk; ++i) {
-      if (inbox[kChunk * static_cast<std::size_t>(writer) + i] != pattern(writer, rank, i)) {
+      if (inbox[kChunk * static_cast<std::size_t>(writer) + i] != (wrote ? pattern(writer, rank, i) : 0)) {
         throw std::runtime_error("rank " + std::to_string(rank) + ": byte " + std::to_string(i) + " from rank " +
                                  std::to_string(writer) + " is wrong");
       }
@@ -104,17 +117,21 @@ int run_rank(const std::string& store_dir, int rank, int world_size) {
   return 0;
 }
 
-TEST(ConnectMesh, FourRanksWriteToEveryPeer) {
+void run_four_ranks(bool ring) {
   TempDir dir;
   const std::string store_dir = dir.path();
   constexpr int kWorld = 4;
   std::vector<pid_t> ranks;
   for (int rank = 0; rank < kWorld; ++rank) {
-    ranks.push_back(spawn([&, rank] { return run_rank(store_dir, rank, kWorld); }));
+    ranks.push_back(spawn([&, rank] { return run_rank(store_dir, rank, kWorld, ring); }));
   }
   for (int rank = 0; rank < kWorld; ++rank)
     EXPECT_EQ(wait_exit(ranks[static_cast<std::size_t>(rank)]), 0) << "rank " << rank;
 }
+
+TEST(ConnectMesh, FourRanksWriteToEveryPeer) { run_four_ranks(false); }
+
+TEST(ConnectMesh, FourRanksInARingConnectTheirNeighboursOnly) { run_four_ranks(true); }
 
 // Forwards to a store but caps every blocking wait, so a test can provoke a
 // timeout inside connect_mesh() (which waits with RDMX_TIMEOUT) quickly.
@@ -184,6 +201,17 @@ TEST(ConnectMesh, RejectsARankOutsideTheWorld) {
   auto pd = device->alloc_pd();
   auto cq = device->create_cq(16);
   EXPECT_THROW(connect_mesh(*store, 3, 3, *device, *pd, *cq, *cq), Error);
+  // A list of peers naming this rank or one outside the world, before anything is published.
+  for (const std::vector<int>& peers : {std::vector<int>{1, 0}, std::vector<int>{3}}) {
+    try {
+      connect_mesh(*store, 0, 3, peers, *device, *pd, *cq, *cq);
+      FAIL() << "connect_mesh took peer " << peers.back();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find("peer " + std::to_string(peers.back())), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_FALSE(store->check("mesh/0/1"));
 }
 
 }  // namespace

@@ -17,7 +17,8 @@
 //    "iteration":I,"op":"all_reduce","op_start_ns":T0,"mono_ns":T,"message":"..."}
 //   {"event":"agreeing","rank":R,"mono_ns":T}            (shrink() called)
 //   {"event":"refused","rank":R,"code":"...","mono_ns":T,"message":"..."}
-//   {"event":"shrunk","rank":R,"new_rank":N,"size":S,"failed":[...],"members":[...],"mono_ns":T}
+//   {"event":"shrunk","rank":R,"new_rank":N,"size":S,"failed":[...],"members":[...],"kept":K,"mono_ns":T}
+//     (K: the connections to the other survivors kept from the old communicator)
 //   {"event":"recovered","rank":R,"new_rank":N,"size":S,"iteration":I,"mono_ns":T}
 //     (after the first correct collective on the shrunk communicator)
 //   {"event":"growing","rank":R,"count":C,"mono_ns":T}
@@ -446,11 +447,12 @@ class RecoveringRank {
     std::sort(failed_.begin(), failed_.end());
     lost_since_grow_ += static_cast<int>(result.failed.size());
     first_ = std::move(first);
+    const int kept = result.kept_connections;
     comm_ = std::move(result.communicator);
     emit("{\"event\":\"shrunk\",\"rank\":" + std::to_string(progress_.rank) +
          ",\"new_rank\":" + std::to_string(comm_->rank()) + ",\"size\":" + std::to_string(comm_->size()) +
          ",\"failed\":" + json_ints(failed_) + ",\"members\":" + json_ints(first_) +
-         ",\"mono_ns\":" + std::to_string(mono_ns()) + "}");
+         ",\"kept\":" + std::to_string(kept) + ",\"mono_ns\":" + std::to_string(mono_ns()) + "}");
     phase_ = Phase::Resume;
     return true;
   }

@@ -171,11 +171,40 @@ TEST_P(CollShrink, TwoFailuresOneAfterTheOtherShrinkTwice) {
       120'000ms, {1, 4}));
 }
 
+// The survivors' connections outlive the old communicator: they carry the
+// shrunk one's traffic, from small messages to many chunks, after the old
+// one (and its registered region) is gone.
+TEST_P(CollShrink, TheConnectionsThatStillWorkAreKept) {
+  ASSERT_TRUE(run_coll_ranks({GetParam(), 4},
+                             [](RankEnv& env) {
+                               auto comm = comm_for(env, "shrink-keep", 20s);
+                               const std::size_t small = 64;
+                               auto buf = input_of(env.rank(), small);
+                               comm->all_reduce(buf.data(), buf.data(), small, DataType::Float64, ReduceOp::Sum);
+                               env.barrier("before");
+                               if (env.rank() == 3) env.kill_self();
+                               expect_failure_naming(*comm, 3, small);
+                               ShrinkResult shrunk = comm->shrink();
+                               CHECK_EQ(list(shrunk.survivors), std::string("{0,1,2}"));
+                               CHECK_EQ(shrunk.kept_connections, 2) << "connections among the survivors made anew";
+                               comm.reset();
+                               for (std::size_t n : {small, std::size_t{1} << 20}) {
+                                 buf = input_of(env.rank(), n);
+                                 shrunk.communicator->all_reduce(buf.data(), buf.data(), n, DataType::Float64,
+                                                                 ReduceOp::Sum);
+                                 check_sum(buf, {0, 1, 2}, "after the shrink, " + std::to_string(n) + " doubles");
+                               }
+                               shrunk.communicator->barrier();
+                             },
+                             120'000ms, {3}));
+}
+
 TEST_P(CollShrink, ShrinkWithNoFailureKeepsEveryone) {
   ASSERT_TRUE(run_coll_ranks({GetParam(), 3}, [](RankEnv& env) {
     auto comm = comm_for(env, "shrink-none", 20s);
     ShrinkResult shrunk = comm->shrink();
     CHECK(shrunk.failed.empty());
+    CHECK_EQ(shrunk.kept_connections, 0) << "the old communicator keeps its connections";
     CHECK_EQ(shrunk.communicator->rank(), env.rank());
     const std::size_t n = 256;
     auto buf = input_of(env.rank(), n);
