@@ -3,8 +3,8 @@
 # The verbs provider's tests on real kernel verbs: boots the soft-RoCE guest
 # (scripts/rxe-vm.sh) and runs inside it, against rxe0:
 #   1. tests/verbs (device, GID and RDMX_IB_HCA handling, ports of mixed MTUs,
-#      collectives whose buffers change pages), and the unmap watch of the
-#      registration cache;
+#      collectives whose buffers change pages), shrink and grow over verbs,
+#      and the unmap watch of the registration cache;
 #   2. the provider conformance suite on verbs, and auto's cases about keys
 #      and regions (whose regions then get the device's keys while shm
 #      carries the same-host peers);
@@ -49,6 +49,9 @@ fi
 # RDMX_TEST_MAY_CHANGE_MTU: the mixed-MTU case may lower eth0's MTU (restored after).
 step "device tests, collectives over verbs" env RDMX_TIMEOUT=10 RDMX_TEST_MAY_CHANGE_MTU=1 \
   "$build/tests/rdmx_verbs_tests" --gtest_brief=1
+# Going on after a rank dies, over verbs: shrink (keeping the working QPs) and grow.
+step "shrink and grow over verbs" "$build/tests/rdmx_coll_tests" --gtest_brief=1 \
+  --gtest_filter='*CollShrink*/verbs:*CollGrow*/verbs'
 # The registration cache's unmap watch on the kernel verbs runs under.
 step "unmap watch" "$build/tests/rdmx_core_tests" --gtest_brief=1 --gtest_filter='UnmapWatch*'
 # auto: the cases about keys and regions, which then go through the NIC's
