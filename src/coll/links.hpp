@@ -237,6 +237,7 @@ class Links {
   // none reaches a region freed later; a pair with work still in flight is
   // not kept. Closes every other QP. These Links send nothing afterwards
   // (no goodbye); their region stays registered until they are destroyed.
+  // Called once: a communicator shrinks once (CommImpl::shrink()).
   std::unique_ptr<Handover> hand_over(const std::vector<int>& survivors, core::Clock::time_point deadline);
   // How many of this rank's connections came from a Handover.
   int kept_connections() const noexcept { return kept_connections_; }
@@ -296,7 +297,6 @@ class Links {
   std::shared_ptr<CompletionQueue> recv_cq_;
   std::uint16_t generation_ = 0;  // see make_wr_id
   int kept_connections_ = 0;
-  bool handed_over_ = false;
   Handover* lent_from_ = nullptr;  // see kept()
   std::vector<int> lent_peers_;    // the peers whose QP came from it
   // Connects the peers (links_connect.cpp): reusing what `from` kept.

@@ -49,10 +49,6 @@ std::unique_ptr<Links::Handover> Links::hand_over(const std::vector<int>& surviv
   }
   skip[static_cast<std::size_t>(rank_)] = 1;
   Driving driving(*this);  // the old communicator's running operation ends first
-  if (handed_over_) {
-    throw Error(ErrorCode::InvalidState, "these links were handed over already",
-                {.op = "shrink", .rank = rank_, .hint = "a communicator is shrunk once"});
-  }
   try {
     drain(deadline, &skip);
   } catch (const Error& e) {
@@ -88,7 +84,6 @@ std::unique_ptr<Links::Handover> Links::hand_over(const std::vector<int>& surviv
   // The rest go now: these Links post nothing more, so nothing of theirs
   // completes into the CQ the successor polls.
   for (Peer& peer : peers_) peer.qp.reset();
-  handed_over_ = true;
   said_goodbye_ = true;
   heard_every_goodbye_ = false;  // the failed ranks never said goodbye: the store keys stay
   RDMX_INFO("rank %d: hands its working connections to ranks {%s} to the shrunk communicator", rank_, kept.c_str());
