@@ -11,14 +11,23 @@
 #   3. the README's example, two processes over verbs (rdmx run -n 2).
 # With `largest`, only the 2 GiB (max_msg_size) WRITE and READ on verbs,
 # which take about 2 minutes at the guest's speed (make test-largest).
+# With `torch`, only the torch recovery (tests/python/test_torch_recovery.py)
+# over verbs: a DDP job loses a rank, goes on and grows back. Each process
+# takes one to two minutes to import torch in the emulated guest, so the
+# groups' timeout there is 60 s, and the first step after the fault may take
+# 10 s beyond it rather than 1 (make test-torch-verbs). Its Python is
+# RDMX_TEST_PYTHON, else the virtual environment scripts/deps.sh makes.
 #   scripts/verbs-guest-tests.sh BUILD_DIR           (CTest: VerbsInSoftRoceGuest)
 #   scripts/verbs-guest-tests.sh BUILD_DIR largest   (make test-largest)
+#   scripts/verbs-guest-tests.sh BUILD_DIR torch     (make test-torch-verbs)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "${1:?usage: verbs-guest-tests.sh BUILD_DIR [largest]}" && pwd)
 mode=${2:-all}
 
 if [[ "${3:-}" != "--in-guest" ]]; then
+  # Resolved here: the guest passes on RDMX_* variables, not HOME's meaning.
+  export RDMX_TEST_PYTHON=${RDMX_TEST_PYTHON:-${RDMX_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/rdmx/venv}/bin/python}
   exec bash "$here/rxe-vm.sh" bash "$here/verbs-guest-tests.sh" "$build" "$mode" --in-guest
 fi
 
@@ -44,6 +53,16 @@ if [[ $mode == largest ]]; then
     "$build/tests/rdmx_conformance_tests" --gtest_brief=1 --gtest_filter='*LargestMessage*/Verbs_Local:-Cuda*'
   if ((${#failed[@]})); then exit 1; fi
   echo "== verbs guest: the largest message passed"
+  exit 0
+fi
+if [[ $mode == torch ]]; then
+  [[ -x $RDMX_TEST_PYTHON ]] || { echo "== verbs guest: no Python at $RDMX_TEST_PYTHON (scripts/deps.sh makes it)"; exit 1; }
+  cd "$here/../tests/python" || exit 1
+  step "torch recovery over verbs" env PYTHONPATH="$build/python" OMP_NUM_THREADS=1 RDMX_TEST_RECOVERY_TIMEOUT_S=60 \
+    RDMX_TEST_RECOVERY_SLACK_S=10 RDMX_TEST_RECOVERY_RUN_S=1200 \
+    "$RDMX_TEST_PYTHON" -m pytest -q -s -p no:cacheprovider --color=no test_torch_recovery.py -k verbs
+  if ((${#failed[@]})); then exit 1; fi
+  echo "== verbs guest: the torch recovery passed"
   exit 0
 fi
 # RDMX_TEST_MAY_CHANGE_MTU: the mixed-MTU case may lower eth0's MTU (restored after).

@@ -118,16 +118,18 @@ struct Layout;
 class Links {
  public:
   // What a revoked communicator's Links give the shrunk one's (hand_over()):
-  // the protection domain and CQs its QPs were made with, and the QPs to
-  // the survivors that still work, by rank there (null: none to keep).
-  // Links made from it take what they use; if their communicator is not
-  // made after all (a survivor died meanwhile), the QPs they did not use
-  // come back for the next attempt.
+  // the protection domain and CQs its QPs were made with, the QPs to the
+  // survivors that still work, by rank there (null: none to keep), and the
+  // registrations of the user's buffers, which stay valid in the same
+  // protection domain. Links made from it take what they use; if their
+  // communicator is not made after all (a survivor died meanwhile), the QPs
+  // they did not use come back for the next attempt.
   struct Handover {
     std::shared_ptr<ProtectionDomain> pd;
     std::shared_ptr<CompletionQueue> send_cq;
     std::shared_ptr<CompletionQueue> recv_cq;
     std::vector<std::unique_ptr<QueuePair>> qps;
+    std::unique_ptr<RegistrationCache> user_mrs;
     std::vector<int> survivors;    // of the attempt: survivors[new rank] = rank there
     std::uint16_t generation = 0;  // the next Links' (see make_wr_id), one per attempt
   };
@@ -139,8 +141,13 @@ class Links {
   // give `from` back the QPs they did not use when they go.
   Links(std::shared_ptr<Device> device, Store& store, int rank, int size, const std::string& tag,
         const LinksConfig& config, std::chrono::milliseconds timeout, Handover* from = nullptr);
-  // Their communicator is made: the QPs taken from a Handover stay.
-  void kept() noexcept { lent_from_ = nullptr; }
+  // Their communicator is made: the QPs taken from a Handover stay, and
+  // its registrations become these Links' (peers learn keys within the
+  // operation that uses them, so none knows a key of the old ones).
+  void kept() noexcept {
+    if (lent_from_ != nullptr && lent_from_->user_mrs) user_mrs_ = std::move(lent_from_->user_mrs);
+    lent_from_ = nullptr;
+  }
   // Says goodbye first, if say_goodbye() was not called.
   ~Links();
   Links(const Links&) = delete;

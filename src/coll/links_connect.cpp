@@ -72,6 +72,11 @@ std::unique_ptr<Links::Handover> Links::hand_over(const std::vector<int>& surviv
   out->recv_cq = recv_cq_;
   out->generation = static_cast<std::uint16_t>(generation_ + 1);
   out->qps.resize(static_cast<std::size_t>(size_));
+  // Kept rather than deregistered: deregistering a buffer that a failed
+  // peer on this host was copying into waits RDMX_TIMEOUT for that copy
+  // (driver/shared_region.hpp), which the recovery need not.
+  out->user_mrs = std::move(user_mrs_);
+  user_mrs_ = std::make_unique<RegistrationCache>(*pd_, device_->caps());
   std::string kept;
   for (int p = 0; p < size_; ++p) {
     Peer& peer = peers_[static_cast<std::size_t>(p)];

@@ -245,7 +245,7 @@ class AllocatedRegion final : public RegionBase {
   ~AllocatedRegion() override {
     registry_.remove(lkey());
     binding_.reset();
-    retire_shared(*shared_, state());
+    retire_allocated(state());
     ::munmap(addr(), shared_->map_length);
     ::close(shared_->memfd);
   }

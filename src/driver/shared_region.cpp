@@ -147,11 +147,25 @@ void retire_shared(const SharedRegion& shared, SharedRegionState* state) noexcep
     return true;
   };
   if (wait_until(idle, nullptr, deadline_after(timeout())) != WaitResult::Ready) {
+    std::string who;
+    for (std::uint32_t i = 0; i < used; ++i) {
+      if (state->slots[i].busy.load(std::memory_order_acquire) == 0) continue;
+      who += (who.empty() ? "process " : ", ") + std::to_string(shared.slot_pids[i].load(std::memory_order_relaxed));
+    }
     RDMX_WARN(
-        "deregistering a shared region: a peer's direct copy did not finish within RDMX_TIMEOUT "
-        "(was the peer killed in the middle of one?)");
+        "deregistering a shared %s region: the direct copy of peer %s did not finish within RDMX_TIMEOUT (%lld ms); "
+        "if that process is stopped and resumes, its copy lands in memory this process may reuse (is it stopped or "
+        "hung? end it before reusing the buffer)",
+        shared.device ? "device" : "host", who.c_str(), static_cast<long long>(timeout().count()));
   }
   if (shared.offers) wait_for_imports_closed(*shared.offers, state);
+}
+
+void retire_allocated(SharedRegionState* state) noexcept {
+  // A copy that starts once this returns sees the region gone (and takes
+  // the ring, where the table refuses it), as with retire_shared().
+  state->live.store(0, std::memory_order_relaxed);
+  heavy_fence(asymmetric_fence_available());
 }
 
 void release_device_share(SharedRegion& shared, SharedRegionState* state) noexcept {

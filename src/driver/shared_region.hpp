@@ -87,6 +87,13 @@ std::unique_ptr<SharedRegion> share_device_memory(const cuda::PointerInfo& info,
 // handles, until every peer it was offered to has closed its import.
 void retire_shared(const SharedRegion& shared, SharedRegionState* state) noexcept;
 
+// Deregistration's half for memory from allocate_memory(): marks the region
+// gone, so that peers stop copying into it and unmap it. A copy already
+// started is not waited for: it lands in the peer's own mapping of the
+// memfd, which outlives this process's, so nothing reaches memory this
+// process uses next, and a peer stopped inside a copy holds nothing up.
+void retire_allocated(SharedRegionState* state) noexcept;
+
 // Unmaps a device region's state page and closes its descriptors (after retire_shared).
 void release_device_share(SharedRegion& shared, SharedRegionState* state) noexcept;
 

@@ -29,6 +29,8 @@ import rdmx.torch
 from scenarios import emit
 
 TIMEOUT = timedelta(seconds=float(os.environ.get("RECOVERY_TIMEOUT_S", "5")))
+# The store waits for ranks still starting (importing torch takes minutes in the emulated verbs guest).
+STORE_TIMEOUT = max(timedelta(seconds=60), 10 * TIMEOUT)
 
 
 def model_and_data(seed_rank):
@@ -76,8 +78,8 @@ def ddp_recovery(args):
         # busy cores), which would hold up the others in the grown group's
         # first collective past its timeout.
         importlib.import_module("torch._dynamo")
-        store = dist.TCPStore(host, port, is_master=False, timeout=timedelta(seconds=60))
-        store.wait(["need-replacement"], timedelta(seconds=60))
+        store = dist.TCPStore(host, port, is_master=False, timeout=STORE_TIMEOUT)
+        store.wait(["need-replacement"], STORE_TIMEOUT)
         new_rank, size, group_store = rdmx.torch.join(store)
         dist.init_process_group("rdmx", store=group_store, rank=new_rank, world_size=size, timeout=TIMEOUT)
         model, data = model_and_data(new_rank)
@@ -91,7 +93,7 @@ def ddp_recovery(args):
         emit(result)
         return
 
-    store = dist.TCPStore(host, port, world_size=None, is_master=(rank == 0), timeout=timedelta(seconds=60))
+    store = dist.TCPStore(host, port, world_size=None, is_master=(rank == 0), timeout=STORE_TIMEOUT)
     dist.init_process_group("rdmx", store=store, rank=rank, world_size=world, timeout=TIMEOUT)
     model, data = model_and_data(rank)
     ddp = nn.parallel.DistributedDataParallel(model)

@@ -8,7 +8,6 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include <fstream>
 #include <string>
 
 #include "support/harness.hpp"
@@ -21,14 +20,6 @@ constexpr int kTarget = 0;
 constexpr int kInitiator = 1;
 constexpr std::size_t kLen = 1 << 20;
 constexpr int kChurn = 40;
-
-// Mappings in this process of memfds named `name`.
-int mappings_of(const char* name) {
-  std::ifstream maps("/proc/self/maps");
-  int count = 0;
-  for (std::string line; std::getline(maps, line);) count += line.find(name) != std::string::npos;
-  return count;
-}
 
 // State pages of a peer's heap regions mapped in this process.
 int heap_pages_mapped() { return mappings_of("rdmx-heap-region"); }

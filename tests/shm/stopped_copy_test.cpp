@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: MIT
-// A peer stopped while it copies a SEND's payload out of this process (a
-// cross-memory request): the sender's QP fails at once, without waiting for
-// a copy that a stopped process never ends, and the peer, once continued,
-// delivers nothing of a payload that may have changed after the flush.
+// A peer held inside a copy. One stopped while it copies a SEND's payload
+// out of this process (a cross-memory request): the sender's QP fails at
+// once, without waiting for a copy that a stopped process never ends, and
+// the peer, once continued, delivers nothing of a payload that may have
+// changed after the flush. One inside a WRITE into memory this process
+// allocated: the region's deregistration does not wait for it, and the
+// WRITE, once it goes on, reaches nothing this process uses.
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
 #include <poll.h>
@@ -15,6 +18,7 @@
 #include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/harness.hpp"
@@ -124,6 +128,64 @@ TEST(ShmProvider, APeerStoppedInsideACopyOutOfThisProcessDoesNotHoldItsError) {
         }
         signal(env, "continued");
         await(env, "checked");
+      },
+      options));
+}
+
+TEST(ShmProvider, AWriteInsideItsCopyDoesNotHoldTheDeregistrationOfAllocatedMemory) {
+  Options options;
+  options.provider = "shm";
+  ASSERT_TRUE(run_ranks(
+      2, Placement::Local,
+      [](RankEnv& env) {
+        Node node(env);
+        if (env.rank() == kReceiver) {
+          auto mr = node.pd->allocate_memory(kLen, Access::LocalWrite | Access::RemoteWrite);
+          auto qp = connected_qp(env, node, kSender, "w");
+          publish_region(env, "allocated", *mr);
+          await(env, "copying");
+          const auto start = std::chrono::steady_clock::now();
+          mr.reset();
+          const auto took = std::chrono::steady_clock::now() - start;
+          CHECK_LT(took, default_timeout() / 2)
+              << "deregistering allocated memory waited " << std::chrono::duration<double>(took).count()
+              << " s for a peer's WRITE in progress (RDMX_TIMEOUT " << default_timeout().count() << " ms)";
+          // Memory allocated next must stay as it was once the WRITE goes on.
+          auto next = node.pd->allocate_memory(kLen, Access::LocalWrite);
+          std::memset(next->addr(), 0x11, kLen);
+          signal(env, "deregistered");
+          await(env, "finished");
+          CHECK_BYTES(next->addr(), kLen, 0x11, "memory allocated after a WRITE's target was deregistered");
+          return;
+        }
+        Buffer first(64);
+        auto first_mr = node.pd->register_memory(first.data(), 64, Access::LocalWrite);
+        char* src = map_anonymous(kLen);
+        MissingPages missing(src, kLen);
+        auto mr = node.pd->register_memory(src, kLen, Access::LocalWrite);
+        auto qp = connected_qp(env, node, kReceiver, "w");
+        RemoteRegion allocated = fetch_region(env, "allocated");
+        // The first WRITE takes the ring; the receiver offers the region then.
+        const int mapped_before = mappings_of("rdmx-region");
+        CHECK_WC(
+            RDMA_SYNC(*qp, *node.send_cq, Opcode::RdmaWrite, first_mr->sge(0, 64), allocated.addr, allocated.rkey, 1),
+            "first WRITE into the allocated region", .wr_id = 1);
+        CHECK(eventually([&] { return mappings_of("rdmx-region") == mapped_before + 1; }, std::chrono::seconds(20)))
+            << "the receiver never offered its allocated region";
+        // This WRITE's copy faults on the missing source pages and waits inside the copy.
+        std::thread poster([&] {
+          const Sge sge = mr->sge(0, kLen);
+          qp->post_send(rdma_wr(2, Opcode::RdmaWrite, {&sge, 1}, allocated.addr, allocated.rkey));
+        });
+        CHECK(missing.wait_for_access()) << "the WRITE never started copying";
+        signal(env, "copying");
+        await(env, "deregistered");
+        missing.fill(0x5a);
+        poster.join();
+        const WorkCompletion wc = WAIT_WC(*node.send_cq, "the WRITE whose target was deregistered during its copy");
+        CHECK(wc.wr_id == 2 && (wc.status == WcStatus::Success || wc.status == WcStatus::RemAccessErr))
+            << "the WRITE completed with " << to_string(wc.status) << " (wr_id " << wc.wr_id << ")";
+        signal(env, "finished");
       },
       options));
 }

@@ -37,6 +37,13 @@ char* map_anonymous(std::size_t bytes, void* at) {
   return static_cast<char*>(p);
 }
 
+int mappings_of(const char* name) {
+  std::ifstream maps("/proc/self/maps");
+  int count = 0;
+  for (std::string line; std::getline(maps, line);) count += line.find(name) != std::string::npos;
+  return count;
+}
+
 // ---------------------------------------------------------------------------
 
 char process_state(pid_t pid) {

@@ -26,6 +26,9 @@ std::chrono::milliseconds default_timeout();
 // Fresh zeroed anonymous memory of its own mapping; with `at`, exactly there
 // (MAP_FIXED_NOREPLACE: new pages at an address just unmapped), else the rank fails.
 char* map_anonymous(std::size_t bytes, void* at = nullptr);
+// Mappings in this process of memfds named `name` ("rdmx-region": regions
+// from allocate_memory(), peers' included; "rdmx-heap-region": state pages).
+int mappings_of(const char* name);
 
 // ---------------------------------------------------------------------------
 // Processes.
