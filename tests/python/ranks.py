@@ -9,6 +9,7 @@ started by a launcher); every run is bounded in time and kills what is left.
 # SPDX-License-Identifier: MIT
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -19,6 +20,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCENARIOS = os.path.join(HERE, "scenarios.py")
 TRAINING = os.path.join(HERE, "training.py")
+FORKED_RANKS = os.path.join(HERE, "forked_ranks.py")
 PYTHON = os.environ.get("RDMX_TEST_PYTHON", sys.executable)
 
 
@@ -80,7 +82,10 @@ def collect(procs, deadline_s, result_dir=None):
 
 def run(world, scenario, args=None, timeout_s=120, extra_env=None, per_rank_env=None, script=SCENARIOS):
     """Runs `scenario` of `script` (scenarios.py, training.py) on `world` ranks under env://
-    variables; returns one RankResult per rank."""
+    variables; returns one RankResult per rank. With RDMX_TEST_FORK_RANKS=1 the ranks are forked
+    from one process that imported torch first (forked_ranks.py: the emulated verbs guest)."""
+    if os.environ.get("RDMX_TEST_FORK_RANKS") == "1":
+        return run_forked(world, scenario, args, timeout_s, extra_env, per_rank_env, script)
     port = free_port()
     result_dir = tempfile.mkdtemp(prefix="rdmx-torch-test.")
     procs = []
@@ -97,6 +102,44 @@ def run(world, scenario, args=None, timeout_s=120, extra_env=None, per_rank_env=
         for name in os.listdir(result_dir):
             os.remove(os.path.join(result_dir, name))
         os.rmdir(result_dir)
+
+
+def run_forked(world, scenario, args, timeout_s, extra_env, per_rank_env, script):
+    """run() with the ranks forked from one process (forked_ranks.py), bounded alike."""
+    port = free_port()
+    result_dir = tempfile.mkdtemp(prefix="rdmx-torch-test.")
+    try:
+        envs = []
+        for rank in range(world):
+            extra = dict(extra_env or {}, RDMX_TEST_RESULT_DIR=result_dir)
+            if per_rank_env:
+                extra.update(per_rank_env(rank))
+            envs.append(env_for(rank, world, port, extra))
+        # The forking process reads rdmx's settings as rank 0 would (the ranks' differ only in their numbers).
+        parent = subprocess.Popen([PYTHON, FORKED_RANKS, script, scenario, json.dumps(args or {}), json.dumps(envs),
+                                   result_dir], env=envs[0], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, start_new_session=True)
+        forker = collect([parent], timeout_s)[0]
+        status_path = os.path.join(result_dir, "status.json")
+        status = {}
+        if os.path.exists(status_path):
+            with open(status_path) as f:
+                status = json.load(f)
+        results = []
+        for rank in range(world):
+            out_path = os.path.join(result_dir, f"{rank}.out")
+            output = ""
+            if os.path.exists(out_path):
+                with open(out_path, errors="replace") as f:
+                    output = f.read()
+            code = status.get(str(rank))
+            if code is None:  # the forking process did not see it end: killed at the deadline, or it failed itself
+                code = -signal.SIGKILL
+                output += f"\n[the forking process (exit {forker.returncode}) said:]\n{forker.output}"
+            results.append(RankResult(rank, code, output, result_dir))
+        return results
+    finally:
+        shutil.rmtree(result_dir, ignore_errors=True)
 
 
 def run_command(cmd, timeout_s=120, env=None):

@@ -38,7 +38,7 @@ def rdma_devices():
 def test_ddp_loses_a_rank_mid_step_goes_on_and_grows_back(provider, fault):
     if provider == "verbs" and not rdma_devices():
         pytest.skip("no RDMA device (/sys/class/infiniband is empty): the verbs cases run in the soft-RoCE guest "
-                    "(make test-torch-verbs)")
+                    "(CTest VerbsInSoftRoceGuest, make test-torch-verbs)")
     world, victim, kill_step, steps = 4, 2, 3, 9
     results = ranks.run(world + 1, "ddp_recovery",
                         {"world": world, "victim": victim, "kill_step": kill_step, "steps": steps, "fault": fault},
