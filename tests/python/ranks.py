@@ -80,22 +80,28 @@ def collect(procs, deadline_s, result_dir=None):
     return results
 
 
+def rank_envs(world, result_dir, extra_env=None, per_rank_env=None):
+    """Each rank's environment for a job on a free port that writes its results into `result_dir`."""
+    port = free_port()
+    envs = []
+    for rank in range(world):
+        extra = dict(extra_env or {}, RDMX_TEST_RESULT_DIR=result_dir)
+        if per_rank_env:
+            extra.update(per_rank_env(rank))
+        envs.append(env_for(rank, world, port, extra))
+    return envs
+
+
 def run(world, scenario, args=None, timeout_s=120, extra_env=None, per_rank_env=None, script=SCENARIOS):
     """Runs `scenario` of `script` (scenarios.py, training.py) on `world` ranks under env://
     variables; returns one RankResult per rank. With RDMX_TEST_FORK_RANKS=1 the ranks are forked
     from one process that imported torch first (forked_ranks.py: the emulated verbs guest)."""
     if os.environ.get("RDMX_TEST_FORK_RANKS") == "1":
         return run_forked(world, scenario, args, timeout_s, extra_env, per_rank_env, script)
-    port = free_port()
     result_dir = tempfile.mkdtemp(prefix="rdmx-torch-test.")
-    procs = []
-    for rank in range(world):
-        extra = dict(extra_env or {}, RDMX_TEST_RESULT_DIR=result_dir)
-        if per_rank_env:
-            extra.update(per_rank_env(rank))
-        procs.append(subprocess.Popen([PYTHON, script, scenario, json.dumps(args or {})],
-                                      env=env_for(rank, world, port, extra), stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True, start_new_session=True))
+    procs = [subprocess.Popen([PYTHON, script, scenario, json.dumps(args or {})], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
+             for env in rank_envs(world, result_dir, extra_env, per_rank_env)]
     try:
         return collect(procs, timeout_s, result_dir)
     finally:
@@ -106,15 +112,9 @@ def run(world, scenario, args=None, timeout_s=120, extra_env=None, per_rank_env=
 
 def run_forked(world, scenario, args, timeout_s, extra_env, per_rank_env, script):
     """run() with the ranks forked from one process (forked_ranks.py), bounded alike."""
-    port = free_port()
     result_dir = tempfile.mkdtemp(prefix="rdmx-torch-test.")
     try:
-        envs = []
-        for rank in range(world):
-            extra = dict(extra_env or {}, RDMX_TEST_RESULT_DIR=result_dir)
-            if per_rank_env:
-                extra.update(per_rank_env(rank))
-            envs.append(env_for(rank, world, port, extra))
+        envs = rank_envs(world, result_dir, extra_env, per_rank_env)
         # The forking process reads rdmx's settings as rank 0 would (the ranks' differ only in their numbers).
         parent = subprocess.Popen([PYTHON, FORKED_RANKS, script, scenario, json.dumps(args or {}), json.dumps(envs),
                                    result_dir], env=envs[0], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
