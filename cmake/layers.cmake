@@ -58,6 +58,7 @@ function(rdmx_layer name)
   endif()
   add_library(rdmx_${name} OBJECT ${sources})
   set_target_properties(rdmx_${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  rdmx_unity(rdmx_${name})
   target_include_directories(rdmx_${name} PRIVATE ${root} ${PROJECT_SOURCE_DIR}/include ${PROJECT_BINARY_DIR}/include)
   # Hidden unless a public header declares it (include/rdmx/export.hpp).
   target_compile_options(rdmx_${name} PRIVATE ${RDMX_WARNINGS} -fno-semantic-interposition -fvisibility=hidden
@@ -92,6 +93,10 @@ rdmx_layer(bootstrap FOLDERS bootstrap BELOW services)
 # Who is alive and who failed, agreed without a coordinator (control mesh, heartbeat, agreement).
 rdmx_layer(membership FOLDERS membership BELOW bootstrap services)
 rdmx_layer(coll FOLDERS coll coll/cuda BELOW services membership)
+# The vector kernels are compiled for their instruction sets by function
+# attributes, and each file defines the same kernel names: never batched.
+set_source_files_properties(${PROJECT_SOURCE_DIR}/src/coll/reduce_avx2.cpp ${PROJECT_SOURCE_DIR}/src/coll/reduce_avx512.cpp
+                            PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
 # The front door reaches providers only through their descriptors: no
 # provider's folder is on its path (auto selection composes them).
 rdmx_layer(api FOLDERS api BELOW services topo driver auto bootstrap membership coll)

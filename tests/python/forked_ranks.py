@@ -1,9 +1,9 @@
 """Runs a test job's ranks as children forked from one process that has imported torch already:
 `python forked_ranks.py SCRIPT SCENARIO JSON_ARGS ENVS_JSON OUT_DIR`.
 
-For the emulated soft-RoCE guest, where importing torch takes one to two minutes per process:
-importing it once and forking the ranks costs one import instead of one per rank, and the ranks
-start together. ENVS_JSON holds each rank's whole environment (ranks.env_for); rank r's output goes
+Importing torch takes seconds per process here and one to two minutes in the emulated soft-RoCE
+guest: importing it once and forking the ranks costs one import instead of one per rank, and the
+ranks start together. make test runs the torch cases this way (RDMX_TEST_FORK_RANKS=1). ENVS_JSON holds each rank's whole environment (ranks.env_for); rank r's output goes
 to OUT_DIR/r.out, and OUT_DIR/status.json says how each ended ({"r": exit status, or minus the
 signal that ended it}). The ranks run the scenario as `python SCRIPT SCENARIO JSON_ARGS` would,
 and write their results as ranks.py reads them. Nothing rdmx or torch keeps per process (a store,
@@ -34,7 +34,9 @@ def run_rank(module, scenario, args, env, out_path):
     os.close(out)
     code = 0
     try:
-        getattr(module, scenario)(args)
+        # A script's table (reporting_scenarios) wraps each scenario so that it reports its result.
+        entry = getattr(module, "SCENARIOS", {}).get(scenario) or getattr(module, scenario)
+        entry(args)
     except Exception:  # noqa: BLE001  (reported as the script's own main would)
         module.emit({"error": traceback.format_exc()[-4000:]})
     except SystemExit as e:

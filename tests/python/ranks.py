@@ -95,7 +95,7 @@ def rank_envs(world, result_dir, extra_env=None, per_rank_env=None):
 def run(world, scenario, args=None, timeout_s=120, extra_env=None, per_rank_env=None, script=SCENARIOS):
     """Runs `scenario` of `script` (scenarios.py, training.py) on `world` ranks under env://
     variables; returns one RankResult per rank. With RDMX_TEST_FORK_RANKS=1 the ranks are forked
-    from one process that imported torch first (forked_ranks.py: the emulated verbs guest)."""
+    from one process that imported torch first (forked_ranks.py), as make test runs them."""
     if os.environ.get("RDMX_TEST_FORK_RANKS") == "1":
         return run_forked(world, scenario, args, timeout_s, extra_env, per_rank_env, script)
     result_dir = tempfile.mkdtemp(prefix="rdmx-torch-test.")

@@ -10,12 +10,6 @@
 namespace rdmx::test {
 namespace {
 
-std::size_t count(const std::string& haystack, const std::string& needle) {
-  std::size_t n = 0;
-  for (auto at = haystack.find(needle); at != std::string::npos; at = haystack.find(needle, at + needle.size())) ++n;
-  return n;
-}
-
 TEST(AllReduceExample, ThreeRanksUnderRdmxRunEachCheckTheSum) {
   const CliResult r =
       run_cli({"run", "-n", "3", "--time-limit", "60", "--", example_path("rdmx_all_reduce"), "100000"});
@@ -23,9 +17,9 @@ TEST(AllReduceExample, ThreeRanksUnderRdmxRunEachCheckTheSum) {
   for (int rank = 0; rank < 3; ++rank) {
     const std::string n = std::to_string(rank);
     // Ranks on one host reach each other over shm under auto selection.
-    EXPECT_EQ(count(r.out, "[" + n + "] rank " + n +
-                               " of 3: all_reduce (sum) of 100000 floats over shm: every "
-                               "element correct (element 0 = 6 = 1 + ... + 3)\n"),
+    EXPECT_EQ(occurrences(r.out, "[" + n + "] rank " + n +
+                                     " of 3: all_reduce (sum) of 100000 floats over shm: every "
+                                     "element correct (element 0 = 6 = 1 + ... + 3)\n"),
               1u)
         << r.out;
   }
@@ -52,7 +46,7 @@ TEST(AllReduceExample, StartedAloneSuggestsRdmxRun) {
   EXPECT_NE(r.err.find("no launcher recognised"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("rdmx run -n N -- CMD"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("rdmx run -n 2 -- " + program), std::string::npos) << r.err;
-  EXPECT_EQ(count(r.err, "\n"), 1u) << "one line: " << r.err;
+  EXPECT_EQ(occurrences(r.err, "\n"), 1u) << "one line: " << r.err;
 }
 
 }  // namespace

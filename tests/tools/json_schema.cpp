@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #include "json_schema.hpp"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -173,6 +175,10 @@ json load_schema(const std::string& name) {
   } catch (const json::parse_error& e) {
     throw std::runtime_error("the schema " + path + " is not valid JSON: " + e.what());
   }
+}
+
+void expect_valid(const json& doc, const std::string& schema) {
+  for (const auto& p : validate_json(doc, load_schema(schema))) ADD_FAILURE() << schema << ": " << p;
 }
 
 }  // namespace rdmx::test

@@ -18,4 +18,7 @@ std::vector<std::string> validate_json(const nlohmann::json& doc, const nlohmann
 // Loads docs/schemas/<name> from the source tree.
 nlohmann::json load_schema(const std::string& name);
 
+// A test failure for each way `doc` breaks docs/schemas/<schema>.
+void expect_valid(const nlohmann::json& doc, const std::string& schema);
+
 }  // namespace rdmx::test

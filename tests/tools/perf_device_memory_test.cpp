@@ -41,10 +41,6 @@ std::size_t count_lines(const std::string& text, const std::string& pattern) {
   return n;
 }
 
-void expect_valid(const json& doc, const std::string& schema) {
-  for (const auto& p : validate_json(doc, load_schema(schema))) ADD_FAILURE() << schema << ": " << p;
-}
-
 // write_bw checks at rank 1 every byte rank 0 wrote, read back through the
 // driver; write_lat ping-pongs device buffers. Both providers that serve
 // device memory: shm by peer mapping, tcp by staging.

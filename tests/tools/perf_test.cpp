@@ -31,17 +31,6 @@ json parse_or_fail(const CliResult& r) {
   }
 }
 
-std::size_t count(const std::string& haystack, const std::string& needle) {
-  std::size_t n = 0;
-  for (auto at = haystack.find(needle); at != std::string::npos; at = haystack.find(needle, at + needle.size())) ++n;
-  return n;
-}
-
-void expect_valid(const json& doc, const std::string& schema) {
-  const auto problems = validate_json(doc, load_schema(schema));
-  for (const auto& p : problems) ADD_FAILURE() << schema << ": " << p;
-}
-
 class PerfOnProvider : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PerfOnProvider, P2pRunsEveryTestAndMatchesItsSchema) {
@@ -215,14 +204,14 @@ TEST(PerfCommand, VerbsWithoutADeviceFailsClearly) {
   EXPECT_EQ(r.err.find("Segmentation"), std::string::npos) << r.err;
   // It reads as a sentence, and once: not per rank, not again in the launcher's report.
   EXPECT_EQ(r.err.find("rdmx not found"), std::string::npos) << r.err;
-  EXPECT_EQ(count(r.err, "no RDMA device"), 1u) << r.err;
+  EXPECT_EQ(occurrences(r.err, "no RDMA device"), 1u) << r.err;
   EXPECT_NE(r.err.find("] rdmx: no RDMA device: "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("rdmx perf p2p: rank "), std::string::npos) << r.err;
   // The same under rdmx run, whose ranks each run perf p2p as a launched rank.
   const CliResult run =
       run_cli({"run", "-n", "2", "--", cli_path(), "perf", "p2p", "write_lat"}, {{"RDMX_PROVIDER", "verbs"}});
   EXPECT_EQ(run.exit_code, 1) << run.err;
-  EXPECT_EQ(count(run.err, "no RDMA device"), 1u) << run.err;
+  EXPECT_EQ(occurrences(run.err, "no RDMA device"), 1u) << run.err;
   EXPECT_EQ(run.err.find("rdmx not found"), std::string::npos) << run.err;
   EXPECT_NE(run.err.find("rdmx run: rank "), std::string::npos) << run.err;
 }
@@ -274,7 +263,7 @@ TEST(PerfCommand, ARoundedSizeIsNamed) {
                        "so a multiple of 8 B with 2 ranks"),
             std::string::npos)
       << g.err;
-  EXPECT_EQ(count(g.err, "note:"), 1u) << "96 B is exact: no note for it\n" << g.err;
+  EXPECT_EQ(occurrences(g.err, "note:"), 1u) << "96 B is exact: no note for it\n" << g.err;
   parse_or_fail(g);  // the note stays off stdout
 }
 

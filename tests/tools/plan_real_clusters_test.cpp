@@ -28,18 +28,18 @@ namespace {
 using namespace rdmx::cli::plan;
 using nlohmann::json;
 
-const std::string kData = std::string(RDMX_SOURCE_DIR) + "/tools/rdmx/plan/data";
+const std::string kPlanData = std::string(RDMX_SOURCE_DIR) + "/tools/rdmx/plan/data";
 
 Validation table_in_the_tree() {
-  std::ifstream in(kData + "/validation.json");
-  EXPECT_TRUE(in) << kData << "/validation.json";
+  std::ifstream in(kPlanData + "/validation.json");
+  EXPECT_TRUE(in) << kPlanData << "/validation.json";
   return parse_validation(json::parse(in), "validation.json");
 }
 
 std::vector<std::string> with_data_dir(std::vector<std::string> args) {
   for (auto& a : args) {
     const auto at = a.find("{data}");
-    if (at != std::string::npos) a.replace(at, 6, kData);
+    if (at != std::string::npos) a.replace(at, 6, kPlanData);
   }
   return args;
 }

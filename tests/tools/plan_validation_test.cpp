@@ -27,11 +27,11 @@ namespace {
 using namespace rdmx::cli::plan;
 using nlohmann::json;
 
-const std::string kData = std::string(RDMX_SOURCE_DIR) + "/tests/tools/data/plan_validation/";
+const std::string kValidationData = std::string(RDMX_SOURCE_DIR) + "/tests/tools/data/plan_validation/";
 constexpr double kTarget = 0.15;
 
 json validation() {
-  std::ifstream in(kData + "validation.json");
+  std::ifstream in(kValidationData + "validation.json");
   return json::parse(in);
 }
 
@@ -71,7 +71,7 @@ TEST(PlanValidation, AllReduceOnTheBedAsCalibrated) {
   ASSERT_GE(doc["collectives"].size(), 45u) << "three rates, five layouts, 1 MiB to 256 MiB";
   std::map<std::string, Fabric> fabrics;
   for (const auto& [rate, file] : doc["fabrics"].items()) {
-    fabrics[rate] = load_fabrics(kData + file.get<std::string>()).front();
+    fabrics[rate] = load_fabrics(kValidationData + file.get<std::string>()).front();
   }
   int within = 0;
   for (const auto& row : doc["collectives"]) {
@@ -108,14 +108,14 @@ TEST(PlanValidation, DdpStepsReplayedFromACapturedProfile) {
     const json captured = capture_run(layout);
     ASSERT_FALSE(captured.is_null());
     PlanRequest rq;
-    rq.workload = load_captured_profile(kData + doc["profiles"][layout].get<std::string>());
+    rq.workload = load_captured_profile(kValidationData + doc["profiles"][layout].get<std::string>());
     const double compute = replay(rq.workload.step, [](const StepCollective&) { return 0.0; }).compute_seconds;
     scale_compute(rq.workload.step,
                   compute * row["measured_compute_ms"].get<double>() / captured["measured_compute_ms"].get<double>());
     const Cluster c = layout_of(layout);
     rq.nodes = {c.nodes};
     rq.gpus_per_node = c.ranks_per_node;
-    const auto known = load_fabrics(kData + doc["fabrics"][rate].get<std::string>());
+    const auto known = load_fabrics(kValidationData + doc["fabrics"][rate].get<std::string>());
     rq.fabrics = {known.front().name};
     const Plan plan = make_plan(rq, known);
     ASSERT_EQ(plan.rows.size(), 1u);

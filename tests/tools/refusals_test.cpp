@@ -17,8 +17,6 @@ namespace {
 
 using std::chrono::seconds;
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
 // `perf coll -f nan` and `-f inf` used to shrink the sweep to its first size.
 TEST(OptionRefusal, PerfCollStepFactorMustBeAFiniteNumberAboveOne) {
   for (const char* factor : {"nan", "inf", "-inf", "NaN", "0x2"}) {

@@ -20,6 +20,7 @@
 #include "json_schema.hpp"
 #include "report/report_html.hpp"
 #include "report/svg_plot.hpp"
+#include "run_cli.hpp"
 
 namespace rdmx::test {
 namespace {
@@ -141,12 +142,6 @@ json sample_bench() {
   return doc;
 }
 
-std::size_t count(const std::string& haystack, const std::string& needle) {
-  std::size_t n = 0;
-  for (auto at = haystack.find(needle); at != std::string::npos; at = haystack.find(needle, at + needle.size())) ++n;
-  return n;
-}
-
 // The legends' text, each from its group to the end of its plot.
 std::string legends(const std::string& page) {
   std::string out;
@@ -183,25 +178,25 @@ TEST(ReportHtml, SchemaRejectsWhatTheDocumentNeverHolds) {
 TEST(ReportHtml, PageIsSelfContained) {
   std::string page = render_and_keep(sample_bench());
   EXPECT_EQ(page.rfind("<!DOCTYPE html>", 0), 0u);
-  EXPECT_EQ(count(page, "<script"), 0u);
-  EXPECT_EQ(count(page, "<link"), 0u);
-  EXPECT_EQ(count(page, "url("), 0u);
-  EXPECT_EQ(count(page, "@import"), 0u);
-  EXPECT_EQ(count(page, " src="), 0u);
+  EXPECT_EQ(occurrences(page, "<script"), 0u);
+  EXPECT_EQ(occurrences(page, "<link"), 0u);
+  EXPECT_EQ(occurrences(page, "url("), 0u);
+  EXPECT_EQ(occurrences(page, "@import"), 0u);
+  EXPECT_EQ(occurrences(page, " src="), 0u);
   // The SVG namespace is a name, never fetched; no other address may appear.
   const std::string xmlns = "xmlns=\"http://www.w3.org/2000/svg\"";
-  EXPECT_EQ(count(page, xmlns), count(page, "<svg"));
+  EXPECT_EQ(occurrences(page, xmlns), occurrences(page, "<svg"));
   for (auto at = page.find(xmlns); at != std::string::npos; at = page.find(xmlns)) page.erase(at, xmlns.size());
-  EXPECT_EQ(count(page, "http://"), 0u);
-  EXPECT_EQ(count(page, "https://"), 0u);
+  EXPECT_EQ(occurrences(page, "http://"), 0u);
+  EXPECT_EQ(occurrences(page, "https://"), 0u);
 }
 
 TEST(ReportHtml, OnePlotEachWithTitledAxes) {
   const std::string page = render_html_report(sample_bench());
   // p2p latency, p2p bandwidth, all_reduce time, all_reduce bus bandwidth.
-  EXPECT_EQ(count(page, "<svg"), 4u);
-  EXPECT_EQ(count(page, "</svg>"), 4u);
-  EXPECT_EQ(count(page, "Message size (bytes, log2 scale)"), 4u);
+  EXPECT_EQ(occurrences(page, "<svg"), 4u);
+  EXPECT_EQ(occurrences(page, "</svg>"), 4u);
+  EXPECT_EQ(occurrences(page, "Message size (bytes, log2 scale)"), 4u);
   EXPECT_NE(page.find("Latency, typical (" + kMicro + ", log scale)"), std::string::npos);
   EXPECT_NE(page.find("Bandwidth, average (GB/s, log scale)"), std::string::npos);
   EXPECT_NE(page.find("Time (" + kMicro + ", log scale)"), std::string::npos);
@@ -245,11 +240,11 @@ TEST(ReportHtml, TextFromTheDocumentIsEscaped) {
   doc["host"]["hostname"] = "<h>";
   const std::string page = render_html_report(doc);
   // The page's own markup has <b> elements, so look for the raw strings whole.
-  EXPECT_EQ(count(page, evil), 0u);
-  EXPECT_EQ(count(page, "z<b>&"), 0u);
-  EXPECT_EQ(count(page, "<b>&oops"), 0u);
-  EXPECT_EQ(count(page, "<h>"), 0u);
-  EXPECT_EQ(count(page, "<rdma>"), 0u);
+  EXPECT_EQ(occurrences(page, evil), 0u);
+  EXPECT_EQ(occurrences(page, "z<b>&"), 0u);
+  EXPECT_EQ(occurrences(page, "<b>&oops"), 0u);
+  EXPECT_EQ(occurrences(page, "<h>"), 0u);
+  EXPECT_EQ(occurrences(page, "<rdma>"), 0u);
   EXPECT_NE(page.find("x&lt;b&gt;&amp;y"), std::string::npos);
   EXPECT_NE(page.find("z&lt;b&gt;&amp;_lat"), std::string::npos);
   EXPECT_NE(page.find("needs &lt;rdma&gt; &amp; &quot;ib&quot;"), std::string::npos);
@@ -260,7 +255,7 @@ TEST(ReportHtml, TextFromTheDocumentIsEscaped) {
 TEST(ReportHtml, NoResultsRenderNotesNotPlots) {
   const std::string page = render_html_report(empty_bench());
   EXPECT_EQ(page.rfind("<!DOCTYPE html>", 0), 0u);
-  EXPECT_EQ(count(page, "<svg"), 0u);
+  EXPECT_EQ(occurrences(page, "<svg"), 0u);
   EXPECT_NE(page.find("No latency results to plot."), std::string::npos);
   EXPECT_NE(page.find("No bandwidth results to plot."), std::string::npos);
   EXPECT_NE(page.find("No collective results in this file."), std::string::npos);
@@ -280,7 +275,7 @@ TEST(ReportHtml, ProviderWithoutRowsGetsANote) {
   doc["p2p"] = kept;
   doc["coll"][1]["results"] = json::array();
   const std::string page = render_html_report(doc);
-  EXPECT_EQ(count(page, "<svg"), 4u);
+  EXPECT_EQ(occurrences(page, "<svg"), 4u);
   EXPECT_NE(page.find("No latency results for <b>tcp</b>"), std::string::npos);
   EXPECT_NE(page.find("No collective results for <b>tcp</b>"), std::string::npos);
 }
@@ -294,8 +289,8 @@ TEST(ReportHtml, MalformedDocumentsDoNotThrow) {
   doc["p2p"][0]["results"][0]["t_typical_us"] = 0;  // cannot sit on a log axis: left out, not drawn at -inf
   doc["p2p"][0]["results"][1]["bytes"] = 0;
   const std::string page = render_html_report(doc);
-  EXPECT_EQ(count(page, "nan"), 0u);
-  EXPECT_EQ(count(page, "inf"), 0u);
+  EXPECT_EQ(occurrences(page, "nan"), 0u);
+  EXPECT_EQ(occurrences(page, "inf"), 0u);
 }
 
 // The terminal summary's caveat (bench.cpp prints kSameHostCaveat too).

@@ -15,8 +15,6 @@
 namespace rdmx::test {
 namespace {
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
 bool write_file(const std::string& path, const std::string& text) {
   std::ofstream out(path);
   out << text;

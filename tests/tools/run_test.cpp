@@ -105,12 +105,6 @@ TEST(RunCommand, ArgumentErrorsGiveUsage) {
   }
 }
 
-std::size_t count(const std::string& haystack, const std::string& needle) {
-  std::size_t n = 0;
-  for (auto at = haystack.find(needle); at != std::string::npos; at = haystack.find(needle, at + needle.size())) ++n;
-  return n;
-}
-
 // Every rank failing alike prints its error once: the first rank's line, then
 // the launcher's one-line account, not N copies and a repeat in the report.
 TEST(RunCommand, AnErrorEveryRankPrintsAppearsOnce) {
@@ -118,7 +112,7 @@ TEST(RunCommand, AnErrorEveryRankPrintsAppearsOnce) {
       run_cli({"run", "-n", "3", "--", "sh", "-c",
                "echo \"app: rdmx: it broke [peer failure, rank=$RDMX_RANK] hint: fix it\" >&2; sleep 0.2; exit 3"});
   EXPECT_EQ(r.exit_code, 3) << r.err;
-  EXPECT_EQ(count(r.err, "rdmx: it broke"), 1u) << r.err;
+  EXPECT_EQ(occurrences(r.err, "rdmx: it broke"), 1u) << r.err;
   EXPECT_NE(r.err.find("exited with status 3"), std::string::npos) << r.err;
   // The others fail the same way, unless they were stopped first: either is said, never repeated.
   EXPECT_TRUE(r.err.find("failed the same way") != std::string::npos ||
@@ -127,8 +121,8 @@ TEST(RunCommand, AnErrorEveryRankPrintsAppearsOnce) {
   // The program's own lines, alike or not, are every rank's to show.
   const CliResult d = run_cli({"run", "-n", "2", "--", "sh", "-c", "echo same >&2; echo \"rank $RDMX_RANK: $$\" >&2"});
   ASSERT_EQ(d.exit_code, 0) << d.err;
-  EXPECT_EQ(count(d.err, "] same\n"), 2u) << d.err;
-  EXPECT_EQ(count(d.err, "] rank "), 2u) << d.err;
+  EXPECT_EQ(occurrences(d.err, "] same\n"), 2u) << d.err;
+  EXPECT_EQ(occurrences(d.err, "] rank "), 2u) << d.err;
 }
 
 // The same through the library: a bad setting fails every rank of a real job alike.
@@ -139,7 +133,7 @@ TEST(RunCommand, ALibraryErrorOfEveryRankAppearsOnce) {
                                              {"perf", "coll", "all_reduce", "--np", "3", "--sizes", "8"}}) {
     const CliResult r = run_cli(args, {{"RDMX_TIMEOUT", "1e17"}}, std::chrono::seconds(60));
     EXPECT_EQ(r.exit_code, 1) << r.err;
-    EXPECT_EQ(count(r.err, "RDMX_TIMEOUT=\"1e17\" is out of range"), 1u) << r.err;
+    EXPECT_EQ(occurrences(r.err, "RDMX_TIMEOUT=\"1e17\" is out of range"), 1u) << r.err;
     EXPECT_EQ(r.err.find("-9223372036854775808"), std::string::npos) << r.err;
   }
 }
