@@ -9,16 +9,17 @@
 
 #include "process_util.hpp"
 #include "rdmx/bootstrap.hpp"
+#include "support/text.hpp"
 
 namespace rdmx {
 namespace {
+
+using test::bytes_of;
 
 using namespace std::chrono_literals;
 using test::spawn;
 using test::TempDir;
 using test::wait_exit;
-
-Bytes bytes_of(std::string_view text) { return Bytes(text.begin(), text.end()); }
 
 TEST(FileStore, SetGetCheckRemove) {
   TempDir dir;

@@ -13,9 +13,12 @@
 #include "process_util.hpp"
 #include "rdmx/bootstrap.hpp"
 #include "services/config.hpp"
+#include "support/text.hpp"
 
 namespace rdmx {
 namespace {
+
+using test::contains;
 
 using namespace std::chrono_literals;
 using test::spawn;
@@ -63,8 +66,6 @@ std::string config_error(const std::map<std::string, std::string>& values) {
   ADD_FAILURE() << "detect_launch() accepted the environment";
   return {};
 }
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 TEST(DetectLaunch, RdmxVariables) {
   LaunchEnv env({{"RDMX_RANK", "2"},

@@ -14,9 +14,12 @@
 #include "raw_store_socket.hpp"
 #include "rdmx/bootstrap.hpp"
 #include "services/auth.hpp"
+#include "support/text.hpp"
 
 namespace rdmx {
 namespace {
+
+using test::bytes_of;
 
 using namespace std::chrono_literals;
 using test::le32;
@@ -27,8 +30,6 @@ using test::request_header;
 using test::ServerProcess;
 using test::spawn;
 using test::wait_exit;
-
-Bytes bytes_of(std::string_view text) { return Bytes(text.begin(), text.end()); }
 
 std::unique_ptr<Store> connect_to(std::uint16_t port, const std::string& host = "127.0.0.1") {
   return connect_tcp_store(host, port, 10s);

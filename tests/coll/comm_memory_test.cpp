@@ -8,11 +8,10 @@
 #include <string>
 
 #include "coll/coll_support.hpp"
+#include "support/text.hpp"
 
 namespace rdmx::test {
 namespace {
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // 8 ranks at the default 4 MiB map about 8 MiB per peer, 66 MiB per rank,
 // 528 MiB on the host: RDMX_COLL_MEMORY=64M stands for a host with 64 MiB.

@@ -11,11 +11,10 @@
 #include <vector>
 
 #include "coll/coll_support.hpp"
+#include "support/text.hpp"
 
 namespace rdmx::test {
 namespace {
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // Runs `call` expecting an rdmx::Error of `code`; returns its what().
 template <class F>

@@ -9,8 +9,6 @@
 namespace rdmx::test {
 namespace {
 
-constexpr int kTarget = 0;
-constexpr int kInitiator = 1;
 constexpr std::size_t kBig = 1 << 20;
 
 TEST_P(HostMemoryConformance, AllocatedMemoryWriteReadAndDeregistration) {

@@ -10,22 +10,20 @@
 namespace rdmx::test {
 namespace {
 
-constexpr int kTarget = 0;
-constexpr int kInitiator = 1;
 constexpr std::size_t kSlot = 4096;
-constexpr int kWrites = 40;  // more than one doorbell's worth of hardware WRs
+constexpr int kBatchWrites = 40;  // more than one doorbell's worth of hardware WRs
 
 TEST_P(Conformance, BatchOfMixedWorkRequests) {
   ASSERT_TRUE(run(2, [](RankEnv& env) {
     Node node(env);
     if (env.rank() == kTarget) {
-      Buffer target(kSlot * (kWrites + 2));
+      Buffer target(kSlot * (kBatchWrites + 2));
       set_bytes(target.data(), 0, target.size());
-      fill_pattern(target.data() + kSlot * (kWrites + 1), kSlot, 77);  // what the READ fetches
+      fill_pattern(target.data() + kSlot * (kBatchWrites + 1), kSlot, 77);  // what the READ fetches
       auto mr = node.pd->register_memory(target.data(), target.size(),
                                          Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead);
       auto qp = make_qp(node);
-      Sge recv = mr->sge(kSlot * kWrites, static_cast<std::uint32_t>(kSlot));
+      Sge recv = mr->sge(kSlot * kBatchWrites, static_cast<std::uint32_t>(kSlot));
       qp->post_recv(RecvWr{.wr_id = 500, .sg_list = {&recv, 1}});
       qp->post_recv(RecvWr{.wr_id = 501});
       publish_region(env, "region", *mr);
@@ -34,36 +32,36 @@ TEST_P(Conformance, BatchOfMixedWorkRequests) {
                .opcode = WcOpcode::Recv, .byte_len = 100);
       CHECK_WC(WAIT_WC(*node.recv_cq, "the WRITE_WITH_IMM that ends the batch"), "WRITE_WITH_IMM", .wr_id = 501,
                .status = WcStatus::Success, .opcode = WcOpcode::RecvRdmaWithImm, .with_imm = true, .imm_data = 9);
-      for (int i = 0; i < kWrites; ++i) {
+      for (int i = 0; i < kBatchWrites; ++i) {
         CHECK_PATTERN(target.data() + kSlot * static_cast<std::size_t>(i), kSlot - static_cast<std::size_t>(i),
                       1000 + static_cast<std::uint64_t>(i), 0, "WRITE " + std::to_string(i) + " of the batch");
       }
-      CHECK_PATTERN(target.data() + kSlot * kWrites, 100, 55, 0, "SEND of the batch");
+      CHECK_PATTERN(target.data() + kSlot * kBatchWrites, 100, 55, 0, "SEND of the batch");
       env.barrier("done");
     } else {
-      Buffer src(kSlot * (kWrites + 2));
-      for (int i = 0; i < kWrites; ++i) {
+      Buffer src(kSlot * (kBatchWrites + 2));
+      for (int i = 0; i < kBatchWrites; ++i) {
         fill_pattern(src.data() + kSlot * static_cast<std::size_t>(i), kSlot, 1000 + static_cast<std::uint64_t>(i));
       }
-      fill_pattern(src.data() + kSlot * kWrites, 100, 55);
-      set_bytes(src.data() + kSlot * (kWrites + 1), 0, kSlot);
+      fill_pattern(src.data() + kSlot * kBatchWrites, 100, 55);
+      set_bytes(src.data() + kSlot * (kBatchWrites + 1), 0, kSlot);
       auto mr = node.pd->register_memory(src.data(), src.size(), Access::LocalWrite);
       auto qp = connected_qp(env, node, kTarget, "t");
       RemoteRegion r = fetch_region(env, "region");
       std::vector<Sge> sges;
-      sges.reserve(kWrites + 2);
+      sges.reserve(kBatchWrites + 2);
       std::vector<SendWr> wrs;
-      for (int i = 0; i < kWrites; ++i) {
+      for (int i = 0; i < kBatchWrites; ++i) {
         const std::size_t off = kSlot * static_cast<std::size_t>(i);
         sges.push_back(mr->sge(off, static_cast<std::uint32_t>(kSlot - static_cast<std::size_t>(i))));
         // Some signaled, most not: the unsignaled ones must stay silent.
         wrs.push_back(rdma_wr(static_cast<std::uint64_t>(i), Opcode::RdmaWrite, {&sges.back(), 1}, r.addr + off, r.rkey,
                               i % 10 == 9));
       }
-      sges.push_back(mr->sge(kSlot * kWrites, 100));
+      sges.push_back(mr->sge(kSlot * kBatchWrites, 100));
       wrs.push_back(send_wr(100, Opcode::Send, {&sges.back(), 1}));
-      sges.push_back(mr->sge(kSlot * (kWrites + 1), static_cast<std::uint32_t>(kSlot)));
-      wrs.push_back(rdma_wr(101, Opcode::RdmaRead, {&sges.back(), 1}, r.addr + kSlot * (kWrites + 1), r.rkey));
+      sges.push_back(mr->sge(kSlot * (kBatchWrites + 1), static_cast<std::uint32_t>(kSlot)));
+      wrs.push_back(rdma_wr(101, Opcode::RdmaRead, {&sges.back(), 1}, r.addr + kSlot * (kBatchWrites + 1), r.rkey));
       SendWr imm = rdma_wr(102, Opcode::RdmaWriteWithImm, {}, r.addr, r.rkey);
       imm.imm_data = 9;
       wrs.push_back(imm);
@@ -75,7 +73,7 @@ TEST_P(Conformance, BatchOfMixedWorkRequests) {
                  .status = WcStatus::Success);
       }
       CHECK_EQ(wcs[5].opcode, WcOpcode::RdmaRead);
-      CHECK_PATTERN(src.data() + kSlot * (kWrites + 1), kSlot, 77, 0, "READ of the batch");
+      CHECK_PATTERN(src.data() + kSlot * (kBatchWrites + 1), kSlot, 77, 0, "READ of the batch");
       CHECK_NO_WC(*node.send_cq, "send CQ after the batch");
       env.barrier("done");
     }

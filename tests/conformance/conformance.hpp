@@ -29,6 +29,11 @@
 
 namespace rdmx::test {
 
+// The two ranks of a one-sided case: the target owns the memory, the
+// initiator posts the work requests.
+inline constexpr int kTarget = 0;
+inline constexpr int kInitiator = 1;
+
 struct ConformanceParam {
   std::string provider;
   Placement placement;

@@ -11,9 +11,6 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-constexpr int kTarget = 0;
-constexpr int kInitiator = 1;
-
 // After an overflow, poll() and wait() throw QueueFull, every time.
 void check_overflowed(CompletionQueue& cq, QueuePair& qp, bool qp_in_error, const char* side) {
   WorkCompletion wcs[8];

@@ -14,9 +14,6 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-constexpr int kTarget = 0;
-constexpr int kInitiator = 1;
-
 TEST_P(Conformance, DeregistrationInvalidatesKeys) {
   ASSERT_TRUE(run(2, [](RankEnv& env) {
     Node node(env);

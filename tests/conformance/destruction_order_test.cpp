@@ -10,9 +10,6 @@
 namespace rdmx::test {
 namespace {
 
-constexpr int kTarget = 0;
-constexpr int kInitiator = 1;
-
 std::string live(const LiveChildren& children) { return children.to_string(); }
 
 TEST_P(HostMemoryConformance, DestroyRefusesWhileChildrenLive) {

@@ -28,9 +28,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr int kTarget = 0;
-constexpr int kInitiator = 1;
-
 // This process's descriptors and what each one is.
 std::map<int, std::string> open_descriptors() {
   std::map<int, std::string> out;

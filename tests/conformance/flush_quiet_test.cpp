@@ -17,8 +17,6 @@
 namespace rdmx::test {
 namespace {
 
-constexpr int kTarget = 0;
-constexpr int kInitiator = 1;
 // Large enough for every provider's bulk path (cross-memory copies on shm,
 // streamed payloads on tcp), several of them queued at once.
 constexpr std::size_t kPiece = 4 << 20;

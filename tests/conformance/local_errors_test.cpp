@@ -7,9 +7,6 @@
 namespace rdmx::test {
 namespace {
 
-constexpr int kTarget = 0;
-constexpr int kInitiator = 1;
-
 // Extra local memory a case registers (destroyed before the PD).
 struct Extra {
   std::vector<std::unique_ptr<Buffer>> bufs;

@@ -9,9 +9,6 @@
 namespace rdmx::test {
 namespace {
 
-constexpr int kTarget = 0;
-constexpr int kInitiator = 1;
-
 // SEND / SEND_WITH_IMM of `len` bytes into a larger receive buffer.
 void send_case(RankEnv& env, bool with_imm) {
   constexpr std::uint32_t kLen = 1000;

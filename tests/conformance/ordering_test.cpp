@@ -12,9 +12,6 @@
 namespace rdmx::test {
 namespace {
 
-constexpr int kTarget = 0;
-constexpr int kInitiator = 1;
-
 TEST_P(Conformance, WriteWithImmOrdersPrecedingWrites) {
   ASSERT_TRUE(run(2, [](RankEnv& env) {
     constexpr int kRounds = 8;

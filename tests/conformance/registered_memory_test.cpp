@@ -20,8 +20,6 @@
 namespace rdmx::test {
 namespace {
 
-constexpr int kTarget = 0;
-constexpr int kInitiator = 1;
 constexpr std::size_t kPage = 4096;
 constexpr Access kRemoteRW = Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead;
 

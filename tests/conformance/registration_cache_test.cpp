@@ -13,9 +13,7 @@
 namespace rdmx::test {
 namespace {
 
-constexpr int kTarget = 0;
-constexpr int kInitiator = 1;
-constexpr std::size_t kLen = 256 * 1024;
+constexpr std::size_t kCacheLen = 256 * 1024;
 
 TEST_P(HostMemoryConformance, RegistrationCacheReusesAndFollowsUnmap) {
   ASSERT_TRUE(run(2, [](RankEnv& env) {
@@ -25,10 +23,10 @@ TEST_P(HostMemoryConformance, RegistrationCacheReusesAndFollowsUnmap) {
       const bool watched = unmap_detection().available;
       RegistrationCache cache(*node.pd, caps);
       const Access rights = Access::LocalWrite | Access::RemoteWrite;
-      char* buf = map_anonymous(kLen);
+      char* buf = map_anonymous(kCacheLen);
 
-      MemoryRegion& first = cache.get(buf, kLen, rights);
-      MemoryRegion& again = cache.get(buf, kLen, rights);
+      MemoryRegion& first = cache.get(buf, kCacheLen, rights);
+      MemoryRegion& again = cache.get(buf, kCacheLen, rights);
       MemoryRegion& part = cache.get(buf + 4096, 8192, Access::LocalWrite);
       CHECK_EQ(&again, &first) << "the same buffer again is a hit";
       CHECK_EQ(&part, &first) << "a part of it with fewer rights is a hit";
@@ -42,10 +40,10 @@ TEST_P(HostMemoryConformance, RegistrationCacheReusesAndFollowsUnmap) {
       CHECK_PATTERN(buf, 4096, 31, 0, "WRITE through the cached registration");
 
       // The application frees the buffer and gets new memory at its address.
-      CHECK_EQ(::munmap(buf, kLen), 0);
-      char* same = map_anonymous(kLen, buf);
+      CHECK_EQ(::munmap(buf, kCacheLen), 0);
+      char* same = map_anonymous(kCacheLen, buf);
       cache.forget_unwatched();  // what a collective does as it starts
-      MemoryRegion& now = cache.get(same, kLen, rights);
+      MemoryRegion& now = cache.get(same, kCacheLen, rights);
       const auto s = cache.stats();
       if (watched) {
         // A kept registration would hold the old pages (pinning) or refuse
@@ -62,7 +60,7 @@ TEST_P(HostMemoryConformance, RegistrationCacheReusesAndFollowsUnmap) {
       await(env, "wrote-now");
       CHECK_PATTERN(same, 4096, 32, 0, "WRITE after the memory was replaced lands in the new memory");
       env.barrier("done");
-      ::munmap(same, kLen);
+      ::munmap(same, kCacheLen);
     } else {
       Buffer src(8192);
       fill_pattern(src.data(), 4096, 31);

@@ -11,9 +11,6 @@
 namespace rdmx::test {
 namespace {
 
-constexpr int kTarget = 0;
-constexpr int kInitiator = 1;
-
 // The target owns a 16 KiB buffer filled with pattern kTargetSeed and
 // registers [4096, 8192) of it with `access`: the bytes just outside the
 // region are checked too.

@@ -9,9 +9,6 @@
 namespace rdmx::test {
 namespace {
 
-constexpr int kTarget = 0;
-constexpr int kInitiator = 1;
-
 TEST_P(Conformance, SameBufferRegisteredTwice) {
   ASSERT_TRUE(run(2, [](RankEnv& env) {
     Node node(env);

@@ -8,9 +8,6 @@
 namespace rdmx::test {
 namespace {
 
-constexpr int kTarget = 0;
-constexpr int kInitiator = 1;
-
 struct Segment {
   int region;  // which of the two regions
   std::uint32_t offset;

@@ -15,9 +15,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr int kTarget = 0;
-constexpr int kInitiator = 1;
-
 TEST_P(Conformance, ZeroByteOperations) {
   ASSERT_TRUE(run(2, [](RankEnv& env) {
     Node node(env);

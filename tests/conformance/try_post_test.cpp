@@ -11,9 +11,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr int kTarget = 0;
-constexpr int kInitiator = 1;
-
 TEST_P(Conformance, TryPostSendReportsAFullQueueAndPostsAfterPolling) {
   ASSERT_TRUE(run(2, [](RankEnv& env) {
     Node node(env);

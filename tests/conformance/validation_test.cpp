@@ -11,9 +11,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr int kTarget = 0;
-constexpr int kInitiator = 1;
-
 void check_names(const Error& e, const char* op) {
   CHECK(!e.message().empty()) << "error without a message: " << e.what();
   CHECK(std::string(e.what()).find(op) != std::string::npos) << "error does not name \"" << op << "\": " << e.what();

@@ -12,9 +12,12 @@
 #include "rdmx/error.hpp"
 #include "services/config.hpp"
 #include "support/scoped_env.hpp"
+#include "support/text.hpp"
 
 namespace rdmx {
 namespace {
+
+using test::contains;
 
 using namespace std::chrono_literals;
 
@@ -22,7 +25,7 @@ using test::ScopedEnv;
 
 // The Config error `read` throws for `value` of `name`, or "" when it throws none.
 template <typename Read>
-std::string refusal(const char* name, const char* value, Read read) {
+std::string config_refusal(const char* name, const char* value, Read read) {
   ScopedEnv env(name, value);
   try {
     read();
@@ -32,8 +35,6 @@ std::string refusal(const char* name, const char* value, Read read) {
   }
   return "";
 }
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 TEST(ConfigDuration, AcceptsSecondsAndMilliseconds) {
   {
@@ -64,7 +65,7 @@ TEST(ConfigDuration, AcceptsSecondsAndMilliseconds) {
 
 TEST(ConfigDuration, HugeValuesAreRefusedNotOverflowed) {
   for (const char* value : {"1e10", "1e17", "1e300", "2592001"}) {
-    const std::string what = refusal("RDMX_TIMEOUT", value, core::read_timeout);
+    const std::string what = config_refusal("RDMX_TIMEOUT", value, core::read_timeout);
     EXPECT_TRUE(contains(what, "RDMX_TIMEOUT=\"" + std::string(value) + "\" is out of range")) << what;
     EXPECT_TRUE(contains(what, "30 days")) << what;
     EXPECT_TRUE(contains(what, "1ms")) << what;  // the lower end of the range
@@ -76,7 +77,7 @@ TEST(ConfigDuration, HugeValuesAreRefusedNotOverflowed) {
 
 TEST(ConfigDuration, NegativeAndZeroTimeoutsAreRefused) {
   for (const char* value : {"-5", "-1ms", "0", "0.0004"}) {
-    const std::string what = refusal("RDMX_TIMEOUT", value, core::read_timeout);
+    const std::string what = config_refusal("RDMX_TIMEOUT", value, core::read_timeout);
     EXPECT_TRUE(contains(what, "is out of range")) << value << ": " << what;
   }
   // RNR may be 0 (fail at once when no receive is posted), never negative.
@@ -84,14 +85,14 @@ TEST(ConfigDuration, NegativeAndZeroTimeoutsAreRefused) {
     ScopedEnv env("RDMX_RNR_TIMEOUT", "0");
     EXPECT_EQ(core::read_rnr_timeout(), 0ms);
   }
-  EXPECT_TRUE(
-      contains(refusal("RDMX_RNR_TIMEOUT", "-1", core::read_rnr_timeout), "RDMX_RNR_TIMEOUT=\"-1\" is out of range"));
-  EXPECT_TRUE(contains(refusal("RDMX_RNR_TIMEOUT", "1e17", core::read_rnr_timeout), "30 days"));
+  EXPECT_TRUE(contains(config_refusal("RDMX_RNR_TIMEOUT", "-1", core::read_rnr_timeout),
+                       "RDMX_RNR_TIMEOUT=\"-1\" is out of range"));
+  EXPECT_TRUE(contains(config_refusal("RDMX_RNR_TIMEOUT", "1e17", core::read_rnr_timeout), "30 days"));
 }
 
 TEST(ConfigDuration, GarbageIsNamedWithWhatIsAccepted) {
   for (const char* value : {"soon", "30 s", "5min", "ms", "nan", "inf", "1e10e"}) {
-    const std::string what = refusal("RDMX_TIMEOUT", value, core::read_timeout);
+    const std::string what = config_refusal("RDMX_TIMEOUT", value, core::read_timeout);
     EXPECT_TRUE(contains(what, "RDMX_TIMEOUT=\"" + std::string(value) + "\" is not a duration")) << what;
     EXPECT_TRUE(contains(what, "\"2.5s\"")) << what;
     EXPECT_TRUE(contains(what, "\"500ms\"")) << what;
@@ -108,11 +109,11 @@ TEST(ConfigDuration, SpinBudgetIsWholeMicrosecondsUpToOneSecond) {
     EXPECT_EQ(core::read_spin_budget(), 1s);
   }
   for (const char* value : {"1e10", "99999999999999999999999", "-1", "1000001"}) {
-    const std::string what = refusal("RDMX_SPIN_US", value, core::read_spin_budget);
+    const std::string what = config_refusal("RDMX_SPIN_US", value, core::read_spin_budget);
     EXPECT_TRUE(contains(what, "RDMX_SPIN_US=\"" + std::string(value) + "\" is")) << what;
     EXPECT_TRUE(contains(what, "from 0 to 1000000")) << what;
   }
-  EXPECT_TRUE(contains(refusal("RDMX_SPIN_US", "fast", core::read_spin_budget), "not a number of microseconds"));
+  EXPECT_TRUE(contains(config_refusal("RDMX_SPIN_US", "fast", core::read_spin_budget), "not a number of microseconds"));
 }
 
 }  // namespace

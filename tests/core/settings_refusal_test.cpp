@@ -13,9 +13,12 @@
 #include "services/config.hpp"
 #include "services/settings.hpp"
 #include "support/scoped_env.hpp"
+#include "support/text.hpp"
 
 namespace rdmx {
 namespace {
+
+using test::contains;
 
 using namespace std::chrono_literals;
 
@@ -51,8 +54,6 @@ std::optional<std::string> refusal(const std::string& name, const char* value, s
   }
   return std::nullopt;
 }
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // A duration is decimal: "0x10" is not 16 seconds, "010" not 10 (or 8).
 TEST(SettingsRefusal, HexAndOctalLookingDurationsAreRefused) {

@@ -25,12 +25,12 @@ namespace {
 
 using namespace test;
 
-constexpr Access kAll = Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead | Access::RemoteAtomic;
-constexpr std::size_t kBytes = (2 << 20) + 16384;
+constexpr Access kAllAccess = Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead | Access::RemoteAtomic;
+constexpr std::size_t kDeviceBytes = (2 << 20) + 16384;
 // Where the host -> device WRITE lands, apart from the device -> device one.
 constexpr std::size_t kSecond = (1 << 20) + 4096;
 // A word no transfer below touches, for the atomics.
-constexpr std::size_t kAtomicWord = kBytes - 64;
+constexpr std::size_t kAtomicWord = kDeviceBytes - 64;
 
 std::vector<std::uint8_t> device_bytes(const void* p, std::size_t n) {
   std::vector<std::uint8_t> out(n);
@@ -83,19 +83,19 @@ void DeviceMemory::one_sided_and_two_sided(bool exportable) {
         std::string why;
         CHECK(cuda_for_test(&why) != nullptr);
         Node node(env);
-        AnyDeviceBuffer device(kBytes, exportable);
-        Buffer host(kBytes);
+        AnyDeviceBuffer device(kDeviceBytes, exportable);
+        Buffer host(kDeviceBytes);
         if (node.device->caps().cuda_memory == CudaMemorySupport::None) {
           try {
-            node.pd->register_memory(device.get(), kBytes, kAll);
+            node.pd->register_memory(device.get(), kDeviceBytes, kAllAccess);
             CHECK(false);
           } catch (const Error& e) {
             CHECK(e.code() == ErrorCode::NotSupported);
           }
           return;
         }
-        auto device_mr = node.pd->register_memory(device.get(), kBytes, kAll);
-        auto host_mr = node.pd->register_memory(host.data(), kBytes, kAll);
+        auto device_mr = node.pd->register_memory(device.get(), kDeviceBytes, kAllAccess);
+        auto host_mr = node.pd->register_memory(host.data(), kDeviceBytes, kAllAccess);
         CHECK(device_mr->memory_type() == MemoryType::Cuda);
         const std::uint64_t zero = 0;
         cuda_copy(static_cast<char*>(device.get()) + kAtomicWord, &zero, 8);

@@ -23,7 +23,7 @@ namespace {
 namespace cu = core::cuda;
 using cu::CUdeviceptr;
 
-constexpr std::size_t kBytes = 4096;
+constexpr std::size_t kDriverBytes = 4096;
 constexpr cu::CUresult kNotReady = 600;
 
 CUdeviceptr address(const void* p) { return static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(p)); }
@@ -60,7 +60,7 @@ class SideReader {
   explicit SideReader(const cu::DriverApi& api) : api_(api) {
     CHECK_EQ(api_.cuStreamCreate(&stream_, cu::kStreamNonBlocking), 0);
     void* page = nullptr;
-    CHECK_EQ(api_.cuMemAllocHost_v2(&page, kBytes), 0);
+    CHECK_EQ(api_.cuMemAllocHost_v2(&page, kDriverBytes), 0);
     landing_ = static_cast<std::uint8_t*>(page);
   }
   ~SideReader() {
@@ -70,9 +70,9 @@ class SideReader {
   SideReader(const SideReader&) = delete;
   SideReader& operator=(const SideReader&) = delete;
   std::vector<std::uint8_t> read(const void* device) {
-    CHECK_EQ(api_.cuMemcpyAsync(address(landing_), address(device), kBytes, stream_), 0);
+    CHECK_EQ(api_.cuMemcpyAsync(address(landing_), address(device), kDriverBytes, stream_), 0);
     CHECK_EQ(api_.cuStreamSynchronize(stream_), 0);
-    return {landing_, landing_ + kBytes};
+    return {landing_, landing_ + kDriverBytes};
   }
 
  private:
@@ -100,14 +100,14 @@ class CudaDriverSemantics : public ::testing::Test {
 TEST_F(CudaDriverSemantics, ACopyBetweenDeviceBuffersReturnsBeforeItLands) {
   in_child([] {
     const cu::DriverApi& api = driver();
-    test::DeviceBuffer from(kBytes), to(kBytes);
-    const std::vector<std::uint8_t> ones(kBytes, 1), zeros(kBytes, 0);
-    test::cuda_copy(from.get(), ones.data(), kBytes);
-    test::cuda_copy(to.get(), zeros.data(), kBytes);
+    test::DeviceBuffer from(kDriverBytes), to(kDriverBytes);
+    const std::vector<std::uint8_t> ones(kDriverBytes, 1), zeros(kDriverBytes, 0);
+    test::cuda_copy(from.get(), ones.data(), kDriverBytes);
+    test::cuda_copy(to.get(), zeros.data(), kDriverBytes);
     SideReader side(api);
     {
       HeldLegacyStream held(api);
-      CHECK_EQ(api.cuMemcpy(address(to.get()), address(from.get()), kBytes), 0);
+      CHECK_EQ(api.cuMemcpy(address(to.get()), address(from.get()), kDriverBytes), 0);
       CHECK_EQ(side.read(to.get()), zeros) << "cuMemcpy between device buffers waited for its copy";
       held.release();
       CHECK_EQ(api.cuStreamSynchronize(nullptr), 0);
@@ -119,13 +119,13 @@ TEST_F(CudaDriverSemantics, ACopyBetweenDeviceBuffersReturnsBeforeItLands) {
 TEST_F(CudaDriverSemantics, ASetOfDeviceMemoryReturnsBeforeItLands) {
   in_child([] {
     const cu::DriverApi& api = driver();
-    test::DeviceBuffer buffer(kBytes);
-    const std::vector<std::uint8_t> zeros(kBytes, 0), sevens(kBytes, 7);
-    test::cuda_copy(buffer.get(), zeros.data(), kBytes);
+    test::DeviceBuffer buffer(kDriverBytes);
+    const std::vector<std::uint8_t> zeros(kDriverBytes, 0), sevens(kDriverBytes, 7);
+    test::cuda_copy(buffer.get(), zeros.data(), kDriverBytes);
     SideReader side(api);
     {
       HeldLegacyStream held(api);
-      CHECK_EQ(api.cuMemsetD8_v2(address(buffer.get()), 7, kBytes), 0);
+      CHECK_EQ(api.cuMemsetD8_v2(address(buffer.get()), 7, kDriverBytes), 0);
       CHECK_EQ(side.read(buffer.get()), zeros) << "cuMemsetD8 on device memory waited for the set";
       held.release();
       CHECK_EQ(api.cuStreamSynchronize(nullptr), 0);

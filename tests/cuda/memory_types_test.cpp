@@ -27,17 +27,17 @@ namespace {
 namespace cu = core::cuda;
 using test::DeviceBuffer;
 
-constexpr Access kAll = Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead;
+constexpr Access kTypesAccess = Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead;
 
 TEST(MemoryTypes, HostMemoryIsHostOnEveryProvider) {
   std::vector<char> buffer(1 << 16);
   for (const std::string& name : test::tested_providers()) {
     auto device = open_device(name);
     auto pd = device->alloc_pd();
-    auto mr = pd->register_memory(buffer.data(), buffer.size(), kAll);
+    auto mr = pd->register_memory(buffer.data(), buffer.size(), kTypesAccess);
     EXPECT_EQ(mr->memory_type(), MemoryType::Host) << name;
     EXPECT_EQ(mr->cuda_device(), -1) << name;
-    auto allocated = pd->allocate_memory(4096, kAll);
+    auto allocated = pd->allocate_memory(4096, kTypesAccess);
     EXPECT_EQ(allocated->memory_type(), MemoryType::Host) << name;
     EXPECT_STRNE(to_string(device->caps().cuda_memory), "unknown") << name;
   }
@@ -50,7 +50,7 @@ TEST(MemoryTypes, RegisteringHostMemoryDoesNotLoadTheDriver) {
   std::vector<char> buffer(4096);
   auto device = open_device("tcp");
   auto pd = device->alloc_pd();
-  auto mr = pd->register_memory(buffer.data(), buffer.size(), kAll);
+  auto mr = pd->register_memory(buffer.data(), buffer.size(), kTypesAccess);
   EXPECT_EQ(::dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD), nullptr);
   EXPECT_EQ(cu::classify(buffer.data(), buffer.size(), "test").type, MemoryType::Host);
 }
@@ -144,7 +144,7 @@ TEST(MemoryTypes, PinnedHostMemoryIsHost) {
   EXPECT_EQ(cu::classify(pinned, 1 << 16, "test").type, MemoryType::Host);
   auto device = open_device("tcp");
   auto pd = device->alloc_pd();
-  EXPECT_EQ(pd->register_memory(pinned, 1 << 16, kAll)->memory_type(), MemoryType::Host);
+  EXPECT_EQ(pd->register_memory(pinned, 1 << 16, kTypesAccess)->memory_type(), MemoryType::Host);
   api.cuMemFreeHost(pinned);
 }
 
@@ -158,14 +158,14 @@ TEST(MemoryTypes, EachProviderRegistersDeviceMemoryOrRefusesItByName) {
     auto pd = device->alloc_pd();
     if (device->caps().cuda_memory == CudaMemorySupport::None) {
       try {
-        pd->register_memory(buffer.get(), buffer.size(), kAll);
+        pd->register_memory(buffer.get(), buffer.size(), kTypesAccess);
         ADD_FAILURE() << name << " registered device memory it cannot serve";
       } catch (const Error& e) {
         EXPECT_EQ(e.code(), ErrorCode::NotSupported) << e.what();
         EXPECT_NE(std::string(e.what()).find("cannot serve CUDA device memory"), std::string::npos) << e.what();
       }
     } else {
-      auto mr = pd->register_memory(static_cast<char*>(buffer.get()) + 512, 4096, kAll);
+      auto mr = pd->register_memory(static_cast<char*>(buffer.get()) + 512, 4096, kTypesAccess);
       EXPECT_EQ(mr->memory_type(), MemoryType::Cuda) << name;
       EXPECT_EQ(mr->cuda_device(), 0) << name;
     }

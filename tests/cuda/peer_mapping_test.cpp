@@ -28,11 +28,11 @@ using namespace test;
 
 constexpr Access kRemote = Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead;
 constexpr std::uint32_t kPiece = 4096;
-constexpr int kPieces = 32;
+constexpr int kMappedPieces = 32;
 
 long long peer_copies() { return simulated_driver_count("peer_copies"); }
 
-std::vector<std::uint8_t> pattern(std::size_t n, std::uint64_t seed) {
+std::vector<std::uint8_t> mapping_pattern(std::size_t n, std::uint64_t seed) {
   std::vector<std::uint8_t> bytes(n);
   fill_pattern(bytes.data(), n, seed);
   return bytes;
@@ -57,11 +57,11 @@ TEST(ShmPeerMapping, ExportableDeviceMemoryIsCopiedByThePeerAfterItsFirstUse) {
   RDMX_REQUIRE_GPU_BEFORE_FORK();
   ASSERT_TRUE(run_shm_pair([](RankEnv& env, Node& node) {
     CHECK(node.device->caps().cuda_memory == CudaMemorySupport::PeerMapping);
-    const std::size_t bytes = kPiece * kPieces;
+    const std::size_t bytes = kPiece * kMappedPieces;
     if (env.rank() == 0) {
       VmmBuffer target;  // cuMemCreate memory, exportable as a descriptor
       auto mr = node.pd->register_memory(target.get(), bytes, kRemote);
-      const auto before = pattern(bytes, 7);
+      const auto before = mapping_pattern(bytes, 7);
       cuda_copy(target.get(), before.data(), bytes);
       auto qp = connected_qp(env, node, 1, "qp");
       publish_region(env, "target", *mr);
@@ -78,7 +78,7 @@ TEST(ShmPeerMapping, ExportableDeviceMemoryIsCopiedByThePeerAfterItsFirstUse) {
       Buffer local_host(bytes);
       auto device_mr = node.pd->register_memory(local_device.get(), bytes, Access::LocalWrite);
       auto host_mr = node.pd->register_memory(local_host.data(), bytes, Access::LocalWrite);
-      const auto from_device = pattern(bytes / 2, 8);
+      const auto from_device = mapping_pattern(bytes / 2, 8);
       cuda_copy(local_device.get(), from_device.data(), bytes / 2);
       fill_pattern(local_host.data() + bytes / 2, bytes / 2, 9);
       auto qp = connected_qp(env, node, 0, "qp");
@@ -100,7 +100,7 @@ TEST(ShmPeerMapping, ExportableDeviceMemoryIsCopiedByThePeerAfterItsFirstUse) {
       }
       const long long copies_before = peer_copies();
       // Then WRITEs piece by piece: device -> device for the first half, host -> device for the second.
-      for (int i = 0; i < kPieces; ++i) {
+      for (int i = 0; i < kMappedPieces; ++i) {
         const std::uint32_t at = static_cast<std::uint32_t>(i) * kPiece;
         const Sge from = at < bytes / 2 ? device_mr->sge(at, kPiece) : host_mr->sge(at, kPiece);
         auto wc = RDMA_SYNC(*qp, *node.send_cq, Opcode::RdmaWrite, from, target.addr + at, target.rkey, wr_id);
@@ -114,7 +114,7 @@ TEST(ShmPeerMapping, ExportableDeviceMemoryIsCopiedByThePeerAfterItsFirstUse) {
       CHECK_PATTERN(got.data(), kPiece, 8, 0, "READ device <- the peer's device memory");
       const long long copies_after = peer_copies();
       if (copies_before >= 0) {
-        CHECK_GE(copies_after - copies_before, kPieces + 1)
+        CHECK_GE(copies_after - copies_before, kMappedPieces + 1)
             << "WRITEs and READs on the mapped region did not copy the peer's memory directly";
       }
       // A WRITE past the region is refused by the target, mapped or not.
@@ -250,7 +250,7 @@ TEST(ShmPeerMapping, DeregistrationDoesNotWaitForAKilledPeersImport) {
         const auto start = std::chrono::steady_clock::now();
         mr.reset();
         const auto took = std::chrono::steady_clock::now() - start;
-        CHECK_LT(took, default_timeout() / 2) << "deregistration waited for a dead process's import";
+        CHECK_LT(took, test::default_timeout() / 2) << "deregistration waited for a dead process's import";
         target.reset();
       },
       options));

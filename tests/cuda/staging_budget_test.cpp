@@ -26,10 +26,10 @@ namespace {
 
 using namespace test;
 
-constexpr std::size_t kPiece = 768 << 10;  // each below the budget, two above it
-constexpr int kPieces = 24;
+constexpr std::size_t kBudgetPiece = 768 << 10;  // each below the budget, two above it
+constexpr int kBudgetPieces = 24;
 constexpr std::size_t kLarge = 3 << 20;  // above the budget: staged alone
-constexpr std::size_t kTargetBytes = kPieces * kPiece + kLarge + 4096;
+constexpr std::size_t kTargetBytes = kBudgetPieces * kBudgetPiece + kLarge + 4096;
 
 class StagingBudget : public ::testing::TestWithParam<std::string> {
  protected:
@@ -57,13 +57,15 @@ TEST_P(StagingBudget, ManyLargeDeviceWritesAndReadsStayInOrderAndAllLand) {
           await(env, "written");
           CHECK_EQ(simulated_driver_count("pageable_copies"), pageable_before_writes)
               << "WRITEs landed in device memory through pageable host memory";
-          for (int i = 0; i < kPieces; ++i) {
-            CHECK_PATTERN(target.data() + kPiece * static_cast<std::size_t>(i), kPiece, 500 + i, 0,
+          for (int i = 0; i < kBudgetPieces; ++i) {
+            CHECK_PATTERN(target.data() + kBudgetPiece * static_cast<std::size_t>(i), kBudgetPiece, 500 + i, 0,
                           "device WRITE #" + std::to_string(i));
           }
-          CHECK_PATTERN(target.data() + kPieces * kPiece, kLarge, 499, 0, "the WRITE larger than the budget");
+          CHECK_PATTERN(target.data() + kBudgetPieces * kBudgetPiece, kLarge, 499, 0,
+                        "the WRITE larger than the budget");
           // The host WRITE queued behind them all went last: its word is the one that stayed.
-          CHECK_BYTES(target.data() + kPieces * kPiece + kLarge, 8, 0x77, "host WRITE queued behind device ones");
+          CHECK_BYTES(target.data() + kBudgetPieces * kBudgetPiece + kLarge, 8, 0x77,
+                      "host WRITE queued behind device ones");
           const long long pageable_before_reads = simulated_driver_count("pageable_copies");
           signal(env, "checked");
           env.barrier("read");
@@ -74,11 +76,11 @@ TEST_P(StagingBudget, ManyLargeDeviceWritesAndReadsStayInOrderAndAllLand) {
         Buffer source(kTargetBytes, BufferMemory::Device);
         Buffer host(4096, BufferMemory::Host);
         set_bytes(host.data(), 0x77, 8);
-        for (int i = 0; i < kPieces; ++i) {
-          fill_pattern(source.data() + kPiece * static_cast<std::size_t>(i), kPiece, 500 + i);
+        for (int i = 0; i < kBudgetPieces; ++i) {
+          fill_pattern(source.data() + kBudgetPiece * static_cast<std::size_t>(i), kBudgetPiece, 500 + i);
         }
-        fill_pattern(source.data() + kPieces * kPiece, kLarge, 499);
-        set_bytes(source.data() + kPieces * kPiece + kLarge, 0x11, 8);
+        fill_pattern(source.data() + kBudgetPieces * kBudgetPiece, kLarge, 499);
+        set_bytes(source.data() + kBudgetPieces * kBudgetPiece + kLarge, 0x11, 8);
         auto mr = node.pd->register_memory(source.data(), source.size(), Access::LocalWrite);
         auto host_mr = node.pd->register_memory(host.data(), host.size(), Access::LocalWrite);
         QpCaps caps;
@@ -96,13 +98,13 @@ TEST_P(StagingBudget, ManyLargeDeviceWritesAndReadsStayInOrderAndAllLand) {
         const long long pageable_before = simulated_driver_count("pageable_copies");
         // The device word at the end first, then the host word over it: if
         // the host WRITE overtook the device ones waiting, 0x11 would stay.
-        post(mr->sge(kPieces * kPiece + kLarge, 8), kPieces * kPiece + kLarge);
-        for (int i = 0; i < kPieces; ++i) {
-          const std::size_t at = kPiece * static_cast<std::size_t>(i);
-          post(mr->sge(at, static_cast<std::uint32_t>(kPiece)), at);
+        post(mr->sge(kBudgetPieces * kBudgetPiece + kLarge, 8), kBudgetPieces * kBudgetPiece + kLarge);
+        for (int i = 0; i < kBudgetPieces; ++i) {
+          const std::size_t at = kBudgetPiece * static_cast<std::size_t>(i);
+          post(mr->sge(at, static_cast<std::uint32_t>(kBudgetPiece)), at);
         }
-        post(mr->sge(kPieces * kPiece, static_cast<std::uint32_t>(kLarge)), kPieces * kPiece);
-        post(host_mr->sge(0, 8), kPieces * kPiece + kLarge);
+        post(mr->sge(kBudgetPieces * kBudgetPiece, static_cast<std::uint32_t>(kLarge)), kBudgetPieces * kBudgetPiece);
+        post(host_mr->sge(0, 8), kBudgetPieces * kBudgetPiece + kLarge);
         const auto wcs = WAIT_WCS(*node.send_cq, static_cast<std::size_t>(wr_id), "the WRITEs");
         for (std::size_t i = 0; i < wcs.size(); ++i) {
           CHECK_WC(wcs[i], "WRITE #" + std::to_string(i), .wr_id = i, .status = WcStatus::Success);
@@ -113,25 +115,25 @@ TEST_P(StagingBudget, ManyLargeDeviceWritesAndReadsStayInOrderAndAllLand) {
         Buffer back(kTargetBytes, BufferMemory::Device);
         auto back_mr = node.pd->register_memory(back.data(), back.size(), Access::LocalWrite);
         const std::uint64_t first_read = wr_id;
-        for (int i = 0; i < kPieces; ++i) {
-          const std::size_t at = kPiece * static_cast<std::size_t>(i);
-          sges = {back_mr->sge(at, static_cast<std::uint32_t>(kPiece))};
+        for (int i = 0; i < kBudgetPieces; ++i) {
+          const std::size_t at = kBudgetPiece * static_cast<std::size_t>(i);
+          sges = {back_mr->sge(at, static_cast<std::uint32_t>(kBudgetPiece))};
           qp->post_send(rdma_wr(wr_id++, Opcode::RdmaRead, sges, target_region.addr + at, target_region.rkey));
         }
-        sges = {back_mr->sge(kPieces * kPiece, static_cast<std::uint32_t>(kLarge))};
-        qp->post_send(
-            rdma_wr(wr_id++, Opcode::RdmaRead, sges, target_region.addr + kPieces * kPiece, target_region.rkey));
+        sges = {back_mr->sge(kBudgetPieces * kBudgetPiece, static_cast<std::uint32_t>(kLarge))};
+        qp->post_send(rdma_wr(wr_id++, Opcode::RdmaRead, sges, target_region.addr + kBudgetPieces * kBudgetPiece,
+                              target_region.rkey));
         const auto reads = WAIT_WCS(*node.send_cq, static_cast<std::size_t>(wr_id - first_read), "the READs");
         for (std::size_t i = 0; i < reads.size(); ++i) {
           CHECK_WC(reads[i], "READ #" + std::to_string(i), .wr_id = first_read + i, .status = WcStatus::Success);
         }
         CHECK_EQ(simulated_driver_count("pageable_copies"), pageable_before)
             << "device memory was copied to or from pageable host memory";
-        for (int i = 0; i < kPieces; ++i) {
-          CHECK_PATTERN(back.data() + kPiece * static_cast<std::size_t>(i), kPiece, 500 + i, 0,
+        for (int i = 0; i < kBudgetPieces; ++i) {
+          CHECK_PATTERN(back.data() + kBudgetPiece * static_cast<std::size_t>(i), kBudgetPiece, 500 + i, 0,
                         "device READ #" + std::to_string(i));
         }
-        CHECK_PATTERN(back.data() + kPieces * kPiece, kLarge, 499, 0, "the READ larger than the budget");
+        CHECK_PATTERN(back.data() + kBudgetPieces * kBudgetPiece, kLarge, 499, 0, "the READ larger than the budget");
         env.barrier("read");
       },
       options));

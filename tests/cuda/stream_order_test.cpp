@@ -24,7 +24,7 @@ using core::cuda::CUdeviceptr;
 using core::cuda::CUstream;
 
 constexpr std::size_t kCount = 1024;
-constexpr std::size_t kBytes = kCount * sizeof(float);
+constexpr std::size_t kStreamBytes = kCount * sizeof(float);
 
 // A stream of the test's own and a pinned word that holds it shut until opened.
 struct GatedStream {
@@ -64,7 +64,7 @@ struct PinnedFloats {
   float* data = nullptr;
   PinnedFloats(const core::cuda::DriverApi& driver, float value) : api(driver) {
     void* page = nullptr;
-    CHECK_EQ(api.cuMemAllocHost_v2(&page, kBytes), 0);
+    CHECK_EQ(api.cuMemAllocHost_v2(&page, kStreamBytes), 0);
     data = static_cast<float*>(page);
     std::fill(data, data + kCount, value);
   }
@@ -88,19 +88,19 @@ TEST(CudaStreamOrdering, AnOperationWaitsForItsStreamAndTheStreamWaitsForIt) {
   ASSERT_TRUE(test::run_ranks(2, test::Placement::Local, [](test::RankEnv& env) {
     const core::cuda::DriverApi* api = nullptr;
     auto comm = device_comm(env, &api);
-    test::DeviceBuffer in(kBytes), out(kBytes);
+    test::DeviceBuffer in(kStreamBytes), out(kStreamBytes);
     const std::vector<float> zeros(kCount, 0.0f), minus(kCount, -1.0f);
-    test::cuda_copy(in.get(), zeros.data(), kBytes);
-    test::cuda_copy(out.get(), minus.data(), kBytes);
+    test::cuda_copy(in.get(), zeros.data(), kStreamBytes);
+    test::cuda_copy(out.get(), minus.data(), kStreamBytes);
     const PinnedFloats input(*api, static_cast<float>(env.rank() + 1));
     PinnedFloats result(*api, -2.0f);
     {
       GatedStream s(*api);
       s.shut();
-      s.copy(in.get(), input.data, kBytes);  // the inputs arrive only once the gate opens
+      s.copy(in.get(), input.data, kStreamBytes);  // the inputs arrive only once the gate opens
       comm->set_cuda_stream(s.stream);
       Work work = comm->iall_reduce(in.get(), out.get(), kCount, DataType::Float32, ReduceOp::Sum);
-      s.copy(result.data, out.get(), kBytes);
+      s.copy(result.data, out.get(), kStreamBytes);
       core::cuda::CUevent copied = nullptr;
       CHECK_EQ(api->cuEventCreate(&copied, 0), 0);
       CHECK_EQ(api->cuEventRecord(copied, s.stream), 0);
@@ -118,11 +118,11 @@ TEST(CudaStreamOrdering, AnOperationWaitsForItsStreamAndTheStreamWaitsForIt) {
     // The blocking form on the same stream, and a stream unset again.
     GatedStream s(*api);
     const PinnedFloats twice(*api, static_cast<float>(2 * (env.rank() + 1)));
-    s.copy(in.get(), twice.data, kBytes);
+    s.copy(in.get(), twice.data, kStreamBytes);
     comm->set_cuda_stream(s.stream);
     comm->all_reduce(in.get(), out.get(), kCount, DataType::Float32, ReduceOp::Sum);
     comm->set_cuda_stream(nullptr);
-    test::cuda_copy(result.data, out.get(), kBytes);
+    test::cuda_copy(result.data, out.get(), kStreamBytes);
     CHECK_EQ(result.data[0], 6.0f);
     CHECK_EQ(result.data[kCount - 1], 6.0f);
   }));
@@ -135,7 +135,7 @@ TEST(CudaStreamOrdering, AFailedOperationReleasesItsStream) {
   ASSERT_TRUE(test::run_ranks(2, test::Placement::Local, [](test::RankEnv& env) {
     const core::cuda::DriverApi* api = nullptr;
     auto comm = device_comm(env, &api);
-    test::DeviceBuffer buffer(kBytes);
+    test::DeviceBuffer buffer(kStreamBytes);
     GatedStream s(*api);
     comm->set_cuda_stream(s.stream);
     // Ranks disagree on the count: both calls fail, naming the mismatch.
@@ -147,7 +147,7 @@ TEST(CudaStreamOrdering, AFailedOperationReleasesItsStream) {
       CHECK(e.code() == ErrorCode::Protocol || e.code() == ErrorCode::PeerFailure) << e.what();
     }
     std::vector<float> back(kCount);
-    s.copy(back.data(), buffer.get(), kBytes);
+    s.copy(back.data(), buffer.get(), kStreamBytes);
     CHECK_EQ(api->cuStreamSynchronize(s.stream), 0) << "the stream was left waiting for the failed operation";
   }));
 }

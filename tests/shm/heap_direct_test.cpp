@@ -18,7 +18,7 @@ namespace {
 
 constexpr int kTarget = 0;
 constexpr int kInitiator = 1;
-constexpr std::size_t kLen = 1 << 20;
+constexpr std::size_t kHeapLen = 1 << 20;
 constexpr int kChurn = 40;
 
 // State pages of a peer's heap regions mapped in this process.
@@ -32,17 +32,17 @@ TEST(ShmProvider, HeapWritesAndReadsNeedNoTargetThread) {
       [](RankEnv& env) {
         Node node(env);
         if (env.rank() == kTarget) {
-          Buffer buf(kLen);
-          set_bytes(buf.data(), 0, kLen / 2);
-          fill_pattern(buf.data() + kLen / 2, kLen / 2, 11);
-          auto mr =
-              node.pd->register_memory(buf.data(), kLen, Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead);
+          Buffer buf(kHeapLen);
+          set_bytes(buf.data(), 0, kHeapLen / 2);
+          fill_pattern(buf.data() + kHeapLen / 2, kHeapLen / 2, 11);
+          auto mr = node.pd->register_memory(buf.data(), kHeapLen,
+                                             Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead);
           auto qp = connected_qp(env, node, kInitiator, "h");
           auto churn_qp = connected_qp(env, node, kInitiator, "c");
           publish_region(env, "heap", *mr);
           signal(env, "pid", std::to_string(::getpid()));
           await(env, "written");  // stopped and continued by the initiator meanwhile
-          CHECK_PATTERN(buf.data(), kLen / 2, 12, 0, "a WRITE placed while this process was stopped");
+          CHECK_PATTERN(buf.data(), kHeapLen / 2, 12, 0, "a WRITE placed while this process was stopped");
           mr.reset();
           signal(env, "deregistered");
           for (int i = 0; i < kChurn; ++i) {
@@ -56,10 +56,10 @@ TEST(ShmProvider, HeapWritesAndReadsNeedNoTargetThread) {
           env.barrier("done");
           return;
         }
-        Buffer src(kLen);
-        fill_pattern(src.data(), kLen / 2, 12);
-        set_bytes(src.data() + kLen / 2, 0, kLen / 2);
-        auto src_mr = node.pd->register_memory(src.data(), kLen, Access::LocalWrite);
+        Buffer src(kHeapLen);
+        fill_pattern(src.data(), kHeapLen / 2, 12);
+        set_bytes(src.data() + kHeapLen / 2, 0, kHeapLen / 2);
+        auto src_mr = node.pd->register_memory(src.data(), kHeapLen, Access::LocalWrite);
         auto qp = connected_qp(env, node, kTarget, "h");
         // The access error below moves `qp` to ERROR, so the churn has its own.
         auto churn_qp = connected_qp(env, node, kTarget, "c");
@@ -72,13 +72,14 @@ TEST(ShmProvider, HeapWritesAndReadsNeedNoTargetThread) {
             << "the target never offered its heap region";
         {
           StoppedProcess stopped(pid);
-          CHECK_WC(RDMA_SYNC(*qp, *node.send_cq, Opcode::RdmaWrite, src_mr->sge(0, kLen / 2), heap.addr, heap.rkey, 2),
-                   "WRITE into a stopped target's heap", .wr_id = 2);
-          CHECK_WC(RDMA_SYNC(*qp, *node.send_cq, Opcode::RdmaRead, src_mr->sge(kLen / 2, kLen / 2),
-                             heap.addr + kLen / 2, heap.rkey, 3),
+          CHECK_WC(
+              RDMA_SYNC(*qp, *node.send_cq, Opcode::RdmaWrite, src_mr->sge(0, kHeapLen / 2), heap.addr, heap.rkey, 2),
+              "WRITE into a stopped target's heap", .wr_id = 2);
+          CHECK_WC(RDMA_SYNC(*qp, *node.send_cq, Opcode::RdmaRead, src_mr->sge(kHeapLen / 2, kHeapLen / 2),
+                             heap.addr + kHeapLen / 2, heap.rkey, 3),
                    "READ from a stopped target's heap", .wr_id = 3);
         }
-        CHECK_PATTERN(src.data() + kLen / 2, kLen / 2, 11, 0, "a READ from a stopped target's heap");
+        CHECK_PATTERN(src.data() + kHeapLen / 2, kHeapLen / 2, 11, 0, "a READ from a stopped target's heap");
         signal(env, "written");
         await(env, "deregistered");
         CHECK_WC(RDMA_SYNC(*qp, *node.send_cq, Opcode::RdmaWrite, src_mr->sge(0, 8), heap.addr, heap.rkey, 4),

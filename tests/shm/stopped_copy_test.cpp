@@ -29,7 +29,7 @@ namespace {
 
 constexpr int kReceiver = 0;
 constexpr int kSender = 1;
-constexpr std::size_t kLen = 4 << 20;  // far above the eager limit: the receiver copies it across processes
+constexpr std::size_t kCopyLen = 4 << 20;  // far above the eager limit: the receiver copies it across processes
 
 // Pages of [addr, addr + len) that are not there yet: the first access to
 // one, the peer's cross-memory copy included, waits until this process
@@ -85,11 +85,11 @@ TEST(ShmProvider, APeerStoppedInsideACopyOutOfThisProcessDoesNotHoldItsError) {
       [](RankEnv& env) {
         Node node(env);
         if (env.rank() == kReceiver) {
-          Buffer buf(kLen);
-          set_bytes(buf.data(), 0, kLen);
-          auto mr = node.pd->register_memory(buf.data(), kLen, Access::LocalWrite);
+          Buffer buf(kCopyLen);
+          set_bytes(buf.data(), 0, kCopyLen);
+          auto mr = node.pd->register_memory(buf.data(), kCopyLen, Access::LocalWrite);
           auto qp = make_qp(node);
-          const Sge sge = mr->sge(0, kLen);
+          const Sge sge = mr->sge(0, kCopyLen);
           qp->post_recv(RecvWr{.wr_id = 7, .sg_list = {&sge, 1}});
           connect_qp(env, *qp, kSender, "s");
           signal(env, "pid", std::to_string(::getpid()));
@@ -104,15 +104,15 @@ TEST(ShmProvider, APeerStoppedInsideACopyOutOfThisProcessDoesNotHoldItsError) {
           signal(env, "checked");
           return;
         }
-        char* src = map_anonymous(kLen);
+        char* src = map_anonymous(kCopyLen);
         // Before the registration: rdmx's own watch of the pages (for the
         // registration cache) then finds them taken and does without.
-        MissingPages missing(src, kLen);
-        auto mr = node.pd->register_memory(src, kLen, Access::LocalWrite);
+        MissingPages missing(src, kCopyLen);
+        auto mr = node.pd->register_memory(src, kCopyLen, Access::LocalWrite);
         auto qp = connected_qp(env, node, kReceiver, "s");
         const auto pid = static_cast<pid_t>(std::stol(await(env, "pid")));
         {
-          const Sge sge = mr->sge(0, kLen);
+          const Sge sge = mr->sge(0, kCopyLen);
           qp->post_send(send_wr(1, Opcode::Send, {&sge, 1}));
           CHECK(missing.wait_for_access()) << "the receiver never started copying the SEND's payload";
           StoppedProcess stopped(pid);
@@ -140,7 +140,7 @@ TEST(ShmProvider, AWriteInsideItsCopyDoesNotHoldTheDeregistrationOfAllocatedMemo
       [](RankEnv& env) {
         Node node(env);
         if (env.rank() == kReceiver) {
-          auto mr = node.pd->allocate_memory(kLen, Access::LocalWrite | Access::RemoteWrite);
+          auto mr = node.pd->allocate_memory(kCopyLen, Access::LocalWrite | Access::RemoteWrite);
           auto qp = connected_qp(env, node, kSender, "w");
           publish_region(env, "allocated", *mr);
           await(env, "copying");
@@ -151,18 +151,18 @@ TEST(ShmProvider, AWriteInsideItsCopyDoesNotHoldTheDeregistrationOfAllocatedMemo
               << "deregistering allocated memory waited " << std::chrono::duration<double>(took).count()
               << " s for a peer's WRITE in progress (RDMX_TIMEOUT " << default_timeout().count() << " ms)";
           // Memory allocated next must stay as it was once the WRITE goes on.
-          auto next = node.pd->allocate_memory(kLen, Access::LocalWrite);
-          std::memset(next->addr(), 0x11, kLen);
+          auto next = node.pd->allocate_memory(kCopyLen, Access::LocalWrite);
+          std::memset(next->addr(), 0x11, kCopyLen);
           signal(env, "deregistered");
           await(env, "finished");
-          CHECK_BYTES(next->addr(), kLen, 0x11, "memory allocated after a WRITE's target was deregistered");
+          CHECK_BYTES(next->addr(), kCopyLen, 0x11, "memory allocated after a WRITE's target was deregistered");
           return;
         }
         Buffer first(64);
         auto first_mr = node.pd->register_memory(first.data(), 64, Access::LocalWrite);
-        char* src = map_anonymous(kLen);
-        MissingPages missing(src, kLen);
-        auto mr = node.pd->register_memory(src, kLen, Access::LocalWrite);
+        char* src = map_anonymous(kCopyLen);
+        MissingPages missing(src, kCopyLen);
+        auto mr = node.pd->register_memory(src, kCopyLen, Access::LocalWrite);
         auto qp = connected_qp(env, node, kReceiver, "w");
         RemoteRegion allocated = fetch_region(env, "allocated");
         // The first WRITE takes the ring; the receiver offers the region then.
@@ -174,7 +174,7 @@ TEST(ShmProvider, AWriteInsideItsCopyDoesNotHoldTheDeregistrationOfAllocatedMemo
             << "the receiver never offered its allocated region";
         // This WRITE's copy faults on the missing source pages and waits inside the copy.
         std::thread poster([&] {
-          const Sge sge = mr->sge(0, kLen);
+          const Sge sge = mr->sge(0, kCopyLen);
           qp->post_send(rdma_wr(2, Opcode::RdmaWrite, {&sge, 1}, allocated.addr, allocated.rkey));
         });
         CHECK(missing.wait_for_access()) << "the WRITE never started copying";

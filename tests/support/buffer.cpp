@@ -15,6 +15,7 @@
 #include "services/race_annotations.hpp"
 #include "support/cuda_device.hpp"
 #include "support/harness.hpp"
+#include "support/text.hpp"
 
 namespace rdmx::test {
 namespace {
@@ -29,12 +30,6 @@ inline std::uint64_t pattern_word(std::uint64_t seed, std::uint64_t index) {
   x *= 0xBF58476D1CE4E5B9ull;
   x ^= x >> 27;
   return x;
-}
-
-std::string hex(std::uint64_t v) {
-  std::ostringstream out;
-  out << "0x" << std::hex << v;
-  return out.str();
 }
 
 BufferMemory process_memory = BufferMemory::Host;

@@ -12,17 +12,13 @@
 #include <thread>
 
 #include "services/config.hpp"
+#include "support/text.hpp"
+#include "topo/topo.hpp"
 
 namespace rdmx::test {
-namespace {
+namespace {}  // namespace
 
-std::string hex(std::uint64_t v) {
-  std::ostringstream out;
-  out << "0x" << std::hex << v;
-  return out.str();
-}
-
-}  // namespace
+bool has_rdma_device() { return !topo::scan_rdma_devices().devices.empty(); }
 
 std::chrono::milliseconds default_timeout() { return rdmx::core::timeout(); }
 

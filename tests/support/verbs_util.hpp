@@ -55,6 +55,9 @@ struct RemoteRegion {
   std::uint32_t rkey = 0;
   std::uint64_t length = 0;
 };
+// Whether this host has an RDMA device (a real HCA or soft-RoCE): the verbs cases need one.
+bool has_rdma_device();
+
 void publish_region(RankEnv& env, const std::string& key, const MemoryRegion& mr);
 void publish_region(RankEnv& env, const std::string& key, const RemoteRegion& region);
 RemoteRegion fetch_region(RankEnv& env, const std::string& key);

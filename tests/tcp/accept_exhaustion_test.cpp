@@ -19,6 +19,7 @@
 
 #include "providers/tcp/address.hpp"
 #include "support/harness.hpp"
+#include "support/text.hpp"
 #include "support/verbs_util.hpp"
 
 namespace rdmx::test {
@@ -34,12 +35,6 @@ std::string read_text(int fd) {
     text.append(buffer, static_cast<std::size_t>(n));
   }
   return text;
-}
-
-std::size_t count_of(const std::string& text, const std::string& needle) {
-  std::size_t n = 0;
-  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
 }
 
 double cpu_seconds() {
@@ -86,7 +81,7 @@ TEST(TcpListener, OutOfDescriptorsRestsTheListenerThenAccepts) {
     ::poll(nullptr, 0, 500);
     const double cpu_used = cpu_seconds() - cpu_before;
     CHECK_LT(cpu_used, 0.25) << "the process used " << cpu_used << " s of CPU in 0.5 s while it could not accept";
-    CHECK_EQ(count_of(read_text(log), "cannot accept connections"), 1u) << read_text(log);
+    CHECK_EQ(occurrences(read_text(log), "cannot accept connections"), 1u) << read_text(log);
 
     // Descriptors free again: the waiting connection is accepted (its challenge arrives).
     for (int fd : hoard) ::close(fd);

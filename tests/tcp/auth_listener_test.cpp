@@ -24,14 +24,13 @@
 #include "support/harness.hpp"
 #include "support/raw_socket.hpp"
 #include "support/verbs_util.hpp"
+#include "tcp/peers.hpp"
 
 namespace rdmx::test {
 namespace {
 
 namespace wire = rdmx::tcp::wire;
 
-constexpr const char* kSecret = "0123456789abcdef0123456789abcdef";
-constexpr const char* kOtherSecret = "fedcba9876543210fedcba9876543210";
 constexpr int kListener = 0;
 // As the wire documents them (providers/tcp/wire.hpp): the acceptor's answer
 // to a HELLO whose proof verified, and the purpose of the proof it carries.

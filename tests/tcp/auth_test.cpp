@@ -23,16 +23,12 @@
 #include "services/auth.hpp"
 #include "support/harness.hpp"
 #include "support/verbs_util.hpp"
+#include "tcp/peers.hpp"
 
 namespace rdmx::test {
 namespace {
 
 namespace wire = rdmx::tcp::wire;
-
-constexpr const char* kSecret = "0123456789abcdef0123456789abcdef";
-constexpr const char* kOtherSecret = "fedcba9876543210fedcba9876543210";
-constexpr int kVictim = 0;
-constexpr int kAttacker = 1;
 
 // A raw connection to the victim's listener, for bytes no QP would send.
 class RawConnection {

@@ -19,23 +19,17 @@
 
 #include "providers/tcp/address.hpp"
 #include "support/harness.hpp"
+#include "support/text.hpp"
 #include "support/verbs_util.hpp"
+#include "tcp/peers.hpp"
 
 namespace rdmx::test {
 namespace {
 
 using namespace std::chrono_literals;
 
-constexpr const char* kSecret = "0123456789abcdef0123456789abcdef";
-constexpr int kVictim = 0;
 constexpr int kPeer = 1;
 constexpr int kStorm = 1500;
-
-std::size_t count_of(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
-  return n;
-}
 
 // Non-blocking connections to `to` that never send a byte; returns how
 // many the kernel completed within 5 s (the rest wait in SYN retries).
@@ -100,7 +94,7 @@ TEST_P(TcpConnectionStorm, TheRealPeerGetsInPastSilentConnections) {
           const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
           std::fflush(stderr);
           const std::string text = read_file(log);
-          const std::size_t lines = count_of(text, "refused a connection");
+          const std::size_t lines = occurrences(text, "refused a connection");
           CHECK_LE(lines, static_cast<std::size_t>(5 * (seconds + 2)))
               << lines << " refusals logged in " << seconds << " s: the log must be rate-limited\n"
               << text;

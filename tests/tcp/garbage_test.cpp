@@ -22,6 +22,7 @@
 #include "providers/tcp/wire.hpp"
 #include "support/harness.hpp"
 #include "support/verbs_util.hpp"
+#include "tcp/peers.hpp"
 
 namespace rdmx::test {
 namespace {
@@ -198,9 +199,6 @@ class TcpGarbage : public ::testing::TestWithParam<GarbageParam> {
  protected:
   static void TearDownTestSuite() { NetNsPair::destroy(); }
 };
-
-constexpr int kVictim = 0;
-constexpr int kAttacker = 1;
 
 TEST_P(TcpGarbage, BreaksOnlyTheAttackedQp) {
   const Attack attack = GetParam().attack;

@@ -24,12 +24,6 @@ const char* cli_path() { return RDMX_CLI_PATH; }
 std::string example_path(const std::string& name) { return std::string(RDMX_EXAMPLES_DIR) + "/" + name; }
 std::string source_path(const std::string& relative) { return std::string(RDMX_SOURCE_DIR) + "/" + relative; }
 
-std::size_t occurrences(const std::string& haystack, const std::string& needle) {
-  std::size_t n = 0;
-  for (auto at = haystack.find(needle); at != std::string::npos; at = haystack.find(needle, at + needle.size())) ++n;
-  return n;
-}
-
 std::string write_temp_file(const std::string& name, const std::string& text) {
   const std::string path = ::testing::TempDir() + name;
   std::ofstream(path) << text;

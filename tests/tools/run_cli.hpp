@@ -3,10 +3,11 @@
 #pragma once
 
 #include <chrono>
-#include <cstddef>
 #include <map>
 #include <string>
 #include <vector>
+
+#include "support/text.hpp"  // contains, occurrences: what the tests ask of the output
 
 namespace rdmx::test {
 
@@ -33,9 +34,5 @@ std::string example_path(const std::string& name);
 std::string source_path(const std::string& relative);
 // Writes `text` to the test's temporary directory as `name`; its path.
 std::string write_temp_file(const std::string& name, const std::string& text);
-
-// How often `needle` occurs in `haystack`, without overlaps; whether `part` does.
-std::size_t occurrences(const std::string& haystack, const std::string& needle);
-inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 }  // namespace rdmx::test

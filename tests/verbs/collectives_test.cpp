@@ -16,12 +16,9 @@
 #include "support/deny_syscall.hpp"
 #include "support/harness.hpp"
 #include "support/verbs_util.hpp"
-#include "topo/topo.hpp"
 
 namespace rdmx::test {
 namespace {
-
-bool has_rdma_device() { return !topo::scan_rdma_devices().devices.empty(); }
 
 constexpr std::size_t kCount = 1 << 18;  // 1 MiB of floats: past the staging limit, so registered
 constexpr std::size_t kBytes = kCount * sizeof(float);

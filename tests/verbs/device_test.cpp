@@ -11,12 +11,10 @@
 #include "rdmx/info.hpp"
 #include "rdmx/verbs.hpp"
 #include "support/harness.hpp"
-#include "topo/topo.hpp"
+#include "support/verbs_util.hpp"
 
 namespace rdmx::test {
 namespace {
-
-bool has_rdma_device() { return !topo::scan_rdma_devices().devices.empty(); }
 
 // Each case runs in a forked child: settings are read once per process, and
 // the parent must stay single-threaded for the harness.
