@@ -10,9 +10,11 @@
 
 namespace rdmx::coll {
 
-CommExecution::CommExecution(Links& links, const AlgoSelector& selector, const HostLayout& layout, int rank, int size,
-                             std::chrono::milliseconds timeout, std::size_t direct_min)
+CommExecution::CommExecution(Links& links, const AlgoSelector& selector, const HostLayout& layout,
+                             FlightRecorder& recorder, int rank, int size, std::chrono::milliseconds timeout,
+                             std::size_t direct_min)
     : links_(links),
+      recorder_(recorder),
       selector_(selector),
       layout_(layout),
       rank_(rank),
@@ -76,9 +78,22 @@ void CommExecution::execute(const Call& call, int gpu, StreamTicket& ticket) {
   register_user_buffers(run_call, send_bytes, recv_bytes);
   schedule_.clear();
   OpContext ctx{links_, run_call, desc, schedule_, combine, timeout_, rank_, size_, e, direct_min_, &layout_};
-  links_.enter(desc);
-  run_algorithm(ctx);
-  links_.leave(desc);
+  if (desc.p2p()) {
+    links_.enter(desc);
+    run_algorithm(ctx);
+    links_.leave(desc);
+    return;
+  }
+  recorder_.entered(desc, profile::counted_bytes(call.op, call.count, call.type, size_));
+  try {
+    links_.enter(desc);
+    run_algorithm(ctx);
+    links_.leave(desc);
+  } catch (...) {
+    recorder_.left(desc.seq, false);
+    throw;
+  }
+  recorder_.left(desc.seq, true);
 }
 
 // Any other overlap of the send and receive buffers (MPI_IN_PLACE's

@@ -16,6 +16,7 @@
 
 #include "coll/combine.hpp"
 #include "coll/executor.hpp"
+#include "coll/flight_recorder.hpp"
 #include "coll/host_layout.hpp"
 #include "coll/links.hpp"
 #include "coll/selection.hpp"
@@ -28,8 +29,9 @@ class CommExecution {
   using Call = coll::Call;
 
   // `direct_min`: RDMX_COLL_DIRECT_MIN, as coll_settings() read it.
-  CommExecution(Links& links, const AlgoSelector& selector, const HostLayout& layout, int rank, int size,
-                std::chrono::milliseconds timeout, std::size_t direct_min);
+  // `recorder` learns of every collective as it enters and leaves it.
+  CommExecution(Links& links, const AlgoSelector& selector, const HostLayout& layout, FlightRecorder& recorder,
+                int rank, int size, std::chrono::milliseconds timeout, std::size_t direct_min);
   CommExecution(const CommExecution&) = delete;
   CommExecution& operator=(const CommExecution&) = delete;
 
@@ -59,6 +61,7 @@ class CommExecution {
   void register_user_buffers(const Call& call, std::size_t send_bytes, std::size_t recv_bytes);
 
   Links& links_;
+  FlightRecorder& recorder_;
   const AlgoSelector& selector_;
   const HostLayout& layout_;
   const int rank_;

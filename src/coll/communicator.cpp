@@ -3,6 +3,8 @@
 // in its own file: where its ranks run (comm_placement), the checks its
 // calls pass (comm_validation), their order on the caller's CUDA stream
 // (comm_device_order), and how they run (comm_execution, over the Links).
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -12,10 +14,14 @@
 #include "coll/comm_placement.hpp"
 #include "coll/comm_validation.hpp"
 #include "coll/communicator_internal.hpp"
+#include "coll/flight_recorder.hpp"
 #include "coll/link_probe.hpp"
 #include "coll/links.hpp"
+#include "coll/rank_placement.hpp"
+#include "coll/rank_status.hpp"
 #include "coll/selection.hpp"
 #include "coll/settings.hpp"
+#include "coll/status_publisher.hpp"
 #include "rdmx/profile.hpp"
 #include "services/config.hpp"
 #include "services/log.hpp"
@@ -74,14 +80,28 @@ class CommImpl final : public CommunicatorCore {
         "between hosts %.3g us/%.3g GB/s, reduction %.3g GB/s (%s)",
         options_.tag.c_str(), rank_, model.in_host.latency_us, model.in_host.bandwidth_gbps,
         model.between_hosts.latency_us, model.between_hosts.bandwidth_gbps, model.reduce_gbps, model.basis.c_str());
-    execution_ =
-        std::make_unique<CommExecution>(*links_, selector_, placement_.layout(), rank_, size_, timeout_, direct_min_);
+    execution_ = std::make_unique<CommExecution>(*links_, selector_, placement_.layout(), *recorder_, rank_, size_,
+                                                 timeout_, direct_min_);
     membership_->attach([this](int failed, const std::string& why) { links_->revoke(why, failed); });
     links_->kept();
+    links_->set_status_reader(
+        [store = store_, tag = options_.tag](const std::vector<int>& ranks) {
+          return describe_ranks_from_store(*store, tag, ranks);
+        },
+        stall_warn_);
+    status_ = StatusPublisher::publish(store_,
+                                       {.tag = options_.tag,
+                                        .rank = rank_,
+                                        .size = size_,
+                                        .host = host_name(),
+                                        .pid = static_cast<long>(::getpid()),
+                                        .device = links_->device().name()},
+                                       recorder_, timeout_);
     placement_.log_created();
   }
 
   ~CommImpl() override {
+    status_ = StatusPublisher::Handle();  // no write of its status after its keys are removed
     membership_->detach();
     execution_->stop();
     if (links_->say_goodbye()) remove_store_keys();
@@ -151,6 +171,7 @@ class CommImpl final : public CommunicatorCore {
       store_->remove(placement_.store_key());
       if (!probe_key_.empty()) store_->remove(probe_key_);
       if (const std::string key = membership_->store_key(); !key.empty()) store_->remove(key);
+      store_->remove(rank_status_key(options_.tag, rank_));
     } catch (const std::exception& e) {
       RDMX_INFO("communicator '%s' teardown on rank %d: its store keys stay: %s", options_.tag.c_str(), rank_,
                 e.what());
@@ -170,6 +191,9 @@ class CommImpl final : public CommunicatorCore {
   // settings before this rank publishes anything: a malformed one fails the
   // creation before the store holds any of this rank's keys.
   const std::size_t direct_min_ = coll_settings().direct_min;
+  const std::shared_ptr<FlightRecorder> recorder_ =
+      std::make_shared<FlightRecorder>(FlightRecorder::configured_capacity());
+  const std::chrono::milliseconds stall_warn_ = stall_warning_after();
   std::unique_ptr<CommMembership> membership_;
   std::shared_ptr<Store> build_store_;  // store_, watched for members failing while this is made
   CommPlacement placement_;
@@ -179,6 +203,7 @@ class CommImpl final : public CommunicatorCore {
   std::unique_ptr<CommExecution> execution_;
   std::uint64_t splits_ = 0;
   bool shrunk_ = false;
+  StatusPublisher::Handle status_;  // last: it stops publishing before the rest goes
 };
 
 std::shared_ptr<Device> open_for(const CommOptions& options) {

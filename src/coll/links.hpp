@@ -34,6 +34,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -158,6 +159,14 @@ class Links {
   std::size_t chunk() const noexcept { return config_.chunk; }
   std::size_t stage_limit() const noexcept { return config_.stage_limit; }
   Device& device() noexcept { return *device_; }
+  // What the named ranks published of themselves (their last collectives,
+  // where they are), for stall reports and timeouts; a run that has waited
+  // `stall_warn` (RDMX_STALL_WARN; 0: never) reports once.
+  using StatusReader = std::function<std::string(const std::vector<int>& ranks)>;
+  void set_status_reader(StatusReader reader, std::chrono::milliseconds stall_warn) {
+    status_reader_ = std::move(reader);
+    stall_warn_ = stall_warn;
+  }
   std::shared_ptr<Device> device_shared() const { return device_; }
   ProtectionDomain& pd() noexcept { return *pd_; }
   std::string peer_provider(int peer) const;
@@ -280,7 +289,10 @@ class Links {
   void notify_peers(ErrorCode code, const std::string& text, std::uint64_t seq, int failed = -1);
   // Notices from peers about collectives up to `up_to` (0-sequence notices always count); empty when none.
   std::string collect_notices(ErrorCode* code, std::uint64_t up_to, std::vector<int>* failed = nullptr) const;
-  std::string progress_report(const OpDesc& desc);
+  std::string progress_report(const OpDesc& desc, std::vector<int>* missing_ranks = nullptr);
+  std::string missing_report(const OpDesc& desc, core::Clock::time_point now, std::vector<int>* missing_ranks);
+  std::string missing_ranks_status(std::vector<int> ranks) const;
+  void report_stall(const OpDesc& desc, core::Clock::time_point now);
 
   // The watch over a waiting run (links_watch.cpp): start_watch() when a run
   // begins; watch_peers() from its wait loop reads the peers' progress
@@ -317,6 +329,9 @@ class Links {
   Control* control_ = nullptr;
   std::vector<std::uint64_t> credit_wait_;  // per peer: the credit this run must see before it ends
   core::Clock::time_point watch_started_{}, next_look_{}, next_beat_{};
+  StatusReader status_reader_;
+  std::chrono::milliseconds stall_warn_{0};
+  bool stall_reported_ = false;                                        // this run's stall is reported
   std::uint64_t reads_outstanding_ = 0;                                // READs of peers' progress in flight
   std::vector<std::vector<std::uint32_t>> send_queues_, recv_queues_;  // reused by run()
   std::unique_ptr<RunScratch> run_scratch_;

@@ -87,7 +87,10 @@ void Links::leave(const OpDesc& desc) noexcept {
   std::atomic_ref<std::uint64_t>(control_->progress.left).store(desc.seq, std::memory_order_release);
 }
 
-void Links::start_watch() noexcept { watch_started_ = {}; }
+void Links::start_watch() noexcept {
+  watch_started_ = {};
+  stall_reported_ = false;
+}
 
 void Links::watch_peers(const OpDesc& desc) {
   const auto now = core::Clock::now();
@@ -108,6 +111,10 @@ void Links::watch_peers(const OpDesc& desc) {
   if (now >= next_look_) {
     read_progress();
     next_look_ = now + kLookEvery;
+  }
+  if (!stall_reported_ && stall_warn_.count() > 0 && !desc.p2p() && now - watch_started_ >= stall_warn_) {
+    stall_reported_ = true;
+    report_stall(desc, now);
   }
 }
 
@@ -189,8 +196,9 @@ bool Links::unresponsive(int p, core::Clock::time_point now) const {
 
 // What the peers were doing when `desc` timed out, from a last bounded round
 // of READs and what the watch saw before; throws the mismatch error instead
-// when a peer is in the same collective with other arguments.
-std::string Links::progress_report(const OpDesc& desc) {
+// when a peer is in the same collective with other arguments. `missing`
+// gets the ranks it names as missing.
+std::string Links::progress_report(const OpDesc& desc, std::vector<int>* missing_ranks) {
   if (desc.p2p()) return "";
   if (watch_started_ == core::Clock::time_point{}) watch_started_ = core::Clock::now();
   read_progress();
@@ -212,7 +220,12 @@ std::string Links::progress_report(const OpDesc& desc) {
     if (p != rank_ && peers_[static_cast<std::size_t>(p)].suspect) mismatched.push_back(p);
   }
   if (!mismatched.empty()) report_mismatch(desc, mismatched);
+  return missing_report(desc, now, missing_ranks);
+}
 
+// From what the watch saw: who has not called `desc`, who is stuck in it,
+// who does not answer, and who is not missing.
+std::string Links::missing_report(const OpDesc& desc, core::Clock::time_point now, std::vector<int>* missing_ranks) {
   std::vector<int> absent, stuck, silent, waiting, behind, finished;
   std::uint64_t last_absent = 0, last_behind = 0;
   core::Clock::duration longest_still{}, longest_silent{};
@@ -265,14 +278,43 @@ std::string Links::progress_report(const OpDesc& desc) {
                     std::to_string(last_behind) + "), waiting on a missing rank");
   }
   if (!finished.empty()) add(others, "finished: " + ranks_word(finished));
+  if (missing_ranks != nullptr) {
+    for (const auto* list : {&absent, &stuck, &silent})
+      missing_ranks->insert(missing_ranks->end(), list->begin(), list->end());
+    std::sort(missing_ranks->begin(), missing_ranks->end());
+  }
   if (missing.empty()) return "No rank is missing" + (others.empty() ? std::string() : ": " + others);
   return "Missing: " + missing + (others.empty() ? std::string() : ". Not missing: " + others);
 }
 
+// What the missing ranks published of themselves (rank_status.hpp): their
+// last collectives and where their programs are. The first few only.
+std::string Links::missing_ranks_status(std::vector<int> ranks) const {
+  constexpr std::size_t kNamed = 8;
+  if (!status_reader_ || ranks.empty()) return "";
+  const std::size_t more = ranks.size() > kNamed ? ranks.size() - kNamed : 0;
+  ranks.resize(std::min(ranks.size(), kNamed));
+  std::string text = status_reader_(ranks);
+  if (more != 0) text += "\n(and " + std::to_string(more) + " more ranks)";
+  return text;
+}
+
+void Links::report_stall(const OpDesc& desc, core::Clock::time_point now) {
+  std::vector<int> missing;
+  const std::string report = missing_report(desc, now, &missing);
+  const std::string status = missing_ranks_status(missing);
+  RDMX_WARN("%s has waited %s on rank %d (RDMX_STALL_WARN; it fails at RDMX_TIMEOUT, %lld ms). %s%s%s",
+            describe(desc).c_str(), seconds(now - watch_started_).c_str(), rank_,
+            static_cast<long long>(timeout_.count()), report.c_str(), status.empty() ? "" : "\n", status.c_str());
+}
+
 void Links::fail_timeout(const OpDesc& desc, const std::string& waiting_for) {
-  const std::string report = progress_report(desc);
+  std::vector<int> missing;
+  const std::string report = progress_report(desc, &missing);
+  const std::string status = missing_ranks_status(missing);
   const std::string text = describe(desc) + " timed out after " + std::to_string(timeout_.count()) + " ms on rank " +
-                           std::to_string(rank_) + ", " + waiting_for + (report.empty() ? "" : ". " + report);
+                           std::to_string(rank_) + ", " + waiting_for + (report.empty() ? "" : ". " + report) +
+                           (status.empty() ? "" : "\n" + status);
   // The peers still waiting learn which ranks this one found missing.
   notify_peers(ErrorCode::Timeout, text, desc.p2p() ? 0 : desc.seq);
   mark_aborted(describe(desc) + " timed out");

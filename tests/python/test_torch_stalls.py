@@ -1,0 +1,50 @@
+"""A rank that stops calling (asleep in its data loader) is named, with the
+file, line and function it is in, by the ranks that wait for it: in one
+warning after RDMX_STALL_WARN (5 s by default), long before the timeout,
+and again in the timeout's error (stalls.py runs on real rank processes).
+
+Run from CTest (tests/CMakeLists.txt, TorchStalls.*), or by hand:
+    PYTHONPATH=build/python OMP_NUM_THREADS=1 PYTHON -m pytest tests/python/test_torch_stalls.py
+"""
+# SPDX-License-Identifier: MIT
+import os
+import re
+
+import ranks
+
+STALLS = os.path.join(ranks.HERE, "stalls.py")
+
+
+def sleep_line():
+    with open(STALLS) as f:
+        for number, line in enumerate(f, 1):
+            if "the line a stall report names" in line:
+                return number
+    raise AssertionError("stalls.py lost its marked line")
+
+
+def test_a_rank_asleep_in_its_loader_is_named_with_file_and_line_before_the_timeout():
+    results = ranks.run(3, "late_rank", {"timeout_s": 60, "sleep_s": 9}, timeout_s=120, script=STALLS,
+                        extra_env={"RDMX_STALL_WARN": "5s"})
+    ranks.assert_all_ok(results)
+    where = f"stalls.py:{sleep_line()} in load_batch"
+    for res in results[:2]:
+        assert res.result["step1"].get("sum") == 3.0, res
+        warnings = [line for line in res.output.splitlines() if "RDMX_STALL_WARN" in line]
+        assert len(warnings) == 1, f"one stall warning on rank {res.rank}:\n{res.output}"
+        waited = re.search(r"has waited ([0-9.]+) s on rank", warnings[0])
+        assert waited and 5.0 <= float(waited.group(1)) < 7.0, warnings[0]
+        assert "rank 2 has not called it" in warnings[0], warnings[0]
+        assert where in res.output, f"rank {res.rank} does not name {where}:\n{res.output}"
+        assert "last collectives: all_reduce #" in res.output, res.output
+    assert "RDMX_STALL_WARN" not in results[2].output, results[2].output
+
+
+def test_the_timeout_names_where_the_late_rank_is():
+    results = ranks.run(2, "late_rank", {"timeout_s": 8, "sleep_s": 14}, timeout_s=120, script=STALLS,
+                        extra_env={"RDMX_STALL_WARN": "0"})
+    assert results[0].result is not None, results[0]
+    error = results[0].result["step1"].get("error", "")
+    assert "timed out" in error and "rank 1 has not called it" in error, results[0]
+    assert f"stalls.py:{sleep_line()} in load_batch" in error, error
+    assert "RDMX_STALL_WARN" not in results[0].output, results[0].output
