@@ -3,8 +3,9 @@
 
 Importing torch takes seconds per process here and one to two minutes in the emulated soft-RoCE
 guest: importing it once and forking the ranks costs one import instead of one per rank, and the
-ranks start together. make test runs the torch cases this way (RDMX_TEST_FORK_RANKS=1). ENVS_JSON holds each rank's whole environment (ranks.env_for); rank r's output goes
-to OUT_DIR/r.out, and OUT_DIR/status.json says how each ended ({"r": exit status, or minus the
+ranks start together. make test runs the torch cases this way (RDMX_TEST_FORK_RANKS=1).
+ENVS_JSON holds each rank's whole environment (ranks.env_for); rank r's output goes to
+OUT_DIR/r.out, and OUT_DIR/status.json says how each ended ({"r": exit status, or minus the
 signal that ended it}). The ranks run the scenario as `python SCRIPT SCENARIO JSON_ARGS` would,
 and write their results as ranks.py reads them. Nothing rdmx or torch keeps per process (a store,
 a group, a thread) exists before the fork: the scripts make all of it inside the scenario.
