@@ -34,7 +34,7 @@ void FlightRecorder::entered(const OpDesc& desc, std::uint64_t bytes) {
   ++changes_;
   if (capacity_ == 0) return;
   if (records_.size() == capacity_) records_.pop_front();
-  records_.push_back({.seq = desc.seq, .call = describe(desc), .bytes = bytes, .entered_ms = now});
+  records_.push_back({.desc = desc, .bytes = bytes, .entered_ms = now});
 }
 
 void FlightRecorder::left(std::uint64_t seq, bool ok) {
@@ -43,7 +43,7 @@ void FlightRecorder::left(std::uint64_t seq, bool ok) {
   inside_ = false;
   since_ms_ = now;
   ++changes_;
-  if (!records_.empty() && records_.back().seq == seq) {
+  if (!records_.empty() && records_.back().desc.seq == seq) {
     records_.back().left_ms = now;
     records_.back().outcome = ok ? CollectiveRecord::Outcome::Done : CollectiveRecord::Outcome::Failed;
   }

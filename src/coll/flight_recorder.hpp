@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
-#include <string>
 #include <vector>
 
 #include "coll/op_desc.hpp"
@@ -18,8 +17,9 @@
 namespace rdmx::coll {
 
 struct CollectiveRecord {
-  std::uint64_t seq = 0;
-  std::string call;             // describe(desc): "all_reduce #5 (fp32 x 1024, sum, ring)"
+  // The call, described (describe()) only when read: a collective pays for
+  // no formatting.
+  OpDesc desc;
   std::uint64_t bytes = 0;      // as nccl-tests counts them (profile::counted_bytes)
   std::int64_t entered_ms = 0;  // Unix time, ms
   std::int64_t left_ms = 0;     // 0 while inside

@@ -46,8 +46,8 @@ json rank_status_document(const RankIdentity& who, const FlightRecorder::Snapsho
                           const core::ProgramLocation* where, std::int64_t now_ms) {
   json history = json::array();
   for (const CollectiveRecord& r : snap.history) {
-    history.push_back({{"seq", r.seq},
-                       {"call", r.call},
+    history.push_back({{"seq", r.desc.seq},
+                       {"call", describe(r.desc)},
                        {"bytes", r.bytes},
                        {"entered_ms", r.entered_ms},
                        {"left_ms", r.left_ms},
