@@ -78,22 +78,18 @@ void CommExecution::execute(const Call& call, int gpu, StreamTicket& ticket) {
   register_user_buffers(run_call, send_bytes, recv_bytes);
   schedule_.clear();
   OpContext ctx{links_, run_call, desc, schedule_, combine, timeout_, rank_, size_, e, direct_min_, &layout_};
-  if (desc.p2p()) {
-    links_.enter(desc);
-    run_algorithm(ctx);
-    links_.leave(desc);
-    return;
-  }
-  recorder_.entered(desc, profile::counted_bytes(call.op, call.count, call.type, size_));
+  // The flight recorder keeps collectives only.
+  const bool recorded = !desc.p2p();
+  if (recorded) recorder_.entered(desc, profile::counted_bytes(call.op, call.count, call.type, size_));
   try {
     links_.enter(desc);
     run_algorithm(ctx);
     links_.leave(desc);
   } catch (...) {
-    recorder_.left(desc.seq, false);
+    if (recorded) recorder_.left(desc.seq, false);
     throw;
   }
-  recorder_.left(desc.seq, true);
+  if (recorded) recorder_.left(desc.seq, true);
 }
 
 // Any other overlap of the send and receive buffers (MPI_IN_PLACE's

@@ -96,7 +96,7 @@ class CommImpl final : public CommunicatorCore {
                                         .host = host_name(),
                                         .pid = static_cast<long>(::getpid()),
                                         .device = links_->device().name()},
-                                       recorder_, timeout_);
+                                       recorder_, timeout_, stall_warn_);
     placement_.log_created();
   }
 

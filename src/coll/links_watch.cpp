@@ -196,8 +196,8 @@ bool Links::unresponsive(int p, core::Clock::time_point now) const {
 
 // What the peers were doing when `desc` timed out, from a last bounded round
 // of READs and what the watch saw before; throws the mismatch error instead
-// when a peer is in the same collective with other arguments. `missing`
-// gets the ranks it names as missing.
+// when a peer is in the same collective with other arguments.
+// `missing_ranks` gets the ranks it names as missing.
 std::string Links::progress_report(const OpDesc& desc, std::vector<int>* missing_ranks) {
   if (desc.p2p()) return "";
   if (watch_started_ == core::Clock::time_point{}) watch_started_ = core::Clock::now();

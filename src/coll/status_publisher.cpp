@@ -54,12 +54,12 @@ StatusPublisher::Handle::~Handle() {
 
 StatusPublisher::Handle StatusPublisher::publish(std::shared_ptr<Store> store, RankIdentity who,
                                                  std::shared_ptr<const FlightRecorder> recorder,
-                                                 std::chrono::milliseconds timeout) {
+                                                 std::chrono::milliseconds timeout,
+                                                 std::chrono::milliseconds stall_warn) {
   const auto interval = kStatusInterval.read();
   if (interval.count() == 0 || !store || !recorder) return Handle();
-  const auto stall = stall_warning_after();
   Source source;
-  source.locate_after = (stall.count() > 0 ? std::min(stall, timeout) : timeout) / 2;
+  source.locate_after = (stall_warn.count() > 0 ? std::min(stall_warn, timeout) : timeout) / 2;
   source.store = std::move(store);
   source.key = rank_status_key(who.tag, who.rank);
   source.who = std::move(who);

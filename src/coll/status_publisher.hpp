@@ -3,8 +3,8 @@
 // status (rank_status.hpp) into its store every RDMX_STATUS_INTERVAL while
 // it changes, and where the program is once the rank has been inside one
 // collective, or out of rdmx, for half of RDMX_STALL_WARN or of the
-// communicator's timeout. It only reads
-// the flight recorders: the collectives never wait for it.
+// communicator's timeout. It only reads the flight recorders: the
+// collectives never wait for it.
 #pragma once
 
 #include <chrono>
@@ -44,10 +44,11 @@ class StatusPublisher {
     explicit Handle(std::uint64_t id) : id_(id) {}
     std::uint64_t id_ = 0;
   };
-  // `timeout`: the communicator's; where the program is is read once the
-  // rank has stayed put for half of it or of RDMX_STALL_WARN, the shorter.
+  // `timeout` and `stall_warn` (stall_warning_after()): the
+  // communicator's; where the program is is read once the rank has stayed
+  // put for half of the shorter (of the timeout alone without warnings).
   static Handle publish(std::shared_ptr<Store> store, RankIdentity who, std::shared_ptr<const FlightRecorder> recorder,
-                        std::chrono::milliseconds timeout);
+                        std::chrono::milliseconds timeout, std::chrono::milliseconds stall_warn);
 
  private:
   struct Source {

@@ -72,13 +72,12 @@ std::string kernel_wait() {
   // stat: "pid (comm) S ...": the state follows the last ')'.
   const auto close = stat.rfind(')');
   const char state = close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
-  const char* word = state == 'R'   ? "running"
-                     : state == 'S' ? "sleeping"
-                     : state == 'D' ? "in uninterruptible wait"
-                     : state == 'T' ? "stopped"
-                                    : "in state";
-  std::string text = std::string("main thread ") + word;
-  if (state != 'R' && state != 'S' && state != 'D' && state != 'T') text += std::string(" ") + state;
+  const std::string word = state == 'R'   ? "running"
+                           : state == 'S' ? "sleeping"
+                           : state == 'D' ? "in uninterruptible wait"
+                           : state == 'T' ? "stopped"
+                                          : std::string("in state ") + state;
+  std::string text = "main thread " + word;
   if (!wchan.empty() && wchan != "0") text += " in " + wchan;
   return text;
 }
@@ -137,9 +136,10 @@ ProgramLocation program_location() noexcept {
     ProgramLocation where;
     const std::string dump = python_dump();
     if (!dump.empty()) {
+      const std::string main_stack = main_thread_stack(dump);
       where.kind = "python";
-      where.text = dump.size() > kMaxText ? main_thread_stack(dump).substr(0, kMaxText) : dump;
-      where.innermost = innermost_program_frame(main_thread_stack(dump));
+      where.text = dump.size() > kMaxText ? main_stack.substr(0, kMaxText) : dump;
+      where.innermost = innermost_program_frame(main_stack);
       return where;
     }
     where.text = kernel_wait();
