@@ -61,6 +61,10 @@ class Store {
   // What the whole store holds now (a prefix store's too: it does not
   // filter). Stores that cannot tell throw NotSupported.
   virtual StoreStats stats();
+  // The keys that begin with `prefix` ("" for all), sorted: for tools that
+  // read what a job publishes (rdmx status). A prefix store lists its own
+  // keys, without its prefix. Stores that cannot list throw NotSupported.
+  virtual std::vector<std::string> keys(const std::string& prefix);
 
   // Convenience for strings.
   void set(const std::string& key, std::string_view value);
@@ -90,6 +94,9 @@ std::unique_ptr<Store> connect_tcp_store(const std::string& host, std::uint16_t 
                                          std::chrono::milliseconds timeout);
 // A store in a shared directory (local or network file system).
 std::unique_ptr<Store> open_file_store(const std::string& directory);
+// The store at `address` as RDMX_STORE takes it (host:port, [ipv6]:port or
+// file:/dir), as a client: for tools that read a running job's store.
+std::unique_ptr<Store> open_store(const std::string& address, std::chrono::milliseconds timeout);
 // Keys are prefixed with `prefix` + "/" so several jobs or phases can share a store.
 std::unique_ptr<Store> prefix_store(std::shared_ptr<Store> inner, std::string prefix);
 

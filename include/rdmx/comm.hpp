@@ -226,6 +226,9 @@ class Communicator {
   int local_size() const noexcept { return placement().local_size; }
   // How each peer is reached ("shm", "tcp"); empty for this rank.
   virtual std::vector<std::string> peer_providers() const = 0;
+  // The device this rank's links go through, as Device::name() says it
+  // (each provider's, with its interface and address where it has them).
+  virtual std::string device_name() const = 0;
   // What the communicator built from where its ranks live, one line each:
   // the hosts and their ranks, the hierarchical algorithms' rings within and
   // across the hosts, and their trees across the hosts.

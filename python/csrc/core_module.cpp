@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: MIT
 // rdmx._core: what the Python package needs from the library without torch:
-// the version, the `rdmx info --json` document, and what the launcher told
-// this process (for torch's env:// variables under mpirun and Slurm).
+// the version, the `rdmx info --json` document, what the launcher told
+// this process (for torch's env:// variables under mpirun and Slurm), and
+// the reading of rank status records (python -m rdmx status).
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include "rdmx/bootstrap.hpp"
 #include "rdmx/info.hpp"
+#include "rdmx/status.hpp"
 #include "rdmx/version.hpp"
 
 namespace py = pybind11;
@@ -16,6 +19,11 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "info_json", [] { return rdmx::info_json(-1); }, py::call_guard<py::gil_scoped_release>(),
       "The `rdmx info --json` document as JSON text");
+  m.def("job_status_json", &rdmx::job_status_json, py::arg("records"), py::arg("now_ms"),
+        "The rdmx.status/1 document (docs/schemas/status.schema.json) of rank status records (JSON texts, each "
+        "with its store key added as \"key\") at Unix time now_ms");
+  m.def("describe_job_status", &rdmx::describe_job_status, py::arg("document"),
+        "The rdmx.status/1 document as text for a terminal, as `rdmx status` prints it");
   m.def(
       "detect_launch",
       [] {

@@ -15,13 +15,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "bootstrap/store_common.hpp"
 #include "services/config.hpp"
@@ -73,6 +77,26 @@ std::string file_name_for_key(const std::string& key) {
   char tail[24];
   std::snprintf(tail, sizeof(tail), "~%016llx", static_cast<unsigned long long>(hash));
   return name.substr(0, 150) + tail;
+}
+
+// The key a plain file name stands for; none for a hashed (long) key's name
+// or a name no key makes.
+std::optional<std::string> key_for_file_name(const std::string& name) {
+  if (name.empty() || name.find('~') != std::string::npos) return std::nullopt;
+  std::string key;
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    if (name[i] != '%') {
+      key += name[i];
+      continue;
+    }
+    if (i + 2 >= name.size() || !std::isxdigit(static_cast<unsigned char>(name[i + 1])) ||
+        !std::isxdigit(static_cast<unsigned char>(name[i + 2]))) {
+      return std::nullopt;
+    }
+    key += static_cast<char>(std::stoi(name.substr(i + 1, 2), nullptr, 16));
+    i += 2;
+  }
+  return key;
 }
 
 class Fd {
@@ -237,6 +261,21 @@ class FileStore final : public Store {
       ++out.keys;
       out.bytes += info.st_size;
     }
+    return out;
+  }
+
+  // Long keys are stored under a hash of their name (file_name_for_key) and
+  // cannot be listed; the keys rdmx publishes for tools are short.
+  std::vector<std::string> keys(const std::string& prefix) override {
+    std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(directory_.c_str()), ::closedir);
+    if (!dir) throw_system("cannot list " + directory_, errno, "store.keys", address_);
+    std::vector<std::string> out;
+    while (const dirent* entry = ::readdir(dir.get())) {
+      if (entry->d_name[0] == '.') continue;
+      std::optional<std::string> key = key_for_file_name(entry->d_name);
+      if (key && key->starts_with(prefix)) out.push_back(std::move(*key));
+    }
+    std::sort(out.begin(), out.end());
     return out;
   }
 

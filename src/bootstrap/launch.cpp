@@ -324,6 +324,18 @@ LaunchInfo detect_launch() {
   return info;
 }
 
+std::unique_ptr<Store> open_store(const std::string& address, std::chrono::milliseconds timeout) {
+  LaunchInfo where;
+  EnvProblems problems;
+  parse_store_address("store address", address, where, problems);
+  if (problems.any()) {
+    throw Error(ErrorCode::InvalidArgument, "open_store: " + problems.describe(),
+                ErrorContext{.op = "open_store", .hint = "give the job's RDMX_STORE (or MASTER_ADDR:MASTER_PORT)"});
+  }
+  if (!where.store_file.empty()) return open_file_store(where.store_file);
+  return connect_tcp_store(where.store_host, where.store_port, timeout);
+}
+
 Bootstrap from_env() {
   Bootstrap joined;
   joined.info = detect_launch();

@@ -19,6 +19,11 @@ void Store::set(const std::string& key, std::string_view value) { set(key, boots
 
 std::string Store::get_string(const std::string& key) { return bootstrap::to_string(get(key)); }
 
+std::vector<std::string> Store::keys(const std::string& prefix) {
+  throw Error(ErrorCode::NotSupported, "store.keys: this store cannot list its keys (asked for \"" + prefix + "\")",
+              ErrorContext{.op = "store.keys", .hint = "the TCP and file stores can"});
+}
+
 StoreStats Store::stats() {
   throw Error(ErrorCode::NotSupported, "store.stats: this store cannot count what it holds",
               ErrorContext{.op = "store.stats", .hint = "the TCP and file stores can"});
@@ -131,6 +136,11 @@ class PrefixStore final : public Store {
   }
   bool check(const std::string& key) override { return inner_->check(full(key)); }
   StoreStats stats() override { return inner_->stats(); }
+  std::vector<std::string> keys(const std::string& prefix) override {
+    std::vector<std::string> own = inner_->keys(prefix_ + prefix);
+    for (std::string& key : own) key.erase(0, prefix_.size());
+    return own;
+  }
 
  private:
   std::string full(const std::string& key) const {

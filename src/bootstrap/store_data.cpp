@@ -67,6 +67,18 @@ std::string StoreData::put(std::uint64_t client, const std::string& key, std::st
   return {};
 }
 
+std::vector<std::string> StoreData::keys_after(const std::string& prefix, const std::string& after,
+                                               std::size_t most) const {
+  std::vector<std::string> found;
+  for (const auto& [key, entry] : entries_) {
+    if (key.starts_with(prefix) && key > after) found.push_back(key);
+  }
+  const std::size_t kept = std::min(most, found.size());
+  std::partial_sort(found.begin(), found.begin() + static_cast<std::ptrdiff_t>(kept), found.end());
+  found.resize(kept);
+  return found;
+}
+
 bool StoreData::erase(const std::string& key) {
   auto it = entries_.find(key);
   if (it == entries_.end()) return false;

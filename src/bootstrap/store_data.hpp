@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace rdmx::bootstrap {
 
@@ -32,6 +33,9 @@ class StoreData {
   // was refused (the store is unchanged then).
   std::string put(std::uint64_t client, const std::string& key, std::string value);
   bool erase(const std::string& key);
+
+  // Up to `most` keys that begin with `prefix` and sort after `after`, in order.
+  std::vector<std::string> keys_after(const std::string& prefix, const std::string& after, std::size_t most) const;
 
   std::size_t bytes() const { return bytes_; }
   std::size_t bytes_of(std::uint64_t client) const;

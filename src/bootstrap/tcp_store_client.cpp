@@ -141,6 +141,29 @@ class TcpStore final : public Store {
     return StoreStats{.keys = figures[0], .bytes = figures[1], .parked = figures[2], .clients = figures[3]};
   }
 
+  std::vector<std::string> keys(const std::string& prefix) override {
+    if (prefix.size() > kMaxKeyBytes) validate_key(prefix, "store.keys", address_);
+    std::vector<std::string> out;
+    // Page by page, each after the last key of the one before, so that no
+    // answer grows with the store.
+    for (;;) {
+      const std::string after = out.empty() ? std::string() : out.back();
+      Response response = call(Op::Keys, {prefix, after}, std::nullopt, {});
+      if (response.args.empty() || response.args[0].size() != 1 || response.args.size() - 1 > wire::kKeysPerAnswer) {
+        core::LockGuard lock(mutex_);
+        protocol_error(Op::Keys, "keys answer without its completeness flag, or with too many keys");
+      }
+      for (std::size_t i = 1; i < response.args.size(); ++i) {
+        if (!out.empty() && response.args[i] <= out.back()) {
+          core::LockGuard lock(mutex_);
+          protocol_error(Op::Keys, "keys answer out of order");
+        }
+        out.push_back(std::move(response.args[i]));
+      }
+      if (response.args[0][0] != 0 || response.args.size() == 1) return out;
+    }
+  }
+
   // The connection handshake: proves the job secret to the server and has
   // the server prove it in return, then checks that the server speaks this
   // protocol. No request leaves before the server's proof has verified.

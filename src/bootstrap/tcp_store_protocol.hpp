@@ -65,9 +65,12 @@ enum class Op : std::uint8_t {
   CompareSet = 7,  // [key, expected, desired] -> Ok [value now stored]
   Check = 8,       // [key]                   -> Ok [u8 exists]
   Stats = 9,       // []                      -> Ok [u64 keys, u64 bytes, u64 parked, u64 clients]
+  Keys = 10,       // [prefix, after]         -> Ok [u8 complete, key...]  (sorted, each > after)
 };
 
-inline constexpr Op kLastOp = Op::Stats;
+inline constexpr Op kLastOp = Op::Keys;
+// The most keys one Keys answer carries; the client asks again after the last.
+inline constexpr std::size_t kKeysPerAnswer = 4096;
 
 enum class Status : std::uint8_t { Ok = 0, Timeout = 1, Invalid = 2 };
 
@@ -82,6 +85,7 @@ inline const char* op_name(Op op) {
     case Op::CompareSet: return "store.compare_set";
     case Op::Check: return "store.check";
     case Op::Stats: return "store.stats";
+    case Op::Keys: return "store.keys";
   }
   return "store.?";
 }

@@ -24,6 +24,7 @@ bool expected_arg_count(Op op, std::uint32_t nargs) {
     case Op::CompareSet: return nargs == 3;
     case Op::Check: return nargs == 1;
     case Op::Stats: return nargs == 0;
+    case Op::Keys: return nargs == 2;
   }
   return false;
 }
@@ -31,6 +32,7 @@ bool expected_arg_count(Op op, std::uint32_t nargs) {
 ArgBounds arg_bounds(Op op, std::uint32_t index) {
   constexpr ArgBounds kKey{1, kMaxKeyBytes};
   constexpr ArgBounds kValue{0, kMaxValueBytes};
+  if (op == Op::Keys) return {0, kMaxKeyBytes};  // a prefix and the last key seen, either empty
   if (op == Op::Wait || index == 0) return kKey;
   if (op == Op::Add) return {8, 8};
   return kValue;

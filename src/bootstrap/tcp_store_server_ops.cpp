@@ -97,6 +97,15 @@ void TcpStoreServer::Impl::handle(std::uint64_t id, bootstrap::Connection& conne
       reply(id, request.id, Status::Ok, {keys, bytes, parked, clients});
       return;
     }
+    case Op::Keys: {
+      std::vector<std::string> found = data.keys_after(args[0], args[1], wire::kKeysPerAnswer + 1);
+      const bool complete = found.size() <= wire::kKeysPerAnswer;
+      if (!complete) found.pop_back();
+      std::vector<std::string_view> answer{complete ? std::string_view("\1", 1) : std::string_view("\0", 1)};
+      answer.insert(answer.end(), found.begin(), found.end());
+      reply(id, request.id, Status::Ok, answer);
+      return;
+    }
   }
 }
 

@@ -17,6 +17,7 @@
 #include "coll/flight_recorder.hpp"
 #include "coll/link_probe.hpp"
 #include "coll/links.hpp"
+#include "coll/metrics_endpoint.hpp"
 #include "coll/rank_placement.hpp"
 #include "coll/rank_status.hpp"
 #include "coll/selection.hpp"
@@ -89,19 +90,27 @@ class CommImpl final : public CommunicatorCore {
           return describe_ranks_from_store(*store, tag, ranks);
         },
         stall_warn_);
-    status_ = StatusPublisher::publish(store_,
-                                       {.tag = options_.tag,
-                                        .rank = rank_,
-                                        .size = size_,
-                                        .host = host_name(),
-                                        .pid = static_cast<long>(::getpid()),
-                                        .device = links_->device().name()},
-                                       recorder_, timeout_, stall_warn_);
+    const RankIdentity who{.tag = options_.tag,
+                           .rank = rank_,
+                           .size = size_,
+                           .host = host_name(),
+                           .pid = static_cast<long>(::getpid()),
+                           .device = links_->device().name()};
+    metrics_ =
+        serve_metrics({.who = who,
+                       .recorder = recorder_,
+                       .traffic = [links = links_.get()](int peer, std::uint64_t& sent, std::uint64_t& received) {
+                         const Links::PeerTraffic t = links->traffic(peer);
+                         sent = t.sent;
+                         received = t.received;
+                       }});
+    status_ = StatusPublisher::publish(store_, who, recorder_, timeout_, stall_warn_);
     placement_.log_created();
   }
 
   ~CommImpl() override {
     status_ = StatusPublisher::Handle();  // no write of its status after its keys are removed
+    metrics_.reset();                     // no scrape reads the links past here
     membership_->detach();
     execution_->stop();
     if (links_->say_goodbye()) remove_store_keys();
@@ -121,6 +130,8 @@ class CommImpl final : public CommunicatorCore {
     }
     return out;
   }
+
+  std::string device_name() const override { return links_->device().name(); }
 
   std::string describe_topology() const override { return placement_.describe(); }
 
@@ -203,6 +214,7 @@ class CommImpl final : public CommunicatorCore {
   std::unique_ptr<CommExecution> execution_;
   std::uint64_t splits_ = 0;
   bool shrunk_ = false;
+  std::shared_ptr<void> metrics_;   // serve_metrics(): reads links_, so released before them
   StatusPublisher::Handle status_;  // last: it stops publishing before the rest goes
 };
 

@@ -32,6 +32,9 @@ void FlightRecorder::entered(const OpDesc& desc, std::uint64_t bytes) {
   inside_ = true;
   since_ms_ = now;
   ++changes_;
+  current_op_ = desc.op;
+  current_bytes_ = bytes;
+  current_start_ = std::chrono::steady_clock::now();
   if (capacity_ == 0) return;
   if (records_.size() == capacity_) records_.pop_front();
   records_.push_back({.desc = desc, .bytes = bytes, .entered_ms = now});
@@ -39,7 +42,14 @@ void FlightRecorder::entered(const OpDesc& desc, std::uint64_t bytes) {
 
 void FlightRecorder::left(std::uint64_t seq, bool ok) {
   const std::int64_t now = unix_ms_now();
+  const auto end = std::chrono::steady_clock::now();
   core::LockGuard lock(mutex_);
+  if (inside_) {
+    OperationTotals& total = totals_[current_op_];
+    ++(ok ? total.done : total.failed);
+    total.bytes += current_bytes_;
+    total.seconds += std::chrono::duration<double>(end - current_start_).count();
+  }
   inside_ = false;
   since_ms_ = now;
   ++changes_;
@@ -52,6 +62,11 @@ void FlightRecorder::left(std::uint64_t seq, bool ok) {
 FlightRecorder::Snapshot FlightRecorder::snapshot() const {
   core::LockGuard lock(mutex_);
   return {.history = {records_.begin(), records_.end()}, .inside = inside_, .since_ms = since_ms_, .changes = changes_};
+}
+
+std::map<CollOp, OperationTotals> FlightRecorder::totals() const {
+  core::LockGuard lock(mutex_);
+  return totals_;
 }
 
 }  // namespace rdmx::coll

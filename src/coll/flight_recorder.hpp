@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <vector>
 
 #include "coll/op_desc.hpp"
@@ -26,6 +27,15 @@ struct CollectiveRecord {
   enum class Outcome : std::uint8_t { Running, Done, Failed } outcome = Outcome::Running;
 };
 
+// What one operation has cost this rank since the communicator was made
+// (the metrics endpoint's counters).
+struct OperationTotals {
+  std::uint64_t done = 0;
+  std::uint64_t failed = 0;
+  std::uint64_t bytes = 0;  // as nccl-tests counts them
+  double seconds = 0;
+};
+
 class FlightRecorder {
  public:
   explicit FlightRecorder(std::size_t capacity) : capacity_(capacity) {}
@@ -40,6 +50,7 @@ class FlightRecorder {
     std::uint64_t changes = 0;              // advances with every entry and exit
   };
   Snapshot snapshot() const;
+  std::map<CollOp, OperationTotals> totals() const;
 
   // The number of collectives RDMX_HISTORY keeps (0: none).
   static std::size_t configured_capacity();
@@ -51,6 +62,11 @@ class FlightRecorder {
   std::int64_t since_ms_ RDMX_GUARDED_BY(mutex_) = 0;
   bool inside_ RDMX_GUARDED_BY(mutex_) = false;
   std::uint64_t changes_ RDMX_GUARDED_BY(mutex_) = 0;
+  // The collective inside now, kept apart from the history (which may keep none).
+  CollOp current_op_ RDMX_GUARDED_BY(mutex_) = CollOp::Barrier;
+  std::uint64_t current_bytes_ RDMX_GUARDED_BY(mutex_) = 0;
+  std::chrono::steady_clock::time_point current_start_ RDMX_GUARDED_BY(mutex_);
+  std::map<CollOp, OperationTotals> totals_ RDMX_GUARDED_BY(mutex_);
 };
 
 std::int64_t unix_ms_now() noexcept;

@@ -22,7 +22,13 @@ std::uint64_t Links::salt_from(int sender) const { return salts_from_[static_cas
 // ---------------------------------------------------------------------------
 Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, const std::string& tag,
              const LinksConfig& config, std::chrono::milliseconds timeout, Handover* from)
-    : device_(std::move(device)), rank_(rank), size_(size), config_(config), timeout_(timeout) {
+    : device_(std::move(device)),
+      rank_(rank),
+      size_(size),
+      config_(config),
+      sent_bytes_(new std::atomic<std::uint64_t>[static_cast<std::size_t>(size)]()),
+      received_bytes_(new std::atomic<std::uint64_t>[static_cast<std::size_t>(size)]()),
+      timeout_(timeout) {
   if (config_.chunk < kLine || config_.chunk % kLine != 0 || config_.slots < 2) {
     throw Error(ErrorCode::Config,
                 "collective buffers: chunk " + std::to_string(config_.chunk) + " bytes x " +
@@ -118,6 +124,13 @@ Links::~Links() {
   give_back();
   say_goodbye();
   for (auto& peer : peers_) peer.qp.reset();
+}
+
+Links::PeerTraffic Links::traffic(int peer) const noexcept {
+  if (peer < 0 || peer >= size_) return {};
+  const auto p = static_cast<std::size_t>(peer);
+  return {.sent = sent_bytes_[p].load(std::memory_order_relaxed),
+          .received = received_bytes_[p].load(std::memory_order_relaxed)};
 }
 
 bool Links::direct_writes(int peer) const { return peers_[static_cast<std::size_t>(peer)].direct_writes; }

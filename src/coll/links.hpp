@@ -170,6 +170,13 @@ class Links {
   std::shared_ptr<Device> device_shared() const { return device_; }
   ProtectionDomain& pd() noexcept { return *pd_; }
   std::string peer_provider(int peer) const;
+  // Payload bytes this rank's collectives have sent to and received from
+  // `peer` (what their schedules move, whatever the transport); any thread.
+  struct PeerTraffic {
+    std::uint64_t sent = 0;
+    std::uint64_t received = 0;
+  };
+  PeerTraffic traffic(int peer) const noexcept;
   // Whether WRITEs to `peer` land in its registered memory as cheaply as in
   // its region (DeviceCaps::direct_registered_writes of the link's device).
   bool direct_writes(int peer) const;
@@ -309,6 +316,9 @@ class Links {
   int rank_;
   int size_;
   LinksConfig config_;
+  // Per peer, written by the executor, read by the metrics endpoint.
+  std::unique_ptr<std::atomic<std::uint64_t>[]> sent_bytes_;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> received_bytes_;
   // Shared with the Links a hand_over() gives them to: each region is
   // deregistered, and each QP destroyed, before these go.
   std::shared_ptr<ProtectionDomain> pd_;

@@ -524,6 +524,15 @@ void Links::run(Schedule& schedule, const OpDesc& desc, const Combine& combine, 
 void Links::run_schedule(Schedule& schedule, const OpDesc& desc, const Combine& combine,
                          std::chrono::milliseconds timeout) {
   RunState state(*this, schedule, desc, combine);
+  for (const SendOp& send : schedule.sends) {
+    if (!send.announce)
+      sent_bytes_[static_cast<std::size_t>(send.peer)].fetch_add(send.bytes, std::memory_order_relaxed);
+  }
+  for (const RecvOp& recv : schedule.recvs) {
+    if (!recv.announcement) {
+      received_bytes_[static_cast<std::size_t>(recv.peer)].fetch_add(recv.bytes, std::memory_order_relaxed);
+    }
+  }
   start_watch();
   // The deadline runs from here: where ranks outnumber cores, the passes
   // below yield the core each time, and 1024 of them can take seconds.

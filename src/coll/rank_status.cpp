@@ -27,17 +27,6 @@ std::string seconds_text(double s) {
   return text;
 }
 
-template <typename T>
-T field(const json& doc, const char* name, T fallback) {
-  const auto it = doc.find(name);
-  if (it == doc.end()) return fallback;
-  try {
-    return it->get<T>();
-  } catch (const json::exception&) {
-    return fallback;
-  }
-}
-
 }  // namespace
 
 std::string rank_status_key(const std::string& tag, int rank) { return tag + "/status/" + std::to_string(rank); }
@@ -68,10 +57,11 @@ std::string describe_rank_status(int rank, const json* doc, std::int64_t now_ms)
   if (doc == nullptr || !doc->is_object()) {
     return text + " published no status (RDMX_STATUS_INTERVAL=0, or it has made no communicator yet)";
   }
-  text += " (" + field<std::string>(*doc, "host", "?") + ", pid " + std::to_string(field<long>(*doc, "pid", 0)) + ")";
-  const std::int64_t updated = field<std::int64_t>(*doc, "updated_ms", 0);
-  const std::int64_t since = field<std::int64_t>(*doc, "since_ms", 0);
-  const bool inside = field<bool>(*doc, "inside", false);
+  text += " (" + status_field<std::string>(*doc, "host", "?") + ", pid " +
+          std::to_string(status_field<long>(*doc, "pid", 0)) + ")";
+  const std::int64_t updated = status_field<std::int64_t>(*doc, "updated_ms", 0);
+  const std::int64_t since = status_field<std::int64_t>(*doc, "since_ms", 0);
+  const bool inside = status_field<bool>(*doc, "inside", false);
   if (since == 0) {
     text += ": has entered no collective";
   } else {
@@ -83,22 +73,22 @@ std::string describe_rank_status(int rank, const json* doc, std::int64_t now_ms)
             " old: the process may be stopped or its store connection busy)";
   }
   if (const auto where = doc->find("where"); where != doc->end() && where->is_object()) {
-    const std::string kind = field<std::string>(*where, "kind", "");
-    const std::string innermost = field<std::string>(*where, "innermost", "");
+    const std::string kind = status_field<std::string>(*where, "kind", "");
+    const std::string innermost = status_field<std::string>(*where, "innermost", "");
     if (kind == "python" && !innermost.empty()) {
       text += ", at " + innermost;
     } else if (kind == "kernel") {
-      text += ", " + field<std::string>(*where, "text", "");
+      text += ", " + status_field<std::string>(*where, "text", "");
     }
   }
   const auto history = doc->find("history");
   if (history != doc->end() && history->is_array() && !history->empty()) {
     text += "; last collectives:";
     for (const json& r : *history) {
-      const std::int64_t entered = field<std::int64_t>(r, "entered_ms", 0);
-      const std::int64_t left = field<std::int64_t>(r, "left_ms", 0);
-      text += " " + field<std::string>(r, "call", "?");
-      const std::string outcome = field<std::string>(r, "outcome", "?");
+      const std::int64_t entered = status_field<std::int64_t>(r, "entered_ms", 0);
+      const std::int64_t left = status_field<std::int64_t>(r, "left_ms", 0);
+      text += " " + status_field<std::string>(r, "call", "?");
+      const std::string outcome = status_field<std::string>(r, "outcome", "?");
       if (left != 0) {
         text += " " + outcome +
                 (left == entered ? std::string(" in under 1 ms")

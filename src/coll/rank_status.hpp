@@ -22,6 +22,20 @@ namespace rdmx::coll {
 
 std::string rank_status_key(const std::string& tag, int rank);
 
+// A field of a status document, or `fallback` when it is absent or of
+// another type: records come from other processes and may be of another
+// version.
+template <typename T>
+T status_field(const nlohmann::json& doc, const char* name, T fallback) {
+  const auto it = doc.find(name);
+  if (it == doc.end()) return fallback;
+  try {
+    return it->get<T>();
+  } catch (const nlohmann::json::exception&) {
+    return fallback;
+  }
+}
+
 struct RankIdentity {
   std::string tag;  // the communicator's
   int rank = 0;

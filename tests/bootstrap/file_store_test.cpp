@@ -53,6 +53,20 @@ TEST(FileStore, StatsCountKeysAndValueBytes) {
   EXPECT_EQ(store->stats().bytes, 0);
 }
 
+// keys() gives back every key as it was written ('/', '%', spaces, dots),
+// sorted, by prefix; the lock file and temporary files are none.
+TEST(FileStore, KeysAreListedAsWrittenByPrefix) {
+  TempDir dir;
+  auto store = open_file_store(dir.path());
+  EXPECT_EQ(store->keys(""), std::vector<std::string>{});
+  for (const char* key : {"comm/status/1", "comm/status/0", "a b%c.d", "comm2/x"})
+    store->set(key, std::string_view("v"));
+  EXPECT_EQ(store->keys(""), (std::vector<std::string>{"a b%c.d", "comm/status/0", "comm/status/1", "comm2/x"}));
+  EXPECT_EQ(store->keys("comm/"), (std::vector<std::string>{"comm/status/0", "comm/status/1"}));
+  EXPECT_EQ(prefix_store(std::move(store), "comm")->keys("status/"),
+            (std::vector<std::string>{"status/0", "status/1"}));
+}
+
 // A store holds QP addresses and memory keys: its directory and files are
 // their owner's alone, whatever the umask.
 TEST(FileStore, ItsDirectoryAndFilesAreTheOwnersAlone) {

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -435,6 +436,30 @@ TEST(TcpStore, ListeningOnABusyPortFailsClearly) {
     EXPECT_NE(std::string(e.what()).find(std::to_string(first.port())), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("hint:"), std::string::npos) << e.what();
   }
+}
+
+// keys() lists by prefix, in order, page after page (the server answers
+// at most 4096 keys at a time), and a prefix store lists its own keys.
+TEST(TcpStore, KeysAreListedByPrefixInOrderAcrossPages) {
+  ServerProcess server;
+  std::shared_ptr<Store> store = connect_to(server.port());
+  constexpr int kMany = 9000;
+  std::vector<std::string> expected;
+  for (int i = 0; i < kMany; ++i) {
+    char key[32];
+    std::snprintf(key, sizeof(key), "job/k%05d", i);
+    expected.emplace_back(key);
+  }
+  for (auto it = expected.rbegin(); it != expected.rend(); ++it) store->set(*it, std::string_view("v"));
+  store->set("other", std::string_view("v"));
+  store->set("jo", std::string_view("v"));
+  EXPECT_EQ(store->keys("job/"), expected);
+  EXPECT_EQ(store->keys("").size(), expected.size() + 2);
+  EXPECT_EQ(store->keys("job/k0899"), std::vector<std::string>(expected.begin() + 8990, expected.begin() + 9000));
+  EXPECT_EQ(store->keys("nothing"), std::vector<std::string>{});
+  const std::vector<std::string> own = prefix_store(store, "job")->keys("k0000");
+  EXPECT_EQ(own, (std::vector<std::string>{"k00000", "k00001", "k00002", "k00003", "k00004", "k00005", "k00006",
+                                           "k00007", "k00008", "k00009"}));
 }
 
 // stats() counts what the server holds: keys, their bytes as charged

@@ -15,12 +15,16 @@ import ranks
 STALLS = os.path.join(ranks.HERE, "stalls.py")
 
 
-def sleep_line():
+def marked_line(mark="the line a stall report names"):
     with open(STALLS) as f:
         for number, line in enumerate(f, 1):
-            if "the line a stall report names" in line:
+            if mark in line:
                 return number
-    raise AssertionError("stalls.py lost its marked line")
+    raise AssertionError(f"stalls.py lost its line marked {mark!r}")
+
+
+def sleep_line():
+    return marked_line()
 
 
 def test_a_rank_asleep_in_its_loader_is_named_with_file_and_line_before_the_timeout():
@@ -48,3 +52,22 @@ def test_the_timeout_names_where_the_late_rank_is():
     assert "timed out" in error and "rank 1 has not called it" in error, results[0]
     assert f"stalls.py:{sleep_line()} in load_batch" in error, error
     assert "RDMX_STALL_WARN" not in results[0].output, results[0].output
+
+
+def test_rdmx_status_shows_the_stalled_rank_where_it_is_and_the_straggler():
+    results = ranks.run(3, "observed", {"steps": 6, "late_s": 0.15}, timeout_s=120, script=STALLS,
+                        extra_env={"RDMX_STALL_WARN": "2s", "RDMX_STATUS_INTERVAL": "200ms"})
+    ranks.assert_all_ok(results)
+    assert all(res.result["sum"] == 3.0 for res in results), results
+    status = results[0].result["status"]
+    comm = [c for c in status["json"]["communicators"] if len(c["ranks"]) == 3][0]
+    assert comm["tag"].endswith("/rdmx"), comm["tag"]  # the group's store prefix, then the backend's tag
+    by_rank = {r["rank"]: r for r in comm["ranks"]}
+    where = f"stalls.py:{marked_line('the line rdmx status names')} in wait_for_observer"
+    assert by_rank[1]["state"] == "outside" and by_rank[1]["where"].endswith(where), by_rank[1]
+    assert by_rank[2]["state"] == "inside" and by_rank[2]["current"]["call"].startswith("all_reduce #"), by_rank[2]
+    assert 1 in comm["under_way"]["not_called"] and comm["under_way"]["in_it"] == [2], comm["under_way"]
+    assert comm["slowest"]["rank"] == 2 and comm["slowest"]["entered_last"] >= 4, comm["slowest"]
+    text = status["text"]
+    assert f"at {by_rank[1]['where']}" in text, text
+    assert "slowest rank of the last" in text and "collectives: rank 2 (" in text, text

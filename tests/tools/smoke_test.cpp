@@ -42,6 +42,7 @@ const std::map<std::string, std::string>& smoke_tests() {
       {"plan collective", "PlanCollective"},
       {"plan calibrate", "PlanCalibrate"},
       {"plan check", "PlanCheck"},
+      {"status", "Status"},
   };
   return tests;
 }
@@ -128,6 +129,18 @@ TEST(Smoke, Info) {
   EXPECT_TRUE(has_line(r.out, R"(^  shm +usable)")) << r.out;
   EXPECT_TRUE(has_line(r.out, R"(^  tcp +usable)")) << r.out;
   EXPECT_TRUE(has_line(r.out, R"(^  RDMX_TIMEOUT +)")) << r.out;
+}
+
+// Inside a job of `rdmx run`, RDMX_STORE names the job's store; no
+// communicator is alive, and status says so. Outside any job it asks which.
+TEST(Smoke, Status) {
+  const CliResult r = run_cli({"run", "-n", "1", "--time-limit", "60", "--", cli_path(), "status"}, {}, seconds(90));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "no rank status in this store")) << r.out;
+  const CliResult lost =
+      run_cli({"status"}, {{"RDMX_STORE", ""}, {"MASTER_ADDR", ""}, {"MASTER_PORT", ""}}, seconds(30));
+  EXPECT_EQ(lost.exit_code, 1) << lost.out << lost.err;
+  EXPECT_TRUE(contains(lost.err, "which job? no --store, and RDMX_STORE is unset")) << lost.err;
 }
 
 TEST(Smoke, Run) {

@@ -38,7 +38,9 @@ void register_info(CLI::App& root);
 void register_run(CLI::App& root);
 void register_perf(CLI::App& root);  // perf p2p, perf coll
 void register_bench(CLI::App& root);
-void register_plan(CLI::App& root);  // plan, plan fabrics|models|collective|calibrate
+void register_status(CLI::App& root);  // status of a running job
+void register_status(CLI::App& root);  // status of a running job
+void register_plan(CLI::App& root);    // plan, plan fabrics|models|collective|calibrate
 
 // Refuses, on every numeric option of `app` and its subcommands, a value not
 // written in decimal ("0x10", "010", "nan", "inf"), as a usage error.
