@@ -25,6 +25,9 @@
 #                                         output line is prefixed with its rank; exits with the first
 #                                         failing rank's status (124 when the time limit, default
 #                                         300 s, ran out)
+#   scripts/bed.sh link NAME HOST RATE [NIC]
+#                                         reshape one NIC's link (default NIC 0) of host HOST to RATE in
+#                                         both directions: a slow cable or port among the others
 #   scripts/bed.sh exec NAME HOST CMD..   run CMD in host HOST's namespace (RDMX_SOCKET_IFNAME set)
 #   scripts/bed.sh show NAME              the hosts, addresses and each link's qdisc
 #   scripts/bed.sh down NAME              delete the bed
@@ -86,6 +89,20 @@ rate_bits() {
     gbit) echo "$num" | awk '{printf "%d", $1 * 1e9}' ;;
     *) die "rate '$1': use bit, kbit, mbit or gbit (as tc does)" ;;
   esac
+}
+
+# One NIC's link shaped anew, on both its ends.
+relink() {
+  local name=$1 host=$2 rate=$3 nic=$4
+  check_name "$name"
+  need_root
+  rate_bits "$rate" >/dev/null
+  ip netns list | awk '{print $1}' | grep -qx "$(host_ns "$name" "$host")" || die "bed $name has no host $host"
+  ip -n "$(host_ns "$name" "$host")" link show "$(host_if "$name" "$host" "$nic")" >/dev/null 2>&1 ||
+    die "host $host of bed $name has no NIC $nic"
+  shape "$(host_ns "$name" "$host")" "$(host_if "$name" "$host" "$nic")" "$rate"
+  shape "$(switch_ns "$name")" "$(switch_if "$name" "$host" "$nic")" "$rate"
+  echo "bed $name: host $host NIC $nic ($(host_if "$name" "$host" "$nic")) shaped to $rate both ways"
 }
 
 up() {
@@ -258,6 +275,8 @@ case "$cmd" in
   down) down "${1:?usage: bed.sh down NAME}" ;;
   show) show "${1:?usage: bed.sh show NAME}" ;;
   exec) exec_in "${1:?usage: bed.sh exec NAME HOST CMD..}" "${2:?usage: bed.sh exec NAME HOST CMD..}" "${@:3}" ;;
+  link) relink "${1:?usage: bed.sh link NAME HOST RATE [NIC]}" "${2:?usage: bed.sh link NAME HOST RATE [NIC]}" \
+    "${3:?usage: bed.sh link NAME HOST RATE [NIC]}" "${4:-0}" ;;
   run) run "${1:?usage: bed.sh run NAME HxL -- CMD..}" "${2:?usage: bed.sh run NAME HxL -- CMD..}" "${@:3}" ;;
-  *) die "usage: bed.sh up|run|exec|show|down ... (see the comment at the top)" ;;
+  *) die "usage: bed.sh up|run|link|exec|show|down ... (see the comment at the top)" ;;
 esac

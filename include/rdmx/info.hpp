@@ -154,6 +154,19 @@ struct HostTopology {
 };
 HostTopology discover_topology();
 
+// The counters of a network interface that tell a bad link (drops,
+// errors), with those of the RDMA ports on it (a RoCE port on that netdev,
+// or the device of that name: its counters and hw_counters, retransmissions
+// and congestion notifications included) and this network namespace's TCP
+// retransmissions, each named where it was read ("rx_dropped",
+// "mlx5_0/1/hw_counters/out_of_sequence", "tcp/RetransSegs"). Sample before
+// and after traffic and compare. Counters that cannot be read are absent.
+struct NicCounter {
+  std::string name;
+  std::int64_t value = 0;
+};
+std::vector<NicCounter> read_nic_counters(const std::string& interface);
+
 // ---------------------------------------------------------------------------
 // Everything above as one JSON document (`rdmx info --json`, rdmx.info() in
 // Python), following docs/schemas/info.schema.json; `indent` as in JSON

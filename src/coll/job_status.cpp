@@ -125,8 +125,10 @@ json under_way_view(const std::map<int, json>& docs, int size) {
   if (call.empty()) return nullptr;
   json in_it = json::array();
   json not_called = json::array();
+  json no_news = json::array();
   json unknown = json::array();
   std::int64_t first_entry = 0;
+  std::vector<int> behind;  // ranks whose last collective is an earlier one
   for (int rank = 0; rank < size; ++rank) {
     const auto doc = docs.find(rank);
     if (doc == docs.end()) {
@@ -135,23 +137,27 @@ json under_way_view(const std::map<int, json>& docs, int size) {
     }
     std::uint64_t latest = 0;
     std::int64_t entered = 0;
-    const auto history = doc->second.find("history");
-    if (history != doc->second.end() && history->is_array()) {
-      for (const json& record : *history) {
-        if (status_field<std::uint64_t>(record, "seq", 0) == newest)
-          entered = status_field<std::int64_t>(record, "entered_ms", 0);
-        latest = std::max(latest, status_field<std::uint64_t>(record, "seq", 0));
+    for (const json& record : doc->second["history"]) {
+      if (status_field<std::uint64_t>(record, "seq", 0) == newest) {
+        entered = status_field<std::int64_t>(record, "entered_ms", 0);
       }
+      latest = std::max(latest, status_field<std::uint64_t>(record, "seq", 0));
     }
     if (latest >= newest) {
       in_it.push_back(rank);
       if (entered != 0 && (first_entry == 0 || entered < first_entry)) first_entry = entered;
     } else {
-      not_called.push_back(rank);
+      behind.push_back(rank);
     }
   }
-  return {{"seq", newest},      {"call", call},           {"in_it", in_it}, {"not_called", not_called},
-          {"unknown", unknown}, {"since_ms", first_entry}};
+  // A record written before the collective began cannot say that its rank
+  // has not called it: records are snapshots of different moments.
+  for (int rank : behind) {
+    const std::int64_t updated = status_field<std::int64_t>(docs.at(rank), "updated_ms", 0);
+    (updated >= first_entry ? not_called : no_news).push_back(rank);
+  }
+  return {{"seq", newest},      {"call", call},       {"in_it", in_it},         {"not_called", not_called},
+          {"no_news", no_news}, {"unknown", unknown}, {"since_ms", first_entry}};
 }
 
 json communicator_view(const std::string& tag, const std::map<int, json>& docs, std::int64_t now_ms) {
@@ -230,6 +236,9 @@ std::string describe_communicator(const json& comm, std::int64_t now_ms) {
     }
     text += "; in it: ranks " + rank_list(busy["in_it"]);
     if (!busy["not_called"].empty()) text += "; NOT CALLED by ranks " + rank_list(busy["not_called"]);
+    if (!busy["no_news"].empty()) {
+      text += "; ranks " + rank_list(busy["no_news"]) + " wrote their records before it began";
+    }
     text += "\n";
   }
   if (const json& slow = comm["slowest"]; slow.is_object()) {

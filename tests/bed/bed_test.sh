@@ -8,13 +8,7 @@
 # bytes between hosts pass both shaped links; the bed is gone afterwards.
 #   tests/bed/bed_test.sh BUILD_DIR
 set -euo pipefail
-build=$(cd "$1" && pwd)
-src=$(cd "$(dirname "$0")/../.." && pwd)
-bed=$src/scripts/bed.sh
-if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
-  echo "SKIP: the bed needs root, ip and tc (iproute2)"
-  exit 77
-fi
+source "$(dirname "$0")/bed_prelude.sh" "$1"
 name="c$(($$ % 100000))"
 work=$(mktemp -d "${TMPDIR:-/tmp}/rdmx-bed.XXXXXX")
 trap '"$bed" down "$name" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT

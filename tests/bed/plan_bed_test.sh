@@ -8,14 +8,7 @@
 # at sizes where the link, not the two cores, sets the pace.
 #   tests/bed/plan_bed_test.sh BUILD_DIR
 set -euo pipefail
-build=$(cd "$1" && pwd)
-src=$(cd "$(dirname "$0")/../.." && pwd)
-bed=$src/scripts/bed.sh
-rdmx=$build/tools/rdmx
-if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
-  echo "SKIP: the bed needs root, ip and tc (iproute2)"
-  exit 77
-fi
+source "$(dirname "$0")/bed_prelude.sh" "$1"
 name="p$(($$ % 100000))"
 work=$(mktemp -d "${TMPDIR:-/tmp}/rdmx-plan-bed.XXXXXX")
 trap '"$bed" down "$name" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT

@@ -8,14 +8,8 @@
 #   tests/bed/torchrun_bed_test.sh BUILD_DIR PYTHON
 # PYTHON imports torch and, with PYTHONPATH, rdmx (CTest passes both).
 set -euo pipefail
-build=$(cd "$1" && pwd)
+source "$(dirname "$0")/bed_prelude.sh" "$1"
 python=${2:?the Python that imports torch}
-src=$(cd "$(dirname "$0")/../.." && pwd)
-bed=$src/scripts/bed.sh
-if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
-  echo "SKIP: the bed needs root, ip and tc (iproute2)"
-  exit 77
-fi
 export PYTHONPATH=$build/python${PYTHONPATH:+:$PYTHONPATH}
 export OMP_NUM_THREADS=1
 name="t$(($$ % 100000))"

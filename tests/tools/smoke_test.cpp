@@ -35,6 +35,7 @@ const std::map<std::string, std::string>& smoke_tests() {
       {"perf p2p", "PerfP2p"},
       {"perf coll", "PerfColl"},
       {"perf gpu-copy", "PerfGpuCopy"},
+      {"perf fabric", "PerfFabric"},
       {"bench", "Bench"},
       {"plan", "Plan"},
       {"plan fabrics", "PlanFabrics"},
@@ -129,6 +130,15 @@ TEST(Smoke, Info) {
   EXPECT_TRUE(has_line(r.out, R"(^  shm +usable)")) << r.out;
   EXPECT_TRUE(has_line(r.out, R"(^  tcp +usable)")) << r.out;
   EXPECT_TRUE(has_line(r.out, R"(^  RDMX_TIMEOUT +)")) << r.out;
+}
+
+// Two local ranks share one host: no link between hosts to measure, and the
+// sweep says so (tests/bed/fabric_bed_test.sh measures real links).
+TEST(Smoke, PerfFabric) {
+  const CliResult r = run_cli({"perf", "fabric", "--np", "2", "--seconds", "0.05"}, {}, seconds(90));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "# rdmx perf fabric: 2 ranks on 1 hosts, 1M messages")) << r.out;
+  EXPECT_TRUE(contains(r.out, "no link between hosts")) << r.out;
 }
 
 // Inside a job of `rdmx run`, RDMX_STORE names the job's store; no
