@@ -74,6 +74,11 @@ TEST_P(Conformance, DeregistrationInvalidatesKeys) {
 // into it (64 x 64 MiB): it waits until the first 64 MiB have landed, so the
 // kill always happens mid-transfer. Every WR must complete, those after the
 // first failure with RETRY_EXC_ERR or WR_FLUSH_ERR, well within RDMX_TIMEOUT.
+// Pinning the 1 GiB target took over 10 s (the guest's RDMX_TIMEOUT) in the
+// emulated soft-RoCE guest: the initiator waits for it apart, under a bound
+// of its own, before the connection's RDMX_TIMEOUT starts.
+constexpr std::chrono::milliseconds kTargetReady{120'000};
+
 TEST_P(Conformance, PeerKilledMidTransferFailsPendingWork) {
   if (kThreadSanitizer && GetParam().memory != BufferMemory::Host) {
     // Seen: the target spent over 20 s in TSan's shadow accesses for its 1 GiB before it could connect.
@@ -82,6 +87,7 @@ TEST_P(Conformance, PeerKilledMidTransferFailsPendingWork) {
   }
   Options options;
   options.may_be_killed = {1};
+  options.timeout = kTargetReady + std::chrono::milliseconds(120'000);
   ASSERT_TRUE(run(
       2,
       [](RankEnv& env) {
@@ -92,6 +98,7 @@ TEST_P(Conformance, PeerKilledMidTransferFailsPendingWork) {
         if (env.rank() == 1) {
           Buffer target(kTargetSize);
           auto mr = node.pd->register_memory(target.data(), target.size(), Access::LocalWrite | Access::RemoteWrite);
+          signal(env, "target-registered", "1");
           auto qp = connected_qp(env, node, 0, "t");
           publish_region(env, "region", *mr);
           // The last word of the first chunk, as the initiator writes it.
@@ -106,6 +113,7 @@ TEST_P(Conformance, PeerKilledMidTransferFailsPendingWork) {
         Buffer src(kChunk);
         fill_pattern(src.data(), src.size(), 131);
         auto mr = node.pd->register_memory(src.data(), src.size(), Access::LocalWrite);
+        env.store().get("target-registered", kTargetReady);
         auto qp = connected_qp(env, node, 1, "t");
         RemoteRegion r = fetch_region(env, "region");
         Sge sge = mr->sge(0, static_cast<std::uint32_t>(kChunk));
