@@ -106,7 +106,8 @@ std::string describe_rank_status(int rank, const json* doc, std::int64_t now_ms)
 std::string describe_ranks_from_store(Store& store, const std::string& tag, const std::vector<int>& ranks) {
   const std::int64_t now = unix_ms_now();
   std::string text;
-  for (int r : ranks) {
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    const int r = ranks[i];
     json doc;
     bool have = false;
     try {
@@ -117,9 +118,14 @@ std::string describe_ranks_from_store(Store& store, const std::string& tag, cons
         have = true;
       }
     } catch (const std::exception& e) {
+      // A store that does not answer costs its timeout once, not once per
+      // rank: the error this text joins must not come that much later.
+      std::string rest;
+      for (std::size_t j = i + 1; j < ranks.size(); ++j) rest += " " + std::to_string(ranks[j]);
       text +=
-          (text.empty() ? "" : "\n") + ("rank " + std::to_string(r) + ": its status could not be read: " + e.what());
-      continue;
+          (text.empty() ? "" : "\n") + ("rank " + std::to_string(r) + ": its status could not be read: " + e.what() +
+                                        (rest.empty() ? "" : "; not read either: ranks" + rest));
+      break;
     }
     text += (text.empty() ? "" : "\n") + describe_rank_status(r, have ? &doc : nullptr, now);
   }
