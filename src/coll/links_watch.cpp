@@ -279,8 +279,10 @@ std::string Links::missing_report(const OpDesc& desc, core::Clock::time_point no
   }
   if (!finished.empty()) add(others, "finished: " + ranks_word(finished));
   if (missing_ranks != nullptr) {
-    for (const auto* list : {&absent, &stuck, &silent})
-      missing_ranks->insert(missing_ranks->end(), list->begin(), list->end());
+    // Whose status to read: not the silent ones (dead, stopped or cut off),
+    // whose part is said above and whose store is often out of reach too,
+    // where reading would only make the error late.
+    for (const auto* list : {&absent, &stuck}) missing_ranks->insert(missing_ranks->end(), list->begin(), list->end());
     std::sort(missing_ranks->begin(), missing_ranks->end());
   }
   if (missing.empty()) return "No rank is missing" + (others.empty() ? std::string() : ": " + others);

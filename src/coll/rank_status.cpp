@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: MIT
 #include "coll/rank_status.hpp"
 
+#include <chrono>
 #include <cstdio>
+
+#include "rdmx/error.hpp"
 
 namespace rdmx::coll {
 namespace {
@@ -104,27 +107,40 @@ std::string describe_rank_status(int rank, const json* doc, std::int64_t now_ms)
 }
 
 std::string describe_ranks_from_store(Store& store, const std::string& tag, const std::vector<int>& ranks) {
+  // The error or warning this text joins must not come much later than it
+  // would without it, whatever the store's health: a short bound per read
+  // and for all of them.
+  constexpr auto kPerRank = std::chrono::milliseconds(50);
+  constexpr auto kInAll = std::chrono::milliseconds(300);
+  const auto give_up = std::chrono::steady_clock::now() + kInAll;
   const std::int64_t now = unix_ms_now();
   std::string text;
+  auto not_read = [&](std::size_t from, const std::string& why) {
+    std::string rest;
+    for (std::size_t j = from; j < ranks.size(); ++j) rest += " " + std::to_string(ranks[j]);
+    text += (text.empty() ? "" : "\n") + ("ranks" + rest + ": their status was not read: " + why);
+  };
   for (std::size_t i = 0; i < ranks.size(); ++i) {
     const int r = ranks[i];
+    if (std::chrono::steady_clock::now() >= give_up) {
+      not_read(i, "the store took longer than " + std::to_string(kInAll.count()) + " ms to answer the others");
+      break;
+    }
     json doc;
     bool have = false;
     try {
-      const std::string key = rank_status_key(tag, r);
-      if (store.check(key)) {
-        const Bytes raw = store.get(key, std::chrono::milliseconds(1000));
-        doc = json::parse(raw.begin(), raw.end());
-        have = true;
+      const Bytes raw = store.get(rank_status_key(tag, r), kPerRank);
+      doc = json::parse(raw.begin(), raw.end());
+      have = true;
+    } catch (const Error& e) {
+      // Absent (the server said so within the bound) is "published none";
+      // a server that did not answer is asked nothing more.
+      if (e.code() != ErrorCode::Timeout || std::string(e.what()).find("did not answer") != std::string::npos) {
+        not_read(i, e.what());
+        break;
       }
     } catch (const std::exception& e) {
-      // A store that does not answer costs its timeout once, not once per
-      // rank: the error this text joins must not come that much later.
-      std::string rest;
-      for (std::size_t j = i + 1; j < ranks.size(); ++j) rest += " " + std::to_string(ranks[j]);
-      text +=
-          (text.empty() ? "" : "\n") + ("rank " + std::to_string(r) + ": its status could not be read: " + e.what() +
-                                        (rest.empty() ? "" : "; not read either: ranks" + rest));
+      not_read(i, e.what());
       break;
     }
     text += (text.empty() ? "" : "\n") + describe_rank_status(r, have ? &doc : nullptr, now);
