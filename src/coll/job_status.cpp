@@ -179,12 +179,6 @@ json communicator_view(const std::string& tag, const std::map<int, json>& docs, 
   return view;
 }
 
-std::string seconds_text(double s) {
-  char text[32];
-  std::snprintf(text, sizeof(text), s < 1.0 ? "%.1f ms" : "%.1f s", s < 1.0 ? s * 1e3 : s);
-  return text;
-}
-
 std::string rank_list(const json& ranks) {
   std::string text;
   for (const json& r : ranks) text += (text.empty() ? "" : ",") + std::to_string(r.get<int>());
@@ -202,9 +196,10 @@ std::string describe_rank(const json& view) {
   if (state == "idle") {
     text += "has entered no collective";
   } else if (state == "inside") {
-    text += "inside " + status_field<std::string>(view["current"], "call", "?") + " for " + seconds_text(seconds);
+    text += "inside " + status_field<std::string>(view["current"], "call", "?") + " for " +
+            coll::status_seconds_text(seconds);
   } else {
-    text += "out of rdmx for " + seconds_text(seconds);
+    text += "out of rdmx for " + coll::status_seconds_text(seconds);
     if (view.contains("last")) {
       text += " (last: " + status_field<std::string>(view["last"], "call", "?") + " " +
               status_field<std::string>(view["last"], "outcome", "?") + ")";
@@ -214,10 +209,12 @@ std::string describe_rank(const json& view) {
     text += ", at " + view["where"].get<std::string>();
   }
   if (view.contains("late_ms_mean") && view["late_ms_mean"].get<double>() >= 1.0) {
-    text += "; enters " + seconds_text(view["late_ms_mean"].get<double>() / 1e3) + " after the first, on average";
+    text += "; enters " + coll::status_seconds_text(view["late_ms_mean"].get<double>() / 1e3) +
+            " after the first, on average";
   }
   const double age = status_field<double>(view, "status_age_s", 0.0);
-  if (age > 3.0) text += " [its record is " + seconds_text(age) + " old: stopped, or its store connection busy]";
+  if (age > 3.0)
+    text += " [its record is " + coll::status_seconds_text(age) + " old: stopped, or its store connection busy]";
   return text;
 }
 
@@ -232,7 +229,7 @@ std::string describe_communicator(const json& comm, std::int64_t now_ms) {
   if (const json& busy = comm["under_way"]; busy.is_object()) {
     text += "  under way: " + status_field<std::string>(busy, "call", "?");
     if (const std::int64_t since = status_field<std::int64_t>(busy, "since_ms", 0); since != 0) {
-      text += " for " + seconds_text(seconds_between(since, now_ms));
+      text += " for " + coll::status_seconds_text(seconds_between(since, now_ms));
     }
     text += "; in it: ranks " + rank_list(busy["in_it"]);
     if (!busy["not_called"].empty()) text += "; NOT CALLED by ranks " + rank_list(busy["not_called"]);
@@ -250,7 +247,7 @@ std::string describe_communicator(const json& comm, std::int64_t now_ms) {
               std::to_string(slow["rank"].get<int>()) + " (" + status_field<std::string>(slow, "host", "?") +
               "), entered last " + std::to_string(status_field<int>(slow, "entered_last", 0)) +
               " times; the others waited " +
-              seconds_text(static_cast<double>(status_field<std::int64_t>(slow, "held_ms", 0)) / 1e3) +
+              coll::status_seconds_text(static_cast<double>(status_field<std::int64_t>(slow, "held_ms", 0)) / 1e3) +
               " for it alone\n";
     }
   }

@@ -20,7 +20,9 @@ const char* outcome_word(CollectiveRecord::Outcome o) {
   return "?";
 }
 
-std::string seconds_text(double s) {
+}  // namespace
+
+std::string status_seconds_text(double s) {
   char text[32];
   if (s < 1.0) {
     std::snprintf(text, sizeof(text), "%.1f ms", s * 1e3);
@@ -29,8 +31,6 @@ std::string seconds_text(double s) {
   }
   return text;
 }
-
-}  // namespace
 
 std::string rank_status_key(const std::string& tag, int rank) { return tag + "/status/" + std::to_string(rank); }
 
@@ -69,10 +69,10 @@ std::string describe_rank_status(int rank, const json* doc, std::int64_t now_ms)
     text += ": has entered no collective";
   } else {
     text += inside ? ": inside its current collective for " : ": out of rdmx for ";
-    text += seconds_text(static_cast<double>(now_ms - since) / 1e3);
+    text += status_seconds_text(static_cast<double>(now_ms - since) / 1e3);
   }
   if (updated != 0 && now_ms - updated > 3000) {
-    text += " (its status is " + seconds_text(static_cast<double>(now_ms - updated) / 1e3) +
+    text += " (its status is " + status_seconds_text(static_cast<double>(now_ms - updated) / 1e3) +
             " old: the process may be stopped or its store connection busy)";
   }
   if (const auto where = doc->find("where"); where != doc->end() && where->is_object()) {
@@ -95,9 +95,9 @@ std::string describe_rank_status(int rank, const json* doc, std::int64_t now_ms)
       if (left != 0) {
         text += " " + outcome +
                 (left == entered ? std::string(" in under 1 ms")
-                                 : " in " + seconds_text(static_cast<double>(left - entered) / 1e3));
+                                 : " in " + status_seconds_text(static_cast<double>(left - entered) / 1e3));
       } else {
-        text += " " + outcome + " for " + seconds_text(static_cast<double>(now_ms - entered) / 1e3);
+        text += " " + outcome + " for " + status_seconds_text(static_cast<double>(now_ms - entered) / 1e3);
       }
       text += ",";
     }

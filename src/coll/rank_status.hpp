@@ -22,6 +22,10 @@ namespace rdmx::coll {
 
 std::string rank_status_key(const std::string& tag, int rank);
 
+// "150.3 ms" under a second, "5.9 s" from one on: how status texts give
+// durations.
+std::string status_seconds_text(double seconds);
+
 // A field of a status document, or `fallback` when it is absent or of
 // another type: records come from other processes and may be of another
 // version.
