@@ -80,6 +80,35 @@ struct AuthStatus {
 AuthStatus probe_auth();
 
 // ---------------------------------------------------------------------------
+// Sockets: the interface the tcp provider and the control mesh listen on,
+// and the ports their listeners may take. RDMX_SOCKET_IFNAME chooses by
+// name; without it, the interface the route to the job's store (as the
+// launcher's variables name it) leaves by, so an interface on a network
+// without the job's peers is skipped; else the first one up that is not
+// loopback or docker*.
+struct SkippedInterface {
+  std::string name;
+  std::string address;
+  std::string reason;
+};
+struct SocketInterfaceChoice {
+  bool usable = false;
+  std::string name;     // "eth0"
+  std::string address;  // "10.0.0.1" (no port)
+  std::string why;      // how it was chosen, or the error when none fits
+  std::vector<SkippedInterface> skipped;
+};
+SocketInterfaceChoice socket_interface();
+// RDMX_PORT_RANGE: listeners take a port from first to last; 0 and 0: any
+// the kernel gives. Throws rdmx::Error (Config) when the setting is malformed.
+struct ListenPorts {
+  std::uint16_t first = 0;
+  std::uint16_t last = 0;
+  std::string text;  // "40000-40999" or "any"
+};
+ListenPorts listen_ports();
+
+// ---------------------------------------------------------------------------
 // Settings in force
 struct Setting {
   std::string name;           // "RDMX_TIMEOUT"
@@ -133,6 +162,7 @@ struct Gpu {
   int index = 0;
   std::string name;
   std::string pci_bus_id;
+  int numa_node = -1;  // -1: unknown (sysfs does not say, or one node only)
   std::uint64_t memory_bytes = 0;
   // What the driver says the GPU supports, for sharing its memory:
   bool virtual_memory = false;  // cuMemCreate/cuMemMap (VMM), and with it

@@ -6,6 +6,7 @@
 #include <exception>
 #include <nlohmann/json.hpp>
 
+#include "rdmx/error.hpp"
 #include "rdmx/info.hpp"
 #include "rdmx/registration_cache.hpp"
 
@@ -98,6 +99,20 @@ std::string info_json(int indent) {
   doc["registration_cache"] = {{"unmap_detection", cache.available}, {"how", cache.how}};
   const AuthStatus auth = probe_auth();
   doc["authentication"] = {{"authenticated", auth.authenticated}, {"how", auth.how}};
+  const SocketInterfaceChoice socket = socket_interface();
+  auto skipped = Json::array();
+  for (const auto& s : socket.skipped)
+    skipped.push_back({{"name", s.name}, {"address", s.address}, {"reason", s.reason}});
+  doc["socket_interface"] = {{"usable", socket.usable},
+                             {"name", null_if_empty(socket.name)},
+                             {"address", null_if_empty(socket.address)},
+                             {"why", socket.why},
+                             {"skipped", skipped}};
+  try {
+    doc["listen_ports"] = listen_ports().text;
+  } catch (const Error& e) {
+    doc["listen_ports"] = e.what();
+  }
   doc["rdma_devices"] = rdma_json(host.rdma_devices);
   doc["rdma_note"] = host.rdma_note;
 
@@ -125,6 +140,7 @@ std::string info_json(int indent) {
     gpus.push_back({{"index", gpu.index},
                     {"name", gpu.name},
                     {"pci_bus_id", gpu.pci_bus_id},
+                    {"numa_node", gpu.numa_node},
                     {"memory_bytes", gpu.memory_bytes},
                     {"virtual_memory", gpu.virtual_memory},
                     {"fd_export", gpu.fd_export},

@@ -12,6 +12,7 @@
 #include "rdmx/error.hpp"
 #include "services/auth.hpp"
 #include "services/log.hpp"
+#include "services/port_range.hpp"
 #include "services/socket_iface.hpp"
 
 namespace rdmx::membership {
@@ -102,17 +103,21 @@ ControlMesh::ControlMesh(Store& store, const std::string& tag, int rank, int siz
   core::auth::warn_if_unauthenticated("the control mesh");
   const core::SocketInterface iface = core::choose_interface();
   sockaddr_storage bound = iface.address;
-  reinterpret_cast<sockaddr_in*>(&bound)->sin_port = 0;  // the port sits at the same place in sockaddr_in6
+  const core::PortRange ports = core::port_range();
   listener_.reset(::socket(bound.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
   socklen_t length = iface.address_len;
-  if (!listener_ || ::bind(listener_.get(), reinterpret_cast<const sockaddr*>(&bound), length) != 0 ||
-      ::listen(listener_.get(), std::max(16, size)) != 0 ||
+  int bind_error = 0;
+  if (listener_ && (bind_error = core::bind_in_port_range(listener_.get(), bound, length, ports)) != 0)
+    errno = bind_error;
+  if (!listener_ || bind_error != 0 || ::listen(listener_.get(), std::max(16, size)) != 0 ||
       ::getsockname(listener_.get(), reinterpret_cast<sockaddr*>(&bound), &length) != 0) {
     throw Error(ErrorCode::Config,
                 std::string("control mesh: cannot listen on ") + iface.name + " (" +
-                    core::format_address(reinterpret_cast<const sockaddr*>(&iface.address)) +
-                    "): " + std::strerror(errno),
-                ErrorContext{.op = "control mesh listen", .rank = rank, .hint = "check RDMX_SOCKET_IFNAME"});
+                    core::format_address(reinterpret_cast<const sockaddr*>(&iface.address)) + ", ports " +
+                    ports.text() + "): " + std::strerror(errno),
+                ErrorContext{.op = "control mesh listen",
+                             .rank = rank,
+                             .hint = "check RDMX_SOCKET_IFNAME, and that RDMX_PORT_RANGE has free ports"});
   }
   const std::string host = bootstrap::to_string(reinterpret_cast<const sockaddr*>(&bound), length);
   const std::string ip = host.substr(0, host.rfind(':'));
@@ -124,11 +129,14 @@ ControlMesh::ControlMesh(Store& store, const std::string& tag, int rank, int siz
 
 void ControlMesh::connect_to(Store& store, const std::string& tag, int peer, core::Clock::time_point deadline) {
   const auto context = [&](const std::string& op, const std::string& where) {
-    return ErrorContext{.op = op,
-                        .rank = rank_,
-                        .peer_rank = peer,
-                        .peer_addr = where,
-                        .hint = "the peer may have died or be unreachable from this host (RDMX_SOCKET_IFNAME)"};
+    return ErrorContext{
+        .op = op,
+        .rank = rank_,
+        .peer_rank = peer,
+        .peer_addr = where,
+        .hint =
+            "the peer may have died, be unreachable from this host (RDMX_SOCKET_IFNAME), or have its port "
+            "refused by a firewall (RDMX_PORT_RANGE); rdmx doctor checks each"};
   };
   const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - core::Clock::now());
   const Bytes published = store.get(tag + "/ctl/" + std::to_string(peer), std::max(wait, std::chrono::milliseconds(1)));

@@ -4,15 +4,20 @@
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <net/if.h>
+#include <netdb.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "rdmx/bootstrap.hpp"
 #include "rdmx/error.hpp"
 #include "services/config.hpp"
+#include "services/log.hpp"
 #include "services/settings.hpp"
 
 namespace rdmx::core {
@@ -21,8 +26,8 @@ namespace {
 constexpr core::TextSetting kSocketIfname{
     "RDMX_SOCKET_IFNAME", "auto",
     "tcp: interfaces to use, as NCCL_SOCKET_IFNAME (name prefixes, ^ excludes, = exact; where several match, "
-    "local rank l takes the (l mod k)-th of the k, one NIC per rail); auto: the first up that is neither loopback "
-    "nor docker*, else loopback"};
+    "local rank l takes the (l mod k)-th of the k, one NIC per rail); auto: the interface the route to the job's "
+    "store leaves by, else the first up that is neither loopback nor docker*, else loopback"};
 RDMX_SETTING(kSocketIfname);
 constexpr core::TextSetting kSocketFamily{"RDMX_SOCKET_FAMILY", "any",
                                           "tcp: AF_INET or AF_INET6 (any: IPv4 preferred)"};
@@ -61,6 +66,69 @@ NameFilter parse_filter(std::string spec) {
     start = comma + 1;
   }
   return filter;
+}
+
+// Where the kernel sends packets for the job's store: the source address a
+// datagram socket connected there gets (connect() on UDP sends nothing).
+struct StoreRoute {
+  std::string store;  // "10.0.0.1:29500"
+  sockaddr_storage source{};
+  bool loopback = false;
+};
+
+std::optional<StoreRoute> route_to_store(int family) {
+  LaunchInfo launch;
+  try {
+    if (!launcher_present()) return std::nullopt;
+    launch = detect_launch();
+  } catch (const Error&) {
+    return std::nullopt;  // the bootstrap reports a broken launcher environment itself
+  }
+  if (launch.store_host.empty()) return std::nullopt;
+  addrinfo hints{};
+  hints.ai_family = family;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  std::string host = launch.store_host;
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (getaddrinfo(host.c_str(), std::to_string(launch.store_port).c_str(), &hints, &found) != 0) return std::nullopt;
+  std::unique_ptr<addrinfo, void (*)(addrinfo*)> guard(found, freeaddrinfo);
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    StoreRoute route;
+    socklen_t length = sizeof(route.source);
+    const bool ok = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+                    ::getsockname(fd, reinterpret_cast<sockaddr*>(&route.source), &length) == 0;
+    ::close(fd);
+    if (!ok) continue;
+    route.store = format_address(a->ai_addr);
+    if (route.source.ss_family == AF_INET) {
+      route.loopback = (ntohl(reinterpret_cast<const sockaddr_in*>(&route.source)->sin_addr.s_addr) >> 24) == 127;
+    } else {
+      const auto& a6 = reinterpret_cast<const sockaddr_in6*>(&route.source)->sin6_addr;
+      route.loopback = IN6_IS_ADDR_LOOPBACK(&a6) || (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
+    }
+    return route;
+  }
+  return std::nullopt;
+}
+
+bool same_host_address(const sockaddr* a, const sockaddr_storage& b) {
+  if (a->sa_family != b.ss_family) return false;
+  if (a->sa_family == AF_INET) {
+    return reinterpret_cast<const sockaddr_in*>(a)->sin_addr.s_addr ==
+           reinterpret_cast<const sockaddr_in*>(&b)->sin_addr.s_addr;
+  }
+  return std::memcmp(&reinterpret_cast<const sockaddr_in6*>(a)->sin6_addr,
+                     &reinterpret_cast<const sockaddr_in6*>(&b)->sin6_addr, sizeof(in6_addr)) == 0;
+}
+
+std::string host_of(const sockaddr* address) {
+  std::string text = format_address(address);
+  text = text.substr(0, text.rfind(':'));
+  if (text.size() > 2 && text.front() == '[') text = text.substr(1, text.size() - 2);
+  return text;
 }
 
 bool is_link_local_v6(const sockaddr* sa) {
@@ -176,6 +244,27 @@ SocketInterface choose_interface() {
   const Candidate* best =
       spec && rails.size() > 1 ? rails[static_cast<std::size_t>(local_rank) % rails.size()] : first_best;
   SocketInterface chosen;
+  std::optional<StoreRoute> route;
+  const Candidate* routed = nullptr;
+  if (!spec) route = route_to_store(family);
+  if (route && !route->loopback) {
+    for (const auto& c : candidates) {
+      if (same_host_address(c.entry->ifa_addr, route->source)) routed = &c;
+    }
+  }
+  if (routed != nullptr) {
+    best = routed;
+    for (const auto& c : candidates) {
+      const std::string name = c.entry->ifa_name;
+      if (c.rank >= 10 || name == routed->entry->ifa_name) continue;
+      if (std::any_of(chosen.skipped.begin(), chosen.skipped.end(),
+                      [&](const SocketInterface::Skipped& s) { return s.name == name; }))
+        continue;
+      chosen.skipped.push_back(
+          {name, host_of(c.entry->ifa_addr),
+           "the route to the store " + route->store + " leaves by " + routed->entry->ifa_name + ", not by " + name});
+    }
+  }
   chosen.name = best->entry->ifa_name;
   chosen.address_len = best->entry->ifa_addr->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
   std::memcpy(&chosen.address, best->entry->ifa_addr, chosen.address_len);
@@ -190,12 +279,23 @@ SocketInterface choose_interface() {
                  "): local rank " + std::to_string(local_rank) + " takes " + chosen.name + ", one NIC per local rank";
   } else if (spec) {
     chosen.why = "RDMX_SOCKET_IFNAME=" + *spec + " matched " + chosen.name;
+  } else if (routed != nullptr) {
+    chosen.why = "the route to the job's store " + route->store + " leaves by it (set RDMX_SOCKET_IFNAME to choose)";
+    for (const auto& s : chosen.skipped) chosen.why += "; skipped " + s.name + " (" + s.address + "): " + s.reason;
   } else if (best->rank >= 10) {
     chosen.why = "no non-loopback interface is up; using " + chosen.name;
+  } else if (route && route->loopback) {
+    chosen.why = "the job's store " + route->store +
+                 " is on loopback; the first interface up that is not loopback or docker (set RDMX_SOCKET_IFNAME to "
+                 "choose)";
   } else {
     chosen.why = "first interface up that is not loopback or docker (set RDMX_SOCKET_IFNAME to choose)";
   }
   if (family_text) chosen.why += ", RDMX_SOCKET_FAMILY=" + *family_text;
+  if (!chosen.skipped.empty()) {
+    static std::atomic<bool> said{false};  // the tcp provider and the control mesh both ask
+    if (!said.exchange(true)) RDMX_INFO("tcp: using interface %s: %s", chosen.name.c_str(), chosen.why.c_str());
+  }
   return chosen;
 }
 

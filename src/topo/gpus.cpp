@@ -2,9 +2,13 @@
 // GPUs as the CUDA driver reports them (services/cuda/driver.hpp loads it at run
 // time): the driver, not the toolkit, is what knows the GPUs, and the toolkit
 // may be installed without one, or the reverse.
+#include <algorithm>
+#include <cctype>
 #include <cstddef>
+#include <string>
 
 #include "services/cuda/driver.hpp"
+#include "topo/sysfs.hpp"
 #include "topo/topo.hpp"
 
 namespace rdmx::topo {
@@ -26,6 +30,14 @@ GpuScan scan() {
     if (api.cuDeviceGetName(text, sizeof text - 1, device) == core::cuda::kSuccess) gpu.name = text;
     char bus_id[64] = {};
     if (api.cuDeviceGetPCIBusId(bus_id, sizeof bus_id - 1, device) == core::cuda::kSuccess) gpu.pci_bus_id = bus_id;
+    if (!gpu.pci_bus_id.empty()) {
+      // The driver writes the bus id in capitals; sysfs names devices in small letters.
+      std::string sysfs_id = gpu.pci_bus_id;
+      std::transform(sysfs_id.begin(), sysfs_id.end(), sysfs_id.begin(),
+                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+      if (auto node = read_integer("/sys/bus/pci/devices/" + sysfs_id + "/numa_node"); node && *node >= 0)
+        gpu.numa_node = static_cast<int>(*node);
+    }
     std::size_t bytes = 0;
     if (api.cuDeviceTotalMem_v2(&bytes, device) == core::cuda::kSuccess) gpu.memory_bytes = bytes;
     auto attribute = [&](int which) {

@@ -19,6 +19,7 @@
 #include "services/config.hpp"
 #include "services/log.hpp"
 #include "services/mutex.hpp"
+#include "services/port_range.hpp"
 
 namespace rdmx::tcp {
 namespace {
@@ -62,16 +63,11 @@ TcpDevice::TcpDevice(SocketInterface iface, std::string why, core::DeviceResourc
   if (listen_fd < 0) throw_system("socket() for the listener failed", local);
   int one = 1;
   setsockopt(listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_storage bind_address = iface_.address;
-  if (bind_address.ss_family == AF_INET)
-    reinterpret_cast<sockaddr_in*>(&bind_address)->sin_port = 0;
-  else
-    reinterpret_cast<sockaddr_in6*>(&bind_address)->sin6_port = 0;
-  if (::bind(listen_fd, reinterpret_cast<sockaddr*>(&bind_address), iface_.address_len) != 0) {
-    int saved = errno;
+  const core::PortRange ports = core::port_range();
+  if (const int error = core::bind_in_port_range(listen_fd, iface_.address, iface_.address_len, ports); error != 0) {
     ::close(listen_fd);
-    errno = saved;
-    throw_system("bind() of the listener failed", local);
+    errno = error;
+    throw_system("bind() of the listener on ports " + ports.text() + " failed", local);
   }
   // As deep an accept queue as the kernel allows (net.core.somaxconn): a
   // job connecting thousands of QPs at once overflows a shallow one, and the

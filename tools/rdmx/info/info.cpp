@@ -10,6 +10,7 @@
 #include "cli/commands.hpp"
 #include "launch/local_job.hpp"
 #include "rdmx/comm.hpp"
+#include "rdmx/error.hpp"
 #include "rdmx/info.hpp"
 #include "rdmx/registration_cache.hpp"
 #include "rdmx/verbs.hpp"
@@ -31,6 +32,8 @@ struct Report {
   std::vector<Setting> settings;
   UnmapDetection registration_cache;
   AuthStatus auth;
+  SocketInterfaceChoice socket;
+  std::string ports;
   CudaStatus cuda;
 };
 
@@ -121,6 +124,13 @@ void print_providers(const Report& report) {
           : "pinning registrations last one operation; unmap watching " + report.registration_cache.how;
   std::printf("  %s\n", line.c_str());
   std::printf("\nConnections\n  %s\n", report.auth.how.c_str());
+  const SocketInterfaceChoice& socket = report.socket;
+  if (socket.usable) {
+    std::printf("  sockets listen on %s (%s): %s\n", socket.name.c_str(), socket.address.c_str(), socket.why.c_str());
+  } else {
+    std::printf("  sockets: no interface fits: %s\n", socket.why.c_str());
+  }
+  std::printf("  listener ports (RDMX_PORT_RANGE): %s\n", report.ports.c_str());
 }
 
 void print_rdma(const HostTopology& host) {
@@ -258,6 +268,12 @@ void run_info(const InfoOptions& options) {
   report.settings = settings();
   report.registration_cache = unmap_detection();
   report.auth = probe_auth();
+  report.socket = socket_interface();
+  try {
+    report.ports = listen_ports().text;
+  } catch (const Error& e) {
+    report.ports = e.what();
+  }
   report.cuda = probe_cuda();
   print_text(report);
 }
