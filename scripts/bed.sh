@@ -16,11 +16,12 @@
 #                                         rail per NIC, as multi-rail clusters are); the bridges live
 #                                         in namespace rdmxb-NAME-sw. Ranks reach other rails through
 #                                         their own NIC on that rail (reverse-path filtering is off)
-#   scripts/bed.sh run NAME HxL [--time-limit S] [--port P] -- CMD..
+#   scripts/bed.sh run NAME HxL [--time-limit S] [--port P] [--ifname auto] -- CMD..
 #                                         start H*L ranks of CMD, L in each of the first H hosts,
 #                                         rank = h*L + l, with RDMX_RANK, RDMX_WORLD_SIZE,
 #                                         RDMX_LOCAL_RANK, RDMX_LOCAL_WORLD_SIZE, RDMX_STORE (rank 0
-#                                         serves it on host 0), RDMX_SOCKET_IFNAME and a per-job
+#                                         serves it on host 0), RDMX_SOCKET_IFNAME (NIC 0's name
+#                                         prefix; not with --ifname auto, so ranks choose) and a per-job
 #                                         RDMX_AUTH_KEY (unless one is set) set; each
 #                                         output line is prefixed with its rank; exits with the first
 #                                         failing rank's status (124 when the time limit, default
@@ -28,6 +29,10 @@
 #   scripts/bed.sh link NAME HOST RATE [NIC]
 #                                         reshape one NIC's link (default NIC 0) of host HOST to RATE in
 #                                         both directions: a slow cable or port among the others
+#   scripts/bed.sh stray NAME HOST       give host HOST an interface rb<NAME>h<h>x (10.204.0.<h+1>/24) on a
+#                                         bridge of its own that no other host joins, numbered before
+#                                         the host's NICs so that it is the first one listed: a
+#                                         management or storage network that does not reach the peers
 #   scripts/bed.sh exec NAME HOST CMD..   run CMD in host HOST's namespace (RDMX_SOCKET_IFNAME set)
 #   scripts/bed.sh show NAME              the hosts, addresses and each link's qdisc
 #   scripts/bed.sh down NAME              delete the bed
@@ -183,6 +188,29 @@ show() {
   done
 }
 
+# An interface on a network without the job's peers, listed first.
+stray() {
+  local name=$1 host=$2
+  check_name "$name"
+  need_root
+  local ns sw
+  ns=$(host_ns "$name" "$host")
+  sw=$(switch_ns "$name")
+  ip netns list | awk '{print $1}' | grep -qx "$ns" || die "bed $name has no host $host"
+  ip -n "$sw" link show brx >/dev/null 2>&1 || {
+    ip -n "$sw" link add brx type bridge
+    ip -n "$sw" link set brx up
+  }
+  local hif="rb${name}h${host}x" sif="rb${name}s${host}x"
+  # The lowest free index after loopback's: getifaddrs lists by index.
+  ip -n "$ns" link add "$hif" index 2 type veth peer name "$sif" netns "$sw"
+  ip -n "$sw" link set "$sif" master brx
+  ip -n "$sw" link set "$sif" up
+  ip -n "$ns" addr add "10.204.0.$((host + 1))/24" dev "$hif"
+  ip -n "$ns" link set "$hif" up
+  echo "bed $name: host $host has $hif (10.204.0.$((host + 1))/24) first, on a bridge without peers"
+}
+
 exec_in() {
   local name=$1 host=$2
   shift 2
@@ -201,11 +229,12 @@ run() {
   [[ "$layout" =~ ^([0-9]+)x([0-9]+)$ ]] || die "layout must be HxL, e.g. 2x4 (got '$layout')"
   local H=${BASH_REMATCH[1]} L=${BASH_REMATCH[2]}
   ((H >= 1 && L >= 1)) || die "layout $layout: H and L must be at least 1"
-  local limit=300 port=29500
+  local limit=300 port=29500 ifname_auto=0
   while [[ $# -gt 0 && "$1" != "--" ]]; do
     case "$1" in
       --time-limit) limit=${2:?}; shift 2 ;;
       --port) port=${2:?}; shift 2 ;;
+      --ifname) [[ ${2:-} == auto ]] || die "--ifname takes auto"; ifname_auto=1; shift 2 ;;
       *) die "unknown option $1 (the command goes after --)" ;;
     esac
   done
@@ -226,7 +255,7 @@ run() {
   local pids=() h
   for ((h = 0; h < H; ++h)); do
     ip netns exec "$(host_ns "$name" "$h")" unshare --uts bash -c "$HOST_LAUNCHER" bed-host "$name" "$h" "$L" \
-      "$world" "$store" "$(host_if "$name" "$h")" "$limit" "$@" &
+      "$world" "$store" "$( ((ifname_auto)) || host_if "$name" "$h")" "$limit" "$@" &
     pids+=($!)
   done
   local status=0 pid got
@@ -255,7 +284,7 @@ pids=()
 for ((l = 0; l < L; ++l)); do
   rank=$((h * L + l))
   RDMX_RANK=$rank RDMX_WORLD_SIZE=$world RDMX_LOCAL_RANK=$l RDMX_LOCAL_WORLD_SIZE=$L RDMX_STORE=$store \
-    RDMX_SOCKET_IFNAME=$ifname timeout -k 5 "$limit" "$@" > >(sed -u "s/^/[$rank] /") 2>&1 &
+    env ${ifname:+"RDMX_SOCKET_IFNAME=$ifname"} timeout -k 5 "$limit" "$@" > >(sed -u "s/^/[$rank] /") 2>&1 &
   pids+=($!)
 done
 status=0
@@ -274,9 +303,10 @@ case "$cmd" in
   up) up "${1:?usage: bed.sh up NAME HOSTS [RATE] [NICS]}" "${2:?usage: bed.sh up NAME HOSTS [RATE] [NICS]}" "${3:-}" "${4:-}" ;;
   down) down "${1:?usage: bed.sh down NAME}" ;;
   show) show "${1:?usage: bed.sh show NAME}" ;;
+  stray) stray "${1:?usage: bed.sh stray NAME HOST}" "${2:?usage: bed.sh stray NAME HOST}" ;;
   exec) exec_in "${1:?usage: bed.sh exec NAME HOST CMD..}" "${2:?usage: bed.sh exec NAME HOST CMD..}" "${@:3}" ;;
   link) relink "${1:?usage: bed.sh link NAME HOST RATE [NIC]}" "${2:?usage: bed.sh link NAME HOST RATE [NIC]}" \
     "${3:?usage: bed.sh link NAME HOST RATE [NIC]}" "${4:-0}" ;;
   run) run "${1:?usage: bed.sh run NAME HxL -- CMD..}" "${2:?usage: bed.sh run NAME HxL -- CMD..}" "${@:3}" ;;
-  *) die "usage: bed.sh up|run|link|exec|show|down ... (see the comment at the top)" ;;
+  *) die "usage: bed.sh up|run|link|stray|exec|show|down ... (see the comment at the top)" ;;
 esac

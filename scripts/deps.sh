@@ -16,7 +16,8 @@
 #                              ~/.cache/rdmx/venv); clang, its sanitizer
 #                              and libFuzzer runtimes and llvm's symbolizer for
 #                              the check build; clang-format; Open MPI and
-#                              iproute2 for the launcher and namespace tests;
+#                              iproute2 for the launcher and namespace tests,
+#                              nftables for the bed test's firewall;
 #                              Google Benchmark for bench/reduce_bench
 #   scripts/deps.sh --bench    all of the above, and the peers the benchmarks
 #                              compare with: sockperf and iperf3
@@ -32,7 +33,7 @@ set -euo pipefail
 
 build_packages=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev libcli11-dev
                 nlohmann-json3-dev libhwloc-dev libsodium-dev libibverbs-dev ibverbs-providers)
-test_packages=(iproute2 libbenchmark-dev openmpi-bin clang-format clang libclang-rt-dev llvm)
+test_packages=(iproute2 nftables libbenchmark-dev openmpi-bin clang-format clang libclang-rt-dev llvm)
 
 mode=test
 stamp=""

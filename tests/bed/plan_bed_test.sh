@@ -15,14 +15,7 @@ trap '"$bed" down "$name" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 export RDMX_TIMEOUT=${RDMX_TIMEOUT:-120}
 port=$((20000 + $$ % 10000))
 
-fail() {
-  echo "plan bed test: $*" >&2
-  for f in "$work"/*.log; do
-    echo "--- $f:" >&2
-    cat "$f" >&2
-  done
-  exit 1
-}
+fail() { fail_with_logs "plan bed test" "$*"; }
 
 "$bed" up "$name" 2 500mbit
 "$bed" run "$name" 2x2 --time-limit 240 --port "$port" -- "$rdmx" plan calibrate --name bed --nic-gbit 0.5 \

@@ -30,6 +30,7 @@ const std::map<std::string, std::set<std::string>>& rooms() {
       {"info", {"cli", "launch"}},
       {"plan", {"cli", "launch", "report"}},
       {"status", {"cli"}},
+      {"doctor", {"cli", "launch", "report"}},
   };
   return table;
 }
@@ -58,7 +59,7 @@ TEST(ToolsLayout, EverySourceSitsInARoom) {
   ASSERT_FALSE(sources.empty()) << "no sources under " << source_path("tools/rdmx");
   for (const Source& s : sources) {
     EXPECT_TRUE(rooms().count(s.room) == 1)
-        << "tools/rdmx/" << s.relative << " is not in a room (cli, report, launch, perf, info, plan, status); "
+        << "tools/rdmx/" << s.relative << " is not in a room (cli, report, launch, perf, info, plan, status, doctor); "
         << "hint: put it in the room of what it does, or add the room to docs/TOOLS.md's Layout and to this test";
   }
 }

@@ -39,7 +39,7 @@ void register_run(CLI::App& root);
 void register_perf(CLI::App& root);  // perf p2p, perf coll
 void register_bench(CLI::App& root);
 void register_status(CLI::App& root);  // status of a running job
-void register_status(CLI::App& root);  // status of a running job
+void register_doctor(CLI::App& root);  // what a job needs of its hosts
 void register_plan(CLI::App& root);    // plan, plan fabrics|models|collective|calibrate
 
 // Refuses, on every numeric option of `app` and its subcommands, a value not

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   rdmx::cli::register_bench(app);
   rdmx::cli::register_plan(app);
   rdmx::cli::register_status(app);
+  rdmx::cli::register_doctor(app);
   rdmx::cli::require_decimal_numbers(app);
   try {
     app.parse(argc, argv);

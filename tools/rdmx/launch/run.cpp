@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // rdmx run -n N [--provider P] -- CMD ...: N local ranks of CMD, as mpirun -np
 // or torchrun --nproc-per-node would start them, for any rdmx program.
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@ void register_run(CLI::App& root) {
     std::string provider;
     int time_limit = 0;
     std::size_t tail = 10;
+    bool doctor = false;
     std::vector<std::string> command;
   };
   auto args = std::make_shared<Args>();
@@ -32,6 +34,8 @@ void register_run(CLI::App& root) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--tail", args->tail, "lines of a failed rank's output to repeat in the report")
       ->check(CLI::Range(0, 1000));
+  cmd->add_flag("--doctor", args->doctor,
+                "first run `rdmx doctor` as the job's ranks, and start the command only when it finds no problem");
   cmd->add_option("command", args->command, "the program and its arguments (after --)")->required();
   cmd->callback([args] {
     LocalJobOptions options;
@@ -43,6 +47,17 @@ void register_run(CLI::App& root) {
     // The check every rank's Communicator::create makes, once, before 64
     // ranks each fail with it (or a program without one fits anyway: off).
     require_comm_memory_fits(comm_memory(args->ranks, args->ranks), "rdmx run -n " + std::to_string(args->ranks));
+    if (args->doctor) {
+      LocalJobOptions check = options;
+      check.command = {self_executable(), "doctor"};
+      check.name = "rdmx run --doctor";
+      const LocalJobResult checked = run_local_job(check);
+      if (checked.exit_code != 0) {
+        std::fprintf(stderr, "rdmx run: rdmx doctor found a problem (above); %s not started\n",
+                     args->command.front().c_str());
+        throw ExitStatus{checked.exit_code};
+      }
+    }
     const LocalJobResult result = run_local_job(options);
     if (result.exit_code != 0) throw ExitStatus{result.exit_code};
   });
