@@ -7,8 +7,9 @@
 # - two hosts of two ranks with two NICs each, NIC 1 of host 1 at 100
 #   Mbit/s: `rdmx status`, run on host 1 against a running job's store on
 #   host 0, shows its four ranks on two hosts and is refused without the
-#   job's secret; `perf fabric` keeps the rail-0 links between NIC 0s fast
-#   and calls slow only links through a NIC on rail 1.
+#   job's secret; `perf fabric` keeps the rail-0 links between NIC 0s fast,
+#   calls slow only links through a NIC on rail 1, and names as suspects
+#   the two ends of rail 1 (ranks 1 and 3), from the links within a rail.
 #   tests/bed/fabric_bed_test.sh BUILD_DIR
 set -euo pipefail
 source "$(dirname "$0")/bed_prelude.sh" "$1"
@@ -20,17 +21,7 @@ trap '[[ -z "$job" ]] || kill "$job" 2>/dev/null || true; "$bed" down "$name" >/
 export RDMX_TIMEOUT=${RDMX_TIMEOUT:-60}
 port=$((20000 + $$ % 10000))
 
-fail() {
-  echo "fabric bed test: $*" >&2
-  for log in "$work"/*.log; do
-    echo "--- $log:" >&2
-    cat "$log" >&2
-  done
-  exit 1
-}
-
-# Rank 0's lines of a bed run, without their "[0] " prefix.
-rank0() { sed -n 's/^\[0\] //p' "$1"; }
+fail() { fail_with_logs "fabric bed test" "$*"; }
 
 "$bed" up "$name" 3 1gbit >/dev/null
 "$bed" link "$name" 2 100mbit
@@ -92,7 +83,13 @@ for l in slow:
 for l in pairs:
     if {l["from"], l["to"]} == {0, 2}:
         assert not l["outlier"], l
-print("2x2:", "; ".join(doc["outliers"]))
+    if {l["from"], l["to"]} == {1, 3}:
+        assert l["outlier"] and not l["across_networks"], l
+    assert l["across_networks"] == (l["from"] % 2 != l["to"] % 2), l
+# Within rail 1, the only slow cable joins ranks 1 and 3: both ends named, and
+# never a rank on rail 0, whatever rail the pairs across rails rode.
+assert sorted(s["rank"] for s in doc["suspects"]) == [1, 3], doc["suspects"]
+print("2x2:", "; ".join(doc["outliers"]), "| suspects:", "; ".join(s["why"] for s in doc["suspects"]))
 PY
 echo "fabric bed test: the slow link named on three hosts and on two hosts' rail 1; rdmx status read the 2x2 job from host 1"
 head -8 "$work/status.log"

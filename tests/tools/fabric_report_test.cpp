@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "json_schema.hpp"
@@ -81,6 +82,41 @@ TEST(FabricReport, TwoRanksNameASlowDirectionButNoSuspect) {
   const auto doc = cli::fabric::analyse(a);
   EXPECT_EQ(doc["outliers"].size(), 1u) << doc.dump(1);
   EXPECT_TRUE(doc["suspects"].empty()) << doc.dump(1);
+}
+
+// Two hosts of two ranks on two rails, the rail-1 cable of host 1 slow, as
+// on the bed: a pair across rails rides the rail the routes pick (0-3 went
+// over rail 0 and was fast, 1-2 over rail 1 and was slow), so judged from
+// all pairs rank 1 alone looked guilty. Within each rail the only slow link
+// joins ranks 1 and 3, and both are named as its two ends.
+TEST(FabricReport, LinksAcrossRailsDoNotPickTheSuspect) {
+  Analysis a;
+  auto add = [&a](int from, int to, double gbps) {
+    const int nic_from = from % 2;
+    const int nic_to = to % 2;
+    a.links.push_back({.pattern = "pairs",
+                       .from = from,
+                       .to = to,
+                       .from_host = "h" + std::to_string(from / 2),
+                       .to_host = "h" + std::to_string(to / 2),
+                       .interface = "nic" + std::to_string(nic_from),
+                       .to_interface = "nic" + std::to_string(nic_to),
+                       .gbps = gbps,
+                       .across_networks = nic_from != nic_to});
+  };
+  for (const auto& [x, y, gbps] : {std::tuple{0, 2, 0.12}, {1, 3, 0.012}, {0, 3, 0.10}, {1, 2, 0.012}}) {
+    add(x, y, gbps);
+    add(y, x, gbps);
+  }
+  const auto doc = cli::fabric::analyse(a);
+  expect_valid(with_run_fields(doc), "perf_fabric.schema.json");
+  ASSERT_EQ(doc["suspects"].size(), 2u) << doc.dump(1);
+  EXPECT_EQ(doc["suspects"][0]["rank"], 1);
+  EXPECT_EQ(doc["suspects"][1]["rank"], 3);
+  const std::string text = cli::fabric::describe(doc);
+  EXPECT_TRUE(contains(text, "within its network all end at rank 3, also named: either end")) << text;
+  EXPECT_TRUE(contains(text, "(across networks)")) << text;
+  EXPECT_TRUE(contains(text, "suspects come from links within one network only")) << text;
 }
 
 TEST(FabricReport, NoLinkBetweenHostsSaysSo) {

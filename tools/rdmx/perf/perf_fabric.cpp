@@ -5,6 +5,7 @@
 // with the NIC counters that moved meanwhile. Pairs run in rounds (the
 // circle method: each rank in at most one pair per round), so a round tests
 // disjoint pairs at once as all-pairs sweeps do.
+#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -64,6 +65,34 @@ const NetInterface* interface_in(const std::string& device, const std::vector<Ne
     if (device.find(i.name) != std::string::npos && (best == nullptr || i.name.size() > best->name.size())) best = &i;
   }
   return best;
+}
+
+// The network ("10.203.1.0/24") of the interface's address that the device
+// names (else its first); "" when unknown.
+std::string network_of(const std::string& device, const NetInterface* nic) {
+  if (nic == nullptr || nic->addresses.empty()) return "";
+  std::string chosen = nic->addresses.front();
+  for (const std::string& a : nic->addresses) {
+    const std::string host = a.substr(0, a.find('/'));
+    if (device.find("/" + host + ":") != std::string::npos || device.find("[" + host + "]") != std::string::npos) {
+      chosen = a;
+    }
+  }
+  const std::size_t slash = chosen.find('/');
+  if (slash == std::string::npos) return "";
+  const int bits = std::atoi(chosen.c_str() + slash + 1);
+  const std::string host = chosen.substr(0, slash);
+  unsigned char bytes[16] = {};
+  const int family = host.find(':') == std::string::npos ? AF_INET : AF_INET6;
+  if (inet_pton(family, host.c_str(), bytes) != 1) return "";
+  const int length = family == AF_INET ? 4 : 16;
+  for (int i = 0; i < length; ++i) {
+    const int keep = std::clamp(bits - 8 * i, 0, 8);
+    bytes[i] = static_cast<unsigned char>(bytes[i] & (0xff00 >> keep));
+  }
+  char text[INET6_ADDRSTRLEN] = {};
+  inet_ntop(family, bytes, text, sizeof(text));
+  return std::string(text) + "/" + std::to_string(bits);
 }
 
 // One direction, `from` to `to`, measured by the receiver: it first times a
@@ -139,6 +168,7 @@ void run_fabric(const FabricOptions& o) {
   const std::vector<std::string> hosts = gather_text(*comm, topo.hostname);
   const std::vector<std::string> devices = gather_text(*comm, device);
   const std::vector<std::string> nics = gather_text(*comm, nic != nullptr ? nic->name : "");
+  const std::vector<std::string> networks = gather_text(*comm, network_of(device, nic));
   const double line = nic != nullptr && nic->speed_mbps > 0 ? static_cast<double>(nic->speed_mbps) / 8e3 : 0;
   const std::vector<double> lines = gather_doubles(*comm, {line});
 
@@ -196,7 +226,9 @@ void run_fabric(const FabricOptions& o) {
                            .interface = nics[f],
                            .to_interface = nics[static_cast<std::size_t>(to)],
                            .gbps = gbps,
-                           .line_gbps = lines[f]});
+                           .line_gbps = lines[f],
+                           .across_networks = !networks[f].empty() && !networks[static_cast<std::size_t>(to)].empty() &&
+                                              networks[f] != networks[static_cast<std::size_t>(to)]});
   };
   for (int to = 0; to < n; ++to) {
     for (int from = 0; from < n; ++from) {

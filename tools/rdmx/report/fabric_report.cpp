@@ -40,11 +40,19 @@ std::string rank_text(int rank, const std::string& host, const std::string& inte
 
 // A rank every measured link through which is slow is the likely culprit:
 // its NIC, cable or switch port, rather than the links' other ends. Only
-// when links that avoid it exist to compare with.
-json suspects(const std::vector<Link>& links, double reference, double threshold) {
+// when links that avoid it exist to compare with, and only from links
+// within one network: a link across networks rides the NICs the routes pick.
+json suspects(const std::vector<Link>& all_links, double reference, double threshold) {
+  std::vector<Link> links;
+  for (const Link& l : all_links) {
+    if (!l.across_networks) links.push_back(l);
+  }
   std::map<int, std::vector<double>> through;
+  std::map<int, std::set<int>> partners;
   std::map<int, std::pair<std::string, std::string>> where;  // host, interface
   for (const Link& l : links) {
+    partners[l.from].insert(l.to);
+    partners[l.to].insert(l.from);
     through[l.from].push_back(l.gbps);
     through[l.to].push_back(l.gbps);
     where[l.from] = {l.from_host, l.interface};
@@ -69,6 +77,22 @@ json suspects(const std::vector<Link>& links, double reference, double threshold
                      {"others_GBps", others_median},
                      {"why", "every link through it is at most " + fixed(best / others_median, 2) +
                                  "x the median of the links that avoid it"}});
+    }
+  }
+  // Suspects whose every link joins them to other suspects (the two ends of
+  // the one slow cable of a rail, say): nothing measured tells them apart.
+  std::set<int> named;
+  for (const json& s : out) named.insert(s["rank"].get<int>());
+  for (json& s : out) {
+    std::string others;
+    bool only_suspects = true;
+    for (int p : partners[s["rank"].get<int>()]) {
+      only_suspects = only_suspects && named.count(p) > 0;
+      others += (others.empty() ? "rank " : ", ") + std::to_string(p);
+    }
+    if (only_suspects) {
+      s["why"] = s["why"].get<std::string>() + "; its links within its network all end at " + others +
+                 ", also named: either end";
     }
   }
   return out;
@@ -97,7 +121,8 @@ json analyse(const Analysis& input) {
                  {"to_interface", l.to_interface},
                  {"GBps", l.gbps},
                  {"of_reference", ratio},
-                 {"outlier", outlier}};
+                 {"outlier", outlier},
+                 {"across_networks", l.across_networks}};
     if (l.line_gbps > 0) link["of_line_rate"] = l.gbps / l.line_gbps;
     if (l.line_gbps > 0) link["line_GBps"] = l.line_gbps;
     links.push_back(link);
@@ -152,7 +177,14 @@ std::string describe(const json& doc) {
                     l.contains("of_line_rate") ? fixed(l["of_line_rate"].get<double>(), 2).c_str() : "n/a",
                     l["outlier"].get<bool>() ? "  SLOW" : "");
       text += row;
+      if (l["across_networks"].get<bool>()) text.insert(text.size() - 1, "  (across networks)");
     }
+  }
+  if (std::any_of(doc["links"].begin(), doc["links"].end(),
+                  [](const json& l) { return l["across_networks"] == true; })) {
+    text +=
+        "links across networks ride the NICs the hosts' routes pick, not their ranks' own; suspects come from links "
+        "within one network only\n";
   }
   if (doc["links"].empty()) text += "no link between hosts: every rank is on one host (start ranks on several)\n";
   for (const json& o : doc["outliers"]) text += "slow link: " + o.get<std::string>() + "\n";

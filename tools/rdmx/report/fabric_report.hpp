@@ -24,6 +24,10 @@ struct Link {
   std::string to_interface;  // to's
   double gbps = 0;           // measured, GB/s (1e9 bytes)
   double line_gbps = 0;      // the interface's line rate, GB/s (0: unknown)
+  // The two interfaces are on different networks (rails): the kernels'
+  // routes, not the ranks' NICs, decide which NICs such a link crosses, so
+  // it tells nothing of its ends' NICs.
+  bool across_networks = false;
 };
 
 // A counter of a rank's interface that moved during the sweep.
