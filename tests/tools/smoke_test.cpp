@@ -44,6 +44,7 @@ const std::map<std::string, std::string>& smoke_tests() {
       {"plan calibrate", "PlanCalibrate"},
       {"plan check", "PlanCheck"},
       {"status", "Status"},
+      {"doctor", "Doctor"},
   };
   return tests;
 }
@@ -151,6 +152,16 @@ TEST(Smoke, Status) {
       run_cli({"status"}, {{"RDMX_STORE", ""}, {"MASTER_ADDR", ""}, {"MASTER_PORT", ""}}, seconds(30));
   EXPECT_EQ(lost.exit_code, 1) << lost.out << lost.err;
   EXPECT_TRUE(contains(lost.err, "which job? no --store, and RDMX_STORE is unset")) << lost.err;
+}
+
+// Two local ranks: one host, spoken for once, with no other host to probe
+// (tests/bed/doctor_bed_test.sh probes real hosts).
+TEST(Smoke, Doctor) {
+  const CliResult r = run_cli({"doctor", "--np", "2"}, {}, seconds(60));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "# rdmx doctor: 2 ranks on 1 hosts")) << r.out;
+  EXPECT_TRUE(contains(r.out, "(ranks 0 1): ranks listen on ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "No problems found.")) << r.out;
 }
 
 TEST(Smoke, Run) {
