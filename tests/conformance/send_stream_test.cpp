@@ -173,9 +173,10 @@ void run_stream(RankEnv& env, const std::vector<StreamPhase>& phases, bool both_
              (rx ? "receiving: " + rx->progress() + "; " : std::string()) + "qp " + to_string(qp->state());
     });
     // A phase with too few receives waits out RNR backoffs by design: its
-    // bound is the connection's RNR patience, not only RDMX_TIMEOUT (10 s in
-    // the emulated verbs guest, where 200 such SENDs took longer).
-    const auto bound = std::max<std::chrono::milliseconds>(default_timeout(), opts.rnr_timeout * 3 / 2);
+    // bound is a multiple of the connection's RNR patience, not only
+    // RDMX_TIMEOUT (10 s in the emulated verbs guest, where 200 such SENDs
+    // took longer, and 48 of 1 MiB took over 30 s while the host compiled).
+    const auto bound = std::max<std::chrono::milliseconds>(default_timeout(), opts.rnr_timeout * 3);
     const auto deadline = Clock::now() + bound;
     while ((tx && !tx->done()) || (rx && !rx->done())) {
       bool did = false;
