@@ -4,14 +4,18 @@
 // probe other hosts through a stray interface and a firewall.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <map>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "json_schema.hpp"
+#include "rdmx/bootstrap.hpp"
 #include "run_cli.hpp"
 
 namespace rdmx::test {
@@ -62,6 +66,23 @@ TEST(DoctorCommand, APortRangeWithoutAFreePortStopsRunBeforeTheCommand) {
   EXPECT_TRUE(contains(r.out, "with ports " + port + "-" + port + ": bind: Address already in use")) << r.out;
   EXPECT_TRUE(contains(r.err, "rdmx doctor found a problem (above); sh not started")) << r.err;
   EXPECT_FALSE(contains(r.out, "[0] started")) << r.out;
+}
+
+// A standalone store outlives jobs: doctor leaves it as it found it, so a
+// second run reads none of the first one's keys.
+TEST(DoctorCommand, LeavesNoKeysInTheStore) {
+  char dir_template[] = "/tmp/rdmx-doctor-store.XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  const std::map<std::string, std::string> job = {
+      {"RDMX_STORE", "file:" + dir}, {"RDMX_RANK", "0"}, {"RDMX_WORLD_SIZE", "1"}};
+  for (int run = 0; run < 2; ++run) {
+    const CliResult r = run_cli({"doctor", "--json"}, job);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out)["hosts"].size(), 1u) << r.out;
+    EXPECT_TRUE(open_file_store(dir)->keys("").empty()) << "after run " << run;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(DoctorCommand, AMalformedPortRangeIsNamed) {

@@ -142,7 +142,11 @@ void run_doctor(const DoctorOptions& o) {
     if (ranks_of[host].empty()) leaders.push_back(r);
     ranks_of[host].push_back(r);
   }
-  if (std::find(leaders.begin(), leaders.end(), me) == leaders.end()) return;
+  const auto leave = [&] { store.set(kPrefix + "left/" + std::to_string(me), ""); };
+  if (std::find(leaders.begin(), leaders.end(), me) == leaders.end()) {
+    leave();
+    return;
+  }
 
   const HostTopology topology = discover_topology();
   const ListenPorts ports = listen_ports();
@@ -188,7 +192,7 @@ void run_doctor(const DoctorOptions& o) {
   // Listen until every host has probed this one.
   store.wait(rank_keys("probes", leaders));
   if (me != 0) {
-    store.set(kPrefix + "left/" + std::to_string(me), "");
+    leave();
     return;
   }
 
@@ -208,9 +212,17 @@ void run_doctor(const DoctorOptions& o) {
                 doc["store"].get<std::string>().c_str(), doctor::describe(doc).c_str());
   }
   std::fflush(stdout);
-  // Rank 0 serves the store: it stays until the other hosts stopped waiting on it.
-  std::vector<int> others(leaders.begin() + 1, leaders.end());
+  // Rank 0 serves the store: it stays until every other rank stopped using
+  // it, then leaves the store as it found it (a standalone store may see
+  // another doctor run, which must not read this one's keys).
+  std::vector<int> others(everyone.begin() + 1, everyone.end());
   store.wait(rank_keys("left", others));
+  for (const char* what : {"host", "left"}) {
+    for (const std::string& key : rank_keys(what, everyone)) store.remove(key);
+  }
+  for (const char* what : {"facts", "probes"}) {
+    for (const std::string& key : rank_keys(what, leaders)) store.remove(key);
+  }
   if (doc["problems"].get<int>() > 0) throw ExitStatus{kExitError};
 }
 
