@@ -13,10 +13,7 @@ SocketInterfaceChoice socket_interface() {
     const core::SocketInterface chosen = core::choose_interface();
     out.usable = true;
     out.name = chosen.name;
-    out.address = core::format_address(reinterpret_cast<const sockaddr*>(&chosen.address));
-    out.address = out.address.substr(0, out.address.rfind(':'));
-    if (out.address.size() > 2 && out.address.front() == '[')
-      out.address = out.address.substr(1, out.address.size() - 2);
+    out.address = core::format_host(reinterpret_cast<const sockaddr*>(&chosen.address));
     out.why = chosen.why;
     for (const auto& s : chosen.skipped) out.skipped.push_back({s.name, s.address, s.reason});
   } catch (const Error& e) {

@@ -124,19 +124,19 @@ bool same_host_address(const sockaddr* a, const sockaddr_storage& b) {
                      &reinterpret_cast<const sockaddr_in6*>(&b)->sin6_addr, sizeof(in6_addr)) == 0;
 }
 
-std::string host_of(const sockaddr* address) {
-  std::string text = format_address(address);
-  text = text.substr(0, text.rfind(':'));
-  if (text.size() > 2 && text.front() == '[') text = text.substr(1, text.size() - 2);
-  return text;
-}
-
 bool is_link_local_v6(const sockaddr* sa) {
   if (sa->sa_family != AF_INET6) return false;
   const auto* a = reinterpret_cast<const sockaddr_in6*>(sa);
   return IN6_IS_ADDR_LINKLOCAL(&a->sin6_addr);
 }
 }  // namespace
+
+std::string format_host(const sockaddr* address) {
+  std::string text = format_address(address);
+  text = text.substr(0, text.rfind(':'));
+  if (text.size() > 2 && text.front() == '[') text = text.substr(1, text.size() - 2);
+  return text;
+}
 
 std::string format_address(const sockaddr* address) {
   char host[INET6_ADDRSTRLEN] = "?";
@@ -261,7 +261,7 @@ SocketInterface choose_interface() {
                       [&](const SocketInterface::Skipped& s) { return s.name == name; }))
         continue;
       chosen.skipped.push_back(
-          {name, host_of(c.entry->ifa_addr),
+          {name, format_host(c.entry->ifa_addr),
            "the route to the store " + route->store + " leaves by " + routed->entry->ifa_name + ", not by " + name});
     }
   }

@@ -38,5 +38,7 @@ SocketInterface choose_interface();
 
 // "10.0.0.1:4242" / "[fd00::1]:4242"
 std::string format_address(const sockaddr* address);
+// "10.0.0.1" / "fd00::1%2": the same without the port and brackets.
+std::string format_host(const sockaddr* address);
 
 }  // namespace rdmx::core
