@@ -64,7 +64,8 @@ prefix_files=(usr/include/gtest/gtest.h usr/include/gmock/gmock.h usr/lib/x86_64
               usr/include/CLI/CLI.hpp usr/share/cmake/nlohmann_json/nlohmann_jsonConfig.cmake usr/include/hwloc.h
               usr/lib/x86_64-linux-gnu/libhwloc.so usr/include/sodium.h usr/lib/x86_64-linux-gnu/libsodium.so
               usr/include/infiniband/verbs.h usr/lib/x86_64-linux-gnu/libibverbs.so)
-# The test groups: the plain (not SimulatedGpu.) CUDA cases, by binary.
+# The test groups: the plain (not SimulatedGpu.) CUDA cases, by binary, in
+# the order they start (the conformance cases, the most, last).
 groups=(
   "driver semantics|rdmx_cuda_tests|^CudaDriverSemantics\\."
   "ipc|rdmx_cuda_tests|^CudaIpc(Refusal)?\\."
@@ -74,10 +75,10 @@ groups=(
   "shm peer mapping|rdmx_cuda_tests|^ShmPeerMapping\\."
   "staging budget|rdmx_cuda_tests|^Providers/StagingBudget\\."
   "memory types|rdmx_cuda_tests|^MemoryTypes\\."
-  "conformance, cudaMalloc memory|rdmx_conformance_tests|^CudaMemory/Conformance\\."
-  "conformance, cuMemCreate memory|rdmx_conformance_tests|^CudaVmmMemory/Conformance\\."
   "collectives (CollCuda default share)|rdmx_coll_tests|^CollCuda/"
   "reductions (CudaReduce)|rdmx_reduce_tests|^CudaReduce\\."
+  "conformance, cudaMalloc memory|rdmx_conformance_tests|^CudaMemory/Conformance\\."
+  "conformance, cuMemCreate memory|rdmx_conformance_tests|^CudaVmmMemory/Conformance\\."
 )
 cxx_targets=(rdmx_cli rdmx_cuda_tests rdmx_conformance_tests rdmx_coll_tests rdmx_reduce_tests)
 torch_cuda_tests=tests/python/test_torch_cuda.py
@@ -264,6 +265,16 @@ fi
 pylib=$repo/$stash/pylib
 pypath=$build/python${PYTHONPATH:+:$PYTHONPATH}
 [[ -d $pylib ]] && pypath+=":$pylib"
+# A C++ compiler with a shared libstdc++: with only the static one, the
+# torch backend is not built (python/CMakeLists.txt says why).
+shared_runtime_cxx() {
+  local c
+  for c in "${CXX:-}" g++ /usr/bin/g++ /usr/bin/g++-1[0-9]; do
+    [[ -n $c ]] && c=$(command -v "$c") || continue
+    [[ $("$c" -print-file-name=libstdc++.so 2>/dev/null) == /* ]] && { echo "$c"; return; }
+  done
+  echo "${CXX:-}"
+}
 # configure DIR: the device's tree, pointed at the prefix and the interpreter.
 configure() {
   local dir=$1 libdirs="$prefix/usr/lib/x86_64-linux-gnu:$prefix/lib/x86_64-linux-gnu" args=()
@@ -281,6 +292,9 @@ configure() {
     args+=("-DPython_INCLUDE_DIR=$repo/$stash/python-include/$pyver")
     echo "device-check: $py has no Python.h; using the carried $pyver headers" >>"$log/build.log"
   fi
+  local cxx
+  cxx=$(shared_runtime_cxx)
+  [[ -n $cxx ]] && args+=("-DCMAKE_CXX_COMPILER=$cxx")
   PYTHONPATH=$pypath bound "$(cap 90 60)" "$log/build.log" cmake -S "$repo" -B "$dir" "${args[@]}"
 }
 # Where the configured tree found each package, and whether the prefix served it.
@@ -376,6 +390,17 @@ t0=$(now)
 ids=() regex="" broken=""
 # "NAME<tab>NUMBER" for every test of the tree, listed once.
 listing=$(cd "$ctdir" && ctest -N 2>/dev/null | sed -n 's/^ *Test *#\([0-9]*\): \(.*\)/\2\t\1/p')
+# ctest starts the costliest tests first: each group costs less than the one
+# before it, so a stage cut short at its time limit has run the first groups.
+mkdir -p "$ctdir/Testing/Temporary"
+: >"$ctdir/Testing/Temporary/CTestCostData.txt"
+cost=$((100 * ${#groups[@]}))
+for g in "${groups[@]}"; do
+  IFS='|' read -r name bin re <<<"$g"
+  grep -E "$re" <<<"$listing" | cut -f1 | sed "s/\$/ 1 $cost/" >>"$ctdir/Testing/Temporary/CTestCostData.txt"
+  cost=$((cost - 100))
+done
+echo "---" >>"$ctdir/Testing/Temporary/CTestCostData.txt"
 for g in "${groups[@]}"; do
   IFS='|' read -r name bin re <<<"$g"
   printf '%s\t%s\n' "$name" "$re" >>"$work/groups.tsv"
@@ -395,6 +420,8 @@ if [[ -n $regex ]]; then
   (cd "$ctdir" && env "${gpu_env[@]}" timeout --kill-after=10 "$(cap 150 100)" \
      ctest -j "$((jobs < 12 ? jobs : 12))" --timeout 60 --output-on-failure "${select[@]}" >"$work/ctest.log" 2>&1)
   rc=$?
+  # Ranks of a test stopped at the time limit must not load the benchmarks.
+  pkill -9 -f "^$build/tests/rdmx_" 2>/dev/null
   counts=$(python3 "$repo/scripts/device_check_report.py" ctest-counts "$work/ctest.log")
   status=FAIL
   # On the GPU a case that skips did not run where it should have: most
@@ -453,9 +480,11 @@ has_option() {
 if [[ $mode == run ]]; then
   copy_sizes=(64K 1G) bw_sizes=4K..1G lat_sizes=8..1M volume=1G tcp_sizes=64K..64M tcp_volume=256M
   coll_sizes=(-b 4 -e 1G -f 4) nps=(2 4 8) torch_sizes=4,64K,1M,16M,64M
+  host_np=16 host_sizes=(-b 4 -e 64M -f 4)
 else
   copy_sizes=(4K 64K) bw_sizes=4K,64K lat_sizes=8 volume=1M tcp_sizes=64K tcp_volume=1M
   coll_sizes=(-b 4 -e 64K -f 64 -n 2 -w 1) nps=(2 4) torch_sizes=4,4K
+  host_np=2 host_sizes=(-b 4 -e 64K -f 64 -n 2 -w 1)
 fi
 if [[ ! -x $rdmx ]]; then
   stage bench FAIL 0 "no $rdmx"
@@ -470,7 +499,7 @@ else
   if has_option p2p --memory; then
     p2p_cuda=1
     bench p2p-shm-write_bw 30 p2p write_bw --provider shm --memory cuda -s "$bw_sizes" --volume "$volume" --json
-    bench p2p-shm-write_lat 20 p2p write_lat --provider shm --memory cuda -s "$lat_sizes" --json
+    bench p2p-shm-write_lat 20 p2p write_lat --provider shm --memory cuda -s "$lat_sizes" -n 200 --json
   else
     stage "bench p2p" skip 0 "rdmx perf p2p has no --memory yet (device buffers)"
   fi
@@ -481,6 +510,9 @@ else
   else
     stage "bench coll" skip 0 "rdmx perf coll has no --memory yet (device buffers)"
   fi
+  # Host memory on every core: the small-message floor and the large-message
+  # busbw past the 2-core machines (docs/PERFORMANCE.md, all_reduce on 16 cores).
+  bench "coll-host-all_reduce-np$host_np" 45 coll all_reduce --memory host --np "$host_np" "${host_sizes[@]}" --json
   if ((p2p_cuda)); then
     bench p2p-tcp-device 20 p2p write_bw --provider tcp --memory cuda -s "$tcp_sizes" --volume "$tcp_volume" --json
     bench p2p-tcp-host 20 p2p write_bw --provider tcp --memory host -s "$tcp_sizes" --volume "$tcp_volume" --json

@@ -138,6 +138,15 @@ def coll_busbw(doc):
     return best
 
 
+def coll_floor_us(doc):
+    """(bytes, best time in us) at the smallest size, or None."""
+    rows = [r for run in doc.get("runs", []) for r in run.get("results", []) if "time_us" in r]
+    if not rows:
+        return None
+    small = min(r["bytes"] for r in rows)
+    return small, min(r["time_us"] for r in rows if r["bytes"] == small)
+
+
 def bench_order(name):
     """p2p over shm, then the collectives by rank count, then tcp."""
     m = re.search(r"np(\d+)", name)
@@ -182,6 +191,9 @@ def bench_section(work):
             big = [(b, bw) for b, bw in sorted(best.items()) if b >= 256 * MiB]
             cells = ", ".join("%s %.1f" % (size_text(b), bw) for b, bw in sorted(best.items()))
             lines.append("  %s (busbw GB/s): %s" % (name[:-5], cells))
+            floor = coll_floor_us(doc)
+            if floor:
+                lines.append("    at %s: %.2f us per call" % (size_text(floor[0]), floor[1]))
             for b, bw in big:
                 ratio = " = %.2fx the roofline (target 0.8x)" % (bw / roofline) if roofline else ""
                 lines.append("    at %s: %.1f GB/s%s" % (size_text(b), bw, ratio))

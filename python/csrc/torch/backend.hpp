@@ -60,14 +60,16 @@ class ProcessGroupRdmx : public c10d::Backend {
   c10::intrusive_ptr<Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override;
   c10::intrusive_ptr<Work> allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                      const c10d::AllgatherOptions& opts) override;
-  c10::intrusive_ptr<Work> all_gather_single(at::Tensor& output, at::Tensor& input,
-                                             const c10d::AllgatherOptions& opts) override;
+  // The tensor collectives take the names torch has had since 2.0: later
+  // releases forward their new names (all_gather_single, ...) to these.
+  c10::intrusive_ptr<Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                           const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
                                                std::vector<at::Tensor>& inputs,
                                                const c10d::AllgatherOptions& opts) override;
-  c10::intrusive_ptr<Work> all_gather_single_coalesced(std::vector<at::Tensor>& outputs,
-                                                       std::vector<at::Tensor>& inputs,
-                                                       const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                           std::vector<at::Tensor>& inputs,
+                                                           const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<Work> gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
                                   const c10d::GatherOptions& opts) override;
   c10::intrusive_ptr<Work> scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
@@ -75,14 +77,14 @@ class ProcessGroupRdmx : public c10d::Backend {
   c10::intrusive_ptr<Work> reduce_scatter(std::vector<at::Tensor>& outputs,
                                           std::vector<std::vector<at::Tensor>>& inputs,
                                           const c10d::ReduceScatterOptions& opts) override;
-  c10::intrusive_ptr<Work> reduce_scatter_single(at::Tensor& output, at::Tensor& input,
-                                                 const c10d::ReduceScatterOptions& opts) override;
-  c10::intrusive_ptr<Work> reduce_scatter_single_coalesced(std::vector<at::Tensor>& outputs,
+  c10::intrusive_ptr<Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                            std::vector<at::Tensor>& inputs,
                                                            const c10d::ReduceScatterOptions& opts) override;
-  c10::intrusive_ptr<Work> all_to_all_single(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
-                                             std::vector<int64_t>& input_splits,
-                                             const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<Work> alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
+                                         std::vector<int64_t>& input_splits,
+                                         const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<Work> alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
                                     const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<Work> barrier(const c10d::BarrierOptions& opts) override;

@@ -48,9 +48,9 @@ void scatter_gathered(const at::Tensor& flat, const std::vector<std::int64_t>& o
 
 }  // namespace
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::all_gather_single_coalesced(std::vector<at::Tensor>& outputs,
-                                                                             std::vector<at::Tensor>& inputs,
-                                                                             const c10d::AllgatherOptions& opts) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                                 std::vector<at::Tensor>& inputs,
+                                                                                 const c10d::AllgatherOptions& opts) {
   const char* op = "all_gather_into_tensor_coalesced";
   check_coalesced(inputs, op, "the inputs");
   if (outputs.size() != inputs.size()) {
@@ -77,7 +77,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::all_gather_single_coalesced(std
   call.then = [in, flat, offsets, total, inputs, outputs, targets, ranks] {
     scatter_gathered(flat, offsets, total, inputs, outputs, targets, ranks);
   };
-  return issue(c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED, outputs, std::move(call), opts.asyncOp, in);
+  return issue(c10d::OpType::COALESCED, outputs, std::move(call), opts.asyncOp, in);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
@@ -115,7 +115,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::allgather_coalesced(std::vector
   return issue(c10d::OpType::ALLGATHER_COALESCED, flat_outputs, std::move(call), opts.asyncOp, in);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::reduce_scatter_single_coalesced(
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
   const char* op = "reduce_scatter_tensor_coalesced";
   check_coalesced(outputs, op, "the outputs");
@@ -147,7 +147,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::reduce_scatter_single_coalesced
   auto call = coll::Call::of(CollOp::ReduceScatter, in.data_ptr(), flat.data_ptr(), static_cast<std::size_t>(total),
                              data_type_of(in.scalar_type(), op), redop);
   call.then = [in, flat, outputs] { unflatten(flat, outputs); };
-  return issue(c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, outputs, std::move(call), opts.asyncOp, in);
+  return issue(c10d::OpType::COALESCED, outputs, std::move(call), opts.asyncOp, in);
 }
 
 }  // namespace rdmx::torch_backend

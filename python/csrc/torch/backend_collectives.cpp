@@ -87,8 +87,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::allgather(std::vector<std::vect
   return issue(c10d::OpType::ALLGATHER, outs, std::move(call), opts.asyncOp, in);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::all_gather_single(at::Tensor& output, at::Tensor& input,
-                                                                   const c10d::AllgatherOptions& opts) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                                 const c10d::AllgatherOptions& opts) {
   const char* op = "all_gather_into_tensor";
   check_tensor(input, op);
   check_tensor(output, op);
@@ -161,8 +161,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::reduce_scatter(std::vector<at::
   return issue(c10d::OpType::REDUCE_SCATTER, {out}, std::move(call), opts.asyncOp, out);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::reduce_scatter_single(at::Tensor& output, at::Tensor& input,
-                                                                       const c10d::ReduceScatterOptions& opts) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                                      const c10d::ReduceScatterOptions& opts) {
   const char* op = "reduce_scatter_tensor";
   check_tensor(input, op);
   check_tensor(output, op);
@@ -181,10 +181,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::reduce_scatter_single(at::Tenso
   return issue(c10d::OpType::_REDUCE_SCATTER_BASE, {output}, std::move(call), opts.asyncOp, output);
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::all_to_all_single(at::Tensor& output, at::Tensor& input,
-                                                                   std::vector<int64_t>& output_splits,
-                                                                   std::vector<int64_t>& input_splits,
-                                                                   const c10d::AllToAllOptions& opts) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupRdmx::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                               std::vector<int64_t>& output_splits,
+                                                               std::vector<int64_t>& input_splits,
+                                                               const c10d::AllToAllOptions& opts) {
   const char* op = "all_to_all_single";
   check_tensor(input, op);
   check_tensor(output, op);
