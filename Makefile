@@ -8,7 +8,7 @@ CMAKE_FLAGS ?= -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
 .PHONY: test-asan test-tsan sanitizer-build fuzz fuzz-build chaos soak check-build check-run test-check
 .PHONY: device-check device-check-prepare device-check-dry
-.PHONY: all deps deps-build install build build-cli build-examples run example format-check test test-coll-full test-largest test-torch-verbs bench bench-shm bench-coll bench-peers bench-torch bench-verbs clean
+.PHONY: all deps deps-build install build build-cli build-examples run example format-check test test-coll-full test-largest test-torch-verbs bench bench-shm bench-coll bench-peers bench-torch bench-verbs bench-scale clean
 
 all: build
 
@@ -242,6 +242,14 @@ bench-coll: build
 # ratios printed and written into docs/PERFORMANCE.md (~2-3 minutes; PEERS_FLAGS=--quick: ~1).
 bench-peers: build
 	bash bench/peers/run.sh $(BUILD) $(PEERS_FLAGS)
+
+# One communicator at growing rank counts (SCALE_NP, default "8 16 32" local
+# ranks): creation time, connections, store requests and memory per rank, a
+# 4 B and a 64 MiB all_reduce; the model extrapolated to 16,384 ranks and the
+# targets judged (bench/scale/run.sh; ~2 minutes here).
+SCALE_NP ?= 8 16 32
+bench-scale: build
+	bash bench/scale/run.sh $(BUILD) --np "$(SCALE_NP)" --out $(BUILD)/rdmx-scale.jsonl
 
 # The torch.distributed backend "rdmx" beside Gloo and `rdmx perf coll` (collectives
 # from Python on 1, 2 and 4 ranks; DDP steps of ResNet-18 and an MLP), tables written

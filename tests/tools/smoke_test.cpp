@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "json_schema.hpp"
 #include "run_cli.hpp"
 
 namespace rdmx::test {
@@ -36,6 +37,7 @@ const std::map<std::string, std::string>& smoke_tests() {
       {"perf coll", "PerfColl"},
       {"perf gpu-copy", "PerfGpuCopy"},
       {"perf fabric", "PerfFabric"},
+      {"perf scale", "PerfScale"},
       {"bench", "Bench"},
       {"plan", "Plan"},
       {"plan fabrics", "PlanFabrics"},
@@ -201,6 +203,26 @@ TEST(Smoke, PerfColl) {
                                                                                       << r.out;
   }
   EXPECT_NE(r.out.find("# Out of bounds values : 0 OK"), std::string::npos) << r.out;
+}
+
+// Three local ranks: every figure of the document is there and plausible
+// (bench/scale/run.sh sweeps the rank counts).
+TEST(Smoke, PerfScale) {
+  const CliResult r =
+      run_cli({"perf", "scale", "--np", "3", "--sizes", "4,64K", "-n", "5", "--json"}, {}, seconds(120));
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const json doc = json::parse(r.out);
+  expect_valid(doc, "perf_scale.schema.json");
+  EXPECT_EQ(doc["np"], 3);
+  EXPECT_EQ(doc["hosts"], 1);
+  EXPECT_GT(doc["create"]["seconds"].get<double>(), 0) << r.out;
+  EXPECT_GE(doc["connections_per_rank"]["min"].get<double>(), 1) << r.out;
+  EXPECT_LE(doc["connections_per_rank"]["max"].get<double>(), 2) << r.out;
+  EXPECT_GE(doc["store_requests"]["create_total"].get<double>(), 3) << r.out;
+  EXPECT_GT(doc["memory_per_rank"]["pss_after_create_max"].get<double>(), 0) << r.out;
+  ASSERT_EQ(doc["all_reduce"].size(), 2u) << r.out;
+  EXPECT_EQ(doc["all_reduce"][1]["bytes"], 65536);
+  EXPECT_GT(doc["all_reduce"][1]["busbw_GBps"].get<double>(), 0) << r.out;
 }
 
 // On the simulated CUDA driver (tests/cuda_sim), so that every host runs it.

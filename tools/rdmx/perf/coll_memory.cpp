@@ -25,7 +25,7 @@ double need(const CommMemory& m, double tests) {
 
 }  // namespace
 
-void refuse_local_ranks_beyond_memory(int ranks, std::size_t test_bytes) {
+void refuse_local_ranks_beyond_memory(int ranks, std::size_t test_bytes, const char* command) {
   const CommMemory m = comm_memory(ranks, ranks);
   if (m.available == 0) return;  // nothing to compare with
   const double tests = static_cast<double>(test_bytes);
@@ -58,7 +58,7 @@ void refuse_local_ranks_beyond_memory(int ranks, std::size_t test_bytes) {
           " ranks (an inbox and a staging area of RDMX_COLL_BUFFSIZE=" + format_bytes(static_cast<double>(m.buffsize)) +
           " and its share of the shm rings; " + format_bytes(static_cast<double>(m.per_rank)) + " per rank), plus " +
           format_bytes(tests) + " of test buffers and about " + format_bytes(kPerProcess) + " for the process",
-      {.op = "perf coll", .hint = hint});
+      {.op = command, .hint = hint});
 }
 
 }  // namespace rdmx::cli

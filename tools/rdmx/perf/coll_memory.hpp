@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Whether this host's memory can hold N local ranks running collectives, for
-// `rdmx perf coll --np N` before it starts any rank.
+// `rdmx perf coll --np N` and `rdmx perf scale --np N` before they start any
+// rank; `command` names the one asking.
 #pragma once
 
 #include <cstddef>
@@ -12,6 +13,6 @@ namespace rdmx::cli {
 // the estimate Communicator::create checks) and `test_bytes` of test buffers,
 // would not fit in what the host can give; does nothing when that is unknown
 // or RDMX_COLL_MEMORY=off.
-void refuse_local_ranks_beyond_memory(int ranks, std::size_t test_bytes);
+void refuse_local_ranks_beyond_memory(int ranks, std::size_t test_bytes, const char* command);
 
 }  // namespace rdmx::cli
