@@ -8,7 +8,7 @@ CMAKE_FLAGS ?= -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
 .PHONY: test-asan test-tsan sanitizer-build fuzz fuzz-build chaos soak check-build check-run test-check
 .PHONY: device-check device-check-prepare device-check-dry
-.PHONY: all deps deps-build install build build-cli build-examples run example format-check test test-coll-full test-largest test-torch-verbs bench bench-shm bench-coll bench-peers bench-torch bench-verbs bench-scale clean
+.PHONY: all deps deps-build install build build-cli build-examples run example format-check test test-coll-full test-largest test-torch-verbs bench bench-shm bench-coll bench-peers bench-torch bench-verbs bench-scale bench-fairness clean
 
 all: build
 
@@ -250,6 +250,13 @@ bench-peers: build
 SCALE_NP ?= 8 16 32
 bench-scale: build
 	bash bench/scale/run.sh $(BUILD) --np "$(SCALE_NP)" --out $(BUILD)/rdmx-scale.jsonl
+
+# Two ranks' all_gather (rdmx shm at several RDMX_SPIN_US, Open MPI vader)
+# idle and while another process takes a core in bursts: how much slower each
+# gets and how much CPU the burner keeps (bench/fairness/run.sh; ~5 minutes).
+bench-fairness: build
+	@bash scripts/deps.sh --bench
+	bash bench/fairness/run.sh $(BUILD)
 
 # The torch.distributed backend "rdmx" beside Gloo and `rdmx perf coll` (collectives
 # from Python on 1, 2 and 4 ranks; DDP steps of ResNet-18 and an MLP), tables written
