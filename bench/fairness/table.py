@@ -15,6 +15,9 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from results import size_label  # noqa: E402  (bench/results.py)
+
 
 def rows(path):
     out = {}
@@ -35,13 +38,6 @@ def rate(path):
         return int(loops) / float(seconds) if float(seconds) > 0 else None
     except (OSError, ValueError):
         return None
-
-
-def size_text(n):
-    for unit, scale in (("M", 1 << 20), ("K", 1 << 10)):
-        if n >= scale and n % scale == 0:
-            return "%d%s" % (n // scale, unit)
-    return str(n)
 
 
 def median(values):
@@ -80,7 +76,7 @@ def main(argv):
             # The worst round: its time under bursts against the median idle time.
             worst = max((x.get(size) for x in burst if x.get(size)), default=None)
             print("| %s | %s | %s | %s | %s | %s | %s |" % (
-                name, size_text(size), "%.2f" % i if i else "n/a", "%.2f" % b if b else "n/a",
+                name, size_label(size), "%.2f" % i if i else "n/a", "%.2f" % b if b else "n/a",
                 "%.1fx" % (b / i) if i and b else "n/a", "%.1fx" % (worst / i) if i and worst else "n/a",
                 "%.2f" % share if share else "n/a"))
     print("\n%d round(s); each cell is their median." % len(rounds))

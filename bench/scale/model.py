@@ -26,7 +26,11 @@ Gloo job of 8,000 ranks was reported to take 46 minutes to initialise.
 
 import json
 import math
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from results import size_label  # noqa: E402  (bench/results.py)
 
 MIB = 1024.0 * 1024.0
 TARGET_MEMORY = 64 * MIB
@@ -53,13 +57,6 @@ def fit_line(points):
     return my - m * mx, m
 
 
-def size_text(n):
-    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if n >= scale and n % scale == 0:
-            return "%d%s" % (n // scale, unit)
-    return str(n)
-
-
 def main(argv):
     if not argv or argv[0].startswith("-"):
         print(__doc__.split("\n\n")[1], file=sys.stderr)
@@ -80,7 +77,7 @@ def main(argv):
     head = "| ranks | hosts | create (s) | per rank (ms) | conns/rank | store req/rank | memory/rank (MiB) |"
     rule = "|---:|---:|---:|---:|---:|---:|---:|"
     for s in sizes:
-        head += " all_reduce %s |" % size_text(s)
+        head += " all_reduce %s |" % size_label(s)
         rule += "---:|"
     print(head)
     print(rule)

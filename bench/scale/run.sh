@@ -41,8 +41,10 @@ for np in $nps; do
   err=$(mktemp)
   doc=$(timeout --kill-after=10 "$limit" "$rdmx" perf scale --np "$np" --sizes "$sizes" --json 2>"$err")
   rc=$?
-  if [[ $rc == 0 ]] && "$py" -c 'import json, sys; json.loads(sys.argv[1])' "$doc" 2>/dev/null; then
-    "$py" -c 'import json, sys; print(json.dumps(json.loads(sys.argv[1])))' "$doc" >>"$out"
+  # One line per document; a document that does not parse counts as a failure.
+  if [[ $rc == 0 ]] && line=$("$py" -c 'import json, sys; print(json.dumps(json.loads(sys.argv[1])))' "$doc" 2>/dev/null)
+  then
+    echo "$line" >>"$out"
   else
     why=$(grep -v '^\[' "$err" | grep -m1 -E 'rdmx|error' || tail -1 "$err")
     [[ $rc == 124 || $rc == 137 ]] && why="stopped after $limit s (RDMX_SCALE_LIMIT)"

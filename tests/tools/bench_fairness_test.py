@@ -35,7 +35,7 @@ def main():
         text = io.StringIO()
         with redirect_stdout(text):
             table.main([out])
-    want = "| rdmx shm, RDMX_SPIN_US=50 | 4K | 11.00 | 12.00 | 1.1x | 10.0x | 0.70 |"
+    want = "| rdmx shm, RDMX_SPIN_US=50 | 4 KiB | 11.00 | 12.00 | 1.1x | 10.0x | 0.70 |"
     if want not in text.getvalue():
         print("FAIL: expected the row\n%s\nin\n%s" % (want, text.getvalue()))
         return 1

@@ -27,6 +27,7 @@
 #include "rdmx/bootstrap.hpp"
 #include "rdmx/comm.hpp"
 #include "rdmx/version.hpp"
+#include "report/bench_summary.hpp"
 
 namespace rdmx::cli::perf_scale {
 namespace {
@@ -144,12 +145,6 @@ std::string mib(double bytes) {
   return text;
 }
 
-std::string size_text(std::size_t bytes) {
-  if (bytes >= (std::size_t{1} << 20) && bytes % (std::size_t{1} << 20) == 0) return std::to_string(bytes >> 20) + "M";
-  if (bytes >= 1024 && bytes % 1024 == 0) return std::to_string(bytes >> 10) + "K";
-  return std::to_string(bytes);
-}
-
 void run_scale(const ScaleOptions& o, const std::vector<std::size_t>& sizes) {
   Bootstrap joined = rdmx::from_env();
   auto counting = std::make_shared<CountingStore>(joined.store);
@@ -229,8 +224,8 @@ void run_scale(const ScaleOptions& o, const std::vector<std::size_t>& sizes) {
               mib(hi[5]).c_str(), mib(hi[6]).c_str(), mib(sum[2] / size).c_str(),
               mib(static_cast<double>(model.per_rank)).c_str());
   for (const json& c : calls) {
-    std::printf("# all_reduce %6s: %12.2f us per call, busbw %.3f GB/s (%d calls)\n",
-                size_text(c["bytes"].get<std::size_t>()).c_str(), c["time_us"].get<double>(),
+    std::printf("# all_reduce %7s: %12.2f us per call, busbw %.3f GB/s (%d calls)\n",
+                human_bytes(c["bytes"].get<std::uint64_t>()).c_str(), c["time_us"].get<double>(),
                 c["busbw_GBps"].get<double>(), c["iters"].get<int>());
   }
 }

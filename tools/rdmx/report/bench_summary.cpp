@@ -10,15 +10,16 @@
 #include "report/report_html.hpp"
 
 namespace rdmx::cli {
-namespace {
-
-using nlohmann::json;
 
 std::string human_bytes(std::uint64_t bytes) {
   if (bytes >= (1u << 20) && bytes % (1u << 20) == 0) return std::to_string(bytes >> 20) + " MiB";
   if (bytes >= 1024 && bytes % 1024 == 0) return std::to_string(bytes >> 10) + " KiB";
   return std::to_string(bytes) + " B";
 }
+
+namespace {
+
+using nlohmann::json;
 
 std::string fixed(double value, int digits) {
   char text[32];

@@ -35,6 +35,10 @@ nlohmann::json merge_rounds(const nlohmann::json& p2p);
 // One summary entry per provider (docs/schemas/bench.schema.json).
 nlohmann::json summarize(const nlohmann::json& doc, const std::vector<std::string>& providers);
 
+// A message size as the tables write it: "64 MiB", "4 KiB", "8 B" (whole
+// binary multiples only; other sizes in bytes).
+std::string human_bytes(std::uint64_t bytes);
+
 // The terminal summary of a results document.
 std::string format_summary(const nlohmann::json& doc);
 
