@@ -30,6 +30,20 @@ def free_port():
         return s.getsockname()[1]
 
 
+def reserved_port():
+    """A port for a job's store and the socket that holds it: bound with
+    SO_REUSEADDR and never listening, so rank 0's store (which binds with
+    SO_REUSEADDR too) can listen on it, while the kernel hands it to no other
+    connect() or bind(0) meanwhile. A port that free_port() closed could be
+    taken by another test's socket before rank 0 bound it; the job's ranks
+    then met a stranger's listener and waited out their timeout. Close the
+    socket once the job is over."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 0))
+    return s, s.getsockname()[1]
+
+
 class RankResult:
     def __init__(self, rank, returncode, output, result_dir=None):
         self.rank = rank
@@ -80,9 +94,8 @@ def collect(procs, deadline_s, result_dir=None):
     return results
 
 
-def rank_envs(world, result_dir, extra_env=None, per_rank_env=None):
-    """Each rank's environment for a job on a free port that writes its results into `result_dir`."""
-    port = free_port()
+def rank_envs(world, result_dir, port, extra_env=None, per_rank_env=None):
+    """Each rank's environment for a job whose store is on `port` that writes its results into `result_dir`."""
     envs = []
     for rank in range(world):
         extra = dict(extra_env or {}, RDMX_TEST_RESULT_DIR=result_dir)
@@ -99,22 +112,23 @@ def run(world, scenario, args=None, timeout_s=120, extra_env=None, per_rank_env=
     if os.environ.get("RDMX_TEST_FORK_RANKS") == "1":
         return run_forked(world, scenario, args, timeout_s, extra_env, per_rank_env, script)
     result_dir = tempfile.mkdtemp(prefix="rdmx-torch-test.")
-    procs = [subprocess.Popen([PYTHON, script, scenario, json.dumps(args or {})], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
-             for env in rank_envs(world, result_dir, extra_env, per_rank_env)]
+    holder, port = reserved_port()
     try:
+        procs = [subprocess.Popen([PYTHON, script, scenario, json.dumps(args or {})], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                 for env in rank_envs(world, result_dir, port, extra_env, per_rank_env)]
         return collect(procs, timeout_s, result_dir)
     finally:
-        for name in os.listdir(result_dir):
-            os.remove(os.path.join(result_dir, name))
-        os.rmdir(result_dir)
+        holder.close()
+        shutil.rmtree(result_dir, ignore_errors=True)
 
 
 def run_forked(world, scenario, args, timeout_s, extra_env, per_rank_env, script):
     """run() with the ranks forked from one process (forked_ranks.py), bounded alike."""
     result_dir = tempfile.mkdtemp(prefix="rdmx-torch-test.")
+    holder, port = reserved_port()
     try:
-        envs = rank_envs(world, result_dir, extra_env, per_rank_env)
+        envs = rank_envs(world, result_dir, port, extra_env, per_rank_env)
         # The forking process reads rdmx's settings as rank 0 would (the ranks' differ only in their numbers).
         parent = subprocess.Popen([PYTHON, FORKED_RANKS, script, scenario, json.dumps(args or {}), json.dumps(envs),
                                    result_dir], env=envs[0], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -139,6 +153,7 @@ def run_forked(world, scenario, args, timeout_s, extra_env, per_rank_env, script
             results.append(RankResult(rank, code, output, result_dir))
         return results
     finally:
+        holder.close()
         shutil.rmtree(result_dir, ignore_errors=True)
 
 
@@ -168,9 +183,14 @@ def results_in(output):
 
 
 def assert_all_ok(results, what=""):
-    """Every rank exited 0 with a result; `what` ("on gloo") says which run failed."""
+    """Every rank exited 0 with a result that is not an unexpected exception's
+    ({"error": trace}: scenarios put what they expect under other names);
+    `what` ("on gloo") says which run failed."""
     bad = [r for r in results if r.returncode != 0 or r.result is None]
     assert not bad, (what + ":\n" if what else "") + "\n".join(repr(r) for r in results)
+    raised = [f"rank {r.rank}:\n{r.result['error']}" for r in results
+              if isinstance(r.result, dict) and r.result.get("error")]
+    assert not raised, (what + ":\n" if what else "") + "\n".join(raised)
 
 
 def results_without_failures(results):

@@ -42,10 +42,10 @@ def test_ddp_trains_as_with_gloo():
     by_backend = {}
     for backend in ("gloo", "rdmx"):
         results = ranks.run(2, "ddp", {"backend": backend, "steps": 20}, timeout_s=180)
-        ranks.assert_all_ok(results)
+        first, second = ranks.results_without_failures(results)
         # Identical across ranks: DDP keeps replicas in step.
-        assert results[0].result["params"] == results[1].result["params"], backend
-        by_backend[backend] = results[0].result
+        assert first["params"] == second["params"], backend
+        by_backend[backend] = first
     g, x = by_backend["gloo"], by_backend["rdmx"]
     assert len(x["losses"]) == 20
     for a, b in zip(g["losses"], x["losses"]):
