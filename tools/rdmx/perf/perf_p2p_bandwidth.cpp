@@ -39,8 +39,14 @@ struct BwResult {
 // Rank 0: `count` operations of `size` with at most `window` outstanding.
 BwResult stream(Session& s, const TestInfo& t, std::size_t size, std::uint64_t count, bool final_imm) {
   const std::uint32_t window = s.options.window;
-  // A signal interval above the window would stall: nothing completes until it is reached.
-  const std::uint32_t signal_every = std::min(s.options.cq_mod, window);
+  // A signal interval above the window would stall: nothing completes until
+  // it is reached. And one past kSignalBytes would leave this rank without a
+  // completion, so without a heartbeat, for as long as those bytes take:
+  // 100 WRs of 1 GiB are 20 s at 5 GB/s, the peer's whole RDMX_TIMEOUT under make test.
+  constexpr std::size_t kSignalBytes = std::size_t{256} << 20;
+  const auto by_bytes =
+      static_cast<std::uint32_t>(std::clamp<std::size_t>(kSignalBytes / std::max<std::size_t>(size, 1), 1, window));
+  const std::uint32_t signal_every = std::max<std::uint32_t>(1, std::min({s.options.cq_mod, window, by_bytes}));
   const bool read = t.test == Test::ReadBw;
   const Sge sge = s.mr->sge(read ? 0 : s.area, static_cast<std::uint32_t>(size));
   SendWr wr{.sg_list = std::span(&sge, 1), .remote_addr = s.peer_base + (read ? s.area : 0), .rkey = s.peer_rkey};
