@@ -151,17 +151,21 @@ struct RankPlacement {
 
 // The memory a communicator's buffers take on one host, and what the host
 // can give them (docs/COLLECTIVES.md, "Memory"). Every rank maps, for every
-// rank of the communicator, an inbox and a staging area of
-// RDMX_COLL_BUFFSIZE, resident from creation, plus its share of the shm
-// rings to each local peer: the memory of a host grows with the square of
-// its ranks.
+// peer it connects to, an inbox and a staging area of RDMX_COLL_BUFFSIZE,
+// resident from when the pair connects, plus its share of the shm rings to
+// a local peer. A communicator connects its ring neighbours when it is
+// made and other peers when an operation first uses them; this estimates
+// the ring neighbours and the partners of the log-depth algorithms (2 + 2
+// log2 n peers). An operation that connects beyond what the host can give
+// (an all_to_all connects everyone) is refused when first called.
 struct CommMemory {
   int ranks = 0;               // in the communicator
   int local_ranks = 0;         // of them on the host
   std::string host;            // its name ("" for this host)
   std::size_t buffsize = 0;    // RDMX_COLL_BUFFSIZE in force
-  std::size_t per_peer = 0;    // bytes one rank maps for each rank of the communicator
-  std::size_t per_rank = 0;    // bytes one rank maps in all
+  int peers = 0;               // the peers a rank is expected to connect to: 2 + 2 log2(ranks), at most ranks - 1
+  std::size_t per_peer = 0;    // bytes one rank maps for each peer it connects to
+  std::size_t per_rank = 0;    // bytes one rank maps in all, for `peers` peers
   std::size_t per_host = 0;    // per_rank x local_ranks
   std::size_t available = 0;   // what the host can give them; 0: unknown or not checked
   std::string available_from;  // where `available` comes from (RDMX_COLL_MEMORY)
@@ -224,7 +228,8 @@ class Communicator {
   virtual const RankPlacement& placement() const noexcept = 0;
   int local_rank() const noexcept { return placement().local_rank; }
   int local_size() const noexcept { return placement().local_size; }
-  // How each peer is reached ("shm", "tcp"); empty for this rank.
+  // How each peer is reached ("shm", "tcp"); empty for this rank and for a
+  // peer not connected yet (pairs connect on first use).
   virtual std::vector<std::string> peer_providers() const = 0;
   // The device this rank's links go through, as Device::name() says it
   // (each provider's, with its interface and address where it has them).

@@ -199,6 +199,20 @@ namespace core {
 class RDMX_INTERNAL RegionBase;  // what providers' regions derive from (src/driver/provider.hpp)
 }
 
+// When the pages of a region from ProtectionDomain::allocate_memory() take
+// memory. Now: at once, as a pinned registration does, so no access faults
+// inside a transfer. OnFirstTouch: where they are first written, here or by
+// a peer, for a region of which only some parts are ever used (a
+// communicator's per-peer buffers, of which it uses the connected peers');
+// the owner may make a part resident ahead with make_resident(). Where
+// registration pins memory (caps().registration_pins_memory) every page is
+// resident at once either way.
+enum class Residency : std::uint8_t { Now, OnFirstTouch };
+// Makes [addr, addr + length) of this process's memory resident without
+// changing its contents (madvise MADV_POPULATE_WRITE, or a touch of each
+// page where the kernel lacks it). A peer may be writing into it meanwhile.
+void make_resident(void* addr, std::size_t length) noexcept;
+
 // Made only by ProtectionDomain::register_memory() and allocate_memory().
 class MemoryRegion {
  public:
@@ -283,7 +297,9 @@ class ProtectionDomain {
   // memory is freed when the region is destroyed. Every provider accepts
   // such regions; the shm provider lets a peer copy into or out of them
   // directly, one-sidedly, instead of through the target process.
-  virtual std::unique_ptr<MemoryRegion> allocate_memory(std::size_t length, Access access) = 0;
+  // `residency`: see Residency.
+  virtual std::unique_ptr<MemoryRegion> allocate_memory(std::size_t length, Access access,
+                                                        Residency residency = Residency::Now) = 0;
 };
 
 // ---------------------------------------------------------------------------

@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: MIT
-// Every rank of a communicator maps, for every rank, an inbox and a staging
-// area (links_layout.hpp), resident from creation (allocate_memory populates
-// them), so n ranks on one host take about n * n * 2 * RDMX_COLL_BUFFSIZE of
-// its memory: 64 ranks at 4 MiB ask for 32 GiB. Past what the host has, the
-// kernel's OOM killer ends ranks one by one, long after the cause. So the
-// communicator refuses up front, naming the figures and the settings that
-// change them; it does not shrink the buffers itself, because RDMX_COLL_BUFFSIZE
+// Every rank of a communicator maps, for every peer it connects to, an inbox
+// and a staging area (links_layout.hpp), resident from when the pair
+// connects: its ring neighbours when it is made, more as operations use
+// them (an all_to_all connects every pair). n ranks on one host that all
+// connect everyone take about n * n * 2 * RDMX_COLL_BUFFSIZE of its memory:
+// 64 ranks at 4 MiB ask for 32 GiB. Past what the host has, the kernel's OOM
+// killer ends ranks one by one, long after the cause. So the communicator
+// refuses up front what its creation connects, and an operation refuses the
+// pairs it would connect beyond the host's memory, naming the figures and
+// the settings that change them; it does not shrink the buffers itself, because RDMX_COLL_BUFFSIZE
 // is a performance setting every rank must agree on, and a size picked from a
 // moment's free memory would make a job's speed depend on what else ran.
 #include "coll/comm_memory.hpp"
@@ -35,8 +38,8 @@ std::string describe_auto();
 
 constexpr core::TextSetting kMemory{
     "RDMX_COLL_MEMORY", "auto",
-    "collectives: memory the buffers of one host's ranks may take, checked when a communicator is created (a size; "
-    "auto: MemAvailable and the cgroup's memory limit; off: no check)",
+    "collectives: memory the buffers of one host's ranks may take, checked when a communicator is created and when "
+    "an operation connects more peers (a size; auto: MemAvailable and the cgroup's memory limit; off: no check)",
     describe_auto};
 RDMX_SETTING(kMemory);
 
@@ -150,11 +153,28 @@ std::size_t same_host_connection_memory() {
   return bytes;
 }
 
-std::size_t per_rank_bytes(int ranks, int local_ranks, const LinksConfig& config) {
-  const Layout layout(static_cast<std::size_t>(ranks), config);
-  // allocate_memory() adds a page for the region's state; each pair of
-  // local ranks shares what one connection maps.
-  return layout.total + 4096 + static_cast<std::size_t>(local_ranks - 1) * same_host_connection_memory() / 2;
+// What one more connected peer takes: its inbox, staging area and their
+// flags, the pages of its control words (at worst one of each of the five
+// arrays), and, for a local peer, its share of the connection's memory.
+std::size_t peer_bytes(const LinksConfig& config, bool local) {
+  const Layout layout(1, config);
+  return 2 * layout.slots * (layout.slot_bytes + wire::kLine) + 5 * 4096 +
+         (local ? same_host_connection_memory() / 2 : 0);
+}
+
+// The ring neighbours, and the partners of the log-depth algorithms (recursive
+// doubling, dissemination, trees: about log2 n each way), that small
+// operations and barriers connect.
+int expected_peers(int ranks) {
+  int log2 = 0;
+  while ((1 << log2) < ranks) ++log2;
+  return std::min(ranks - 1, 2 + 2 * log2);
+}
+
+// The region's header and state page, and `peers` connected peers.
+std::size_t per_rank_bytes(int peers, int local_ranks, const LinksConfig& config) {
+  return wire::align_up(sizeof(Links::Control), 4096) + 4096 +
+         static_cast<std::size_t>(peers) * peer_bytes(config, local_ranks > 1);
 }
 
 LinksConfig config_at(std::size_t buffsize) {
@@ -186,8 +206,9 @@ CommMemory estimate_comm_memory(int ranks, int local_ranks, const HostMemory& me
   m.ranks = std::max(ranks, 1);
   m.local_ranks = std::clamp(local_ranks, 1, m.ranks);
   m.buffsize = coll_settings().buffsize;
-  m.per_rank = per_rank_bytes(m.ranks, m.local_ranks, links_config());
-  m.per_peer = (m.per_rank + static_cast<std::size_t>(m.ranks) - 1) / static_cast<std::size_t>(m.ranks);
+  m.peers = expected_peers(m.ranks);
+  m.per_peer = peer_bytes(links_config(), m.local_ranks > 1);
+  m.per_rank = per_rank_bytes(m.peers, m.local_ranks, links_config());
   m.per_host = m.per_rank * static_cast<std::size_t>(m.local_ranks);
   m.available = memory.bytes;
   m.available_from = memory.from;
@@ -195,10 +216,37 @@ CommMemory estimate_comm_memory(int ranks, int local_ranks, const HostMemory& me
   for (std::size_t b = kSmallestSuggestedBuffsize; b <= m.buffsize; b *= 2) {
     const LinksConfig config = config_at(b);
     if (config.chunk < wire::kLine) continue;
-    const std::size_t need = per_rank_bytes(m.ranks, m.local_ranks, config) * static_cast<std::size_t>(m.local_ranks);
+    const std::size_t need = per_rank_bytes(m.peers, m.local_ranks, config) * static_cast<std::size_t>(m.local_ranks);
     if (need <= m.available) m.fitting_buffsize = b;
   }
   return m;
+}
+
+void require_room_to_connect(int more, int connected, int local_ranks, const LinksConfig& config, int rank,
+                             const std::string& op) {
+  const HostMemory memory = host_memory();
+  if (memory.bytes == 0 || more <= 0) return;
+  const std::size_t per_peer = peer_bytes(config, local_ranks > 1);
+  // MemAvailable has the connected peers' buffers taken out already; a
+  // budget (RDMX_COLL_MEMORY) is for all of them.
+  const bool budget = memory.from.rfind("RDMX_COLL_MEMORY=", 0) == 0;
+  const std::size_t need =
+      static_cast<std::size_t>(more + (budget ? connected : 0)) * per_peer * static_cast<std::size_t>(local_ranks);
+  if (need <= memory.bytes) return;
+  std::ostringstream sizes;
+  sizes << "per_peer=" << per_peer << " more_peers=" << more << " connected=" << connected
+        << " local_ranks=" << local_ranks << " need=" << need << " available=" << memory.bytes;
+  throw Error(ErrorCode::Config,
+              op + ": connecting rank " + std::to_string(rank) + " to " + std::to_string(more) +
+                  " more peers (it has " + std::to_string(connected) + ") takes " +
+                  human(static_cast<double>(per_peer)) + " of buffers per peer, " + human(static_cast<double>(need)) +
+                  " if the " + std::to_string(local_ranks) + " ranks of its host do alike, and the host has " +
+                  human(static_cast<double>(memory.bytes)) + " available (" + memory.from + ")",
+              {.op = op,
+               .rank = rank,
+               .sizes = sizes.str(),
+               .hint = "lower RDMX_COLL_BUFFSIZE (every rank alike), run fewer ranks on the host, or use algorithms "
+                       "that talk to fewer peers (RDMX_ALGO); RDMX_COLL_MEMORY sets the memory the buffers may use"});
 }
 
 void require_buffers_fit(const std::vector<RankWhere>& everyone, int rank) {
@@ -242,8 +290,8 @@ void require_comm_memory_fits(const CommMemory& m, const std::string& op, int ra
   std::string hint = m.fitting_buffsize != 0
                          ? "lower RDMX_COLL_BUFFSIZE (RDMX_COLL_BUFFSIZE=" + core::format_size(m.fitting_buffsize) +
                                " fits; large collectives then move in smaller pieces), or run fewer ranks on the host"
-                         : "run fewer ranks on the host (the buffers grow with the square of its ranks), or lower "
-                           "RDMX_COLL_BUFFSIZE";
+                         : "run fewer ranks on the host (the buffers grow with its ranks and the peers each "
+                           "connects to), or lower RDMX_COLL_BUFFSIZE";
   hint +=
       "; RDMX_COLL_MEMORY sets the memory they may use instead of measuring it (off: no check, and the kernel's "
       "OOM killer ends ranks when memory runs out)";
@@ -254,8 +302,10 @@ void require_comm_memory_fits(const CommMemory& m, const std::string& op, int ra
               op + ": the collectives' buffers of the " + std::to_string(m.local_ranks) + " ranks on " + host +
                   " need " + human(static_cast<double>(m.per_host)) + " and it has " +
                   human(static_cast<double>(m.available)) + " available (" + m.available_from + "): each rank maps " +
-                  human(static_cast<double>(m.per_peer)) + " per peer for the " + std::to_string(m.ranks) +
-                  " ranks of the communicator (an inbox and a staging area of RDMX_COLL_BUFFSIZE=" +
+                  human(static_cast<double>(m.per_peer)) + " per peer for the " + std::to_string(m.peers) +
+                  " peers its operations are expected to connect to of the " + std::to_string(m.ranks) +
+                  " ranks (ring neighbours and the log-depth algorithms' partners; an inbox and a staging area of "
+                  "RDMX_COLL_BUFFSIZE=" +
                   human(static_cast<double>(m.buffsize)) + ", and its share of the shm rings to each local peer), " +
                   human(static_cast<double>(m.per_rank)) + " per rank",
               {.op = op, .rank = rank, .sizes = sizes.str(), .hint = hint});

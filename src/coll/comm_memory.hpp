@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "coll/links.hpp"
 #include "coll/rank_placement.hpp"
 #include "rdmx/comm.hpp"
 
@@ -27,6 +28,12 @@ HostMemory host_memory();
 
 // The estimate for `ranks` ranks, `local_ranks` on a host that can give `memory`.
 CommMemory estimate_comm_memory(int ranks, int local_ranks, const HostMemory& memory);
+
+// Throws Error(Config) when this rank connecting `more` peers beside the
+// `connected` it has, with each of the `local_ranks` of its host doing
+// alike (an all_to_all's first call), needs more than the host has now.
+void require_room_to_connect(int more, int connected, int local_ranks, const LinksConfig& config, int rank,
+                             const std::string& op);
 
 // Every rank calls this with everyone's RankWhere, and so decides alike:
 // the ranks sharing a machine (boot id) are checked against the figure the

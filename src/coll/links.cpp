@@ -29,6 +29,8 @@ Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, c
       sent_bytes_(new std::atomic<std::uint64_t>[static_cast<std::size_t>(size)]()),
       received_bytes_(new std::atomic<std::uint64_t>[static_cast<std::size_t>(size)]()),
       timeout_(timeout) {
+  store_ = &store;
+  tag_ = tag;
   if (config_.chunk < kLine || config_.chunk % kLine != 0 || config_.slots < 2) {
     throw Error(ErrorCode::Config,
                 "collective buffers: chunk " + std::to_string(config_.chunk) + " bytes x " +
@@ -54,23 +56,46 @@ Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, c
   }
   user_mrs_ = std::make_unique<RegistrationCache>(*pd_, device_->caps());
   const Access access = Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead;
-  region_ = pd_->allocate_memory(layout_->total, access);
+  // Room for every peer, memory for the connected ones: a peer's part
+  // becomes resident when the pair connects (make_pair_resident).
+  region_ = pd_->allocate_memory(layout_->total, access, Residency::OnFirstTouch);
   base_ = static_cast<char*>(region_->addr());
   control_ = reinterpret_cast<Control*>(base_);
+  make_resident(base_, layout_->credit);
+  make_pair_resident(rank_);
   peers_.resize(static_cast<std::size_t>(size));
   p2p_send_seq_.assign(static_cast<std::size_t>(size), 0);
   credit_wait_.assign(static_cast<std::size_t>(size), 0);
   run_scratch_ = std::make_unique<RunScratch>();
   p2p_recv_seq_.assign(static_cast<std::size_t>(size), 0);
 
-  Mesh mesh = connect_peers(store, tag, from);
+  salts_from_.resize(static_cast<std::size_t>(size));
+  for (int p = 0; p < size; ++p)
+    salts_from_[static_cast<std::size_t>(p)] = pair_salt(reinterpret_cast<std::uintptr_t>(base_), p);
+  ordered_ = device_->caps().ordered_write_placement;
+  publish_region();
   lent_from_ = from;
   try {
-    exchange_regions(store, tag, mesh);
+    if (from != nullptr) adopt_kept(from);
+    std::vector<int> ring;
+    for (int p : {(rank + 1) % size, (rank + size - 1) % size}) {
+      if (p != rank && std::find(ring.begin(), ring.end(), p) == ring.end()) ring.push_back(p);
+    }
+    try {
+      connect(ring, core::deadline_after(timeout_));
+    } catch (const Error& e) {
+      throw Error(
+          e.code(), "communicator create: connecting to the ring neighbours: " + e.message(),
+          {.op = "communicator create", .rank = rank, .peer_rank = e.context().peer_rank, .hint = e.context().hint});
+    }
+    agree_on_figures();
   } catch (...) {
     give_back();
     throw;
   }
+  RDMX_INFO("communicator %s: rank %d of %d, %zu x %zu B buffers per peer, %zu bytes registered, %d peers connected",
+            tag.c_str(), rank, size, static_cast<std::size_t>(config_.slots), config_.chunk, layout_->total,
+            connected_peers());
 }
 
 // Teardown says goodbye: every rank tells its peers it is leaving, lets its
@@ -115,8 +140,11 @@ bool Links::say_goodbye() noexcept {
   heard_every_goodbye_ = true;
   for (int p = 0; p < size_; ++p) {
     auto* word = reinterpret_cast<const Word*>(base_ + layout_->goodbye + static_cast<std::size_t>(p) * kLine);
-    if (p != rank_ && word->value.load(std::memory_order_acquire) == 0) heard_every_goodbye_ = false;
+    // A peer never connected has nothing in flight and read none of this rank's keys.
+    if (p != rank_ && peers_[static_cast<std::size_t>(p)].qp && word->value.load(std::memory_order_acquire) == 0)
+      heard_every_goodbye_ = false;
   }
+  if (heard_every_goodbye_) forget_dials();
   return heard_every_goodbye_;
 }
 
@@ -364,7 +392,7 @@ void Links::notify_peers(ErrorCode code, const std::string& text, std::uint64_t 
 std::string Links::collect_notices(ErrorCode* code, std::uint64_t up_to, std::vector<int>* failed) const {
   std::string out;
   for (int p = 0; p < size_; ++p) {
-    if (p == rank_) continue;
+    if (p == rank_ || !peers_[static_cast<std::size_t>(p)].qp) continue;  // only a connected peer writes one
     const auto* slot =
         reinterpret_cast<const Notice*>(base_ + layout_->notices + static_cast<std::size_t>(p) * sizeof(Notice));
     const std::uint64_t seal = std::atomic_ref<const std::uint64_t>(slot->seal).load(std::memory_order_acquire);

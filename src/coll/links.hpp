@@ -135,11 +135,13 @@ class Links {
     std::uint16_t generation = 0;  // the next Links' (see make_wr_id), one per attempt
   };
 
-  // Collective over the ranks: allocates and registers the region, connects
-  // the mesh and exchanges region addresses through `store` under `tag`.
-  // With `from`, a pair whose two ranks both kept their QP reuses it; the
-  // other pairs are connected anew. Until kept() is called, these Links
-  // give `from` back the QPs they did not use when they go.
+  // Collective over the ranks: allocates and registers the region,
+  // publishes its address through `store` under `tag`, connects the ring
+  // neighbours and agrees on the link figures; every other pair connects
+  // in the first run() that uses it (links_lazy.cpp). `store` must outlive
+  // these Links. With `from`, a pair whose two ranks both kept their QP
+  // reuses it. Until kept() is called, these Links give `from` back the QPs
+  // they did not use when they go.
   Links(std::shared_ptr<Device> device, Store& store, int rank, int size, const std::string& tag,
         const LinksConfig& config, std::chrono::milliseconds timeout, Handover* from = nullptr);
   // Their communicator is made: the QPs taken from a Handover stay, and
@@ -169,7 +171,10 @@ class Links {
   }
   std::shared_ptr<Device> device_shared() const { return device_; }
   ProtectionDomain& pd() noexcept { return *pd_; }
+  // "" for a peer not connected (yet).
   std::string peer_provider(int peer) const;
+  // How many peers this rank has connected to so far.
+  int connected_peers() const noexcept;
   // Payload bytes this rank's collectives have sent to and received from
   // `peer` (what their schedules move, whatever the transport); any thread.
   struct PeerTraffic {
@@ -277,8 +282,30 @@ class Links {
 
   void run_schedule(Schedule& schedule, const OpDesc& desc, const Combine& combine, std::chrono::milliseconds timeout);
   void settle() noexcept;
-  // The second half of construction: publishes this rank's region, reads the peers'.
-  void exchange_regions(Store& store, const std::string& tag, Mesh& mesh);
+  // Connecting on first use (links_lazy.cpp).
+  void publish_region();
+  // Makes what pair p uses of this rank's region resident (the region's
+  // other parts take no memory until a pair uses them).
+  void make_pair_resident(int p) noexcept;
+  // Reads p's region address, then takes `qp` (connected to p) as its
+  // link; on failure, `qp` is left where it was.
+  void attach_peer(int p, std::unique_ptr<QueuePair>&& qp);
+  // Connects to the `wanted` peers not connected yet, answering the ranks
+  // that dial this one meanwhile; throws Timeout naming the peers whose
+  // address did not come by `deadline`.
+  void connect(const std::vector<int>& wanted, core::Clock::time_point deadline);
+  // The ranks that asked this one to connect and are not connected.
+  std::vector<int> read_dials();
+  // Connects the ranks that dialed this one (a waiting run calls it).
+  void answer_dials();
+  // Adds the dial entries not read to published_keys(), for removal.
+  void forget_dials() noexcept;
+  // connect() for every peer `schedule` uses; failures name `desc`.
+  void connect_schedule(const Schedule& schedule, const OpDesc& desc, std::chrono::milliseconds timeout);
+  void agree_on_figures();
+  Store* store_ = nullptr;
+  std::string tag_;
+  std::int64_t dials_read_ = 0;  // dials of this rank read from the store
   void post(int peer, const SendWr& wr);
   // `signal`: this WRITE's completion is wanted (drain() then covers it).
   void write_to_peer(int p, const void* local, std::uint32_t length, std::size_t remote_offset, bool signal = false);
@@ -306,6 +333,8 @@ class Links {
   // while it is stalled and throws when a peer runs another call of it.
   void start_watch() noexcept;
   void watch_peers(const OpDesc& desc);
+  // Advances this rank's beat (Progress::beat) when it is due: it waits, and is not hung.
+  void beat(core::Clock::time_point now) noexcept;
   void read_progress();
   void look_at_copies(const OpDesc& desc, core::Clock::time_point now);
   // Peer p failed, does not answer READs, or sits in a collective without
@@ -328,8 +357,8 @@ class Links {
   int kept_connections_ = 0;
   Handover* lent_from_ = nullptr;  // see kept()
   std::vector<int> lent_peers_;    // the peers whose QP came from it
-  // Connects the peers (links_connect.cpp): reusing what `from` kept.
-  Mesh connect_peers(Store& store, const std::string& tag, Handover* from);
+  // Takes the QPs to peers that both ends of the pair kept in `from` (links_connect.cpp).
+  void adopt_kept(Handover* from);
   // Gives lent_from_ back the QPs nothing was posted on (links_connect.cpp).
   void give_back() noexcept;
   std::unique_ptr<Layout> layout_;

@@ -124,6 +124,17 @@ inline std::uint64_t notice_seal(const Notice& n) {
   return h | 1;
 }
 
+// Message flags carry the number xor a per-pair value, so that payload bytes
+// left in a slot cannot pass for a flag: both sides derive it from the
+// receiver's region address and the sender's rank.
+inline std::uint64_t pair_salt(std::uint64_t receiver_base, int sender) {
+  std::uint64_t x = receiver_base ^ (static_cast<std::uint64_t>(sender) + 1) * 0x9e3779b97f4a7c15ULL;
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  return x | 1;
+}
+
 inline std::size_t align_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
 
 // Where a message's trailer (its flag, when the device places WRITEs in

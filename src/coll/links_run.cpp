@@ -523,6 +523,7 @@ void Links::run(Schedule& schedule, const OpDesc& desc, const Combine& combine, 
 
 void Links::run_schedule(Schedule& schedule, const OpDesc& desc, const Combine& combine,
                          std::chrono::milliseconds timeout) {
+  connect_schedule(schedule, desc, timeout);
   RunState state(*this, schedule, desc, combine);
   for (const SendOp& send : schedule.sends) {
     if (!send.announce)

@@ -92,24 +92,29 @@ void Links::start_watch() noexcept {
   stall_reported_ = false;
 }
 
+void Links::beat(core::Clock::time_point now) noexcept {
+  if (now < next_beat_) return;
+  const core::RacingPlacementScope racing;
+  auto word = std::atomic_ref<std::uint64_t>(control_->progress.beat);
+  word.store(word.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  next_beat_ = now + kBeatEvery;
+}
+
 void Links::watch_peers(const OpDesc& desc) {
   const auto now = core::Clock::now();
   if (watch_started_ == core::Clock::time_point{}) {
     watch_started_ = now;
     next_look_ = now + kFirstLook;
   }
-  if (now >= next_beat_) {
-    const core::RacingPlacementScope racing;
-    auto beat = std::atomic_ref<std::uint64_t>(control_->progress.beat);
-    beat.store(beat.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    next_beat_ = now + kBeatEvery;
-  }
+  beat(now);
   if (reads_outstanding_ != 0) {
     poll_send_cq();
     look_at_copies(desc, now);
   }
   if (now >= next_look_) {
     read_progress();
+    // A rank waiting here may be the peer another one needs to connect to.
+    answer_dials();
     next_look_ = now + kLookEvery;
   }
   if (!stall_reported_ && stall_warn_.count() > 0 && !desc.p2p() && now - watch_started_ >= stall_warn_) {
@@ -229,9 +234,14 @@ std::string Links::missing_report(const OpDesc& desc, core::Clock::time_point no
   std::vector<int> absent, stuck, silent, waiting, behind, finished;
   std::uint64_t last_absent = 0, last_behind = 0;
   core::Clock::duration longest_still{}, longest_silent{};
+  int unconnected = 0;
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
     const Peer& peer = peers_[static_cast<std::size_t>(p)];
+    if (!peer.qp) {
+      ++unconnected;  // no pair with it yet, nothing of it to read
+      continue;
+    }
     if (!peer.failure.empty() || !live(p) || (peer.reading && now - std::max(peer.answered, watch_started_) > kStill) ||
         !peer.seen_valid) {
       silent.push_back(p);
@@ -278,6 +288,10 @@ std::string Links::missing_report(const OpDesc& desc, core::Clock::time_point no
                     std::to_string(last_behind) + "), waiting on a missing rank");
   }
   if (!finished.empty()) add(others, "finished: " + ranks_word(finished));
+  if (unconnected != 0) {
+    add(others, std::to_string(unconnected) + " ranks not connected to this one, not watched from here (rdmx " +
+                    "status shows every rank)");
+  }
   if (missing_ranks != nullptr) {
     // Whose status to read: not the silent ones (dead, stopped or cut off),
     // whose part is said above and whose store is often out of reach too,

@@ -263,7 +263,8 @@ class AllocatedRegion final : public RegionBase {
 };
 }  // namespace
 
-std::unique_ptr<MemoryRegion> RegistryProtectionDomain::allocate_memory(std::size_t length, Access access) {
+std::unique_ptr<MemoryRegion> RegistryProtectionDomain::allocate_memory(std::size_t length, Access access,
+                                                                        Residency residency) {
   char sizes[64];
   std::snprintf(sizes, sizeof(sizes), "length=%zu", length);
   check_rights(access, sizes);
@@ -276,8 +277,11 @@ std::unique_ptr<MemoryRegion> RegistryProtectionDomain::allocate_memory(std::siz
   if (shared->memfd >= 0 && ::ftruncate(shared->memfd, static_cast<off_t>(shared->map_length)) == 0) {
     // Resident from the start, as a pinned verbs registration is: a page
     // first touched inside a peer's copy would fault in the middle of a
-    // transfer (docs/journal/PERFORMANCE-HISTORY.md, "First calls").
-    base = ::mmap(nullptr, shared->map_length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, shared->memfd, 0);
+    // transfer (docs/journal/PERFORMANCE-HISTORY.md, "First calls"). Unless
+    // asked otherwise; a binder's registration pins every page anyway.
+    shared->on_first_touch = residency == Residency::OnFirstTouch && bound_ == nullptr;
+    const int populate = shared->on_first_touch ? 0 : MAP_POPULATE;
+    base = ::mmap(nullptr, shared->map_length, PROT_READ | PROT_WRITE, MAP_SHARED | populate, shared->memfd, 0);
   }
   if (base == MAP_FAILED) {
     int saved = errno;

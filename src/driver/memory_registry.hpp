@@ -59,6 +59,7 @@ struct SharedRegion {
   int memfd = -1;
   std::size_t map_length = 0;    // bytes to map from offset 0
   std::size_t state_offset = 0;  // where the SharedRegionState lies in the mapping
+  bool on_first_touch = false;   // Residency::OnFirstTouch: peers map it without populating it
   // Slots handed out so far (by the target's provider, to the QPs it offers the region to).
   mutable std::atomic<std::uint32_t> slots_given{0};
   // The process each slot went to (0: not known): a slot a dead process
@@ -307,7 +308,7 @@ class RegistryProtectionDomain final : public std::enable_shared_from_this<Regis
         share_device_memory_(share_device_memory),
         doorbell_handoff_(doorbell_handoff) {}
   std::unique_ptr<MemoryRegion> register_memory(void* addr, std::size_t length, Access access);
-  std::unique_ptr<MemoryRegion> allocate_memory(std::size_t length, Access access);
+  std::unique_ptr<MemoryRegion> allocate_memory(std::size_t length, Access access, Residency residency);
   MemoryRegistry& registry() const { return registry_; }
   // Its regions and QPs.
   Children& children() noexcept { return children_; }
@@ -345,8 +346,9 @@ class DomainHandle final : public ProtectionDomain {
   std::unique_ptr<MemoryRegion> register_memory(void* addr, std::size_t length, Access access) override {
     return domain_->register_memory(addr, length, access);
   }
-  std::unique_ptr<MemoryRegion> allocate_memory(std::size_t length, Access access) override {
-    return domain_->allocate_memory(length, access);
+  std::unique_ptr<MemoryRegion> allocate_memory(std::size_t length, Access access,
+                                                Residency residency = Residency::Now) override {
+    return domain_->allocate_memory(length, access, residency);
   }
   const std::shared_ptr<RegistryProtectionDomain>& domain() const noexcept { return domain_; }
 

@@ -1,6 +1,12 @@
 // SPDX-License-Identifier: MIT
 // Provider-independent pieces of the public verbs API: names of enums,
 // address encoding, and convenience overloads.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <cstdio>
 
 #include "driver/work_request.hpp"
@@ -129,6 +135,22 @@ Sge MemoryRegion::sge(std::size_t offset, std::uint32_t length) const {
                 {.op = "MemoryRegion::sge", .sizes = sizes, .hint = "keep offset + length <= region length"});
   }
   return Sge{reinterpret_cast<std::uint64_t>(static_cast<char*>(addr_) + offset), length, lkey_};
+}
+
+void make_resident(void* addr, std::size_t length) noexcept {
+  if (addr == nullptr || length == 0) return;
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto first = reinterpret_cast<std::uintptr_t>(addr) / page * page;
+  const auto end = reinterpret_cast<std::uintptr_t>(addr) + length;
+#ifndef MADV_POPULATE_WRITE
+  constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14
+#endif
+  if (::madvise(reinterpret_cast<void*>(first), end - first, MADV_POPULATE_WRITE) == 0) return;
+  // An atomic add of zero writes each page without changing what a peer
+  // may be writing into it at the same moment.
+  for (std::uintptr_t a = std::max(first, reinterpret_cast<std::uintptr_t>(addr)); a < end; a = (a / page + 1) * page) {
+    std::atomic_ref<unsigned char>(*reinterpret_cast<unsigned char*>(a)).fetch_add(0, std::memory_order_relaxed);
+  }
 }
 
 std::string QpAddress::to_hex() const {

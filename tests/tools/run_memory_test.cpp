@@ -76,14 +76,15 @@ CliResult run_in(const SmallCgroup& cgroup, const std::string& args) {
 }
 
 TEST(RunMemory, RanksWhoseBuffersCannotFitAreRefusedBeforeAnyStarts) {
-  const CliResult r = run_cli({"run", "-n", "64", "--", "sh", "-c", "echo started"}, {{"RDMX_COLL_MEMORY", "23G"}});
+  const CliResult r = run_cli({"run", "-n", "64", "--", "sh", "-c", "echo started"}, {{"RDMX_COLL_MEMORY", "4G"}});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_FALSE(contains(r.out + r.err, "started")) << r.out << r.err;
   EXPECT_TRUE(contains(r.err,
-                       "rdmx run -n 64: the collectives' buffers of the 64 ranks on this host need 33 GiB "
-                       "and it has 23 GiB available (RDMX_COLL_MEMORY=23G)"))
+                       "rdmx run -n 64: the collectives' buffers of the 64 ranks on this host need 7.2 GiB "
+                       "and it has 4 GiB available (RDMX_COLL_MEMORY=4G)"))
       << r.err;
-  EXPECT_TRUE(contains(r.err, "per peer for the 64 ranks")) << r.err;
+  EXPECT_TRUE(contains(r.err, "per peer for the 14 peers its operations are expected to connect to of the 64 ranks"))
+      << r.err;
   EXPECT_TRUE(contains(r.err, "RDMX_COLL_BUFFSIZE=2M fits")) << r.err;
   // Told to check nothing, it starts them.
   const CliResult off = run_cli({"run", "-n", "3", "--", "sh", "-c", "echo started"}, {{"RDMX_COLL_MEMORY", "off"}});

@@ -54,10 +54,12 @@ struct ShareOffer {
   std::uint64_t map_length = 0;
   std::uint64_t state_offset = 0;
   std::uint32_t access = 0;
-  std::uint32_t slot = 0;         // this QP's busy slot in the region's SharedRegionState
-  std::uint32_t device = 0;       // 1: device memory, described by `cuda`
-  std::uint32_t heap = 0;         // 1: the target's own memory at `base`, reached across processes
-  std::uint64_t cuda_offset = 0;  // where the region starts in its allocation
+  std::uint32_t slot = 0;            // this QP's busy slot in the region's SharedRegionState
+  std::uint32_t device = 0;          // 1: device memory, described by `cuda`
+  std::uint32_t heap = 0;            // 1: the target's own memory at `base`, reached across processes
+  std::uint64_t cuda_offset = 0;     // where the region starts in its allocation
+  std::uint32_t on_first_touch = 0;  // 1: Residency::OnFirstTouch, mapped without populating it
+  std::uint32_t pad = 0;
   core::cuda::SharedMemoryHandle cuda{};
 };
 

@@ -250,6 +250,7 @@ void ShmQp::offer_region_locked(std::uint32_t rkey, const core::MemoryRegistry::
   offer.slot = slot;
   offer.device = verdict.shared->device ? 1 : 0;
   offer.cuda_offset = verdict.shared->cuda_offset;
+  offer.on_first_touch = verdict.shared->on_first_touch ? 1 : 0;
   offer.cuda = verdict.shared->cuda;
   if (int error = send_with_fd(socket_, &offer, sizeof(offer), heap ? heap_page.memfd : verdict.shared->memfd,
                                verdict.shared->cuda_fd);
@@ -269,9 +270,12 @@ void ShmQp::take_offer_locked(const ShareOffer& offer, int fd, int cuda_fd) {
               : offer.state_offset >= offer.length) &&
       offer.map_length >= offer.state_offset + sizeof(core::SharedRegionState) && offer.slot < core::kDirectSlots &&
       ::fstat(fd, &st) == 0 && static_cast<std::uint64_t>(st.st_size) >= offer.map_length;
-  // Page tables filled now rather than page by page inside the copies.
+  // Page tables filled now rather than page by page inside the copies;
+  // populating a region meant to take memory where it is used would take
+  // all of it (a page of a memfd that nobody wrote is allocated by the fault).
+  const int populate = offer.on_first_touch != 0 ? 0 : MAP_POPULATE;
   void* map =
-      sane ? ::mmap(nullptr, offer.map_length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0) : MAP_FAILED;
+      sane ? ::mmap(nullptr, offer.map_length, PROT_READ | PROT_WRITE, MAP_SHARED | populate, fd, 0) : MAP_FAILED;
   ::close(fd);
   if (map == MAP_FAILED) {
     if (cuda_fd >= 0) ::close(cuda_fd);

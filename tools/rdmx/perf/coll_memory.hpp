@@ -9,10 +9,10 @@
 namespace rdmx::cli {
 
 // Throws Error(InvalidArgument), with the numbers and what would fit, when
-// `ranks` local ranks, each with the collectives' buffers (rdmx::comm_memory,
-// the estimate Communicator::create checks) and `test_bytes` of test buffers,
-// would not fit in what the host can give; does nothing when that is unknown
-// or RDMX_COLL_MEMORY=off.
-void refuse_local_ranks_beyond_memory(int ranks, std::size_t test_bytes, const char* command);
+// `ranks` local ranks, each with the collectives' buffers for `peers` peers
+// or the peers rdmx::comm_memory expects, whichever is more (-1: every
+// other rank, as an all_to_all connects them) and `test_bytes` of test buffers, would not fit in what the
+// host can give; does nothing when that is unknown or RDMX_COLL_MEMORY=off.
+void refuse_local_ranks_beyond_memory(int ranks, int peers, std::size_t test_bytes, const char* command);
 
 }  // namespace rdmx::cli

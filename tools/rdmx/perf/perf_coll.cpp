@@ -310,7 +310,7 @@ void register_perf_coll(CLI::App& perf) {
     }
     if (!r->provider.empty()) ::setenv("RDMX_PROVIDER", r->provider.c_str(), 1);
     const int np = r->np > 0 ? r->np : default_local_ranks();
-    if (!launcher_present()) refuse_local_ranks_beyond_memory(np, test_buffer_bytes(sweeps, np), "perf coll");
+    if (!launcher_present()) refuse_local_ranks_beyond_memory(np, -1, test_buffer_bytes(sweeps, np), "perf coll");
     if (run_self_as_local_ranks(np, "rdmx perf coll")) return;
     run(*r, sweeps);
   });

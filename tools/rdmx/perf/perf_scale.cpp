@@ -260,7 +260,7 @@ void register_perf_scale(CLI::App& perf) {
     const int np = o->np > 0 ? o->np : 4;
     std::size_t largest = 0;
     for (std::size_t s : sizes) largest = std::max(largest, s);
-    if (!launcher_present()) refuse_local_ranks_beyond_memory(np, 2 * largest, "perf scale");
+    if (!launcher_present()) refuse_local_ranks_beyond_memory(np, 2, 2 * largest, "perf scale");
     if (run_self_as_local_ranks(np, "rdmx perf scale")) return;
     run_scale(*o, sizes);
   });
