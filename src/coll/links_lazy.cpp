@@ -35,8 +35,8 @@ namespace lazy_links {
 
 // A pair that has not found the other's address this long asks it to connect.
 constexpr auto kDialAfter = std::chrono::milliseconds(100);
-// How long one wait on the store for a pending address lasts before the
-// loop checks the others and its own dials again.
+// How long one wait on the store for the pending addresses lasts before the
+// loop drives the device and reads its own dials again.
 constexpr auto kWaitSlice = std::chrono::milliseconds(10);
 
 std::string qp_key(const std::string& tag, int from, int to) {
@@ -145,37 +145,41 @@ void Links::connect(const std::vector<int>& wanted, core::Clock::time_point dead
   if (pending.empty()) return;
   const auto started = core::Clock::now();
   while (!pending.empty()) {
-    // Block on the server for the first address, then take whatever else came.
-    const auto slice = std::min(deadline, core::Clock::now() + kWaitSlice);
+    // The peers' own connections to this rank complete as its device
+    // makes progress (the shm provider accepts them there): a rank that
+    // only waited on the store would let them time out while it waits.
+    device_->progress();
+    // Block on the server until every address is there, a slice at a time:
+    // one request per slice, then one per peer.
+    std::vector<std::string> keys;
+    for (const Pending& q : pending) keys.push_back(qp_key(tag_, q.peer, rank_));
+    bool arrived = false;
     try {
-      store_->get(qp_key(tag_, pending.front().peer, rank_),
-                  std::chrono::duration_cast<std::chrono::milliseconds>(slice - core::Clock::now()) +
-                      std::chrono::milliseconds(1));
+      store_->wait(keys, std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::min(deadline, core::Clock::now() + kWaitSlice) - core::Clock::now()) +
+                             std::chrono::milliseconds(1));
+      arrived = true;
     } catch (const Error& e) {
       if (e.code() != ErrorCode::Timeout) throw;
     }
-    for (std::size_t i = 0; i < pending.size();) {
-      const std::string key = qp_key(tag_, pending[i].peer, rank_);
-      if (!store_->check(key)) {
-        ++i;
-        continue;
-      }
+    for (std::size_t i = 0; arrived && i < pending.size(); ++i) {
       const int p = pending[i].peer;
       try {
-        pending[i].qp->connect(QpAddress::from_hex(store_->get_string(key)), ConnectOptions{.peer_rank = p});
+        pending[i].qp->connect(QpAddress::from_hex(store_->get_string(keys[i])), ConnectOptions{.peer_rank = p});
       } catch (const Error& e) {
-        throw Error(e.code(),
-                    "cannot connect to rank " + std::to_string(p) + " (address from key " + key + "): " + e.message(),
-                    {.op = "connect",
-                     .rank = rank_,
-                     .peer_rank = p,
-                     .peer_addr = e.context().peer_addr,
-                     .hint = e.context().hint.empty() ? "the peer may run another provider or rdmx version"
-                                                      : e.context().hint});
+        throw Error(
+            e.code(),
+            "cannot connect to rank " + std::to_string(p) + " (address from key " + keys[i] + "): " + e.message(),
+            {.op = "connect",
+             .rank = rank_,
+             .peer_rank = p,
+             .peer_addr = e.context().peer_addr,
+             .hint =
+                 e.context().hint.empty() ? "the peer may run another provider or rdmx version" : e.context().hint});
       }
       attach_peer(p, std::move(pending[i].qp));
-      pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
     }
+    if (arrived) pending.clear();
     if (pending.empty()) break;
     const auto now = core::Clock::now();
     beat(now);
