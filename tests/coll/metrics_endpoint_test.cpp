@@ -10,7 +10,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <map>
 #include <regex>
 #include <set>
@@ -38,9 +40,22 @@ bool port_free(int port) {
   return ok;
 }
 
-// `count` consecutive ports free on loopback now.
+// The lowest port the kernel hands out to connecting sockets.
+int first_ephemeral_port() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 32768;
+  in >> low;
+  return low;
+}
+
+// `count` consecutive ports free on loopback now, below the kernel's
+// ephemeral range: a port there may be taken by any socket that connects
+// (another test's ranks) before the ranks listen on it.
 int free_ports(int count) {
-  for (int base = 20000 + static_cast<int>(::getpid() % 20000); base < 60000; base += count) {
+  const int span = std::max(first_ephemeral_port() - 10000 - count, 1);
+  const int start = static_cast<int>(::getpid() % span);
+  for (int tried = 0; tried < span; tried += count) {
+    const int base = 10000 + (start + tried) % span;
     bool all = true;
     for (int i = 0; i < count && all; ++i) all = port_free(base + i);
     if (all) return base;

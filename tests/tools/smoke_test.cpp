@@ -342,7 +342,7 @@ TEST(Smoke, PlanCalibrate) {
   const std::string dir = temp_dir("calibrate");
   const std::string profile = dir + "/mine.json";
   const std::string command = std::string("RDMX_HOSTID=smoke-host-$RDMX_RANK exec ") + cli_path() +
-                              " plan calibrate --seconds 0.05 --small 8 --large 256K,4M --name smoke --out " + profile;
+                              " plan calibrate --seconds 0.1 --small 8 --large 64K,8M --name smoke --out " + profile;
   const CliResult r = run_cli({"run", "-n", "2", "--time-limit", "120", "--", "/bin/sh", "-c", command},
                               {{"RDMX_PROVIDER", "tcp"}}, seconds(150));
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
