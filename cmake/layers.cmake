@@ -92,7 +92,7 @@ rdmx_layer(auto FOLDERS providers/auto BELOW driver services)
 rdmx_layer(bootstrap FOLDERS bootstrap BELOW services)
 # Who is alive and who failed, agreed without a coordinator (control mesh, heartbeat, agreement).
 rdmx_layer(membership FOLDERS membership BELOW bootstrap services)
-rdmx_layer(coll FOLDERS coll coll/cuda BELOW services membership)
+rdmx_layer(coll FOLDERS coll coll/cuda BELOW services bootstrap membership)
 # The vector kernels are compiled for their instruction sets by function
 # attributes, and each file defines the same kernel names: never batched.
 set_source_files_properties(${PROJECT_SOURCE_DIR}/src/coll/reduce_avx2.cpp ${PROJECT_SOURCE_DIR}/src/coll/reduce_avx512.cpp

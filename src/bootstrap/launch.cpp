@@ -40,6 +40,12 @@ constexpr core::TextSetting kStore{
     "RDMX_STORE", "unset",
     "the job's store: host:port (rank 0 serves it when local) or file:/shared/dir; unset: MASTER_ADDR/MASTER_PORT"};
 RDMX_SETTING(kStore);
+// As torchrun's TORCHELASTIC_USE_AGENT_STORE: a launcher that outlives the
+// ranks serves the store, so it survives rank 0 and no rank pays for serving.
+constexpr core::FlagSetting kStoreExternal{
+    "RDMX_STORE_EXTERNAL", false,
+    "1: RDMX_STORE's host:port is already served (by rdmx run or rdmx_store), so rank 0 only connects to it"};
+RDMX_SETTING(kStoreExternal);
 
 const std::vector<LauncherVariables>& launchers() {
   static const std::vector<LauncherVariables> table = {
@@ -356,7 +362,10 @@ Bootstrap from_env() {
                 ErrorContext{.op = "from_env", .hint = kStoreHint});
   }
   std::string address = bootstrap::format_host_port(info.store_host, info.store_port);
-  if (info.rank == 0) {
+  if (info.rank == 0 && kStoreExternal.read()) {
+    RDMX_INFO("rank 0 (launcher %s): the store at %s is served apart from the ranks (RDMX_STORE_EXTERNAL=1)",
+              info.launcher.c_str(), address.c_str());
+  } else if (info.rank == 0) {
     if (bootstrap::is_local_host(info.store_host)) {
       // A loopback store stays private to this machine; any other local
       // address is served on every interface, as ranks may reach this host

@@ -89,8 +89,6 @@ CommMembership::CommMembership(std::shared_ptr<Store> store, const std::string& 
   owner_ = true;
 }
 
-std::string CommMembership::store_key() const { return owner_ ? shared_->store_key() : std::string(); }
-
 CommMembership::CommMembership(std::shared_ptr<membership::Membership> shared, std::string root_tag,
                                std::vector<int> members, std::uint32_t epoch)
     : shared_(std::move(shared)),

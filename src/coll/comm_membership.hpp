@@ -63,9 +63,6 @@ class CommMembership {
   // Whether a member of the communicator `next` describes has failed since.
   bool member_failed(const std::vector<int>& members) const;
   std::unique_ptr<CommMembership> successor(const Next& next) const;
-  // The store key this rank published for the control mesh, when this
-  // communicator made it (a shrunk one shares the first one's); else "".
-  std::string store_key() const;
   // The members that failed so far, as "rank 2 (why)", and their ranks.
   std::string failures(std::vector<int>* ranks = nullptr) const;
 

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 // Every rank of a communicator maps, for every peer it connects to, an inbox
-// and a staging area (links_layout.hpp), resident from when the pair
-// connects: its ring neighbours when it is made, more as operations use
-// them (an all_to_all connects every pair). n ranks on one host that all
-// connect everyone take about n * n * 2 * RDMX_COLL_BUFFSIZE of its memory:
+// and a staging area (links_layout.hpp), whose pages are taken as data
+// passes through them: its ring neighbours' when it is made, more as
+// operations use them (an all_to_all connects every pair). n ranks on one
+// host that all connect everyone and move large messages through every pair
+// take about n * n * 2 * RDMX_COLL_BUFFSIZE of its memory:
 // 64 ranks at 4 MiB ask for 32 GiB. Past what the host has, the kernel's OOM
 // killer ends ranks one by one, long after the cause. So the communicator
 // refuses up front what its creation connects, and an operation refuses the

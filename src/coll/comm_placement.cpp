@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
 #include "coll/comm_placement.hpp"
 
+#include "bootstrap/store_gather.hpp"
 #include "coll/algorithms.hpp"
 #include "coll/comm_memory.hpp"
 #include "coll/settings.hpp"
+#include "services/config.hpp"
 #include "services/log.hpp"
 #include "services/settings.hpp"
 
@@ -15,8 +17,6 @@ constexpr core::TextSetting kHostId{"RDMX_HOSTID", "unset",
                                     "hierarchical algorithms (unset: host name and boot id)"};
 RDMX_SETTING(kHostId);
 
-std::string host_key(const std::string& tag, int rank) { return tag + "/host/" + std::to_string(rank); }
-
 }  // namespace
 
 CommPlacement::CommPlacement(Store& store, const std::string& tag, int rank, int size, const std::string& device)
@@ -26,10 +26,12 @@ CommPlacement::CommPlacement(Store& store, const std::string& tag, int rank, int
   // The boot id also says which ranks share this machine's cores, whatever
   // RDMX_HOSTID or a network namespace makes of their hosts.
   const RankWhere mine = RankWhere::here(kHostId.read(), device);
-  store.set(store_key(), std::string_view(mine.encode()));
+  const std::vector<std::string> published =
+      bootstrap::gather_through_store(store, tag_ + "/hosts", rank_, size_, mine.encode(), "placement",
+                                      "communicator create", core::deadline_after(core::timeout()));
   std::vector<std::string> identities(static_cast<std::size_t>(size_)), names(static_cast<std::size_t>(size_));
   for (int p = 0; p < size_; ++p) {
-    const RankWhere where = p == rank_ ? mine : RankWhere::decode(store.get_string(host_key(tag_, p)));
+    const RankWhere where = p == rank_ ? mine : RankWhere::decode(published[static_cast<std::size_t>(p)]);
     everyone_.push_back(where);
     identities[static_cast<std::size_t>(p)] = where.identity;
     names[static_cast<std::size_t>(p)] = where.name;
@@ -43,8 +45,6 @@ CommPlacement::CommPlacement(Store& store, const std::string& tag, int rank, int
   placement_.local_size = static_cast<int>(
       layout_.ranks[static_cast<std::size_t>(layout_.host_of[static_cast<std::size_t>(rank_)])].size());
 }
-
-std::string CommPlacement::store_key() const { return host_key(tag_, rank_); }
 
 void CommPlacement::require_buffers_fit() const { coll::require_buffers_fit(everyone_, rank_); }
 

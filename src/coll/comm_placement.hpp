@@ -26,8 +26,6 @@ class CommPlacement {
 
   const HostLayout& layout() const noexcept { return layout_; }
   const RankPlacement& placement() const noexcept { return placement_; }
-  // The store key this rank's RankWhere is published under.
-  std::string store_key() const;
 
   // Throws, alike on every rank, when the collectives' buffers do not fit
   // the memory of a host (comm_memory.hpp).

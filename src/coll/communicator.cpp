@@ -179,9 +179,7 @@ class CommImpl final : public CommunicatorCore {
   void remove_store_keys() noexcept {
     try {
       for (const std::string& key : links_->published_keys()) store_->remove(key);
-      store_->remove(placement_.store_key());
       if (!probe_key_.empty()) store_->remove(probe_key_);
-      if (const std::string key = membership_->store_key(); !key.empty()) store_->remove(key);
       store_->remove(rank_status_key(options_.tag, rank_));
     } catch (const std::exception& e) {
       RDMX_INFO("communicator '%s' teardown on rank %d: its store keys stay: %s", options_.tag.c_str(), rank_,

@@ -26,6 +26,10 @@ Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, c
       rank_(rank),
       size_(size),
       config_(config),
+      local_ranks_(config.host_of.empty()
+                       ? size
+                       : static_cast<int>(std::count(config.host_of.begin(), config.host_of.end(),
+                                                     config.host_of[static_cast<std::size_t>(rank)]))),
       sent_bytes_(new std::atomic<std::uint64_t>[static_cast<std::size_t>(size)]()),
       received_bytes_(new std::atomic<std::uint64_t>[static_cast<std::size_t>(size)]()),
       timeout_(timeout) {
@@ -56,8 +60,9 @@ Links::Links(std::shared_ptr<Device> device, Store& store, int rank, int size, c
   }
   user_mrs_ = std::make_unique<RegistrationCache>(*pd_, device_->caps());
   const Access access = Access::LocalWrite | Access::RemoteWrite | Access::RemoteRead;
-  // Room for every peer, memory for the connected ones: a peer's part
-  // becomes resident when the pair connects (make_pair_resident).
+  // Room for every peer, memory for what the pairs use: a peer's control
+  // words become resident when the pair connects (make_pair_resident), its
+  // slots as data first passes through them.
   region_ = pd_->allocate_memory(layout_->total, access, Residency::OnFirstTouch);
   base_ = static_cast<char*>(region_->addr());
   control_ = reinterpret_cast<Control*>(base_);

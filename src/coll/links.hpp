@@ -284,8 +284,10 @@ class Links {
   void settle() noexcept;
   // Connecting on first use (links_lazy.cpp).
   void publish_region();
-  // Makes what pair p uses of this rank's region resident (the region's
-  // other parts take no memory until a pair uses them).
+  // Makes pair p's control words and slot flags in this rank's region
+  // resident; its slots take pages as data passes through them, so a peer
+  // of the small-message algorithms holds a page or two of its 2 x
+  // RDMX_COLL_BUFFSIZE.
   void make_pair_resident(int p) noexcept;
   // Reads p's region address, then takes `qp` (connected to p) as its
   // link; on failure, `qp` is left where it was.
@@ -345,6 +347,7 @@ class Links {
   int rank_;
   int size_;
   LinksConfig config_;
+  int local_ranks_;  // the ranks on this rank's host, itself included: what its memory must hold
   // Per peer, written by the executor, read by the metrics endpoint.
   std::unique_ptr<std::atomic<std::uint64_t>[]> sent_bytes_;
   std::unique_ptr<std::atomic<std::uint64_t>[]> received_bytes_;

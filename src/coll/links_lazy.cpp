@@ -14,14 +14,15 @@
 // answers the dials it finds, so no cycle of such waits deadlocks.
 //
 // The link figures every rank must agree on (the cost model's input) are
-// gathered once: each rank publishes what its ring links declare, rank 0
-// reads N keys and publishes the least favourable, the others read one key.
+// gathered once through the store (store_gather.hpp): each rank takes the
+// least favourable of what every ring link declares.
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "bootstrap/store_gather.hpp"
 #include "coll/comm_memory.hpp"
 #include "coll/cost_model.hpp"
 #include "coll/links.hpp"
@@ -36,8 +37,17 @@ namespace lazy_links {
 // A pair that has not found the other's address this long asks it to connect.
 constexpr auto kDialAfter = std::chrono::milliseconds(100);
 // How long one wait on the store for the pending addresses lasts before the
-// loop drives the device and reads its own dials again.
-constexpr auto kWaitSlice = std::chrono::milliseconds(10);
+// loop drives the device and reads its own dials again: short at first, then
+// an eighth of the time waited so far, so that hundreds of ranks waiting on
+// late peers do not keep the store server (one thread among their processes)
+// from answering.
+constexpr auto kFirstWaitSlice = std::chrono::milliseconds(10);
+constexpr auto kLongestWaitSlice = std::chrono::milliseconds(200);
+
+std::chrono::milliseconds wait_slice(core::Clock::duration waited) {
+  return std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(waited / 8), kFirstWaitSlice,
+                    kLongestWaitSlice);
+}
 
 std::string qp_key(const std::string& tag, int from, int to) {
   return tag + "/qp/" + std::to_string(from) + "/" + std::to_string(to);
@@ -101,11 +111,9 @@ void Links::make_pair_resident(int p) noexcept {
     make_resident(base_ + array + i * kLine, kLine);
   make_resident(base_ + layout_->notices + i * sizeof(Notice), sizeof(Notice));
   if (p == rank_) return;
-  const std::size_t flags = layout_->slots * kLine, slots = layout_->slots * layout_->slot_bytes;
+  const std::size_t flags = layout_->slots * kLine;
   make_resident(base_ + layout_->inbox_flag(p, 0), flags);
   make_resident(base_ + layout_->staging_flag(p, 0), flags);
-  make_resident(base_ + layout_->inbox_slot(p, 0), slots);
-  make_resident(base_ + layout_->staging_slot(p, 0), slots);
 }
 
 void Links::connect(const std::vector<int>& wanted, core::Clock::time_point deadline) {
@@ -134,13 +142,7 @@ void Links::connect(const std::vector<int>& wanted, core::Clock::time_point dead
   int more = 0;
   for (int p : wanted) more += p != rank_ && !peers_[static_cast<std::size_t>(p)].qp ? 1 : 0;
   if (more == 0) return;
-  int local_ranks = 1;
-  for (int p = 0; p < size_ && !config_.host_of.empty(); ++p) {
-    if (p != rank_ && config_.host_of[static_cast<std::size_t>(p)] == config_.host_of[static_cast<std::size_t>(rank_)])
-      ++local_ranks;
-  }
-  if (config_.host_of.empty()) local_ranks = size_;
-  require_room_to_connect(more, connected_peers(), local_ranks, config_, rank_, "connect");
+  require_room_to_connect(more, connected_peers(), local_ranks_, config_, rank_, "connect");
   for (int p : wanted) open(p);
   if (pending.empty()) return;
   const auto started = core::Clock::now();
@@ -156,7 +158,8 @@ void Links::connect(const std::vector<int>& wanted, core::Clock::time_point dead
     bool arrived = false;
     try {
       store_->wait(keys, std::chrono::duration_cast<std::chrono::milliseconds>(
-                             std::min(deadline, core::Clock::now() + kWaitSlice) - core::Clock::now()) +
+                             std::min(deadline, core::Clock::now() + wait_slice(core::Clock::now() - started)) -
+                             core::Clock::now()) +
                              std::chrono::milliseconds(1));
       arrived = true;
     } catch (const Error& e) {
@@ -284,9 +287,7 @@ void Links::connect_schedule(const Schedule& schedule, const OpDesc& desc, std::
   }
 }
 
-// Per rank "<tag>/links/<r>" = network:in-host latency:bandwidth:between
-// latency:bandwidth; rank 0 publishes the agreed "<tag>/links", and the
-// last rank to read it removes it.
+// Per rank: network:in-host latency:bandwidth:between latency:bandwidth.
 void Links::agree_on_figures() {
   auto format = [](bool network, const LinkFigures& f) {
     std::ostringstream out;
@@ -308,19 +309,6 @@ void Links::agree_on_figures() {
     }
     network = n != 0;
   };
-  auto fetch = [&](const std::string& key, int from, const char* what) {
-    try {
-      return store_->get_string(key);
-    } catch (const Error& e) {
-      throw Error(
-          e.code(),
-          "communicator create: no " + std::string(what) + " from rank " + std::to_string(from) + ": " + e.message(),
-          {.op = "communicator create",
-           .rank = rank_,
-           .peer_rank = from,
-           .hint = "that rank did not reach communicator creation (crashed, hung, or another tag/store)"});
-    }
-  };
   for (int p = 0; p < size_; ++p) {
     const Peer& peer = peers_[static_cast<std::size_t>(p)];
     if (!peer.qp) continue;  // the ring neighbours: every kind of link the job has is among them
@@ -331,33 +319,21 @@ void Links::agree_on_figures() {
     take_least_favourable(same_host ? figures_.in_host : figures_.between_hosts,
                           {caps.latency_us, caps.bandwidth_gbps});
   }
-  const std::string mine_key = tag_ + "/links/" + std::to_string(rank_);
-  const std::string agreed_key = tag_ + "/links";
-  std::string agreed_text;
-  if (rank_ == 0) {
-    bool any = network_;
-    LinkFigures agreed = figures_;
-    for (int p = 1; p < size_; ++p) {
-      const std::string key = tag_ + "/links/" + std::to_string(p);
-      bool network = false;
-      LinkFigures theirs;
-      parse(fetch(key, p, "link figures"), p, network, theirs);
-      store_->remove(key);
-      any = any || network;
-      take_least_favourable(agreed.in_host, theirs.in_host);
-      take_least_favourable(agreed.between_hosts, theirs.between_hosts);
-    }
-    agreed_text = format(any, agreed);
-    store_->set(agreed_key, std::string_view(agreed_text));
-  } else {
-    store_->set(mine_key, std::string_view(format(network_, figures_)));
-    agreed_text = fetch(agreed_key, 0, "agreed link figures");
+  const std::vector<std::string> published =
+      bootstrap::gather_through_store(*store_, tag_ + "/links", rank_, size_, format(network_, figures_),
+                                      "link figures", "communicator create", core::deadline_after(timeout_));
+  bool any = false;
+  LinkFigures agreed = figures_;
+  for (int p = 0; p < size_; ++p) {
+    bool network = false;
+    LinkFigures theirs;
+    parse(published[static_cast<std::size_t>(p)], p, network, theirs);
+    any = any || network;
+    take_least_favourable(agreed.in_host, theirs.in_host);
+    take_least_favourable(agreed.between_hosts, theirs.between_hosts);
   }
-  if (store_->add(agreed_key + "/read", 1) == size_) {
-    store_->remove(agreed_key);
-    store_->remove(agreed_key + "/read");
-  }
-  parse(agreed_text, 0, any_network_, figures_);
+  any_network_ = any;
+  figures_ = agreed;
 }
 
 }  // namespace rdmx::coll

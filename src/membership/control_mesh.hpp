@@ -6,8 +6,9 @@
 // kernel closes a killed process's sockets, which tells its peers at once.
 //
 // Set-up is collective: each rank listens on the interface RDMX_SOCKET_IFNAME
-// picks, publishes "<tag>/ctl/<rank>", connects to every lower rank and
-// accepts every higher one. The listener sends a fresh challenge; the
+// picks, publishes its address, learns everyone's through the store in a
+// handful of requests (bootstrap/store_gather.hpp), connects to every lower
+// rank and accepts every higher one. The listener sends a fresh challenge; the
 // connector answers with who it is and HMAC proof of the job secret
 // (services/auth.hpp), and the listener acts on nothing else until it checks.
 //
@@ -40,17 +41,13 @@ class ControlMesh {
   // The connection to `peer` (non-blocking), or -1 once closed.
   int fd(int peer) const noexcept { return peers_[static_cast<std::size_t>(peer)].get(); }
   void close(int peer) noexcept { peers_[static_cast<std::size_t>(peer)].reset(); }
-  // The store key this rank published.
-  const std::string& store_key() const noexcept { return key_; }
 
  private:
-  void connect_to(Store& store, const std::string& tag, int peer, core::Clock::time_point deadline);
-  void accept_from_higher(core::Clock::time_point deadline);
+  void handshake_all(const std::vector<std::string>& published, core::Clock::time_point deadline);
 
   int rank_;
   int size_;
   std::uint64_t tag_digest_;
-  std::string key_;
   bootstrap::UniqueFd listener_;
   std::vector<bootstrap::UniqueFd> peers_;
 };

@@ -22,6 +22,19 @@ std::string seconds_text(std::chrono::milliseconds ms) {
   return text;
 }
 
+// A tenth of the timeout, from 20 ms to 1 s; and in a large group no more
+// than about kBeatsPerSecond beats a second from each rank, up to a quarter
+// of the timeout: every rank beats to every other, so the machine's share
+// of beats grows with the square of the ranks it holds.
+constexpr int kBeatsPerSecond = 64;
+
+std::chrono::milliseconds heartbeat_period(std::chrono::milliseconds timeout, int size) {
+  if (timeout.count() < 0) return std::chrono::milliseconds(1000);
+  const auto period = std::clamp(timeout / 10, std::chrono::milliseconds(20), std::chrono::milliseconds(1000));
+  const auto spread = std::chrono::milliseconds(1000 * std::max(size - 1, 0) / kBeatsPerSecond);
+  return std::max(period, std::min(spread, timeout / 4));
+}
+
 }  // namespace
 
 const char* to_string(Verdict::Outcome outcome) noexcept {
@@ -54,9 +67,7 @@ Membership::Membership(std::shared_ptr<Store> store, const std::string& tag, int
       rank_(rank),
       size_(size),
       timeout_(timeout),
-      heartbeat_(timeout.count() < 0
-                     ? std::chrono::milliseconds(1000)
-                     : std::clamp(timeout / 10, std::chrono::milliseconds(20), std::chrono::milliseconds(1000))),
+      heartbeat_(heartbeat_period(timeout, size)),
       mesh_(*store_, tag, rank, size,
             core::deadline_after(timeout.count() < 0 ? std::chrono::milliseconds(-1) : timeout)),
       epoll_(::epoll_create1(EPOLL_CLOEXEC)),

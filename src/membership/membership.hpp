@@ -77,7 +77,6 @@ class Membership {
 
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
-  const std::string& store_key() const noexcept { return mesh_.store_key(); }
 
   // Adds a handler, called as the one given at creation is; it hears at once
   // (on this thread) of every peer already suspected. Returns an id for

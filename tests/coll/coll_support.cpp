@@ -59,6 +59,17 @@ std::unique_ptr<Communicator> make_comm(RankEnv& env, const std::string& tag, co
   return Communicator::create(env.store_ptr(), env.rank(), env.world_size(), options);
 }
 
+ServedStore serve_tcp_store(RankEnv& env, int server_rank, const std::string& port_key) {
+  ServedStore served;
+  if (env.rank() == server_rank) {
+    served.server = std::make_unique<TcpStoreServer>("127.0.0.1", 0);
+    env.store().set(port_key, std::to_string(served.server->port()));
+  }
+  const auto port = static_cast<std::uint16_t>(std::stoi(env.store().get_string(port_key)));
+  served.store = connect_tcp_store("127.0.0.1", port, std::chrono::milliseconds(30'000));
+  return served;
+}
+
 // --- values -------------------------------------------------------------------
 // Typed loops throughout: the full matrix checks billions of elements, so the
 // type is dispatched once per block, never per element.

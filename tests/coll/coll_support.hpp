@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "rdmx/bootstrap.hpp"
 #include "rdmx/comm.hpp"
 #include "support/harness.hpp"
 #include "support/providers.hpp"
@@ -41,6 +42,15 @@ inline void PrintTo(const CollParam& param, std::ostream* os) { *os << param_nam
                                           std::vector<int> may_be_killed = {});
 // A communicator over all ranks of the run; `algo` as RDMX_ALGO ("" = table).
 std::unique_ptr<Communicator> make_comm(RankEnv& env, const std::string& tag, const std::string& algo = "");
+
+// A TCP store that rank `server_rank` of the run serves and every rank
+// connects to (the run's own store passes the port, under `port_key`): for
+// tests that look at what a store holds. The client goes before the server.
+struct ServedStore {
+  std::unique_ptr<TcpStoreServer> server;  // on the serving rank
+  std::shared_ptr<Store> store;
+};
+ServedStore serve_tcp_store(RankEnv& env, int server_rank, const std::string& port_key);
 
 // "full" when RDMX_COLL_MATRIX=full (the `make test-coll-full` target).
 bool full_matrix();

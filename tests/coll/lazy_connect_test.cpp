@@ -68,23 +68,28 @@ std::size_t resident_shared_bytes() {
   return kib << 10;
 }
 
-// Memory follows the peers used: at the default 4 MiB a peer's inbox and
-// staging area take 8 MiB; 8 ranks made hold 2 peers' worth, and an
-// all_to_all adds the other 5 (a full mesh held all 7 from the start).
-TEST(LazyConnect, MemoryGrowsWithThePeersConnected) {
+// Memory follows what the pairs move: at the default 4 MiB a peer's inbox
+// and staging area have room for 8 MiB, and take pages as data passes
+// through them (a full mesh held all 7 peers' 8 MiB from the start).
+TEST(LazyConnect, MemoryGrowsWithWhatThePairsMove) {
   ASSERT_TRUE(run_coll_ranks({"shm", 8}, [](RankEnv& env) {
     ::unsetenv("RDMX_COLL_BUFFSIZE");
     constexpr std::size_t kMiB = std::size_t{1} << 20;
     const std::size_t before = resident_shared_bytes();
     auto comm = make_comm(env, "lazy-memory");
     const std::size_t made = resident_shared_bytes() - before;
-    CHECK_GE(made, 15 * kMiB) << "the 2 ring neighbours' buffers are resident";
-    CHECK_LT(made, 24 * kMiB) << "only the 2 ring neighbours' buffers are resident";
+    CHECK_LT(made, 2 * kMiB) << "no pair's window takes memory before the pair moves data";
     std::vector<std::int32_t> send(8, env.rank()), recv(8, -1);
     comm->all_to_all(send.data(), recv.data(), 1, DataType::Int32);
-    const std::size_t all = resident_shared_bytes() - before;
-    CHECK_GE(all, made + 40 * kMiB) << "5 more peers' buffers became resident";
-    CHECK_LT(all, made + 48 * kMiB);
+    const std::size_t small = resident_shared_bytes() - before;
+    CHECK_LT(small, made + 5 * 8 * kMiB) << "8 bytes to each of 5 new peers do not take their whole windows";
+    constexpr std::size_t kBlock = std::size_t{1} << 20;  // 4 MiB of int32 to each peer
+    std::vector<std::int32_t> big(8 * kBlock, env.rank()), big_in(8 * kBlock, -1);
+    comm->all_to_all(big.data(), big_in.data(), kBlock, DataType::Int32);
+    CHECK_EQ(big_in[3 * kBlock], 3);
+    const std::size_t moved = resident_shared_bytes() - before;
+    CHECK_GE(moved, made + 16 * kMiB) << "4 MiB to each of 7 peers went through their windows";
+    CHECK_LT(moved, made + 7 * 9 * kMiB) << "at most every peer's two 4 MiB areas and its rings";
   }));
 }
 
@@ -142,13 +147,8 @@ TEST(LazyConnect, APeerThatNeverConnectsIsNamedAtTheTimeout) {
 TEST(LazyConnect, ADestroyedCommunicatorLeavesNoKeysOfItsPairsOrDials) {
   constexpr int kServer = 5;
   ASSERT_TRUE(run_coll_ranks({"tcp", 6}, [](RankEnv& env) {
-    std::unique_ptr<TcpStoreServer> server;
-    if (env.rank() == kServer) {
-      server = std::make_unique<TcpStoreServer>("127.0.0.1", 0);
-      env.store().set("lazy-keys/port", std::to_string(server->port()));
-    }
-    const auto port = static_cast<std::uint16_t>(std::stoi(env.store().get_string("lazy-keys/port")));
-    std::shared_ptr<Store> store = connect_tcp_store("127.0.0.1", port, std::chrono::milliseconds(30'000));
+    ServedStore served = serve_tcp_store(env, kServer, "lazy-keys/port");
+    std::shared_ptr<Store> store = served.store;
     env.barrier("connected");
     StoreStats before;
     if (env.rank() == kServer) before = store->stats();

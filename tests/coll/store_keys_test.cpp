@@ -43,13 +43,8 @@ TEST(CommStoreKeys, DestroyedCommunicatorsLeaveNoKeysAndTheServerDoesNotGrow) {
   ASSERT_TRUE(run_coll_ranks(
       {"tcp", 4},
       [](RankEnv& env) {
-        std::unique_ptr<TcpStoreServer> server;
-        if (env.rank() == kServer) {
-          server = std::make_unique<TcpStoreServer>("127.0.0.1", 0);
-          env.store().set("churn/port", std::to_string(server->port()));
-        }
-        const auto port = static_cast<std::uint16_t>(std::stoi(env.store().get_string("churn/port")));
-        std::shared_ptr<Store> store = connect_tcp_store("127.0.0.1", port, std::chrono::milliseconds(30'000));
+        ServedStore served = serve_tcp_store(env, kServer, "churn/port");
+        std::shared_ptr<Store> store = served.store;
         env.barrier("connected");
         std::vector<StoreStats> stats;
         std::vector<std::size_t> resident;

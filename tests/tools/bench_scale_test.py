@@ -68,14 +68,14 @@ def test_verdicts():
     mesh = run_model([doc(n, 0.001 * n * n, 8 * MIB * n) for n in (8, 16, 32)], cores=64)
     check("memory per rank at 256 ranks <= 64 MiB (model)" in mesh and "MISS 2048 MiB" in mesh,
           "a full mesh's memory is not judged a miss:\n" + mesh)
-    check("creation of 16384 ranks under 30 s (model)" in mesh, "no 16384-rank verdict:\n" + mesh)
+    check("creation of 16384 ranks under 30 s (model; store bytes apart)" in mesh, "no 16384-rank verdict:\n" + mesh)
     # What connecting only ring neighbours would give: flat memory, log creation.
     lazy = run_model([doc(n, 0.05 + 0.001 * n, 20 * MIB) for n in (16, 64, 256)], cores=512)
     check("memory per rank at 256 ranks <= 64 MiB (measured)" in lazy and "met  20 MiB" in lazy,
           "flat memory is not judged met:\n" + lazy)
     check(verdict(lazy, "creation per rank at 256 within 2x of 16's (measured)") == "met",
           "near-linear creation is not judged met:\n" + lazy)
-    check(verdict(mesh, "creation of 16384 ranks under 30 s (model)") == "MISS",
+    check(verdict(mesh, "creation of 16384 ranks under 30 s (model; store bytes apart)") == "MISS",
           "a quadratic creation is not judged a miss:\n" + mesh)
     # Oversubscribed: 2 cores, time shared out; the model says which basis it used.
     over = run_model([doc(n, 0.001 * n * n, 8 * MIB * n) for n in (8, 16, 32)], cores=2)

@@ -22,7 +22,8 @@ TEST(RunCommand, StartsRanksWithTheirEnvironmentAndPrefixesOutput) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (int rank = 0; rank < 3; ++rank) {
     const std::string n = std::to_string(rank);
-    EXPECT_NE(r.out.find("[" + n + "] rank=" + n + " size=3 local=" + n + " store=file"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("[" + n + "] rank=" + n + " size=3 local=" + n + " store=127.0.0.1"), std::string::npos)
+        << r.out;
     EXPECT_NE(r.err.find("[" + n + "] to-stderr"), std::string::npos) << r.err;
   }
 }

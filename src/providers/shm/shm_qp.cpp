@@ -395,8 +395,9 @@ bool ShmQp::on_timer_locked(core::Clock::time_point now) {
     if (now >= retry_connect_at_) start_connect_locked();
     if (state() == QpState::Error) return false;
   }
+  // Waiting for the peer to accept is a socket event; only the deadline is a
+  // timer, and the idle engine's wake-up is often enough for it.
   if (!accepted_) {
-    busy = true;
     if (now >= connect_deadline_) {
       const std::string unanswered =
           unanswered_ == 0 ? ""

@@ -328,6 +328,10 @@ void SoftRcDevice::maybe_run_timers_locked() {
   }
   const auto limit = timeout();
   const auto hello_limit = std::min<Clock::duration>(limit, kHelloBound);
+  // A pending connection waits for a HELLO (a socket event) or for its QP's
+  // connect(); only its deadlines, seconds away, are timers, and the idle
+  // engine's wake-up checks them often enough. Counting them as busy woke
+  // every rank's engine each millisecond while hundreds of ranks connected.
   for (auto it = pending_.begin(); it != pending_.end();) {
     auto next = std::next(it);
     const auto age = now - it->second.accepted_at;
@@ -335,8 +339,6 @@ void SoftRcDevice::maybe_run_timers_locked() {
       drop_pending_locked(it->first, "no HELLO within min(RDMX_TIMEOUT, 10 s) of connecting");
     } else if (age > limit) {
       drop_pending_locked(it->first, "no QP claimed the connection within RDMX_TIMEOUT");
-    } else {
-      busy = true;
     }
     it = next;
   }

@@ -445,7 +445,9 @@ bool TcpQp::on_timer_locked(core::Clock::time_point now) {
     } else if (initiator_ && !connecting_ && now >= retry_connect_at_) {
       start_connect_locked();
     }
-    return true;
+    // Only a retry to start is due soon; the rest waits for socket events or
+    // for deadlines a second or more away, which the idle engine's wake-up meets.
+    return initiator_ && !connecting_ && state() != QpState::Error;
   }
   bool busy = false;
   if (rnr_paused_) {

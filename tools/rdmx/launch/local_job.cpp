@@ -18,7 +18,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <filesystem>
 #include <thread>
 
 #include "cli/commands.hpp"
@@ -191,14 +190,7 @@ class Job {
                   {.op = options_.name, .hint = "rdmx run -n 2 -- ./my_program args"});
     }
     const std::string program = resolve_program(options_.command.front());
-    char store_template[] = "/tmp/rdmx-run.XXXXXX";
-    const char* store_dir = ::mkdtemp(store_template);
-    if (store_dir == nullptr) {
-      throw Error(ErrorCode::System,
-                  std::string("cannot create the job's store directory in /tmp: ") + std::strerror(errno),
-                  {.op = options_.name});
-    }
-    store_dir_ = store_dir;
+    serve_store();
     struct sigaction forward {};
     forward.sa_handler = remember_signal;  // no SA_RESTART: poll() returns at once
     struct sigaction old_int {
@@ -236,8 +228,41 @@ class Job {
       if (s.fd >= 0) ::close(s.fd);
       s.fd = -1;
     }
-    std::error_code ignored;
-    std::filesystem::remove_all(store_dir_, ignored);
+    store_.reset();
+  }
+
+  // One secret per job, unless the user gave theirs: the ranks' connections
+  // and the store served here prove it. It goes into this process's
+  // environment, which the server reads and every rank inherits.
+  void adopt_job_secret() const {
+    for (const char* name : {"RDMX_AUTH_KEY", "RDMX_AUTH_KEY_FILE"}) {
+      auto given = options_.env.find(name);
+      if (given != options_.env.end()) ::setenv(name, given->second.c_str(), 1);
+    }
+    if (std::getenv("RDMX_AUTH_KEY") == nullptr && std::getenv("RDMX_AUTH_KEY_FILE") == nullptr) {
+      ::setenv("RDMX_AUTH_KEY", new_job_secret().c_str(), 0);
+    }
+  }
+
+  // The job's store lives here rather than in rank 0, so it outlives any rank
+  // (shrink and grow need that) and a rank's store requests go to a server
+  // that no rank's CPU work delays. The stop signals stay blocked on its
+  // thread, so they reach watch()'s poll.
+  void serve_store() {
+    adopt_job_secret();
+    sigset_t stop_signals;
+    sigset_t previous;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    ::pthread_sigmask(SIG_BLOCK, &stop_signals, &previous);
+    try {
+      store_ = std::make_unique<TcpStoreServer>("127.0.0.1", 0);
+    } catch (...) {
+      ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+      throw;
+    }
+    ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   }
 
   // Everything a child needs is built before fork: the parent may have
@@ -257,11 +282,8 @@ class Job {
     for (const auto& [key, value] : options_.env) job_env[key] = value;
     job_env["RDMX_WORLD_SIZE"] = std::to_string(options_.ranks);
     job_env["RDMX_LOCAL_WORLD_SIZE"] = std::to_string(options_.ranks);
-    job_env["RDMX_STORE"] = "file:" + store_dir_;
-    // One secret per job, unless the user gave theirs: the ranks' connections prove it.
-    if (!job_env.contains("RDMX_AUTH_KEY") && !job_env.contains("RDMX_AUTH_KEY_FILE")) {
-      job_env["RDMX_AUTH_KEY"] = new_job_secret();
-    }
+    job_env["RDMX_STORE"] = "127.0.0.1:" + std::to_string(store_->port());
+    job_env["RDMX_STORE_EXTERNAL"] = "1";
     // torch's env:// variables, as torchrun sets them, so torch.distributed
     // programs run unchanged under rdmx run (their store is torch's own).
     job_env["WORLD_SIZE"] = job_env["LOCAL_WORLD_SIZE"] = std::to_string(options_.ranks);
@@ -584,7 +606,7 @@ class Job {
   }
 
   const LocalJobOptions& options_;
-  std::string store_dir_;
+  std::unique_ptr<TcpStoreServer> store_;
   std::vector<Rank> ranks_;
   std::vector<Stream> streams_;
   pid_t group_ = 0;

@@ -47,6 +47,8 @@ class CountingStore final : public Store {
  public:
   explicit CountingStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
   std::uint64_t requests() const noexcept { return requests_.load(std::memory_order_relaxed); }
+  // Bytes of the values the store answered gets with.
+  std::uint64_t bytes_read() const noexcept { return bytes_read_.load(std::memory_order_relaxed); }
 
   void set(const std::string& key, const Bytes& value) override {
     count();
@@ -54,7 +56,9 @@ class CountingStore final : public Store {
   }
   Bytes get(const std::string& key, std::chrono::milliseconds timeout) override {
     count();
-    return inner_->get(key, timeout);
+    Bytes value = inner_->get(key, timeout);
+    bytes_read_.fetch_add(value.size(), std::memory_order_relaxed);
+    return value;
   }
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
     count();
@@ -89,6 +93,7 @@ class CountingStore final : public Store {
   void count() noexcept { requests_.fetch_add(1, std::memory_order_relaxed); }
   std::shared_ptr<Store> inner_;
   std::atomic<std::uint64_t> requests_{0};
+  std::atomic<std::uint64_t> bytes_read_{0};
 };
 
 // Proportional set size: shared pages (the peers' mapped regions) count
@@ -155,6 +160,7 @@ void run_scale(const ScaleOptions& o, const std::vector<std::size_t>& sizes) {
   std::unique_ptr<Communicator> comm = Communicator::create(counting, rank, size);
   const double end = wall_seconds();
   const double create_requests = static_cast<double>(counting->requests());
+  const double create_bytes = static_cast<double>(counting->bytes_read());
   const double pss_created = pss_bytes() - pss_before;
   double connections = 0;
   for (const std::string& p : comm->peer_providers()) connections += p.empty() ? 0 : 1;
@@ -184,7 +190,7 @@ void run_scale(const ScaleOptions& o, const std::vector<std::size_t>& sizes) {
   const auto hi =
       reduced(*comm, {start, end, end - start, connections, create_requests, pss_created, pss_used}, ReduceOp::Max);
   const auto lo = reduced(*comm, {-start, -connections}, ReduceOp::Max);
-  const auto sum = reduced(*comm, {create_requests, all_requests, pss_used}, ReduceOp::Sum);
+  const auto sum = reduced(*comm, {create_requests, all_requests, pss_used, create_bytes}, ReduceOp::Sum);
   const int local_ranks = joined.info.local_world_size > 0 ? joined.info.local_world_size : size;
   const CommMemory model = comm_memory(size, local_ranks);
   if (rank != 0) return;
@@ -201,7 +207,10 @@ void run_scale(const ScaleOptions& o, const std::vector<std::size_t>& sizes) {
        {{"seconds", hi[1] - hi[0]}, {"seconds_from_first_rank", hi[1] - first_start}, {"slowest_rank_seconds", hi[2]}}},
       {"connections_per_rank", {{"min", -lo[1]}, {"max", hi[3]}}},
       {"store_requests",
-       {{"create_total", sum[0]}, {"create_per_rank_max", hi[4]}, {"total_with_collectives", sum[1]}}},
+       {{"create_total", sum[0]},
+        {"create_per_rank_max", hi[4]},
+        {"total_with_collectives", sum[1]},
+        {"create_bytes_read_total", sum[3]}}},
       {"memory_per_rank",
        {{"pss_after_create_max", hi[5]},
         {"pss_after_collectives_max", hi[6]},
@@ -218,8 +227,9 @@ void run_scale(const ScaleOptions& o, const std::vector<std::size_t>& sizes) {
               static_cast<long long>(host_count), providers.empty() ? "nothing" : providers.c_str());
   std::printf("# creation: %.3f s after the last rank arrived (%.3f s from the first); %.2f ms per rank\n",
               hi[1] - hi[0], hi[1] - first_start, (hi[1] - hi[0]) * 1e3 / size);
-  std::printf("# connections per rank: %g..%g; store requests while creating: %g in all, %g per rank at most\n", -lo[1],
-              hi[3], sum[0], hi[4]);
+  std::printf(
+      "# connections per rank: %g..%g; store requests while creating: %g in all, %g per rank at most; %.0f KB read\n",
+      -lo[1], hi[3], sum[0], hi[4], sum[3] / 1e3);
   std::printf("# memory per rank (Pss): %s after creation, %s after the collectives (mean %s); the model: %s\n",
               mib(hi[5]).c_str(), mib(hi[6]).c_str(), mib(sum[2] / size).c_str(),
               mib(static_cast<double>(model.per_rank)).c_str());
