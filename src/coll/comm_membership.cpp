@@ -107,6 +107,13 @@ CommMembership::~CommMembership() {
   shared_->unsubscribe(subscription_);
 }
 
+GatherAll CommMembership::gather_all() const {
+  return [shared = shared_, members = members_](const std::string& key, const std::string& mine, const char* what,
+                                                core::Clock::time_point deadline) {
+    return shared->gather(key, members, mine, what, deadline);
+  };
+}
+
 void CommMembership::on_loss(int peer, bool, const std::string& why) {
   // Dead or silent alike: the peer died or stopped answering (PeerFailure).
   const int rank = rank_of_[static_cast<std::size_t>(peer)];

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "coll/gather_all.hpp"
 #include "membership/membership.hpp"
 #include "rdmx/bootstrap.hpp"
 #include "rdmx/error.hpp"
@@ -46,6 +47,9 @@ class CommMembership {
   // as a member fails: what a communicator is built through, so that a
   // rank dying meanwhile fails the build at once, not at the timeout.
   std::shared_ptr<Store> watched(std::shared_ptr<Store> store);
+  // What every member publishes, exchanged over the control connections
+  // (Membership::gather()): the store serves none of it.
+  GatherAll gather_all() const;
 
   // What the next shrink makes.
   struct Next {

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: MIT
 #include "coll/comm_placement.hpp"
 
-#include "bootstrap/store_gather.hpp"
 #include "coll/algorithms.hpp"
 #include "coll/comm_memory.hpp"
 #include "coll/settings.hpp"
@@ -19,7 +18,8 @@ RDMX_SETTING(kHostId);
 
 }  // namespace
 
-CommPlacement::CommPlacement(Store& store, const std::string& tag, int rank, int size, const std::string& device)
+CommPlacement::CommPlacement(const GatherAll& gather, const std::string& tag, int rank, int size,
+                             const std::string& device)
     : tag_(tag), rank_(rank), size_(size) {
   // Where everyone lives: host name plus boot id, so containers sharing a
   // name are told apart (RDMX_HOSTID overrides it, as NCCL_HOSTID does).
@@ -27,8 +27,7 @@ CommPlacement::CommPlacement(Store& store, const std::string& tag, int rank, int
   // RDMX_HOSTID or a network namespace makes of their hosts.
   const RankWhere mine = RankWhere::here(kHostId.read(), device);
   const std::vector<std::string> published =
-      bootstrap::gather_through_store(store, tag_ + "/hosts", rank_, size_, mine.encode(), "placement",
-                                      "communicator create", core::deadline_after(core::timeout()));
+      gather(tag_ + "/hosts", mine.encode(), "placement", core::deadline_after(core::timeout()));
   std::vector<std::string> identities(static_cast<std::size_t>(size_)), names(static_cast<std::size_t>(size_));
   for (int p = 0; p < size_; ++p) {
     const RankWhere where = p == rank_ ? mine : RankWhere::decode(published[static_cast<std::size_t>(p)]);

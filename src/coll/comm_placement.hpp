@@ -22,7 +22,8 @@ class CommPlacement {
   // Collective over the ranks: publishes this rank's RankWhere under `tag`
   // and reads every other rank's. `device`: Device::name() of the device
   // the communicator's links open.
-  CommPlacement(Store& store, const std::string& tag, int rank, int size, const std::string& device);
+  // `gather` exchanges what each rank says of itself (bootstrap/store_gather.hpp).
+  CommPlacement(const GatherAll& gather, const std::string& tag, int rank, int size, const std::string& device);
 
   const HostLayout& layout() const noexcept { return layout_; }
   const RankPlacement& placement() const noexcept { return placement_; }

@@ -61,12 +61,13 @@ class CommImpl final : public CommunicatorCore {
                         ? std::move(lineage.membership)
                         : std::make_unique<CommMembership>(store_, options_.tag, rank_, size_, timeout_)),
         build_store_(membership_->watched(store_)),
-        placement_(*build_store_, options_.tag, rank_, size_, device->name()),
+        placement_(membership_->gather_all(), options_.tag, rank_, size_, device->name()),
         validator_(rank_, size_) {
     selector_.set_layout(placement_.layout().hosts(), placement_.layout().per_host());
     placement_.require_buffers_fit();
     LinksConfig config = placement_.links_config_with_waits();
     config.host_of = placement_.layout().host_of;
+    config.gather_all = membership_->gather_all();
     links_ = std::make_unique<Links>(std::move(device), *build_store_, rank_, size_, options_.tag, config, timeout_,
                                      lineage.links);
     const LinkFigures& figures = links_->link_figures();

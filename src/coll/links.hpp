@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "coll/combine.hpp"
+#include "coll/gather_all.hpp"
 #include "coll/op_desc.hpp"
 #include "rdmx/bootstrap.hpp"
 #include "rdmx/cost_model.hpp"
@@ -104,6 +105,7 @@ struct LinksConfig {
   bool yield_when_waiting = false;      // more local ranks than cores: give the core away while spinning
   std::chrono::microseconds spin{-1};   // how long a run's waits spin before sleeping (negative: RDMX_SPIN_US)
   std::vector<int> host_of;             // per rank, its host (empty: one host), for link_figures()
+  GatherAll gather_all;                 // how the ranks exchange link figures
 };
 
 // What the providers carrying a communicator's links declare of them

@@ -22,7 +22,6 @@
 #include <string>
 #include <vector>
 
-#include "bootstrap/store_gather.hpp"
 #include "coll/comm_memory.hpp"
 #include "coll/cost_model.hpp"
 #include "coll/links.hpp"
@@ -319,9 +318,9 @@ void Links::agree_on_figures() {
     take_least_favourable(same_host ? figures_.in_host : figures_.between_hosts,
                           {caps.latency_us, caps.bandwidth_gbps});
   }
-  const std::vector<std::string> published =
-      bootstrap::gather_through_store(*store_, tag_ + "/links", rank_, size_, format(network_, figures_),
-                                      "link figures", "communicator create", core::deadline_after(timeout_));
+  const std::string mine = format(network_, figures_);
+  const auto deadline = core::deadline_after(timeout_);
+  const std::vector<std::string> published = config_.gather_all(tag_ + "/links", mine, "link figures", deadline);
   bool any = false;
   LinkFigures agreed = figures_;
   for (int p = 0; p < size_; ++p) {

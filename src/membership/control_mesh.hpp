@@ -1,16 +1,17 @@
 // SPDX-License-Identifier: MIT
-// The control mesh: one authenticated TCP connection between every two ranks
-// of a communicator, apart from its data path. Heartbeats and the agreement
-// on who failed travel on it, so a data path that failed, or a store that
-// died with the rank that served it, does not blind the survivors; and the
+// The control mesh: authenticated TCP connections between the ranks of a
+// communicator, apart from its data path. Heartbeats and the agreement on
+// who failed travel on it, so a data path that failed, or a store that died
+// with the rank that served it, does not blind the survivors; and the
 // kernel closes a killed process's sockets, which tells its peers at once.
 //
-// Set-up is collective: each rank listens on the interface RDMX_SOCKET_IFNAME
-// picks, publishes its address, learns everyone's through the store in a
-// handful of requests (bootstrap/store_gather.hpp), connects to every lower
-// rank and accepts every higher one. The listener sends a fresh challenge; the
-// connector answers with who it is and HMAC proof of the job secret
-// (services/auth.hpp), and the listener acts on nothing else until it checks.
+// Set-up is collective and makes only the overlay (overlay.hpp): each rank
+// listens on the interface RDMX_SOCKET_IFNAME picks, publishes its address
+// in the store, reads those of its lower overlay neighbours, dials them and
+// answers its higher ones (control_handshake.hpp); then the ranks exchange
+// every rank's address over the overlay. The listener stays open, so a
+// connection to any other rank can be made later, when an agreement needs
+// one, without the store.
 //
 // After set-up, each connection carries frames: a 12-byte head (magic,
 // kind, round, payload length) and a payload bounded by the group's size.
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "bootstrap/net.hpp"
+#include "membership/control_handshake.hpp"
 #include "rdmx/bootstrap.hpp"
 #include "services/wait.hpp"
 
@@ -31,25 +33,39 @@ namespace rdmx::membership {
 class ControlMesh {
  public:
   // Collective over `size` ranks; throws Error (Timeout naming the ranks not
-  // reached, or PeerFailure/Config) when the mesh cannot be made by `deadline`.
+  // reached, or PeerFailure/Config) when the overlay cannot be made by
+  // `deadline`.
   ControlMesh(Store& store, const std::string& tag, int rank, int size, core::Clock::time_point deadline);
   ControlMesh(const ControlMesh&) = delete;
   ControlMesh& operator=(const ControlMesh&) = delete;
 
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
-  // The connection to `peer` (non-blocking), or -1 once closed.
+  // The connection to `peer` (non-blocking), or -1 when there is none.
   int fd(int peer) const noexcept { return peers_[static_cast<std::size_t>(peer)].get(); }
   void close(int peer) noexcept { peers_[static_cast<std::size_t>(peer)].reset(); }
+  // Takes a connection the handshakes made after set-up.
+  void adopt(int peer, bootstrap::UniqueFd fd) { peers_[static_cast<std::size_t>(peer)] = std::move(fd); }
+  // Where `peer` listens, as it published it: for dialling it later.
+  const std::string& address(int peer) const { return addresses_[static_cast<std::size_t>(peer)]; }
+  // The connections set-up made (overlay.hpp).
+  const std::vector<int>& overlay() const noexcept { return overlay_; }
+  ControlHandshakes& handshakes() noexcept { return handshakes_; }
+  // The rule for a hello from `from` while the connections are as they are.
+  ControlHandshakes::Admission admit(int from, std::string& why) const;
 
  private:
-  void handshake_all(const std::vector<std::string>& published, core::Clock::time_point deadline);
+  void connect_overlay(Store& store, const std::string& tag, const std::string& mine, core::Clock::time_point deadline);
 
   int rank_;
   int size_;
   std::uint64_t tag_digest_;
+  std::string mine_;  // this rank's address as published: "host\nport"
   bootstrap::UniqueFd listener_;
+  ControlHandshakes handshakes_;
   std::vector<bootstrap::UniqueFd> peers_;
+  std::vector<std::string> addresses_;
+  std::vector<int> overlay_;
 };
 
 // ---- frames ----------------------------------------------------------------
@@ -58,6 +74,7 @@ enum class FrameKind : std::uint8_t {
   Propose = 2,  // agreement: (round, suspected ranks)
   Decide = 3,   // agreement: the decided set of failed ranks
   Bye = 4,      // this rank closes its communicator: the connection's end is no failure
+  Gather = 5,   // one step of an all-gather (Membership::gather()): (step, exchange id, values)
 };
 inline constexpr std::size_t kFrameHeadBytes = 12;
 

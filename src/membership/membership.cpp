@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "membership/overlay.hpp"
 #include "rdmx/error.hpp"
 #include "services/log.hpp"
 
@@ -22,18 +23,21 @@ std::string seconds_text(std::chrono::milliseconds ms) {
   return text;
 }
 
-// A tenth of the timeout, from 20 ms to 1 s; and in a large group no more
-// than about kBeatsPerSecond beats a second from each rank, up to a quarter
-// of the timeout: every rank beats to every other, so the machine's share
-// of beats grows with the square of the ranks it holds.
+// A tenth of the timeout, from 20 ms to 1 s; and no more than about
+// kBeatsPerSecond beats a second from each rank, up to a quarter of the
+// timeout: a rank beats to each peer it is connected to, so the machine's
+// share of beats grows with its ranks times their connections.
 constexpr int kBeatsPerSecond = 64;
 
-std::chrono::milliseconds heartbeat_period(std::chrono::milliseconds timeout, int size) {
+std::chrono::milliseconds heartbeat_period(std::chrono::milliseconds timeout, int connections) {
   if (timeout.count() < 0) return std::chrono::milliseconds(1000);
   const auto period = std::clamp(timeout / 10, std::chrono::milliseconds(20), std::chrono::milliseconds(1000));
-  const auto spread = std::chrono::milliseconds(1000 * std::max(size - 1, 0) / kBeatsPerSecond);
+  const auto spread = std::chrono::milliseconds(1000 * std::max(connections, 0) / kBeatsPerSecond);
   return std::max(period, std::min(spread, timeout / 4));
 }
+
+// The epoll ids past the peers' ranks.
+enum : std::uint32_t { kWakeId = 0, kHandshakeId = 1 };
 
 }  // namespace
 
@@ -54,6 +58,7 @@ struct Membership::Peer {
   std::vector<std::uint8_t> out;
   std::size_t out_start = 0;
   core::Clock::time_point heard{};
+  core::Clock::time_point connecting_since{};  // a connection was asked for and is not made yet
   bool open = false;
   bool lost = false;  // suspected failed
   bool left = false;  // said goodbye
@@ -67,7 +72,6 @@ Membership::Membership(std::shared_ptr<Store> store, const std::string& tag, int
       rank_(rank),
       size_(size),
       timeout_(timeout),
-      heartbeat_(heartbeat_period(timeout, size)),
       mesh_(*store_, tag, rank, size,
             core::deadline_after(timeout.count() < 0 ? std::chrono::milliseconds(-1) : timeout)),
       epoll_(::epoll_create1(EPOLL_CLOEXEC)),
@@ -77,30 +81,30 @@ Membership::Membership(std::shared_ptr<Store> store, const std::string& tag, int
     throw Error(ErrorCode::System, std::string("membership: epoll/eventfd: ") + std::strerror(errno),
                 ErrorContext{.op = "membership", .rank = rank});
   }
-  const std::size_t max_payload = 4 + (static_cast<std::size_t>(size) + 7) / 8;
-  const auto now = core::Clock::now();
+  heartbeat_ = heartbeat_period(timeout, static_cast<int>(mesh_.overlay().size()));
+  const std::size_t max_payload =
+      std::max(4 + (static_cast<std::size_t>(size) + 7) / 8, 8 + BruckSteps::max_message_bytes(size));
   {
     core::LockGuard lock(mutex_);
     peers_.reserve(static_cast<std::size_t>(size));
     reasons_.assign(static_cast<std::size_t>(size), "");
+    for (int p = 0; p < size; ++p) peers_.emplace_back(max_payload);
     for (int p = 0; p < size; ++p) {
-      peers_.emplace_back(max_payload);
-      Peer& peer = peers_.back();
-      if (p == rank) continue;
-      peer.open = true;
-      peer.heard = now;
-      epoll_event event{};
-      event.events = EPOLLIN | EPOLLRDHUP;
-      event.data.u32 = static_cast<std::uint32_t>(p);
-      ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, mesh_.fd(p), &event);
+      if (mesh_.fd(p) >= 0) open_peer(p);
     }
+    watch_handshakes();
   }
   epoll_event event{};
   event.events = EPOLLIN;
-  event.data.u32 = static_cast<std::uint32_t>(size);
+  event.data.u32 = static_cast<std::uint32_t>(size) + kWakeId;
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_fd_.get(), &event);
   if (on_failure) subscribe(std::move(on_failure));
   thread_ = std::thread([this] { run(); });
+}
+
+int Membership::connections() const {
+  core::LockGuard lock(mutex_);
+  return static_cast<int>(std::count_if(peers_.begin(), peers_.end(), [](const Peer& peer) { return peer.open; }));
 }
 
 int Membership::subscribe(FailureHandler handler) {
@@ -144,15 +148,17 @@ void Membership::run() {
       core::LockGuard lock(mutex_);
       for (int i = 0; i < got; ++i) {
         const int p = static_cast<int>(events[i].data.u32);
-        if (p == size_) {
+        if (p == size_ + static_cast<int>(kWakeId)) {
           std::uint64_t count;
           [[maybe_unused]] ssize_t drained = ::read(wake_fd_.get(), &count, sizeof(count));
           continue;
         }
+        if (p >= size_) continue;  // a handshake: progressed below
         if (!peers_[static_cast<std::size_t>(p)].open) continue;
         if ((events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLRDHUP)) != 0) handle_readable(p);
         if ((events[i].events & EPOLLOUT) != 0 && peers_[static_cast<std::size_t>(p)].open) flush(p);
       }
+      progress_handshakes();
       if (start_asked_ >= epoch_ && !agreement_.excluded()) {
         if (!agreement_.decided()) {
           agreement_.start();
@@ -165,6 +171,14 @@ void Membership::run() {
         next_beat = now + heartbeat_;
         for (int p = 0; p < size_; ++p) {
           Peer& peer = peers_[static_cast<std::size_t>(p)];
+          if (!peer.open && peer.connecting_since != core::Clock::time_point{} && timeout_.count() >= 0 &&
+              now - peer.connecting_since > timeout_) {
+            lose(p, true,
+                 "no control connection to it could be made in " +
+                     seconds_text(std::chrono::duration_cast<std::chrono::milliseconds>(now - peer.connecting_since)) +
+                     " (an agreement needed one): the process is stopped, hung or cut off");
+            continue;
+          }
           if (!peer.open) continue;
           if (timeout_.count() >= 0 && now - peer.heard > timeout_) {
             lose(p, true,
@@ -179,6 +193,7 @@ void Membership::run() {
       }
       sync_suspects();
       send_agreement();
+      drive_gatherings();
       for (int p = 0; p < size_; ++p) {
         if (peers_[static_cast<std::size_t>(p)].open) flush(p);
       }
@@ -236,6 +251,7 @@ void Membership::handle_frame(int p, const Frame& frame) {
   peer.heard = core::Clock::now();
   switch (frame.kind) {
     case FrameKind::Beat: return;
+    case FrameKind::Gather: take_gather_frame(p, frame); return;
     case FrameKind::Bye:
       peer.left = true;
       close_peer(p);
@@ -330,7 +346,7 @@ void Membership::begin_epoch() {
 void Membership::send_agreement() {
   for (const auto& out : agreement_.take_outgoing()) {
     const Peer& peer = peers_[static_cast<std::size_t>(out.to)];
-    if (!peer.open) continue;
+    if (peer.lost || peer.left) continue;
     std::vector<std::uint8_t> bytes(4);
     for (int i = 0; i < 4; ++i) bytes[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(epoch_ >> (8 * i));
     const auto set = out.message.set.encode();
@@ -342,9 +358,74 @@ void Membership::send_agreement() {
 
 void Membership::queue_frame(int p, FrameKind kind, std::uint32_t round, std::span<const std::uint8_t> payload) {
   Peer& peer = peers_[static_cast<std::size_t>(p)];
-  if (!peer.open) return;
+  if (peer.lost || peer.left || p == rank_) return;
   const auto frame = encode_frame(kind, round, payload);
   peer.out.insert(peer.out.end(), frame.begin(), frame.end());
+  if (!peer.open) connect(p);
+}
+
+void Membership::connect(int p) {
+  Peer& peer = peers_[static_cast<std::size_t>(p)];
+  if (peer.connecting_since != core::Clock::time_point{}) return;
+  peer.connecting_since = core::Clock::now();
+  ControlHandshakes& handshakes = mesh_.handshakes();
+  if (handshakes.dialing(p)) return;
+  const std::string problem = handshakes.dial(p, mesh_.address(p));
+  watch_handshakes();
+  if (!problem.empty()) lose(p, false, "no control connection to it could be made: " + problem);
+}
+
+void Membership::open_peer(int p) {
+  Peer& peer = peers_[static_cast<std::size_t>(p)];
+  peer.open = true;
+  peer.heard = core::Clock::now();
+  peer.connecting_since = {};
+  peer.watching_out = false;
+  epoll_event event{};
+  event.events = EPOLLIN | EPOLLRDHUP;
+  event.data.u32 = static_cast<std::uint32_t>(p);
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, mesh_.fd(p), &event);
+}
+
+// The handshakes' sockets come and go, and a closed one's number may come
+// back as another: each is added again (EEXIST is harmless) and each gone
+// is removed before a finished one joins the peers under its own id.
+void Membership::watch_handshakes() {
+  const std::vector<int> now = mesh_.handshakes().fds();
+  for (int fd : watched_) {
+    if (std::find(now.begin(), now.end(), fd) == now.end()) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+  }
+  for (int fd : now) {
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.u32 = static_cast<std::uint32_t>(size_) + kHandshakeId;
+    ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &event);
+  }
+  watched_ = now;
+}
+
+void Membership::progress_handshakes() {
+  const ControlHandshakes::Admit admit = [this](int from, std::string& why) RDMX_NO_THREAD_SAFETY_ANALYSIS {
+    const Peer& peer = peers_[static_cast<std::size_t>(from)];
+    if (peer.lost || peer.left) {
+      why = "rank " + std::to_string(from) + (peer.left ? " closed its communicator" : " is counted failed");
+      return ControlHandshakes::Admission::Refuse;
+    }
+    return mesh_.admit(from, why);
+  };
+  auto outcomes = mesh_.handshakes().progress(admit);
+  watch_handshakes();
+  for (ControlHandshakes::Outcome& o : outcomes) {
+    Peer& peer = peers_[static_cast<std::size_t>(o.peer)];
+    if (o.fd) {
+      if (peer.open || peer.lost || peer.left) continue;
+      mesh_.adopt(o.peer, std::move(o.fd));
+      open_peer(o.peer);
+      flush(o.peer);
+    } else if (!o.problem.empty()) {
+      lose(o.peer, false, "no control connection to it could be made: " + o.problem);
+    }
+  }
 }
 
 void Membership::flush(int p) {
@@ -384,6 +465,11 @@ void Membership::flush(int p) {
 
 void Membership::close_peer(int p) {
   Peer& peer = peers_[static_cast<std::size_t>(p)];
+  if (peer.connecting_since != core::Clock::time_point{}) {
+    peer.connecting_since = {};
+    mesh_.handshakes().cancel(p);
+    watch_handshakes();
+  }
   if (!peer.open) return;
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, mesh_.fd(p), nullptr);
   mesh_.close(p);

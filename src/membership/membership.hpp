@@ -2,13 +2,18 @@
 // Who in a communicator is alive, and what its survivors agree has failed.
 //
 // A Membership owns the communicator's control mesh and one thread that
-// watches it: it sends a heartbeat to every peer each heartbeat period and
-// suspects a peer whose connection closed (a killed process: at once) or
-// that sent nothing for the timeout (a stopped, hung or cut-off one). The
-// first suspicion starts the agreement (agreement.hpp) on every rank, in
-// the background, so the decision is ready by the time an application asks
-// for it; the handler given at creation hears of each failed peer as soon
-// as it is suspected, which is how a communicator revokes itself.
+// watches it: it sends a heartbeat to every peer it is connected to (its
+// overlay neighbours, overlay.hpp) each heartbeat period and suspects a
+// peer whose connection closed (a killed process: at once) or that sent
+// nothing for the timeout (a stopped, hung or cut-off one). Each rank is
+// watched by its neighbours, and the first suspicion starts the agreement
+// (agreement.hpp) on every rank, in the background, so the decision is
+// ready by the time an application asks for it; the handler given at
+// creation hears of each failed peer as soon as it is suspected, locally or
+// in a peer's report, which is how a communicator revokes itself. The
+// agreement sends to every live rank: the thread connects to the ones
+// outside the overlay when it first has something for them, and a peer it
+// cannot connect to within the timeout is suspected like a silent one.
 //
 // Agreements are numbered: the n-th decides who failed out of the group the
 // (n-1)-th left (the first, out of the whole group). Each shrink of a
@@ -25,6 +30,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -77,6 +83,9 @@ class Membership {
 
   int rank() const noexcept { return rank_; }
   int size() const noexcept { return size_; }
+  // The control connections open now: the overlay's after creation, more
+  // once an agreement needed them.
+  int connections() const;
 
   // Adds a handler, called as the one given at creation is; it hears at once
   // (on this thread) of every peer already suspected. Returns an id for
@@ -90,6 +99,16 @@ class Membership {
   // awaited).
   Verdict agree(std::uint32_t epoch, core::Clock::time_point deadline);
 
+  // Collective over `members` (ranks of this Membership, this one among
+  // them): every member's `mine`, indexed as `members`, exchanged over the
+  // control connections in log2 of their count steps (overlay.hpp), so no
+  // store serves N x N bytes. `key` names the exchange, the same on every
+  // member; `what` names the values in errors. Throws PeerFailure as soon
+  // as a member is suspected, and Timeout at `deadline` naming the member
+  // awaited.
+  std::vector<std::string> gather(const std::string& key, const std::vector<int>& members, const std::string& mine,
+                                  const char* what, core::Clock::time_point deadline);
+
  private:
   struct Peer;
   void run();
@@ -101,19 +120,27 @@ class Membership {
       RDMX_REQUIRES(mutex_);
   void flush(int peer) RDMX_REQUIRES(mutex_);
   void close_peer(int peer) RDMX_REQUIRES(mutex_);
+  // Asks for a connection to `peer` (an agreement has something for it).
+  void connect(int peer) RDMX_REQUIRES(mutex_);
+  void open_peer(int peer) RDMX_REQUIRES(mutex_);
+  void watch_handshakes() RDMX_REQUIRES(mutex_);
+  void progress_handshakes() RDMX_REQUIRES(mutex_);
   void send_agreement() RDMX_REQUIRES(mutex_);
   void begin_epoch() RDMX_REQUIRES(mutex_);
   void note_decision() RDMX_REQUIRES(mutex_);
   void wake() noexcept;
   Verdict settle_quorum(Verdict verdict, const RankSet& before, std::uint32_t epoch);
+  struct Gathering;
+  void drive_gatherings() RDMX_REQUIRES(mutex_);
+  void take_gather_frame(int peer, const Frame& frame) RDMX_REQUIRES(mutex_);
 
   std::shared_ptr<Store> store_;
   std::string tag_;
   int rank_;
   int size_;
   std::chrono::milliseconds timeout_;
-  std::chrono::milliseconds heartbeat_;
   ControlMesh mesh_;
+  std::chrono::milliseconds heartbeat_;  // after mesh_: it depends on the connections made
   bootstrap::UniqueFd epoll_;
   bootstrap::UniqueFd wake_fd_;
   std::atomic<bool> stopping_{false};
@@ -124,6 +151,13 @@ class Membership {
   Agreement agreement_ RDMX_GUARDED_BY(mutex_);             // number epoch_
   std::vector<RankSet> decisions_ RDMX_GUARDED_BY(mutex_);  // of agreements 1, 2, ...
   std::vector<Peer> peers_ RDMX_GUARDED_BY(mutex_);
+  std::vector<int> watched_ RDMX_GUARDED_BY(mutex_);  // the handshakes' sockets in epoll_
+  std::vector<std::shared_ptr<Gathering>> gatherings_ RDMX_GUARDED_BY(mutex_);
+  // Steps of exchanges that arrived before this rank reached them: by
+  // (exchange id, step, sender).
+  std::map<std::tuple<std::uint64_t, std::uint32_t, int>, std::vector<std::uint8_t>> early_steps_
+      RDMX_GUARDED_BY(mutex_);
+  core::WaitWord gathered_word_;
   std::vector<std::string> reasons_ RDMX_GUARDED_BY(mutex_);
   std::uint32_t start_asked_ RDMX_GUARDED_BY(mutex_) = 0;  // the agreement an application waits for
   // The losses one pass of the thread found, told to the handlers after it lets go of mutex_.

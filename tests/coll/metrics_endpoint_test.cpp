@@ -50,12 +50,16 @@ int first_ephemeral_port() {
 
 // `count` consecutive ports free on loopback now, below the kernel's
 // ephemeral range: a port there may be taken by any socket that connects
-// (another test's ranks) before the ranks listen on it.
+// (another test's ranks) before the ranks listen on it. The ranges start at
+// multiples of 8, so two tests started at once (consecutive process ids)
+// take ranges side by side rather than overlapping ones.
 int free_ports(int count) {
-  const int span = std::max(first_ephemeral_port() - 10000 - count, 1);
-  const int start = static_cast<int>(::getpid() % span);
-  for (int tried = 0; tried < span; tried += count) {
-    const int base = 10000 + (start + tried) % span;
+  constexpr int kBlock = 8;
+  if (count > kBlock) throw std::invalid_argument("free_ports: at most 8");
+  const int blocks = std::max((first_ephemeral_port() - 10000) / kBlock - 1, 1);
+  const int start = static_cast<int>(::getpid() % blocks);
+  for (int tried = 0; tried < blocks; ++tried) {
+    const int base = 10000 + (start + tried) % blocks * kBlock;
     bool all = true;
     for (int i = 0; i < count && all; ++i) all = port_free(base + i);
     if (all) return base;

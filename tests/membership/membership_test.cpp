@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include <thread>
 
 #include "membership/membership.hpp"
+#include "rdmx/error.hpp"
 #include "support/harness.hpp"
 
 namespace rdmx::membership {
@@ -58,6 +60,18 @@ void publish_pid(RankEnv& env, const std::string& tag) {
 }
 pid_t pid_of(RankEnv& env, const std::string& tag, int rank) {
   return static_cast<pid_t>(std::stol(env.store().get_string(tag + "/pid/" + std::to_string(rank))));
+}
+
+// A rank that leaves closes its connections, and one another rank still
+// dials looks dead to it: each survivor waits here until all of them
+// (every rank of `size` but `dead`) arrived under `key`.
+void survivors_meet(RankEnv& env, const std::string& key, int size, int dead) {
+  env.store().set(key + "/" + std::to_string(env.rank()), std::string_view("1"));
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) {
+    if (r != dead) keys.push_back(key + "/" + std::to_string(r));
+  }
+  env.store().wait(keys);
 }
 
 TEST(MembershipTest, AKilledRankIsAgreedByEverySurvivorWithinASecond) {
@@ -227,6 +241,106 @@ TEST(MembershipTest, NetNsCutLinkLeavesTheMajorityGoingOnAndTheMinorityRefusing)
                                 }
                               },
                               {.timeout = 60s}));
+}
+
+// Twelve ranks connect only to their overlay neighbours (six each); when
+// rank 5 dies, only its neighbours see its connection close, and the
+// agreement they start reaches every survivor over connections made for it.
+TEST(MembershipTest, TheMeshIsTheOverlayAndAnAgreementConnectsTheRest) {
+  ASSERT_TRUE(test::run_ranks(
+      12, Placement::Local,
+      [](RankEnv& env) {
+        Heard heard;
+        Membership members(env.store_ptr(), "sparse", env.rank(), 12, 20s, heard.handler());
+        CHECK_EQ(members.connections(), 6);
+        env.barrier("ready");
+        if (env.rank() == 5) env.kill_self();
+        CHECK(heard_of(heard, 1u << 5, 5s));
+        const Verdict v = members.agree(1, Clock::now() + 10s);
+        CHECK(v.outcome == Verdict::Outcome::Go) << verdict_text(v);
+        CHECK_EQ(v.failed.to_string(), std::string("5")) << verdict_text(v);
+        CHECK(v.why.find("closed without a goodbye") != std::string::npos || v.why.find("reports") != std::string::npos)
+            << v.why;
+        // Each survivor sends its decision to every other, over a
+        // connection made for it; a rank that adopted a decision may return
+        // before its own went out, so this waits (bounded) for them.
+        const auto until = Clock::now() + 5s;
+        while (members.connections() < 10 && Clock::now() < until) std::this_thread::sleep_for(1ms);
+        CHECK_EQ(members.connections(), 10) << "a survivor is not connected to every other";
+        survivors_meet(env, "sparse/counted", 12, 5);
+        CHECK_EQ(heard.silent.load(), 0u);
+      },
+      {.timeout = 60s, .may_be_killed = {5}}));
+}
+
+// A stopped rank outside most ranks' overlay: its neighbours find it silent
+// at the timeout, and the ranks whose agreement dials it (the kernel takes
+// the connection, the process never answers) learn of it from them.
+TEST(MembershipTest, AStoppedRankBeyondTheOverlayIsAgreedAtTheTimeout) {
+  ASSERT_TRUE(test::run_ranks(10, Placement::Local,
+                              [](RankEnv& env) {
+                                Heard heard;
+                                Membership members(env.store_ptr(), "stop10", env.rank(), 10, 1500ms, heard.handler());
+                                publish_pid(env, "stop10");
+                                env.barrier("ready");
+                                if (env.rank() == 4) {
+                                  ::raise(SIGSTOP);
+                                  return;
+                                }
+                                const auto start = Clock::now();
+                                CHECK(heard_of(heard, 1u << 4, 5s));
+                                const Verdict v = members.agree(1, Clock::now() + 10s);
+                                CHECK(v.outcome == Verdict::Outcome::Go) << verdict_text(v);
+                                CHECK_EQ(v.failed.to_string(), std::string("4")) << verdict_text(v);
+                                CHECK_LT(seconds_since(start), 4.0) << verdict_text(v);
+                                env.store().set("stop10/decided/" + std::to_string(env.rank()), std::string_view("1"));
+                                if (env.rank() == 0) {
+                                  std::vector<std::string> keys;
+                                  for (int r : {1, 2, 3, 5, 6, 7, 8, 9})
+                                    keys.push_back("stop10/decided/" + std::to_string(r));
+                                  env.store().wait(keys);
+                                  ::kill(pid_of(env, "stop10", 4), SIGCONT);
+                                }
+                              },
+                              {.timeout = 60s}));
+}
+
+// The exchange a communicator is built with: over all twelve ranks, over a
+// subset numbered anew (as a shrunk group is: its partners are not overlay
+// neighbours), and one whose member dies, which fails naming it.
+TEST(MembershipTest, GatherGivesEveryMemberEveryValueAndNamesAMemberThatDied) {
+  ASSERT_TRUE(test::run_ranks(12, Placement::Local,
+                              [](RankEnv& env) {
+                                Membership members(env.store_ptr(), "gather", env.rank(), 12, 20s, nullptr);
+                                std::vector<int> everyone(12);
+                                for (int r = 0; r < 12; ++r) everyone[static_cast<std::size_t>(r)] = r;
+                                const auto all =
+                                    members.gather("gather/all", everyone, "v" + std::to_string(env.rank() * 7),
+                                                   "test values", Clock::now() + 10s);
+                                CHECK_EQ(all.size(), 12u);
+                                for (int r = 0; r < 12; ++r)
+                                  CHECK_EQ(all[static_cast<std::size_t>(r)], "v" + std::to_string(r * 7));
+
+                                const std::vector<int> subset{11, 0, 7, 2, 5};
+                                if (std::find(subset.begin(), subset.end(), env.rank()) != subset.end()) {
+                                  const auto some = members.gather("gather/some", subset, std::string(env.rank(), 'x'),
+                                                                   "test values", Clock::now() + 10s);
+                                  CHECK_EQ(some.size(), subset.size());
+                                  for (std::size_t i = 0; i < subset.size(); ++i)
+                                    CHECK_EQ(some[i], std::string(subset[i], 'x'));
+                                }
+                                env.barrier("gathered");
+                                if (env.rank() == 9) env.kill_self();
+                                try {
+                                  members.gather("gather/dead", everyone, "late", "test values", Clock::now() + 10s);
+                                  FAIL_RANK() << "an exchange with a dead member finished";
+                                } catch (const Error& e) {
+                                  CHECK(e.code() == ErrorCode::PeerFailure) << e.what();
+                                  CHECK(std::string(e.what()).find("rank 9") != std::string::npos) << e.what();
+                                }
+                                survivors_meet(env, "gather/caught", 12, 9);
+                              },
+                              {.timeout = 60s, .may_be_killed = {9}}));
 }
 
 TEST(MembershipTest, AgreeWithNoFailureKeepsEveryone) {

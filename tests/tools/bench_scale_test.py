@@ -68,18 +68,26 @@ def test_verdicts():
     mesh = run_model([doc(n, 0.001 * n * n, 8 * MIB * n) for n in (8, 16, 32)], cores=64)
     check("memory per rank at 256 ranks <= 64 MiB (model)" in mesh and "MISS 2048 MiB" in mesh,
           "a full mesh's memory is not judged a miss:\n" + mesh)
-    check("creation of 16384 ranks under 30 s (model; store bytes apart)" in mesh, "no 16384-rank verdict:\n" + mesh)
+    check("creation of 16384 ranks under 30 s (model, with the store's bytes)" in mesh, "no 16384-rank verdict:\n" + mesh)
     # What connecting only ring neighbours would give: flat memory, log creation.
     lazy = run_model([doc(n, 0.05 + 0.001 * n, 20 * MIB) for n in (16, 64, 256)], cores=512)
     check("memory per rank at 256 ranks <= 64 MiB (measured)" in lazy and "met  20 MiB" in lazy,
           "flat memory is not judged met:\n" + lazy)
     check(verdict(lazy, "creation per rank at 256 within 2x of 16's (measured)") == "met",
           "near-linear creation is not judged met:\n" + lazy)
-    check(verdict(mesh, "creation of 16384 ranks under 30 s (model; store bytes apart)") == "MISS",
+    check(verdict(mesh, "creation of 16384 ranks under 30 s (model, with the store's bytes)") == "MISS",
           "a quadratic creation is not judged a miss:\n" + mesh)
     # Oversubscribed: 2 cores, time shared out; the model says which basis it used.
     over = run_model([doc(n, 0.001 * n * n, 8 * MIB * n) for n in (8, 16, 32)], cores=2)
     check("a core per rank (measured x 2 cores / N)" in over, "no per-core basis on 2 cores:\n" + over)
+    # Fast ranks, but a store that hands every rank every other rank's
+    # address: N^2 bytes through one server miss the target on their own.
+    stored = [dict(doc(n, 0.001 * n, 20 * MIB), store_requests={"create_per_rank_max": 6,
+                                                                 "create_bytes_read_total": 600 * n * n})
+              for n in (16, 64, 256)]
+    flooded = run_model(stored, cores=512)
+    check(verdict(flooded, "creation of 16384 ranks under 30 s (model, with the store's bytes)") == "MISS",
+          "a store serving N^2 bytes is not judged a miss:\n" + flooded)
     failed = run_model([doc(8, 0.1, MIB), {"np": 64, "failed": "exit 1: does not fit"}], cores=2)
     check("| 64 | | exit 1: does not fit |" in failed, "a failed rank count is not in the table:\n" + failed)
 
