@@ -240,7 +240,8 @@ class Job:
         for rank, own in ranks:
             env = dict(own, RDMX_STORE=self.store, RDMX_PROVIDER=self.provider, RDMX_TIMEOUT=f"{self.args.timeout}s",
                        RDMX_AUTH_KEY=self.key, RDMX_SOCKET_IFNAME=self.bed.ifname(host) if self.bed else "lo",
-                       RDMX_DEBUG=os.environ.get("RDMX_DEBUG", "WARN"))
+                       RDMX_DEBUG=os.environ.get("RDMX_DEBUG", "WARN"),
+                       DIE_FILE=os.path.join(self.tmp, "die-while-agreeing"))
             cmd = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in env.items())
             cmd += " " + " ".join(shlex.quote(x) for x in [self.worker] + worker_args)
             lines.append(f"({cmd} > {rank.out} 2> {rank.err}; echo $? > {rank.rc}) &")
@@ -469,18 +470,23 @@ def run_recovery(args, kind, provider, rng, bed, tmp):
         return outcome, detail, leaks, n
 
     victims = rng.sample(range(n), 2 if kind == "recover-kill2" else 1)
+    if kind == "recover-agree":
+        second = rng.choice([r for r in range(n) if r != victims[0]])
+        with open(os.path.join(tmp, "die-while-agreeing"), "w") as f:
+            f.write(str(second))
     t_fault = time.monotonic_ns()
     for v in victims:
         job.ranks[v].signal(signal.SIGSTOP if kind == "recover-stop" else signal.SIGKILL)
     if kind == "recover-agree":
-        # A second rank dies while the survivors agree on the first.
+        # A second rank dies while the survivors agree on the first: it kills
+        # itself 1 ms into its own shrink() (the worker reads DIE_FILE). A
+        # kill sent from here came too late once a shrink of 8 ranks took
+        # 8-14 ms, and a death in the grow that follows is not this scenario.
         deadline = time.monotonic() + args.timeout + SLACK_S
-        while time.monotonic() < deadline and not any(r.event("agreeing") for r in job.ranks if r.rank != victims[0]):
+        while time.monotonic() < deadline and job.ranks[second].returncode is None:
             time.sleep(0.001)
-        time.sleep(rng.uniform(0.0, 0.02))
-        second = rng.choice([r for r in range(n) if r != victims[0]])
-        t_fault = time.monotonic_ns()
-        job.ranks[second].signal(signal.SIGKILL)
+        agreeing = job.ranks[second].event("agreeing")
+        t_fault = agreeing["mono_ns"] if agreeing else time.monotonic_ns()
         victims.append(second)
     survivors = [r for r in job.ranks if r.rank not in victims]
     # As many new processes as ranks were lost, once the survivors make room for them.

@@ -209,6 +209,7 @@ void Membership::run() {
         for (auto& entry : handlers_) entry.second(peer, timed_out, why);
       }
     }
+    tell_gather_failures();
   }
 }
 

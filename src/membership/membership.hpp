@@ -132,6 +132,8 @@ class Membership {
   Verdict settle_quorum(Verdict verdict, const RankSet& before, std::uint32_t epoch);
   struct Gathering;
   void drive_gatherings() RDMX_REQUIRES(mutex_);
+  // After the handlers heard of this pass's losses.
+  void tell_gather_failures() RDMX_EXCLUDES(mutex_);
   void take_gather_frame(int peer, const Frame& frame) RDMX_REQUIRES(mutex_);
 
   std::shared_ptr<Store> store_;

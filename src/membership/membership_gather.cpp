@@ -21,6 +21,10 @@ struct Membership::Gathering {
   bool sent = false;    // this step's message is queued
   std::string failure;  // why it cannot finish
   int failed_rank = -1;
+  // The failure may be told to the caller: the handlers have heard of the
+  // member it names, so a caller that asks its communicator whether a
+  // member failed (shrink() does, to try again) finds it has.
+  bool told = false;
   bool finished = false;
 };
 
@@ -76,6 +80,7 @@ void Membership::drive_gatherings() {
           g->failed_rank = from;
           g->failure = "rank " + std::to_string(from) + " closed its communicator before sending step " +
                        std::to_string(g->steps.step());
+          g->told = true;
           gathered_word_.notify_all();
         }
         break;
@@ -85,12 +90,24 @@ void Membership::drive_gatherings() {
       if (!problem.empty()) {
         g->failed_rank = from;
         g->failure = "rank " + std::to_string(from) + " sent a malformed step (" + problem + ")";
+        g->told = true;
         gathered_word_.notify_all();
         break;
       }
       g->sent = false;
     }
   }
+}
+
+void Membership::tell_gather_failures() {
+  bool any = false;
+  {
+    core::LockGuard lock(mutex_);
+    for (const auto& g : gatherings_) {
+      if (!g->failure.empty() && !g->told) any = g->told = true;
+    }
+  }
+  if (any) gathered_word_.notify_all();
 }
 
 std::vector<std::string> Membership::gather(const std::string& key, const std::vector<int>& members,
@@ -113,11 +130,13 @@ std::vector<std::string> Membership::gather(const std::string& key, const std::v
   wake();
   const auto settled = [this, &g] {
     core::LockGuard lock(mutex_);
-    return g->finished || !g->failure.empty();
+    return g->finished || g->told;
   };
   const core::WaitResult result = core::wait_until(settled, &gathered_word_, deadline);
   core::LockGuard lock(mutex_);
   std::erase(gatherings_, g);
+  // Steps of this exchange that came after it failed are of no use.
+  std::erase_if(early_steps_, [&g](const auto& entry) { return std::get<0>(entry.first) == g->id; });
   if (g->finished) return g->steps.values();
   const bool timed_out = g->failure.empty();
   const int awaited = g->members[static_cast<std::size_t>(g->steps.receive_from())];

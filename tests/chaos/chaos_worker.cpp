@@ -26,6 +26,7 @@
 //   {"event":"wrong_result","rank":R,"iteration":I,"op":"...","type":"...","count":N,"byte":J,"got":G,"expected":E}
 //   {"event":"done","rank":R,"iterations":I,"size":S,"failed":[...],"mono_ns":T}
 // Exit status: 0 done, 3 error, 4 wrong result, 5 refused by shrink(), 2 usage.
+#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,10 +36,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "rdmx/bootstrap.hpp"
@@ -425,10 +428,27 @@ class RecoveringRank {
     return true;
   }
 
+  // The campaign's recover-agree names, in the file DIE_FILE points to, the
+  // rank that dies 1 ms into its first shrink(): while the others agree.
+  void die_if_named() {
+    static bool asked = false;
+    const char* path = std::getenv("DIE_FILE");
+    if (asked || path == nullptr) return;
+    asked = true;
+    std::ifstream in(path);
+    int named = -1;
+    if (!(in >> named) || named != progress_.rank) return;
+    std::thread([] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      ::kill(::getpid(), SIGKILL);
+    }).detach();
+  }
+
   // After a failure: agree on who failed and go on without them; false when this rank may not.
   bool shrink() {
     emit("{\"event\":\"agreeing\",\"rank\":" + std::to_string(progress_.rank) +
          ",\"mono_ns\":" + std::to_string(mono_ns()) + "}");
+    die_if_named();
     rdmx::ShrinkResult result;
     try {
       result = comm_->shrink();
