@@ -12,6 +12,7 @@
 // connections and a peer's frames never arrive on two.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -30,8 +31,13 @@ class ControlHandshakes {
   // Refuse, `why` says why (for the log).
   using Admit = std::function<Admission(int from, std::string& why)>;
 
-  // `listener`: listening, non-blocking, owned by the caller.
-  ControlHandshakes(int rank, int size, std::uint64_t tag_digest, int listener);
+  // `listener`: listening, non-blocking, owned by the caller. A connection
+  // whose hello has not come within `answer_within` is dropped; waiting for
+  // it holds up nothing else, so the window may be as long as the job's
+  // timeout, which a slow host (an emulated guest, an oversubscribed node)
+  // needs.
+  ControlHandshakes(int rank, int size, std::uint64_t tag_digest, int listener,
+                    std::chrono::milliseconds answer_within);
 
   // Starts connecting to `peer`, which published `published` ("host\nport").
   // "" when under way, else why it cannot start.
@@ -78,6 +84,7 @@ class ControlHandshakes {
   int rank_;
   int size_;
   std::uint64_t tag_digest_;
+  std::chrono::milliseconds answer_within_;
   int listener_;
   std::vector<Dialing> dialing_;
   std::vector<Answering> answering_;

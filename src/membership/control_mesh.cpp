@@ -69,6 +69,13 @@ std::string ranks_text(const std::vector<int>& ranks) {
   return out;
 }
 
+// As long as creation may take: at least a few seconds, at most an hour
+// (a deadline of "never" would otherwise keep a silent connection forever).
+std::chrono::milliseconds answer_window(core::Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - core::Clock::now());
+  return std::clamp<std::chrono::milliseconds>(left, std::chrono::seconds(5), std::chrono::hours(1));
+}
+
 }  // namespace
 
 ControlMesh::ControlMesh(Store& store, const std::string& tag, int rank, int size, core::Clock::time_point deadline)
@@ -76,7 +83,7 @@ ControlMesh::ControlMesh(Store& store, const std::string& tag, int rank, int siz
       size_(size),
       tag_digest_(core::fnv1a64(tag)),
       listener_(listen_for_peers(rank, size, mine_)),
-      handshakes_(rank, size, tag_digest_, listener_.get()),
+      handshakes_(rank, size, tag_digest_, listener_.get(), answer_window(deadline)),
       peers_(static_cast<std::size_t>(size)),
       overlay_(overlay_neighbours(rank, size)) {
   core::auth::warn_if_unauthenticated("the control mesh");
