@@ -91,10 +91,12 @@ format-check: deps
 # quarter less compile time, backtraces keep their lines), and no second
 # parse of the library for the thread-safety analysis, which the check build
 # (below) runs as it compiles. One configured by make build stays as it is.
+# On a failure the last lines are a digest of what the failed tests said
+# (scripts/ctest-digest.py): CI keeps only the tail of the log.
 test: CMAKE_FLAGS += -DRDMX_THREAD_SAFETY=OFF "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
 test: format-check build check-build
 	@echo "== test (ctest; needs root for the network-namespace cases; the verbs cases boot a soft-RoCE guest)"
-	cd $(BUILD) && ctest --output-on-failure -j 2 --timeout 300
+	cd $(BUILD) && { ctest --output-on-failure -j 2 --timeout 300 || { python3 $(CURDIR)/scripts/ctest-digest.py .; exit 1; }; }
 	@$(MAKE) --no-print-directory check-run
 
 # What make test runs of the sanitizers and the fuzzers (docs/TESTING.md), in
@@ -128,7 +130,8 @@ check-run:
 	@echo "== fuzz smoke: $(FUZZ_TARGETS), $(FUZZ_SMOKE_SECONDS) s each (ASan+UBSan)"
 	FUZZ_JOBS=2 bash scripts/fuzz.sh $(CHECK_BUILD) $(FUZZ_SMOKE_SECONDS) $(FUZZ_TARGETS)
 	@echo "== sanitizer share: ctest -L '$(CHECK_LABELS)' -E '$(CHECK_EXCLUDE)' under ASan+UBSan"
-	cd $(CHECK_BUILD) && $(ASAN_ENV) ctest --output-on-failure -j 2 --timeout 600 -L '$(CHECK_LABELS)' -E '$(CHECK_EXCLUDE)'
+	cd $(CHECK_BUILD) && { $(ASAN_ENV) ctest --output-on-failure -j 2 --timeout 600 -L '$(CHECK_LABELS)' -E '$(CHECK_EXCLUDE)' || \
+	    { python3 $(CURDIR)/scripts/ctest-digest.py .; exit 1; }; }
 
 test-check: check-build
 	@$(MAKE) --no-print-directory check-run

@@ -37,6 +37,10 @@ fi
 # Inside the guest. Under emulation rxe moves ~70 MB/s: the 1 GiB cases take
 # ~20 s each, so RDMX_TIMEOUT is 30 s there; the rest finish in far less.
 export RDMX_SOCKET_IFNAME=lo RDMX_RNR_TIMEOUT=500ms
+# A job secret, as `rdmx run` gives its ranks: without one every forked rank
+# warns that its control mesh is open, and those lines bury a failure's own
+# in the log's tail, which is all CI keeps.
+export RDMX_AUTH_KEY=${RDMX_AUTH_KEY:-rdmx-verbs-guest-job-secret-$$}
 failed=()
 step() {
   local name=$1
