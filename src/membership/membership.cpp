@@ -10,6 +10,7 @@
 
 #include "membership/overlay.hpp"
 #include "rdmx/error.hpp"
+#include "services/little_endian.hpp"
 #include "services/log.hpp"
 
 namespace rdmx::membership {
@@ -261,10 +262,7 @@ void Membership::handle_frame(int p, const Frame& frame) {
       return;
     case FrameKind::Propose:
     case FrameKind::Decide: {
-      std::uint32_t epoch = 0;
-      for (int i = 0; i < 4 && i < static_cast<int>(frame.payload.size()); ++i) {
-        epoch |= std::uint32_t{frame.payload[static_cast<std::size_t>(i)]} << (8 * i);
-      }
+      const std::uint32_t epoch = frame.payload.size() < 4 ? 0 : core::get_le32(frame.payload.data());
       auto set = frame.payload.size() < 4 ? std::nullopt : RankSet::decode(size_, std::span(frame.payload).subspan(4));
       if (!set) {
         lose(p, false, "it sent a malformed set of ranks on its control connection");
@@ -348,8 +346,8 @@ void Membership::send_agreement() {
   for (const auto& out : agreement_.take_outgoing()) {
     const Peer& peer = peers_[static_cast<std::size_t>(out.to)];
     if (peer.lost || peer.left) continue;
-    std::vector<std::uint8_t> bytes(4);
-    for (int i = 0; i < 4; ++i) bytes[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(epoch_ >> (8 * i));
+    std::vector<std::uint8_t> bytes;
+    core::append_le32(bytes, epoch_);
     const auto set = out.message.set.encode();
     bytes.insert(bytes.end(), set.begin(), set.end());
     queue_frame(out.to, out.message.kind == AgreementMessage::Kind::Propose ? FrameKind::Propose : FrameKind::Decide,

@@ -18,10 +18,6 @@ namespace {
 constexpr std::uint32_t kGatherMagic = 0x47584452;  // "RDXG"
 constexpr std::size_t kHeadBytes = 12;
 
-void append_le32(std::vector<std::uint8_t>& out, std::uint32_t value) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::uint8_t>(value >> (8 * i)));
-}
-
 // One step's message coming in: the head, then as many body bytes as it
 // announces, and not a byte more.
 struct Incoming {
@@ -64,9 +60,9 @@ std::size_t BruckSteps::max_message_bytes(int size) {
 
 std::vector<std::uint8_t> BruckSteps::message() const {
   std::vector<std::uint8_t> out;
-  append_le32(out, static_cast<std::uint32_t>(count()));
+  core::append_le32(out, static_cast<std::uint32_t>(count()));
   for (std::size_t i = 0; i < count(); ++i) {
-    append_le32(out, static_cast<std::uint32_t>(held_[i].size()));
+    core::append_le32(out, static_cast<std::uint32_t>(held_[i].size()));
     out.insert(out.end(), held_[i].begin(), held_[i].end());
   }
   return out;
@@ -132,9 +128,9 @@ std::vector<std::string> gather_over_overlay(std::span<const bootstrap::UniqueFd
     if (in_fd < 0) throw failed(from, "no control connection to it");
     const std::vector<std::uint8_t> body = steps.message();
     std::vector<std::uint8_t> out;
-    append_le32(out, kGatherMagic);
-    append_le32(out, step);
-    append_le32(out, static_cast<std::uint32_t>(body.size()));
+    core::append_le32(out, kGatherMagic);
+    core::append_le32(out, step);
+    core::append_le32(out, static_cast<std::uint32_t>(body.size()));
     out.insert(out.end(), body.begin(), body.end());
     std::size_t sent = 0;
     Incoming in;

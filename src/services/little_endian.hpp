@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace rdmx::core {
 
@@ -12,6 +13,9 @@ inline void put_le32(std::uint8_t* at, std::uint32_t value) {
 }
 inline void put_le64(std::uint8_t* at, std::uint64_t value) {
   for (int i = 0; i < 8; ++i) at[i] = static_cast<std::uint8_t>(value >> (8 * i));
+}
+inline void append_le32(std::vector<std::uint8_t>& out, std::uint32_t value) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::uint8_t>(value >> (8 * i)));
 }
 inline std::uint32_t get_le32(const std::uint8_t* at) {
   std::uint32_t value = 0;
