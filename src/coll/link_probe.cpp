@@ -96,22 +96,33 @@ LinkModel measure_links(Links& links, Store& store, const std::string& tag, cons
     }
     // The probing ranks' figures to every rank through the store (the
     // others may not enter a Links exchange while those still probe), so
-    // all take the same.
-    if (!published.empty()) {
+    // all take the same. Host 0's leader alone reads every leader's and
+    // publishes the least favourable under its own key, which every other
+    // rank reads: one request each rather than one per host, since they
+    // all arrive at once at one server.
+    const auto publish = [&](const Seen& seen) {
       char text[64];
-      std::snprintf(text, sizeof text, "%.17g:%.17g", mine.net_latency, mine.net_bandwidth);
+      std::snprintf(text, sizeof text, "%.17g:%.17g", seen.net_latency, seen.net_bandwidth);
       store.set(published, std::string_view(text));
-    }
-    LinkModel out = declared;
-    LinkCost between;
-    for (int h = 0; h < hosts; ++h) {
+    };
+    const auto read = [&](int h) {
       const std::string text = store.get_string(key_of(tag, layout.ranks[static_cast<std::size_t>(h)].front()));
       Seen seen;
       if (std::sscanf(text.c_str(), "%lf:%lf", &seen.net_latency, &seen.net_bandwidth) != 2) {
         throw Error(ErrorCode::Protocol, "host " + std::to_string(h) + " published link figures '" + text + "'",
                     {.op = "communicator create", .rank = rank, .hint = "every rank must run the same rdmx version"});
       }
-      take_least_favourable(between, {seen.net_latency, seen.net_bandwidth});
+      return LinkCost{seen.net_latency, seen.net_bandwidth};
+    };
+    LinkModel out = declared;
+    LinkCost between;
+    if (host == 0 && !published.empty()) {
+      take_least_favourable(between, {mine.net_latency, mine.net_bandwidth});
+      for (int h = 1; h < hosts; ++h) take_least_favourable(between, read(h));
+      publish({.net_latency = between.latency_us, .net_bandwidth = between.bandwidth_gbps});
+    } else {
+      if (!published.empty()) publish(mine);
+      between = read(0);
     }
     out.between_hosts = between;
     out.basis = "in-host declared, between hosts measured";

@@ -212,11 +212,12 @@ TEST(CostModelSelection, ThePublicModelIsTheOneSelectionUses) {
   EXPECT_THROW(predict_collective(q), Error);
 }
 
-// Real ranks on two hosts (RDMX_HOSTID) of two: the links between the hosts
-// are measured at creation, the same on every rank; RDMX_COLL_MEASURE_LINKS=0
-// keeps the declared figures.
+// Real ranks, two on each of three hosts (RDMX_HOSTID): the links between
+// the hosts are measured at creation, the same on every rank (host 0's
+// leader combines the leaders' figures; every other rank reads them from
+// it); RDMX_COLL_MEASURE_LINKS=0 keeps the declared figures.
 TEST(CostModelSelection, LinksBetweenHostsAreMeasuredAtCreationAlikeOnEveryRank) {
-  ASSERT_TRUE(rdmx::test::run_coll_ranks({"tcp", 4}, [](rdmx::test::RankEnv& env) {
+  ASSERT_TRUE(rdmx::test::run_coll_ranks({"tcp", 6}, [](rdmx::test::RankEnv& env) {
     ::setenv("RDMX_HOSTID", ("probe-host-" + std::to_string(env.rank() / 2)).c_str(), 1);
     const auto measured = rdmx::test::make_comm(env, "measured");
     ::setenv("RDMX_COLL_MEASURE_LINKS", "0", 1);
@@ -227,10 +228,10 @@ TEST(CostModelSelection, LinksBetweenHostsAreMeasuredAtCreationAlikeOnEveryRank)
     CHECK(declared->explain_algorithm(CollOp::AllReduce, 1 << 20).find("(declared)") != std::string::npos);
     // Every rank explains with the same figures.
     const std::string figures = why.substr(why.find("links:"));
-    std::vector<char> all(4 * 512, 0), mine(512, 0);
+    std::vector<char> all(6 * 512, 0), mine(512, 0);
     std::memcpy(mine.data(), figures.data(), std::min<std::size_t>(figures.size(), 511));
     measured->all_gather(mine.data(), all.data(), 512, DataType::Uint8);
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < 6; ++r) {
       CHECK(std::string(all.data() + r * 512) == figures) << "rank " << r << ": " << all.data() + r * 512;
     }
   }));
