@@ -76,7 +76,9 @@ def main(argv):
     docs.sort(key=lambda d: d["np"])
     ok = [d for d in docs if "failed" not in d]
 
-    print("\n# Communicators at scale: local ranks on one host%s" % (", %d cores" % cores if cores else ""))
+    hosts = max((d.get("hosts", 1) for d in ok), default=1)
+    where = "local ranks on one host" if hosts <= 1 else "ranks on %d bed hosts (network namespaces of one machine)" % hosts
+    print("\n# Communicators at scale: %s%s" % (where, ", %d cores" % cores if cores else ""))
     sizes = sorted({c["bytes"] for d in ok for c in d["all_reduce"]})
     head = "| ranks | hosts | create (s) | per rank (ms) | conns/rank | store req/rank | memory/rank (MiB) |"
     rule = "|---:|---:|---:|---:|---:|---:|---:|"

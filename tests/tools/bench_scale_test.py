@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 """bench/scale: the model recovers the growth it is given and judges the
 targets by it; the sweep runs rdmx perf scale at two rank counts and prints
-the table and the model.
+the table and the model, on one host and on two hosts of the bed.
 
 usage: bench_scale_test.py BUILD_DIR
 """
@@ -107,10 +107,29 @@ def test_sweep(build):
               "the table or the model is missing:\n" + r.stdout)
 
 
+def test_bed_sweep(build):
+    """--bed: the ranks split among bed hosts, and the table says so."""
+    if os.geteuid() != 0:
+        print("skipped the bed sweep: network namespaces need root")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "scale.jsonl")
+        r = subprocess.run(["bash", os.path.join(ROOT, "bench", "scale", "run.sh"), build, "--np", "4 3",
+                            "--sizes", "4", "--bed", "2", "--out", out], capture_output=True, text=True, timeout=240)
+        rows = [json.loads(line) for line in open(out)] if os.path.exists(out) else []
+        check([(d.get("np"), d.get("hosts"), "failed" in d) for d in rows] == [(4, 2, False), (3, None, True)],
+              "the bed sweep kept %s\n%s\n%s" % (rows, r.stdout, r.stderr))
+        check(r.returncode != 0, "3 ranks on 2 hosts should fail the sweep")
+        check(any("do not divide" in d.get("failed", "") for d in rows), "3 ranks on 2 hosts: %s" % rows)
+        check("ranks on 2 bed hosts" in r.stdout and "| 4 | 2 |" in r.stdout,
+              "the bed's table is missing:\n" + r.stdout)
+
+
 if __name__ == "__main__":
     test_fits()
     test_verdicts()
     if len(sys.argv) > 1:
         test_sweep(sys.argv[1])
+        test_bed_sweep(sys.argv[1])
     print("%d failure(s)" % len(failures))
     sys.exit(1 if failures else 0)
