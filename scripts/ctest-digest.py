@@ -17,7 +17,8 @@ import sys
 
 # What GoogleTest, pytest, the scripts' steps and timeouts print on a failure;
 # not the word "error", which the negative tests' expected logs are full of.
-FAILURE = re.compile(r"FAILED|: Failure$|Traceback|^E   |AssertionError|timed out|Timeout|exit status [1-9]")
+FAILURE = re.compile(r"FAILED|: Failure$|CHECK\(.*\) failed|uncaught rdmx::Error|Traceback|^E   |"
+                     r"AssertionError|timed out|Timeout|exit status [1-9]")
 CONTEXT = 2  # lines after a failure line: GoogleTest's expected and actual values
 
 

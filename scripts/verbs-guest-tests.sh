@@ -86,7 +86,9 @@ fi
 step "device tests, collectives over verbs" env RDMX_TIMEOUT=10 RDMX_TEST_MAY_CHANGE_MTU=1 \
   "$build/tests/rdmx_verbs_tests" --gtest_brief=1
 # Going on after a rank dies, over verbs: shrink (keeping the working QPs) and grow.
-step "shrink and grow over verbs" "$build/tests/rdmx_coll_tests" --gtest_brief=1 \
+# The guest runs a step many times slower than the host: the first correct
+# collective after a fault may come 6 s after the timeout rather than 1.5.
+step "shrink and grow over verbs" env RDMX_TEST_RECOVERY_SLACK_S=6 "$build/tests/rdmx_coll_tests" --gtest_brief=1 \
   --gtest_filter='*CollShrink*/verbs:*CollGrow*/verbs'
 # The registration cache's unmap watch on the kernel verbs runs under.
 step "unmap watch" "$build/tests/rdmx_core_tests" --gtest_brief=1 --gtest_filter='UnmapWatch*'

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -31,6 +32,15 @@ std::unique_ptr<Communicator> comm_for(RankEnv& env, const std::string& tag, std
   options.tag = tag;
   options.timeout = timeout;
   return Communicator::create(env.store_ptr(), env.rank(), env.world_size(), options);
+}
+
+// What the first correct collective after the fault may take beyond the
+// timeout: `usual` here, more in the emulated verbs guest, whose steps run
+// many times slower (RDMX_TEST_RECOVERY_SLACK_S, as the torch recovery
+// tests read it).
+double slack_s(double usual) {
+  const char* given = std::getenv("RDMX_TEST_RECOVERY_SLACK_S");
+  return given != nullptr && *given != '\0' ? std::atof(given) : usual;
 }
 
 // Sum over `ranks` (old ranks) of (old rank + 1) * (i + 1), the input below.
@@ -101,7 +111,7 @@ TEST_P(CollShrink, AKilledRankIsShrunkAwayAndTheNextCollectiveIsRight) {
                        shrunk.communicator->all_reduce(buf.data(), buf.data(), n, DataType::Float64, ReduceOp::Sum);
                        check_sum(buf, {0, 1, 3}, "after the shrink");
                        const double took = std::chrono::duration<double>(Clock::now() - start).count();
-                       CHECK_LT(took, 5.0) << "from the kill to the next correct all_reduce";
+                       CHECK_LT(took, 3.5 + slack_s(1.5)) << "from the kill to the next correct all_reduce";
                        comm.reset();
                        shrunk.communicator->barrier();
                      },
@@ -130,7 +140,7 @@ TEST_P(CollShrink, AStoppedRankIsShrunkAwaySoonAfterTheTimeout) {
                        shrunk.communicator->all_reduce(buf.data(), buf.data(), n, DataType::Float64, ReduceOp::Sum);
                        check_sum(buf, {0, 1, 2}, "after the shrink");
                        const double took = std::chrono::duration<double>(Clock::now() - start).count();
-                       CHECK_LT(took, 2.0 + 1.5) << "from the stop to the next correct all_reduce";
+                       CHECK_LT(took, 2.0 + slack_s(1.5)) << "from the stop to the next correct all_reduce";
                        shrunk.communicator->barrier();
                        if (env.rank() == 0) {
                          ::kill(static_cast<pid_t>(std::stol(env.store().get_string("shrink-stop/pid/3"))), SIGKILL);

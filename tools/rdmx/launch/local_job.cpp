@@ -250,19 +250,19 @@ class Job {
   // thread, so they reach watch()'s poll.
   void serve_store() {
     adopt_job_secret();
-    sigset_t stop_signals;
-    sigset_t previous;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGINT);
-    sigaddset(&stop_signals, SIGTERM);
-    ::pthread_sigmask(SIG_BLOCK, &stop_signals, &previous);
-    try {
-      store_ = std::make_unique<TcpStoreServer>("127.0.0.1", 0);
-    } catch (...) {
-      ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-      throw;
-    }
-    ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+    // Blocked while the server's thread starts, which inherits the mask.
+    struct StopSignalsBlocked {
+      sigset_t previous;
+      StopSignalsBlocked() {
+        sigset_t stop_signals;
+        sigemptyset(&stop_signals);
+        sigaddset(&stop_signals, SIGINT);
+        sigaddset(&stop_signals, SIGTERM);
+        ::pthread_sigmask(SIG_BLOCK, &stop_signals, &previous);
+      }
+      ~StopSignalsBlocked() { ::pthread_sigmask(SIG_SETMASK, &previous, nullptr); }
+    } const blocked;
+    store_ = std::make_unique<TcpStoreServer>("127.0.0.1", 0);
   }
 
   // Everything a child needs is built before fork: the parent may have
