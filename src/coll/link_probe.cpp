@@ -66,10 +66,6 @@ LinkCost probe_pair(Links& links, int right, int left, char* buffer, std::chrono
 
 std::string key_of(const std::string& tag, int rank) { return tag + "/links/" + std::to_string(rank); }
 
-struct Seen {
-  double net_latency = 0, net_bandwidth = 0;
-};
-
 }  // namespace
 
 bool measure_links_enabled() { return kMeasure.read(); }
@@ -78,7 +74,7 @@ LinkModel measure_links(Links& links, Store& store, const std::string& tag, cons
                         const LinkModel& declared, std::chrono::milliseconds timeout, std::string* published_key) {
   auto* buffer = static_cast<char*>(links.scratch(2 * kLarge));
   std::memset(buffer, 0, 2 * kLarge);
-  Seen mine;
+  LinkCost mine;
   std::string published;
   try {
     const Links::Driving driving(links);
@@ -90,9 +86,7 @@ LinkModel measure_links(Links& links, Store& store, const std::string& tag, cons
       *published_key = published;
       const int right = layout.ranks[static_cast<std::size_t>((host + 1) % hosts)].front();
       const int left = layout.ranks[static_cast<std::size_t>((host + hosts - 1) % hosts)].front();
-      const LinkCost c = probe_pair(links, right, left, buffer, timeout);
-      mine.net_latency = c.latency_us;
-      mine.net_bandwidth = c.bandwidth_gbps;
+      mine = probe_pair(links, right, left, buffer, timeout);
     }
     // The probing ranks' figures to every rank through the store (the
     // others may not enter a Links exchange while those still probe), so
@@ -100,26 +94,26 @@ LinkModel measure_links(Links& links, Store& store, const std::string& tag, cons
     // publishes the least favourable under its own key, which every other
     // rank reads: one request each rather than one per host, since they
     // all arrive at once at one server.
-    const auto publish = [&](const Seen& seen) {
+    const auto publish = [&](const LinkCost& cost) {
       char text[64];
-      std::snprintf(text, sizeof text, "%.17g:%.17g", seen.net_latency, seen.net_bandwidth);
+      std::snprintf(text, sizeof text, "%.17g:%.17g", cost.latency_us, cost.bandwidth_gbps);
       store.set(published, std::string_view(text));
     };
     const auto read = [&](int h) {
       const std::string text = store.get_string(key_of(tag, layout.ranks[static_cast<std::size_t>(h)].front()));
-      Seen seen;
-      if (std::sscanf(text.c_str(), "%lf:%lf", &seen.net_latency, &seen.net_bandwidth) != 2) {
+      LinkCost cost;
+      if (std::sscanf(text.c_str(), "%lf:%lf", &cost.latency_us, &cost.bandwidth_gbps) != 2) {
         throw Error(ErrorCode::Protocol, "host " + std::to_string(h) + " published link figures '" + text + "'",
                     {.op = "communicator create", .rank = rank, .hint = "every rank must run the same rdmx version"});
       }
-      return LinkCost{seen.net_latency, seen.net_bandwidth};
+      return cost;
     };
     LinkModel out = declared;
     LinkCost between;
     if (host == 0 && !published.empty()) {
-      take_least_favourable(between, {mine.net_latency, mine.net_bandwidth});
+      take_least_favourable(between, mine);
       for (int h = 1; h < hosts; ++h) take_least_favourable(between, read(h));
-      publish({.net_latency = between.latency_us, .net_bandwidth = between.bandwidth_gbps});
+      publish(between);
     } else {
       if (!published.empty()) publish(mine);
       between = read(0);
